@@ -6,7 +6,7 @@
  *     pllm_engine_create(&e, model, &backend, tok, &params);
  *     pllm_engine_add(e, ids, n, &rp, user, &id);  ...    (any time, also between steps)
  *     while (pllm_engine_has_work(e)) pllm_engine_step(e, on_done, arg);
- *     pllm_engine_stats(e, &st);
+ *     pllm_engine_get_stats(e, &st);
  *     pllm_engine_free(e);
  *
  * Ownership: the engine borrows model, backend and tokenizer (they must outlive it); add()
@@ -113,4 +113,4 @@ pllm_status pllm_engine_add(pllm_engine *e, const int32_t *prompt, int32_t n_pro
 bool pllm_engine_has_work(const pllm_engine *e);
 /* One scheduling step; emit is called for every request that finishes in it. */
 pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg);
-void pllm_engine_stats(const pllm_engine *e, pllm_engine_stats *out);
+void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out);
