@@ -21,21 +21,56 @@
  *
  * Logprobs are those of the model's raw distribution (log_softmax of the unmodified logits),
  * as vLLM reports by default.
+ *
+ * Exact rules where the steps above leave a choice (decided as vLLM v1 does, see
+ * vllm/v1/sample/sampler.py and ops/topk_topp_sampler.py, unless marked "pllm"):
+ *   - Input: a NaN logit is treated as -inf and +inf as FLT_MAX (written back in place) before
+ *     anything else, logprobs included (pllm). Ids outside [0, n_vocab) in prompt, output or
+ *     banned are ignored.
+ *   - Penalty arithmetic is float32: v / r or v * r, then v - (frequency_penalty * (float)count
+ *     + presence_penalty).
+ *   - Greedy (step 4) ignores top_p and min_p. If no id has a finite logit after steps 1-3, the
+ *     result is the lowest id that is not banned (0 if all are) (pllm).
+ *   - Step 5, with lmax the largest processed logit and w(i) = exp((l(i) - lmax) / temperature)
+ *     computed in float64 (so p(i) = w(i) / sum w):
+ *       a. min_p first, on the full distribution (vLLM applies it as a logits processor before
+ *          top-k/top-p): keep w(i) >= min_p, i.e. p >= min_p * p_max. The maximum is always kept.
+ *       b. top_k: keep l(i) >= the k-th largest processed logit; ties with it are all kept, so
+ *          more than k ids may survive. top_k == 0 and top_k == -1 both mean off.
+ *          (a and b are both thresholds, so their order does not matter.)
+ *       c. top_p, on the survivors of a and b renormalised: rank them by processed logit
+ *          descending, ties by lower id first; keep an id iff the sum of w over the ids ranked
+ *          before it is < top_p * (sum of w over the survivors). The first is always kept;
+ *          top_p == 1 is off.
+ *       d. draw: u = pllm_rng_uniform(seed, n_output); walk the kept ids in ascending id order
+ *          accumulating w (float64); the token is the first id whose running sum exceeds
+ *          u * (total of w over the kept ids). (If rounding leaves none, the last kept id with
+ *          w > 0.)
+ *   - pllm_rng_uniform (pllm): with mix(z) = SplitMix64's finaliser
+ *          z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9; z = (z ^ z >> 27) * 0x94D049BB133111EB;
+ *          z ^ z >> 31   (uint64 arithmetic mod 2^64),
+ *       key = mix(seed ^ 0x243F6A8885A308D3), x = mix(key + (step + 1) * 0x9E3779B97F4A7C15),
+ *       u = (x >> 11) * 2^-53.
+ *   - Logprobs: res->logprob is the sampled token's raw logprob; banned ids keep theirs and may
+ *     appear in the top-N list, which is sorted by logprob descending, ties by lower id, with
+ *     n_top = min(params->logprobs, n_vocab).
+ *   - pllm_sample expects params that passed pllm_sampling_validate (it asserts the cheap
+ *     invariants only).
  */
 #pragma once
 
 #include "engine/common.h"
 
 typedef struct pllm_sampling_params {
-    float temperature;        /* 0: greedy. default 1 is set by pllm_sampling_defaults */
-    int32_t top_k;            /* <= 0: off */
+    float temperature;        /* 0: greedy (the pllm_sampling_defaults value); >= 0, finite */
+    int32_t top_k;            /* 0 or -1: off; >= -1 */
     float top_p;              /* 1: off; in (0, 1] */
     float min_p;              /* 0: off; in [0, 1] */
-    float repetition_penalty; /* 1: off; > 0 */
+    float repetition_penalty; /* 1: off; > 0, finite */
     float presence_penalty;   /* 0: off; in [-2, 2] */
     float frequency_penalty;  /* 0: off; in [-2, 2] */
     uint64_t seed;
-    int32_t logprobs;         /* top-N logprobs to return per generated token; 0: none; <= 20 */
+    int32_t logprobs;         /* top-N logprobs to return per generated token; 0: none; in [0, 20] */
 } pllm_sampling_params;
 
 /* Greedy defaults: temperature 0, everything else off. */
