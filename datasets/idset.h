@@ -1,0 +1,24 @@
+/*
+ * idset.h: a set of record ids with counts (open addressing, xxHash keys), used by --resume to
+ * skip requests whose output lines are already in the output file.
+ * Ownership: the set copies keys; free with pllm_idset_free().
+ */
+#pragma once
+
+#include "engine/common.h"
+
+typedef struct pllm_idset pllm_idset;
+
+pllm_status pllm_idset_create(pllm_idset **out);
+void pllm_idset_free(pllm_idset *s);
+/* Add one occurrence of key. */
+pllm_status pllm_idset_add(pllm_idset *s, const char *key);
+/* Occurrences of key (0 when absent). */
+int32_t pllm_idset_count(const pllm_idset *s, const char *key);
+size_t pllm_idset_size(const pllm_idset *s);
+
+/* Read an existing output file (JSONL): every complete line's "id" is counted, error records
+ * included (an input error would only fail again, and an id must never appear twice). A
+ * missing file is an empty set. A torn last line (no newline: the writer was killed mid-line)
+ * is cut off the file and reported in *torn. */
+pllm_status pllm_idset_load_output(pllm_idset *s, const char *path, int64_t *n_lines, bool *torn);

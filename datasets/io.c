@@ -1,0 +1,255 @@
+#include "datasets/io.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#define IO_CHUNK (1 << 16)
+
+bool pllm_path_is_zst(const char *path)
+{
+    size_t n = strlen(path);
+    return n > 4 && strcmp(path + n - 4, ".zst") == 0;
+}
+
+struct pllm_reader {
+    char *path;
+    FILE *f;
+    bool is_stdin;
+    ZSTD_DStream *zd;       /* NULL for plain input */
+    unsigned char *zin;     /* compressed input buffer */
+    ZSTD_inBuffer zib;
+    bool zin_eof;
+    bool frame_done;        /* the last decompress call ended a frame */
+    char *buf;              /* decompressed (or raw) bytes not yet consumed */
+    size_t buf_start, buf_end, buf_cap;
+    bool src_eof;
+    char *line;             /* the line handed out */
+    size_t line_cap;
+    int64_t lineno;
+};
+
+pllm_status pllm_reader_open(pllm_reader **out, const char *path)
+{
+    *out = NULL;
+    pllm_reader *r = pllm_calloc(1, sizeof *r);
+    if (!r) return PLLM_ERR_NOMEM;
+    r->path = pllm_strdup(strcmp(path, "-") == 0 ? "<stdin>" : path);
+    if (!r->path) { free(r); return PLLM_ERR_NOMEM; }
+    if (strcmp(path, "-") == 0) {
+        r->f = stdin;
+        r->is_stdin = true;
+    } else {
+        r->f = fopen(path, "rb");
+        if (!r->f) {
+            pllm_status st = pllm_errorf(errno == ENOENT ? PLLM_ERR_NOT_FOUND : PLLM_ERR_IO, "%s: cannot open: %s", path,
+                                         strerror(errno));
+            pllm_reader_close(r);
+            return st;
+        }
+    }
+    if (!r->is_stdin && pllm_path_is_zst(path)) {
+        r->zd = ZSTD_createDStream();
+        r->zin = pllm_malloc(IO_CHUNK);
+        if (!r->zd || !r->zin) { pllm_reader_close(r); return pllm_errorf(PLLM_ERR_NOMEM, "%s: out of memory", path); }
+        ZSTD_initDStream(r->zd);
+        r->zib = (ZSTD_inBuffer){r->zin, 0, 0};
+        r->frame_done = true;
+    }
+    *out = r;
+    return PLLM_OK;
+}
+
+const char *pllm_reader_path(const pllm_reader *r) { return r->path; }
+
+/* Make room for at least IO_CHUNK more bytes after buf_end. */
+static pllm_status reader_grow(pllm_reader *r)
+{
+    if (r->buf_start > 0) {
+        memmove(r->buf, r->buf + r->buf_start, r->buf_end - r->buf_start);
+        r->buf_end -= r->buf_start;
+        r->buf_start = 0;
+    }
+    if (r->buf_cap - r->buf_end >= IO_CHUNK) return PLLM_OK;
+    size_t ncap = r->buf_cap ? r->buf_cap * 2 : 4 * IO_CHUNK;
+    char *nb = pllm_realloc(r->buf, ncap);
+    if (!nb) return PLLM_ERR_NOMEM;
+    r->buf = nb;
+    r->buf_cap = ncap;
+    return PLLM_OK;
+}
+
+/* Append more bytes to buf; sets src_eof at the end of the input. */
+static pllm_status reader_fill(pllm_reader *r)
+{
+    PLLM_TRY(reader_grow(r));
+    if (!r->zd) {
+        size_t n = fread(r->buf + r->buf_end, 1, r->buf_cap - r->buf_end, r->f);
+        if (n == 0) {
+            if (ferror(r->f)) return pllm_errorf(PLLM_ERR_IO, "%s: read error: %s", r->path, strerror(errno));
+            r->src_eof = true;
+        }
+        r->buf_end += n;
+        return PLLM_OK;
+    }
+    for (;;) {
+        if (r->zib.pos == r->zib.size && !r->zin_eof) {
+            size_t n = fread(r->zin, 1, IO_CHUNK, r->f);
+            if (n == 0) {
+                if (ferror(r->f)) return pllm_errorf(PLLM_ERR_IO, "%s: read error: %s", r->path, strerror(errno));
+                r->zin_eof = true;
+            }
+            r->zib = (ZSTD_inBuffer){r->zin, n, 0};
+        }
+        if (r->zin_eof && r->zib.pos == r->zib.size) {
+            if (!r->frame_done)
+                return pllm_errorf(PLLM_ERR_FORMAT, "%s: truncated zstd stream (the last frame is incomplete)", r->path);
+            r->src_eof = true;
+            return PLLM_OK;
+        }
+        ZSTD_outBuffer ob = {r->buf + r->buf_end, r->buf_cap - r->buf_end, 0};
+        size_t ret = ZSTD_decompressStream(r->zd, &ob, &r->zib);
+        if (ZSTD_isError(ret))
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: zstd: %s", r->path, ZSTD_getErrorName(ret));
+        r->frame_done = ret == 0;
+        r->buf_end += ob.pos;
+        if (ob.pos > 0) return PLLM_OK;
+    }
+}
+
+pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int64_t *lineno, bool *eof)
+{
+    *line = NULL;
+    *len = 0;
+    *eof = false;
+    size_t scanned = 0; /* bytes after buf_start known to hold no newline (survives buffer moves) */
+    for (;;) {
+        size_t from = r->buf_start + scanned;
+        char *nl = r->buf_end > from ? memchr(r->buf + from, '\n', r->buf_end - from) : NULL;
+        if (nl || (r->src_eof && r->buf_end > r->buf_start)) {
+            size_t end = nl ? (size_t)(nl - r->buf) : r->buf_end;
+            size_t n = end - r->buf_start;
+            if (n + 1 > r->line_cap) {
+                char *nlb = pllm_realloc(r->line, n + 1);
+                if (!nlb) return PLLM_ERR_NOMEM;
+                r->line = nlb;
+                r->line_cap = n + 1;
+            }
+            memcpy(r->line, r->buf + r->buf_start, n);
+            r->line[n] = 0;
+            r->buf_start = nl ? end + 1 : end;
+            *line = r->line;
+            *len = n;
+            *lineno = ++r->lineno;
+            return PLLM_OK;
+        }
+        if (r->src_eof) {
+            *eof = true;
+            return PLLM_OK;
+        }
+        scanned = r->buf_end - r->buf_start;
+        PLLM_TRY(reader_fill(r));
+    }
+}
+
+void pllm_reader_close(pllm_reader *r)
+{
+    if (!r) return;
+    if (r->f && !r->is_stdin) fclose(r->f);
+    if (r->zd) ZSTD_freeDStream(r->zd);
+    free(r->zin);
+    free(r->buf);
+    free(r->line);
+    free(r->path);
+    free(r);
+}
+
+struct pllm_writer {
+    char *path;
+    FILE *f;
+    bool is_stdout;
+    ZSTD_CStream *zc;
+    unsigned char *zout;
+    size_t zout_cap;
+};
+
+pllm_status pllm_writer_open(pllm_writer **out, const char *path, bool append)
+{
+    *out = NULL;
+    pllm_writer *w = pllm_calloc(1, sizeof *w);
+    if (!w) return PLLM_ERR_NOMEM;
+    w->path = pllm_strdup(strcmp(path, "-") == 0 ? "<stdout>" : path);
+    if (!w->path) { free(w); return PLLM_ERR_NOMEM; }
+    if (strcmp(path, "-") == 0) {
+        w->f = stdout;
+        w->is_stdout = true;
+    } else {
+        w->f = fopen(path, append ? "ab" : "wb");
+        if (!w->f) {
+            pllm_status st = pllm_errorf(PLLM_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+            free(w->path);
+            free(w);
+            return st;
+        }
+    }
+    if (!w->is_stdout && pllm_path_is_zst(path)) {
+        w->zc = ZSTD_createCStream();
+        w->zout_cap = ZSTD_CStreamOutSize();
+        w->zout = pllm_malloc(w->zout_cap);
+        if (!w->zc || !w->zout) { pllm_writer_close(w); return pllm_errorf(PLLM_ERR_NOMEM, "%s: out of memory", path); }
+        ZSTD_CCtx_setParameter(w->zc, ZSTD_c_compressionLevel, 3);
+    }
+    *out = w;
+    return PLLM_OK;
+}
+
+static pllm_status write_all(pllm_writer *w, const void *p, size_t n)
+{
+    if (n && fwrite(p, 1, n, w->f) != n)
+        return pllm_errorf(PLLM_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
+    return PLLM_OK;
+}
+
+static pllm_status zstd_push(pllm_writer *w, const void *p, size_t n, ZSTD_EndDirective mode)
+{
+    ZSTD_inBuffer in = {p, n, 0};
+    for (;;) {
+        ZSTD_outBuffer ob = {w->zout, w->zout_cap, 0};
+        size_t rem = ZSTD_compressStream2(w->zc, &ob, &in, mode);
+        if (ZSTD_isError(rem)) return pllm_errorf(PLLM_ERR_IO, "%s: zstd: %s", w->path, ZSTD_getErrorName(rem));
+        PLLM_TRY(write_all(w, w->zout, ob.pos));
+        if (rem == 0 && in.pos == in.size) return PLLM_OK;
+    }
+}
+
+pllm_status pllm_writer_line(pllm_writer *w, const char *s, size_t n)
+{
+    if (w->zc) {
+        PLLM_TRY(zstd_push(w, s, n, ZSTD_e_continue));
+        PLLM_TRY(zstd_push(w, "\n", 1, ZSTD_e_flush));
+    } else {
+        PLLM_TRY(write_all(w, s, n));
+        PLLM_TRY(write_all(w, "\n", 1));
+    }
+    if (fflush(w->f) != 0) return pllm_errorf(PLLM_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
+    return PLLM_OK;
+}
+
+pllm_status pllm_writer_close(pllm_writer *w)
+{
+    if (!w) return PLLM_OK;
+    pllm_status st = PLLM_OK;
+    if (w->zc && w->f) st = zstd_push(w, "", 0, ZSTD_e_end);
+    if (w->f) {
+        if (fflush(w->f) != 0 && st == PLLM_OK)
+            st = pllm_errorf(PLLM_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
+        if (!w->is_stdout && fclose(w->f) != 0 && st == PLLM_OK)
+            st = pllm_errorf(PLLM_ERR_IO, "%s: close failed: %s", w->path, strerror(errno));
+    }
+    if (w->zc) ZSTD_freeCStream(w->zc);
+    free(w->zout);
+    free(w->path);
+    free(w);
+    return st;
+}
