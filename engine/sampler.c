@@ -379,7 +379,8 @@ void pllm_sample(pllm_sample_result *res, float *logits, int32_t n_vocab, const 
                 if (!in_vocab(id, n) || cnt[id]) continue;
                 cnt[id] = 1;
                 float v = logits[id];
-                logits[id] = v > 0.0f ? v / rep : v * rep;
+                v = v > 0.0f ? v / rep : v * rep;
+                logits[id] = v > FLT_MAX ? FLT_MAX : v;
             }
         }
         for (int32_t i = 0; i < n_prompt; i++)
@@ -393,7 +394,8 @@ void pllm_sample(pllm_sample_result *res, float *logits, int32_t n_vocab, const 
         for (int32_t i = 0; i < n_output; i++) {
             int32_t id = output[i];
             if (!in_vocab(id, n) || !cnt[id]) continue;
-            logits[id] = logits[id] - (fp * (float)cnt[id] + pp);
+            float v = logits[id] - (fp * (float)cnt[id] + pp);
+            logits[id] = v > FLT_MAX ? FLT_MAX : v;
             cnt[id] = 0;
         }
     }

@@ -28,7 +28,7 @@
  *     anything else, logprobs included (pllm). Ids outside [0, n_vocab) in prompt, output or
  *     banned are ignored.
  *   - Penalty arithmetic is float32: v / r or v * r, then v - (frequency_penalty * (float)count
- *     + presence_penalty).
+ *     + presence_penalty); a result above FLT_MAX becomes FLT_MAX (pllm).
  *   - Greedy (step 4) ignores top_p and min_p. If no id has a finite logit after steps 1-3, the
  *     result is the lowest id that is not banned (0 if all are) (pllm).
  *   - Step 5, with lmax the largest processed logit and w(i) = exp((l(i) - lmax) / temperature)
@@ -52,7 +52,7 @@
  *       key = mix(seed ^ 0x243F6A8885A308D3), x = mix(key + (step + 1) * 0x9E3779B97F4A7C15),
  *       u = (x >> 11) * 2^-53.
  *   - Logprobs: res->logprob is the sampled token's raw logprob; banned ids keep theirs and may
- *     appear in the top-N list, which is sorted by logprob descending, ties by lower id, with
+ *     appear in the top-N list, which is sorted by raw logit descending, ties by lower id, with
  *     n_top = min(params->logprobs, n_vocab).
  *   - pllm_sample expects params that passed pllm_sampling_validate (it asserts the cheap
  *     invariants only).
