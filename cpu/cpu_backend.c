@@ -1,7 +1,607 @@
+/*
+ * cpu_backend.c: the CPU backend: plan validation, the forward pass (one parallel region per
+ * step, operations separated by pool barriers), the KV cache, and sampling.
+ *
+ * Work split inside a step (nth threads; nothing depends on the split, so results are the same
+ * for any thread count):
+ *   - matmuls: contiguous ranges of each weight matrix's rows (multiples of 16 rows, so no two
+ *     threads write the same cache line of an output row); bias, SwiGLU and residual adds are
+ *     done by the thread that owns the rows, with no barrier in between;
+ *   - RMSNorm, embedding, RoPE and the K/V stores: contiguous ranges of tokens;
+ *   - attention: contiguous ranges of (token, query head) pairs;
+ *   - output projection: rows of the vocabulary, for the sampled tokens only; sampling:
+ *     contiguous ranges of samples.
+ * Barriers per step: 2 + 7 per layer + 3.
+ */
 #include "cpu/cpu_backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "cpu/ops.h"
+#include "cpu/threadpool.h"
+
+/* What kv_available keeps back for everything else: max(1 GiB, 10% of MemAvailable). */
+#define KV_MARGIN_MIN ((size_t)1 << 30)
+
+typedef struct cpu_ctx {
+    const pllm_model *model;
+    pllm_cpu_params params;
+    const pllm_cpu_kernels *kern;
+    pllm_cpu_pool *pool;
+    int n_threads;
+    double *inv_freq;            /* [rope_dim / 2] */
+
+    /* KV cache: for layer l, K at kv_mem + (2l) * layer_bytes, V at (2l + 1) * layer_bytes,
+     * each [n_blocks][n_head_kv][block_size][head_dim] of kv.dtype. */
+    pllm_kv_layout kv;
+    bool kv_ready;
+    uint8_t *kv_mem;
+    size_t kv_layer_bytes;
+    uint64_t *slot_bits;         /* [ceil(n_blocks * block_size / 64)]: duplicate-slot check */
+
+    /* Workspace for up to cap_tokens tokens and cap_samples samples. */
+    int32_t cap_tokens, cap_samples;
+    float *x;        /* [T][n_embd] residual stream */
+    float *xb;       /* [T][n_embd] normed input / projection output */
+    float *q;        /* [T][n_head * head_dim] */
+    float *k, *v;    /* [T][n_head_kv * head_dim] */
+    float *att;      /* [T][n_head * head_dim] attention output */
+    float *hb, *hb2; /* [T][n_ff] gate, up */
+    float *rope_cs;  /* [T][rope_dim] cos, sin pairs */
+    int32_t *tok_seq;  /* [T] sequence index of each token */
+    float *xs;       /* [S][n_embd] final-normed hidden state of each sampled token */
+    float *logits;   /* [S][n_vocab] */
+    int32_t *top_ids;  /* [n_threads][20] */
+    float *top_lps;    /* [n_threads][20] */
+    float *scratch;  /* [n_threads][scratch_floats] */
+    size_t scratch_floats;
+    uint8_t *sample_scratch; /* [n_threads][sample_scratch_bytes] */
+    size_t sample_scratch_bytes;
+
+    /* The step being run (set by step(), read by the region). */
+    const pllm_batch_plan *plan;
+    pllm_step_out *out;
+} cpu_ctx;
+
+#define MAX_TOP 20 /* sampling.h: logprobs <= 20 */
+
+/* ---- forward pass ------------------------------------------------------------------------ */
+
+/* Y = X W^T for this thread's rows of W; returns the rows [*r0, *r1). */
+static void mm(cpu_ctx *c, int ith, int nth, float *Y, int64_t ldy, const float *X, int64_t ldx,
+               const pllm_tensor *W, int64_t n_tok, int64_t *r0, int64_t *r1)
+{
+    pllm_cpu_split(W->n_rows, 16, ith, nth, r0, r1);
+    if (*r0 < *r1 && n_tok > 0)
+        c->kern->matmul[W->dtype](Y, ldy, X, ldx, W->data, W->row_bytes, W->n_cols, n_tok, *r0, *r1,
+                                  c->scratch + (size_t)ith * c->scratch_floats);
+}
+
+static void add_bias(float *Y, int64_t ldy, const float *b, int64_t n_tok, int64_t r0, int64_t r1)
+{
+    if (!b) return;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = r0; r < r1; r++) Y[t * ldy + r] += b[r];
+}
+
+static void *kv_k(const cpu_ctx *c, int32_t l) { return c->kv_mem + (size_t)(2 * l) * c->kv_layer_bytes; }
+static void *kv_v(const cpu_ctx *c, int32_t l) { return c->kv_mem + (size_t)(2 * l + 1) * c->kv_layer_bytes; }
+
+/* Store one head's vector src[head_dim] at the cache position of slot. */
+static void kv_store(const cpu_ctx *c, void *cache, int32_t slot, int32_t head, const float *src)
+{
+    const pllm_kv_layout *L = &c->kv;
+    size_t idx = (((size_t)(slot / L->block_size) * (size_t)L->n_head_kv + (size_t)head) * (size_t)L->block_size +
+                  (size_t)(slot % L->block_size)) * (size_t)L->head_dim;
+    if (L->dtype == PLLM_DTYPE_F16) c->kern->to_f16((uint16_t *)cache + idx, src, L->head_dim);
+    else memcpy((float *)cache + idx, src, (size_t)L->head_dim * sizeof(float));
+}
+
+static void forward_region(void *arg, int ith, int nth)
+{
+    cpu_ctx *c = arg;
+    const pllm_model *m = c->model;
+    const pllm_model_config *cfg = &m->cfg;
+    const pllm_batch_plan *plan = c->plan;
+    const int64_t T = plan->n_tokens, S = plan->n_samples;
+    const int64_t E = cfg->n_embd, hd = cfg->head_dim, QD = (int64_t)cfg->n_head * hd,
+                  KVD = (int64_t)cfg->n_head_kv * hd, F = cfg->n_ff, V = cfg->n_vocab;
+    const int32_t group = cfg->n_head / cfg->n_head_kv;
+    float *scratch = c->scratch + (size_t)ith * c->scratch_floats;
+    int64_t t0, t1, r0, r1;
+
+    /* embeddings and the rotary table of this thread's tokens */
+    pllm_cpu_split(T, 1, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        const pllm_tensor *te = &m->tok_embd;
+        pllm_dequantize_row(c->x + t * E, (const uint8_t *)te->data + (size_t)plan->tokens[t] * te->row_bytes,
+                            te->dtype, E);
+        pllm_cpu_rope_table(c->rope_cs + t * cfg->rope_dim, plan->positions[t], c->inv_freq, cfg->rope_dim / 2);
+    }
+    pllm_cpu_pool_barrier(c->pool);
+
+    for (int32_t l = 0; l < cfg->n_layer; l++) {
+        const pllm_layer_weights *w = &m->layers[l];
+
+        for (int64_t t = t0; t < t1; t++) pllm_cpu_rmsnorm(c->xb + t * E, c->x + t * E, w->attn_norm, E, cfg->norm_eps);
+        pllm_cpu_pool_barrier(c->pool);
+
+        mm(c, ith, nth, c->q, QD, c->xb, E, &w->wq, T, &r0, &r1);
+        add_bias(c->q, QD, w->bq, T, r0, r1);
+        mm(c, ith, nth, c->k, KVD, c->xb, E, &w->wk, T, &r0, &r1);
+        add_bias(c->k, KVD, w->bk, T, r0, r1);
+        mm(c, ith, nth, c->v, KVD, c->xb, E, &w->wv, T, &r0, &r1);
+        add_bias(c->v, KVD, w->bv, T, r0, r1);
+        pllm_cpu_pool_barrier(c->pool);
+
+        /* RoPE on q and k, then K/V into the cache at each token's slot */
+        void *kc = kv_k(c, l), *vc = kv_v(c, l);
+        for (int64_t t = t0; t < t1; t++) {
+            const float *cs = c->rope_cs + t * cfg->rope_dim;
+            for (int32_t h = 0; h < cfg->n_head; h++) pllm_cpu_rope_apply(c->q + t * QD + h * hd, cs, cfg->rope_dim, cfg->rope_mode);
+            for (int32_t h = 0; h < cfg->n_head_kv; h++) {
+                pllm_cpu_rope_apply(c->k + t * KVD + h * hd, cs, cfg->rope_dim, cfg->rope_mode);
+                kv_store(c, kc, plan->slots[t], h, c->k + t * KVD + h * hd);
+                kv_store(c, vc, plan->slots[t], h, c->v + t * KVD + h * hd);
+            }
+        }
+        pllm_cpu_pool_barrier(c->pool);
+
+        /* attention: (token, head) pairs */
+        int64_t i0, i1;
+        pllm_cpu_split(T * cfg->n_head, 1, ith, nth, &i0, &i1);
+        for (int64_t i = i0; i < i1; i++) {
+            int64_t t = i / cfg->n_head;
+            int32_t h = (int32_t)(i % cfg->n_head);
+            const pllm_seq_plan *sp = &plan->seqs[c->tok_seq[t]];
+            pllm_cpu_attn_args a = {.k_cache = kc, .v_cache = vc, .kv = &c->kv,
+                                    .block_table = plan->block_tables + sp->block_start,
+                                    .n_pos = plan->positions[t] + 1, .scale = 1.0f / sqrtf((float)hd)};
+            pllm_cpu_attend(c->att + t * QD + h * hd, c->q + t * QD + h * hd, h / group, &a, c->kern, scratch);
+        }
+        pllm_cpu_pool_barrier(c->pool);
+
+        /* output projection and residual (the thread's own rows) */
+        mm(c, ith, nth, c->xb, E, c->att, QD, &w->wo, T, &r0, &r1);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t r = r0; r < r1; r++) c->x[t * E + r] += c->xb[t * E + r];
+        pllm_cpu_pool_barrier(c->pool);
+
+        for (int64_t t = t0; t < t1; t++) pllm_cpu_rmsnorm(c->xb + t * E, c->x + t * E, w->ffn_norm, E, cfg->norm_eps);
+        pllm_cpu_pool_barrier(c->pool);
+
+        /* gate and up split the same rows, so SwiGLU needs no barrier */
+        mm(c, ith, nth, c->hb, F, c->xb, E, &w->w_gate, T, &r0, &r1);
+        mm(c, ith, nth, c->hb2, F, c->xb, E, &w->w_up, T, &r0, &r1);
+        for (int64_t t = 0; t < T; t++) pllm_cpu_swiglu(c->hb + t * F + r0, c->hb2 + t * F + r0, r1 - r0);
+        pllm_cpu_pool_barrier(c->pool);
+
+        mm(c, ith, nth, c->xb, E, c->hb, F, &w->w_down, T, &r0, &r1);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t r = r0; r < r1; r++) c->x[t * E + r] += c->xb[t * E + r];
+        pllm_cpu_pool_barrier(c->pool);
+    }
+
+    /* final norm of the sampled tokens only, then their logits */
+    int64_t s0, s1;
+    pllm_cpu_split(S, 1, ith, nth, &s0, &s1);
+    for (int64_t s = s0; s < s1; s++) {
+        const pllm_seq_plan *sp = &plan->seqs[plan->samples[s].seq];
+        int64_t t = sp->token_start + sp->n_new - 1;
+        pllm_cpu_rmsnorm(c->xs + s * E, c->x + t * E, m->output_norm, E, cfg->norm_eps);
+    }
+    pllm_cpu_pool_barrier(c->pool);
+    mm(c, ith, nth, c->logits, V, c->xs, E, &m->output, S, &r0, &r1);
+    pllm_cpu_pool_barrier(c->pool);
+
+    /* sampling */
+    pllm_step_out *out = c->out;
+    for (int64_t s = s0; s < s1; s++) {
+        const pllm_sample_req *req = &plan->samples[s];
+        float *lg = c->logits + s * V;
+        if (out->logits) memcpy(out->logits + s * V, lg, (size_t)V * sizeof(float));
+        pllm_sample_result res = {.top_ids = c->top_ids + (size_t)ith * MAX_TOP, .top_logprobs = c->top_lps + (size_t)ith * MAX_TOP};
+        pllm_sample(&res, lg, (int32_t)V, req->params, &req->ctx,
+                    c->sample_scratch + (size_t)ith * c->sample_scratch_bytes);
+        out->tokens[s] = res.token;
+        if (out->logprobs) out->logprobs[s] = res.logprob;
+        if (out->top_ids && out->top_n > 0) {
+            for (int32_t j = 0; j < out->top_n; j++) {
+                bool have = j < res.n_top;
+                out->top_ids[s * out->top_n + j] = have ? res.top_ids[j] : -1;
+                if (out->top_logprobs) out->top_logprobs[s * out->top_n + j] = have ? res.top_logprobs[j] : -INFINITY;
+            }
+        }
+    }
+}
+
+/* ---- plan validation --------------------------------------------------------------------- */
+
+static pllm_status check_ids(const int32_t *ids, int32_t n, int32_t n_vocab, int32_t s, const char *what)
+{
+    if (n < 0 || (n > 0 && !ids))
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu step: samples[%d].ctx.%s: count %d with %s array", s, what, n,
+                           ids ? "an" : "a NULL");
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab)
+            return pllm_errorf(PLLM_ERR_RANGE, "cpu step: samples[%d].ctx.%s[%d] = %d is outside the vocabulary [0, %d)", s,
+                               what, i, ids[i], n_vocab);
+    return PLLM_OK;
+}
+
+static pllm_status validate_plan(cpu_ctx *c, const pllm_batch_plan *p, const pllm_step_out *out)
+{
+    const int32_t n_vocab = c->model->cfg.n_vocab, bs = c->kv.block_size;
+    if (!c->kv_ready) return pllm_errorf(PLLM_ERR_INVALID, "cpu step: kv_init was not called");
+    if (!p || !out) return pllm_errorf(PLLM_ERR_INVALID, "cpu step: NULL plan or output");
+    if (p->n_tokens < 0 || p->n_seqs < 0 || p->n_samples < 0)
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu step: negative count (n_tokens %d, n_seqs %d, n_samples %d)", p->n_tokens,
+                           p->n_seqs, p->n_samples);
+    if (p->n_tokens > 0 && (!p->tokens || !p->positions || !p->slots))
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu step: n_tokens = %d but tokens, positions or slots is NULL", p->n_tokens);
+    if (p->n_seqs > 0 && (!p->seqs || !p->block_tables))
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu step: n_seqs = %d but seqs or block_tables is NULL", p->n_seqs);
+    if (p->n_samples > 0 && (!p->samples || !out->tokens))
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu step: n_samples = %d but samples or out->tokens is NULL", p->n_samples);
+
+    int32_t next = 0;
+    pllm_status st = PLLM_OK;
+    for (int32_t s = 0; s < p->n_seqs && st == PLLM_OK; s++) {
+        const pllm_seq_plan *sp = &p->seqs[s];
+        if (sp->token_start != next || sp->n_new < 1 || sp->n_new > p->n_tokens - next)
+            st = pllm_errorf(PLLM_ERR_INVALID,
+                             "cpu step: seqs[%d] covers tokens [%d, %d + %d) but must start at %d, take >= 1 token and end by n_tokens = %d",
+                             s, sp->token_start, sp->token_start, sp->n_new, next, p->n_tokens);
+        else if (sp->n_ctx < sp->n_new)
+            st = pllm_errorf(PLLM_ERR_RANGE, "cpu step: seqs[%d].n_ctx = %d is less than its n_new = %d", s, sp->n_ctx, sp->n_new);
+        else if (sp->block_start < 0 || sp->n_blocks < 0 || (int64_t)sp->n_blocks * bs < sp->n_ctx)
+            st = pllm_errorf(PLLM_ERR_RANGE, "cpu step: seqs[%d]: block table [%d, +%d) of %d-token blocks cannot hold n_ctx = %d", s,
+                             sp->block_start, sp->n_blocks, bs, sp->n_ctx);
+        if (st != PLLM_OK) break;
+        const int32_t *bt = p->block_tables + sp->block_start;
+        for (int32_t b = 0; b < (sp->n_ctx + bs - 1) / bs; b++)
+            if (bt[b] < 0 || bt[b] >= c->kv.n_blocks) {
+                st = pllm_errorf(PLLM_ERR_RANGE, "cpu step: seqs[%d] block table entry %d = %d is outside the pool [0, %d)", s, b,
+                                 bt[b], c->kv.n_blocks);
+                break;
+            }
+        for (int32_t j = 0; j < sp->n_new && st == PLLM_OK; j++) {
+            int32_t i = sp->token_start + j, pos = sp->n_ctx - sp->n_new + j;
+            if (p->tokens[i] < 0 || p->tokens[i] >= n_vocab)
+                st = pllm_errorf(PLLM_ERR_RANGE, "cpu step: tokens[%d] = %d is outside the vocabulary [0, %d)", i, p->tokens[i],
+                                 n_vocab);
+            else if (p->positions[i] != pos)
+                st = pllm_errorf(PLLM_ERR_INVALID, "cpu step: positions[%d] = %d but seqs[%d] (n_ctx %d, n_new %d) puts it at %d", i,
+                                 p->positions[i], s, sp->n_ctx, sp->n_new, pos);
+            else if (p->slots[i] != bt[pos / bs] * bs + pos % bs)
+                st = pllm_errorf(PLLM_ERR_INVALID,
+                                 "cpu step: slots[%d] = %d but seqs[%d]'s block table puts position %d at slot %d", i,
+                                 p->slots[i], s, pos, bt[pos / bs] * bs + pos % bs);
+            else if (c->slot_bits[p->slots[i] / 64] >> (p->slots[i] % 64) & 1)
+                st = pllm_errorf(PLLM_ERR_INVALID, "cpu step: slot %d (tokens[%d]) is written twice in one step", p->slots[i], i);
+            else
+                c->tok_seq[i] = s;
+            if (st == PLLM_OK) c->slot_bits[p->slots[i] / 64] |= 1ull << (p->slots[i] % 64);
+        }
+        next += sp->n_new;
+    }
+    /* clear the marks set above (only those: the bitmap may be large) */
+    for (int32_t s = 0; s < p->n_seqs; s++) {
+        const pllm_seq_plan *sp = &p->seqs[s];
+        if (sp->token_start < 0 || sp->n_new < 0 || sp->token_start > p->n_tokens - sp->n_new) break;
+        for (int32_t j = 0; j < sp->n_new; j++) {
+            int32_t slot = p->slots[sp->token_start + j];
+            if (slot >= 0 && (int64_t)slot < (int64_t)c->kv.n_blocks * bs) c->slot_bits[slot / 64] &= ~(1ull << (slot % 64));
+        }
+    }
+    if (st != PLLM_OK) return st;
+    if (next != p->n_tokens)
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu step: the sequences cover %d tokens but n_tokens = %d", next, p->n_tokens);
+
+    for (int32_t s = 0; s < p->n_samples; s++) {
+        const pllm_sample_req *r = &p->samples[s];
+        if (r->seq < 0 || r->seq >= p->n_seqs)
+            return pllm_errorf(PLLM_ERR_RANGE, "cpu step: samples[%d].seq = %d is outside [0, %d)", s, r->seq, p->n_seqs);
+        if (!r->params) return pllm_errorf(PLLM_ERR_INVALID, "cpu step: samples[%d].params is NULL", s);
+        if (pllm_sampling_validate(r->params) != PLLM_OK) return pllm_error_prefix(PLLM_ERR_INVALID, "cpu step: samples[%d]: ", s);
+        if (out->top_ids && r->params->logprobs > out->top_n)
+            return pllm_errorf(PLLM_ERR_INVALID, "cpu step: samples[%d] asks for %d top logprobs but out->top_n = %d", s,
+                               r->params->logprobs, out->top_n);
+        PLLM_TRY(check_ids(r->ctx.prompt, r->ctx.n_prompt, n_vocab, s, "prompt"));
+        PLLM_TRY(check_ids(r->ctx.output, r->ctx.n_output, n_vocab, s, "output"));
+        PLLM_TRY(check_ids(r->ctx.banned, r->ctx.n_banned, n_vocab, s, "banned"));
+    }
+    return PLLM_OK;
+}
+
+/* ---- workspace --------------------------------------------------------------------------- */
+
+static void free_tokens_ws(cpu_ctx *c)
+{
+    float **bufs[] = {&c->x, &c->xb, &c->q, &c->k, &c->v, &c->att, &c->hb, &c->hb2, &c->rope_cs};
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(bufs); i++) {
+        pllm_aligned_free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    free(c->tok_seq);
+    c->tok_seq = NULL;
+    c->cap_tokens = 0;
+}
+
+static pllm_status alloc_f32(float **p, int64_t a, int64_t b)
+{
+    size_t n;
+    if (!pllm_mul_size((size_t)a, (size_t)b, &n) || !pllm_mul_size(n, sizeof(float), &n))
+        return pllm_errorf(PLLM_ERR_NOMEM, "cpu backend: workspace of %lld x %lld floats overflows", (long long)a, (long long)b);
+    *p = pllm_aligned_alloc(n ? n : 64);
+    return *p ? PLLM_OK : PLLM_ERR_NOMEM;
+}
+
+static pllm_status reserve(cpu_ctx *c, int32_t n_tokens, int32_t n_samples)
+{
+    const pllm_model_config *cfg = &c->model->cfg;
+    const int64_t qd = (int64_t)cfg->n_head * cfg->head_dim, kvd = (int64_t)cfg->n_head_kv * cfg->head_dim;
+    if (n_tokens > c->cap_tokens) {
+        free_tokens_ws(c);
+        int32_t T = PLLM_MAX(n_tokens, 16);
+        pllm_status st;
+        if ((st = alloc_f32(&c->x, T, cfg->n_embd)) || (st = alloc_f32(&c->xb, T, cfg->n_embd)) ||
+            (st = alloc_f32(&c->q, T, qd)) || (st = alloc_f32(&c->k, T, kvd)) || (st = alloc_f32(&c->v, T, kvd)) ||
+            (st = alloc_f32(&c->att, T, qd)) || (st = alloc_f32(&c->hb, T, cfg->n_ff)) ||
+            (st = alloc_f32(&c->hb2, T, cfg->n_ff)) || (st = alloc_f32(&c->rope_cs, T, cfg->rope_dim)) ||
+            !(c->tok_seq = pllm_malloc((size_t)T * sizeof(int32_t)))) {
+            free_tokens_ws(c);
+            return pllm_error_prefix(st ? st : PLLM_ERR_NOMEM, "cpu backend: workspace for %d tokens: ", n_tokens);
+        }
+        c->cap_tokens = T;
+    }
+    if (n_samples > c->cap_samples) {
+        pllm_aligned_free(c->xs);
+        pllm_aligned_free(c->logits);
+        c->xs = c->logits = NULL;
+        c->cap_samples = 0;
+        int32_t S = PLLM_MAX(n_samples, 8);
+        pllm_status st;
+        if ((st = alloc_f32(&c->xs, S, cfg->n_embd)) || (st = alloc_f32(&c->logits, S, cfg->n_vocab))) {
+            pllm_aligned_free(c->xs);
+            c->xs = NULL;
+            return pllm_error_prefix(st, "cpu backend: workspace for %d samples: ", n_samples);
+        }
+        c->cap_samples = S;
+    }
+    return PLLM_OK;
+}
+
+/* ---- vtable ------------------------------------------------------------------------------ */
+
+static pllm_status cpu_kv_layout(void *vctx, int32_t block_size, pllm_kv_layout *out)
+{
+    cpu_ctx *c = vctx;
+    if (block_size < 1 || block_size > 65536)
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu kv_layout: block_size must be in [1, 65536], got %d", block_size);
+    const pllm_model_config *cfg = &c->model->cfg;
+    *out = (pllm_kv_layout){.n_layer = cfg->n_layer, .n_head_kv = cfg->n_head_kv, .head_dim = cfg->head_dim,
+                            .block_size = block_size, .n_blocks = 0, .dtype = c->params.kv_dtype};
+    return PLLM_OK;
+}
+
+static pllm_status cpu_kv_available(void *vctx, size_t *bytes)
+{
+    cpu_ctx *c = vctx;
+    *bytes = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return pllm_errorf(PLLM_ERR_IO, "cpu kv_available: cannot open /proc/meminfo");
+    char line[256];
+    unsigned long long kb = 0;
+    bool found = false;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            found = true;
+            break;
+        }
+    fclose(f);
+    if (!found) return pllm_errorf(PLLM_ERR_FORMAT, "cpu kv_available: /proc/meminfo has no MemAvailable line");
+    /* MemAvailable counts the page cache, which holds the mapped weights: they must stay. */
+    size_t avail = (size_t)kb * 1024, margin = PLLM_MAX(KV_MARGIN_MIN, avail / 10);
+    size_t keep = margin + c->model->weight_bytes;
+    *bytes = avail > keep ? avail - keep : 0;
+    return PLLM_OK;
+}
+
+static pllm_status cpu_kv_init(void *vctx, const pllm_kv_layout *L)
+{
+    cpu_ctx *c = vctx;
+    const pllm_model_config *cfg = &c->model->cfg;
+    if (L->n_layer != cfg->n_layer || L->n_head_kv != cfg->n_head_kv || L->head_dim != cfg->head_dim)
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cpu kv_init: layout (n_layer %d, n_head_kv %d, head_dim %d) does not match the model (%d, %d, %d)",
+                           L->n_layer, L->n_head_kv, L->head_dim, cfg->n_layer, cfg->n_head_kv, cfg->head_dim);
+    if (L->dtype != PLLM_DTYPE_F32 && L->dtype != PLLM_DTYPE_F16)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "cpu kv_init: KV dtype %s is not supported (F32, F16)", pllm_dtype_name(L->dtype));
+    if (L->block_size < 1 || L->block_size > 65536 || L->n_blocks < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu kv_init: block_size %d (1..65536) and n_blocks %d (>= 1) are invalid",
+                           L->block_size, L->n_blocks);
+    if ((int64_t)L->n_blocks * L->block_size > INT32_MAX)
+        return pllm_errorf(PLLM_ERR_RANGE, "cpu kv_init: %d blocks of %d tokens exceed the int32 slot range", L->n_blocks,
+                           L->block_size);
+    size_t layer = 0, total = 0;
+    if (!pllm_mul_size((size_t)L->n_blocks, (size_t)L->n_head_kv * (size_t)L->block_size * (size_t)L->head_dim *
+                                                pllm_dtype_block_bytes(L->dtype), &layer) ||
+        !pllm_mul_size(layer, 2 * (size_t)L->n_layer, &total))
+        return pllm_errorf(PLLM_ERR_NOMEM, "cpu kv_init: %d blocks overflow the address space", L->n_blocks);
+
+    pllm_aligned_free(c->kv_mem);
+    free(c->slot_bits);
+    c->kv_mem = NULL;
+    c->slot_bits = NULL;
+    c->kv_ready = false;
+    c->kv_mem = pllm_aligned_alloc(total);
+    c->slot_bits = pllm_calloc(((size_t)L->n_blocks * (size_t)L->block_size + 63) / 64, sizeof(uint64_t));
+    if (!c->kv_mem || !c->slot_bits) {
+        pllm_aligned_free(c->kv_mem);
+        free(c->slot_bits);
+        c->kv_mem = NULL;
+        c->slot_bits = NULL;
+        return pllm_errorf(PLLM_ERR_NOMEM, "cpu kv_init: cannot allocate %zu bytes for %d KV blocks", total, L->n_blocks);
+    }
+    /* scratch per thread: a dequantized row (the widest matrix) and one block of scores */
+    size_t sf = (size_t)PLLM_MAX(PLLM_MAX(cfg->n_embd, cfg->n_ff), cfg->n_head * cfg->head_dim) + (size_t)L->block_size;
+    sf = (sf + 15) & ~(size_t)15;
+    if (sf > c->scratch_floats) {
+        pllm_aligned_free(c->scratch);
+        c->scratch = pllm_aligned_alloc(sf * sizeof(float) * (size_t)c->n_threads);
+        if (!c->scratch) {
+            c->scratch_floats = 0;
+            return PLLM_ERR_NOMEM;
+        }
+        c->scratch_floats = sf;
+    }
+    c->kv = *L;
+    c->kv_layer_bytes = layer;
+    c->kv_ready = true;
+    return PLLM_OK;
+}
+
+static pllm_status cpu_step(void *vctx, const pllm_batch_plan *plan, pllm_step_out *out)
+{
+    cpu_ctx *c = vctx;
+    if (c->kv_ready && plan && plan->n_tokens > 0) PLLM_TRY(reserve(c, plan->n_tokens, plan->n_samples));
+    PLLM_TRY(validate_plan(c, plan, out));
+    if (plan->n_tokens == 0) return PLLM_OK;
+    c->plan = plan;
+    c->out = out;
+    pllm_cpu_pool_run(c->pool, forward_region, c);
+    c->plan = NULL;
+    c->out = NULL;
+    return PLLM_OK;
+}
+
+static pllm_status cpu_copy_blocks(void *vctx, const int32_t *src, const int32_t *dst, int32_t n)
+{
+    cpu_ctx *c = vctx;
+    if (!c->kv_ready) return pllm_errorf(PLLM_ERR_INVALID, "cpu copy_blocks: kv_init was not called");
+    if (n < 0 || (n > 0 && (!src || !dst))) return pllm_errorf(PLLM_ERR_INVALID, "cpu copy_blocks: bad arguments (n = %d)", n);
+    for (int32_t i = 0; i < n; i++)
+        if (src[i] < 0 || src[i] >= c->kv.n_blocks || dst[i] < 0 || dst[i] >= c->kv.n_blocks)
+            return pllm_errorf(PLLM_ERR_RANGE, "cpu copy_blocks: pair %d (%d -> %d) is outside the pool [0, %d)", i, src[i], dst[i],
+                               c->kv.n_blocks);
+    size_t block = c->kv_layer_bytes / (size_t)c->kv.n_blocks; /* one block of one layer's K (or V) */
+    for (int32_t i = 0; i < n; i++) {
+        if (src[i] == dst[i]) continue;
+        for (int32_t l = 0; l < 2 * c->kv.n_layer; l++) {
+            uint8_t *base = c->kv_mem + (size_t)l * c->kv_layer_bytes;
+            memmove(base + (size_t)dst[i] * block, base + (size_t)src[i] * block, block);
+        }
+    }
+    return PLLM_OK;
+}
+
+static void cpu_destroy(void *vctx)
+{
+    cpu_ctx *c = vctx;
+    if (!c) return;
+    pllm_cpu_pool_free(c->pool);
+    free_tokens_ws(c);
+    pllm_aligned_free(c->xs);
+    pllm_aligned_free(c->logits);
+    pllm_aligned_free(c->kv_mem);
+    pllm_aligned_free(c->scratch);
+    pllm_aligned_free(c->sample_scratch);
+    free(c->slot_bits);
+    free(c->top_ids);
+    free(c->top_lps);
+    free(c->inv_freq);
+    free(c);
+}
+
+static const pllm_backend_iface g_cpu_iface = {
+    .name = "cpu",
+    .kv_layout = cpu_kv_layout,
+    .kv_available = cpu_kv_available,
+    .kv_init = cpu_kv_init,
+    .step = cpu_step,
+    .copy_blocks = cpu_copy_blocks,
+    .destroy = cpu_destroy,
+};
 
 void pllm_cpu_params_defaults(pllm_cpu_params *p)
 {
     p->n_threads = 0;
     p->kv_dtype = PLLM_DTYPE_F32;
+}
+
+pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, const pllm_cpu_params *p)
+{
+    out->iface = NULL;
+    out->ctx = NULL;
+    pllm_cpu_params params;
+    if (p) params = *p;
+    else pllm_cpu_params_defaults(&params);
+    if (params.n_threads < 0 || params.n_threads > 1024)
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: n_threads must be in [0, 1024] (0: all cores), got %d", params.n_threads);
+    if (params.kv_dtype != PLLM_DTYPE_F32 && params.kv_dtype != PLLM_DTYPE_F16)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "cpu backend: kv_dtype %s is not supported (F32, F16)",
+                           pllm_dtype_name(params.kv_dtype));
+    const pllm_model_config *cfg = &model->cfg;
+    if (cfg->n_head_kv < 1 || cfg->n_head % cfg->n_head_kv != 0 || cfg->rope_dim > cfg->head_dim || cfg->rope_dim % 2)
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: model %s: inconsistent heads (n_head %d, n_head_kv %d, head_dim %d, rope_dim %d)",
+                           model->name, cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim);
+
+    cpu_ctx *c = pllm_calloc(1, sizeof *c);
+    if (!c) return PLLM_ERR_NOMEM;
+    pllm_status st;
+    c->model = model;
+    c->params = params;
+    c->kern = pllm_cpu_kernels_best();
+    c->n_threads = params.n_threads ? params.n_threads : pllm_cpu_online_cores();
+
+    /* every weight matrix must have a kernel */
+    const pllm_tensor *mats[] = {&model->tok_embd, &model->output};
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(mats); i++)
+        if (!c->kern->matmul[mats[i]->dtype]) {
+            st = pllm_errorf(PLLM_ERR_UNSUPPORTED, "cpu backend: tensor '%s' has dtype %s, which has no CPU kernel", mats[i]->name,
+                             pllm_dtype_name(mats[i]->dtype));
+            goto fail;
+        }
+    for (int32_t l = 0; l < cfg->n_layer; l++) {
+        const pllm_layer_weights *w = &model->layers[l];
+        const pllm_tensor *lm[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+        for (size_t i = 0; i < PLLM_ARRAY_LEN(lm); i++)
+            if (!c->kern->matmul[lm[i]->dtype]) {
+                st = pllm_errorf(PLLM_ERR_UNSUPPORTED, "cpu backend: tensor '%s' has dtype %s, which has no CPU kernel",
+                                 lm[i]->name, pllm_dtype_name(lm[i]->dtype));
+                goto fail;
+            }
+    }
+
+    c->inv_freq = pllm_malloc(sizeof(double) * (size_t)PLLM_MAX(cfg->rope_dim / 2, 1));
+    c->sample_scratch_bytes = (pllm_sample_scratch_bytes(cfg->n_vocab) + 63) & ~(size_t)63;
+    c->sample_scratch = pllm_aligned_alloc(c->sample_scratch_bytes * (size_t)c->n_threads);
+    c->top_ids = pllm_malloc(sizeof(int32_t) * MAX_TOP * (size_t)c->n_threads);
+    c->top_lps = pllm_malloc(sizeof(float) * MAX_TOP * (size_t)c->n_threads);
+    if (!c->inv_freq || !c->sample_scratch || !c->top_ids || !c->top_lps) {
+        st = PLLM_ERR_NOMEM;
+        goto fail;
+    }
+    pllm_cpu_rope_freqs(c->inv_freq, cfg);
+    if ((st = pllm_cpu_pool_create(&c->pool, c->n_threads)) != PLLM_OK) goto fail;
+
+    out->iface = &g_cpu_iface;
+    out->ctx = c;
+    return PLLM_OK;
+fail:
+    cpu_destroy(c);
+    return st;
+}
+
+/* The kernel table and thread count a backend runs with (for reports and benchmarks). */
+const char *pllm_cpu_backend_describe(const pllm_backend *b, int *n_threads)
+{
+    const cpu_ctx *c = b->ctx;
+    if (n_threads) *n_threads = c->n_threads;
+    return c->kern->name;
 }

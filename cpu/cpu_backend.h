@@ -18,3 +18,6 @@ typedef struct pllm_cpu_params {
 void pllm_cpu_params_defaults(pllm_cpu_params *p);
 /* The model is borrowed and must outlive the backend. */
 pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, const pllm_cpu_params *p);
+/* The kernel table name ("scalar", "avx2", "avx512") a CPU backend created above runs, and its
+ * thread count (for reports and benchmarks). */
+const char *pllm_cpu_backend_describe(const pllm_backend *b, int *n_threads);

@@ -1,0 +1,54 @@
+#include "cpu/kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *g_isa_names[PLLM_CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+
+const char *pllm_cpu_isa_name(pllm_cpu_isa isa) { return (unsigned)isa < PLLM_CPU_ISA_COUNT ? g_isa_names[isa] : "?"; }
+
+bool pllm_cpu_isa_available(pllm_cpu_isa isa)
+{
+    switch (isa) {
+    case PLLM_CPU_ISA_SCALAR:
+        return true;
+#if defined(__x86_64__)
+    case PLLM_CPU_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case PLLM_CPU_ISA_AVX512:
+        return pllm_cpu_isa_available(PLLM_CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512dq");
+#endif
+    default:
+        return false;
+    }
+}
+
+const pllm_cpu_kernels *pllm_cpu_kernels_get(pllm_cpu_isa isa)
+{
+    if (!pllm_cpu_isa_available(isa)) return NULL;
+    switch (isa) {
+    case PLLM_CPU_ISA_SCALAR: return &pllm_cpu_kernels_scalar;
+#if defined(__x86_64__)
+    case PLLM_CPU_ISA_AVX2: return &pllm_cpu_kernels_avx2;
+    case PLLM_CPU_ISA_AVX512: return &pllm_cpu_kernels_avx512;
+#endif
+    default: return NULL;
+    }
+}
+
+const pllm_cpu_kernels *pllm_cpu_kernels_best(void)
+{
+    int cap = PLLM_CPU_ISA_COUNT - 1;
+    const char *env = getenv("PLLM_CPU_ISA");
+    if (env && *env) {
+        for (int i = 0; i < PLLM_CPU_ISA_COUNT; i++)
+            if (strcmp(env, g_isa_names[i]) == 0) cap = i;
+    }
+    for (int i = cap; i > 0; i--) {
+        const pllm_cpu_kernels *k = pllm_cpu_kernels_get((pllm_cpu_isa)i);
+        if (k) return k;
+    }
+    return &pllm_cpu_kernels_scalar;
+}

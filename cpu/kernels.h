@@ -1,0 +1,73 @@
+/*
+ * kernels.h: the CPU backend's compute kernels, one table per instruction set, chosen at run
+ * time so that one binary runs on any x86-64 (scalar C, AVX2+FMA+F16C, AVX-512F/BW/VL).
+ *
+ * The scalar table is the reference: it dequantizes one weight row with pllm_dequantize_row
+ * (engine/dtype.c) and takes plain float dot products. Every other table is tested against it
+ * (tests/cpu_kernels.c) and must agree to float rounding.
+ *
+ * Numerics: the matmul kernels compute in float32 throughout: quantized weight blocks are
+ * expanded to float32 in registers (never into a copy of the matrix) and multiplied with
+ * float32 activations, so a quantized model's result differs from float64 math on the
+ * dequantized weights only by float32 rounding and summation order.
+ *
+ * Batch invariance: each output Y[t][r] is computed by the same sequence of operations whatever
+ * n_tok, the token's place in the batch, or the row range [r0, r1) are, so results are bitwise
+ * identical for any batch composition and any thread count (per table; tables differ in
+ * summation order from one another).
+ *
+ * All kernels are pure: no allocation, no global state; callers pass scratch.
+ */
+#pragma once
+
+#include "engine/common.h"
+#include "engine/dtype.h"
+
+typedef enum pllm_cpu_isa {
+    PLLM_CPU_ISA_SCALAR = 0,
+    PLLM_CPU_ISA_AVX2,   /* AVX2 + FMA + F16C */
+    PLLM_CPU_ISA_AVX512, /* AVX-512 F, BW, VL, DQ (+ F16C) */
+    PLLM_CPU_ISA_COUNT
+} pllm_cpu_isa;
+
+/*
+ * Y[t][r] = sum_k X[t][k] * W[r][k] for t in [0, n_tok), r in [r0, r1).
+ *   Y: [n_tok][ldy] float32 (only columns r0..r1-1 are written)
+ *   X: [n_tok][ldx] float32 (the first K columns are read)
+ *   W: rows of row_bytes bytes, each K elements of the table's dtype (K a multiple of the
+ *      dtype's block size)
+ *   scratch: at least K floats (the scalar table dequantizes a row there)
+ * Tokens are processed in tiles that share each weight row load, so a batch reads the weights
+ * once per tile, not once per token.
+ */
+typedef void (*pllm_cpu_matmul_fn)(float *restrict Y, int64_t ldy, const float *restrict X, int64_t ldx,
+                                   const void *restrict W, size_t row_bytes, int64_t K, int64_t n_tok, int64_t r0,
+                                   int64_t r1, float *restrict scratch);
+
+typedef struct pllm_cpu_kernels {
+    pllm_cpu_isa isa;
+    const char *name;
+    pllm_cpu_matmul_fn matmul[PLLM_DTYPE_COUNT]; /* NULL where the dtype is not supported */
+    /* sum_i a[i] * b[i]; b as float32 or IEEE half (the KV cache's dtypes) */
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    float (*dot_f16)(const float *a, const uint16_t *b, int64_t n);
+    /* y[i] = y[i] * s + a * x[i] */
+    void (*scale_axpy_f32)(float *y, float s, float a, const float *x, int64_t n);
+    void (*scale_axpy_f16)(float *y, float s, float a, const uint16_t *x, int64_t n);
+    /* dst[i] = half(src[i]) rounded to nearest even */
+    void (*to_f16)(uint16_t *dst, const float *src, int64_t n);
+} pllm_cpu_kernels;
+
+/* Whether this machine can run the table (CPUID via __builtin_cpu_supports). */
+bool pllm_cpu_isa_available(pllm_cpu_isa isa);
+/* The table for isa, or NULL when this machine cannot run it. */
+const pllm_cpu_kernels *pllm_cpu_kernels_get(pllm_cpu_isa isa);
+/* The fastest table this machine runs. The environment variable PLLM_CPU_ISA (scalar, avx2,
+ * avx512) caps the choice, for tests and benchmarks. */
+const pllm_cpu_kernels *pllm_cpu_kernels_best(void);
+const char *pllm_cpu_isa_name(pllm_cpu_isa isa);
+
+/* The tables themselves (defined in kernels_<isa>.c; use pllm_cpu_kernels_get). */
+extern const pllm_cpu_kernels pllm_cpu_kernels_scalar;
+extern const pllm_cpu_kernels pllm_cpu_kernels_avx2;
+extern const pllm_cpu_kernels pllm_cpu_kernels_avx512;

@@ -1,0 +1,274 @@
+/*
+ * kernels_avx2.c: AVX2 + FMA + F16C kernels (per-function target attributes; called only where
+ * CPUID says so).
+ *
+ * Matmul: a weight block of 32 elements becomes four ymm registers of float32; each token of a
+ * tile of up to TILE tokens has two accumulators (groups 0,2 and 1,3), so a lone token still
+ * has two FMA chains. 16 ymm registers: 4 weights + 2 * TILE accumulators + 1 input = 13.
+ * The per-token operation sequence does not depend on the tile size (batch invariance). The
+ * tail of a float row whose length is not a multiple of 32 is summed in scalar code.
+ */
+#include "cpu/kernels.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#define T256 __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+#define TILE 4
+
+T256 INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+INLINE size_t group_bytes(const int dt)
+{
+    switch (dt) {
+    case PLLM_DTYPE_F32: return 128;
+    case PLLM_DTYPE_F16: case PLLM_DTYPE_BF16: return 64;
+    case PLLM_DTYPE_Q8_0: return sizeof(pllm_block_q8_0);
+    case PLLM_DTYPE_Q4_0: return sizeof(pllm_block_q4_0);
+    case PLLM_DTYPE_Q4_1: return sizeof(pllm_block_q4_1);
+    case PLLM_DTYPE_Q5_0: return sizeof(pllm_block_q5_0);
+    default: return sizeof(pllm_block_q5_1);
+    }
+}
+
+T256 INLINE float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The 32 nibble values of a Q4/Q5 block as int32: q[0..3] hold elements 0-7, 8-15, 16-23, 24-31. */
+T256 INLINE void nibbles(const uint8_t *qs, __m256i q[4])
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    __m128i m = _mm_set1_epi8(0x0f);
+    __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+    q[0] = _mm256_cvtepu8_epi32(lo);
+    q[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8));
+    q[2] = _mm256_cvtepu8_epi32(hi);
+    q[3] = _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8));
+}
+
+/* Add 16 to element j where bit j of qh is set. */
+T256 INLINE void fifth_bits(uint32_t qh, __m256i q[4])
+{
+    const __m256i qhv = _mm256_set1_epi32((int)qh), one = _mm256_set1_epi32(1);
+    for (int g = 0; g < 4; g++) {
+        __m256i sh = _mm256_setr_epi32(8 * g, 8 * g + 1, 8 * g + 2, 8 * g + 3, 8 * g + 4, 8 * g + 5, 8 * g + 6, 8 * g + 7);
+        __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(qhv, sh), one);
+        q[g] = _mm256_add_epi32(q[g], _mm256_slli_epi32(bit, 4));
+    }
+}
+
+/* The 32 elements at p as float32, 8 per register. */
+T256 INLINE void load32(const int dt, const uint8_t *p, __m256 w[4])
+{
+    switch (dt) {
+    case PLLM_DTYPE_F32:
+        for (int g = 0; g < 4; g++) w[g] = _mm256_loadu_ps((const float *)p + 8 * g);
+        return;
+    case PLLM_DTYPE_F16:
+        for (int g = 0; g < 4; g++) w[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p + g));
+        return;
+    case PLLM_DTYPE_BF16:
+        for (int g = 0; g < 4; g++)
+            w[g] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p + g)), 16));
+        return;
+    case PLLM_DTYPE_Q8_0: {
+        const pllm_block_q8_0 *b = (const void *)p;
+        __m256 d = _mm256_set1_ps(h2f(b->d));
+        for (int g = 0; g < 4; g++)
+            w[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * g)))), d);
+        return;
+    }
+    case PLLM_DTYPE_Q4_0: {
+        const pllm_block_q4_0 *b = (const void *)p;
+        __m256 d = _mm256_set1_ps(h2f(b->d));
+        __m256i q[4], eight = _mm256_set1_epi32(8);
+        nibbles(b->qs, q);
+        for (int g = 0; g < 4; g++) w[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[g], eight)), d);
+        return;
+    }
+    case PLLM_DTYPE_Q4_1: {
+        const pllm_block_q4_1 *b = (const void *)p;
+        __m256 d = _mm256_set1_ps(h2f(b->d)), m = _mm256_set1_ps(h2f(b->m));
+        __m256i q[4];
+        nibbles(b->qs, q);
+        for (int g = 0; g < 4; g++) w[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[g]), d, m);
+        return;
+    }
+    case PLLM_DTYPE_Q5_0: {
+        const pllm_block_q5_0 *b = (const void *)p;
+        __m256 d = _mm256_set1_ps(h2f(b->d));
+        uint32_t qh;
+        memcpy(&qh, b->qh, 4);
+        __m256i q[4], sixteen = _mm256_set1_epi32(16);
+        nibbles(b->qs, q);
+        fifth_bits(qh, q);
+        for (int g = 0; g < 4; g++) w[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[g], sixteen)), d);
+        return;
+    }
+    default: { /* Q5_1 */
+        const pllm_block_q5_1 *b = (const void *)p;
+        __m256 d = _mm256_set1_ps(h2f(b->d)), m = _mm256_set1_ps(h2f(b->m));
+        uint32_t qh;
+        memcpy(&qh, b->qh, 4);
+        __m256i q[4];
+        nibbles(b->qs, q);
+        fifth_bits(qh, q);
+        for (int g = 0; g < 4; g++) w[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[g]), d, m);
+        return;
+    }
+    }
+}
+
+/* One element of a float-type row. */
+INLINE float elem(const int dt, const uint8_t *row, int64_t k)
+{
+    uint16_t h;
+    switch (dt) {
+    case PLLM_DTYPE_F32: {
+        float f;
+        memcpy(&f, row + 4 * k, 4);
+        return f;
+    }
+    case PLLM_DTYPE_F16: memcpy(&h, row + 2 * k, 2); return pllm_fp16_to_fp32(h);
+    default: memcpy(&h, row + 2 * k, 2); return pllm_bf16_to_fp32(h);
+    }
+}
+
+T256 INLINE void tile(const int dt, const int T, float *Y, int64_t ldy, const float *X, int64_t ldx, const uint8_t *w,
+                      int64_t K)
+{
+    __m256 a0[TILE], a1[TILE];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) a0[t] = a1[t] = _mm256_setzero_ps();
+    const int64_t ng = K / 32;
+    const size_t gb = group_bytes(dt);
+    for (int64_t g = 0; g < ng; g++) {
+        __m256 wv[4];
+        load32(dt, w + (size_t)g * gb, wv);
+        const float *x = X + g * 32;
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + t * ldx;
+            a0[t] = _mm256_fmadd_ps(wv[0], _mm256_loadu_ps(xt), a0[t]);
+            a1[t] = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(xt + 8), a1[t]);
+            a0[t] = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xt + 16), a0[t]);
+            a1[t] = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(xt + 24), a1[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        float s = hsum(_mm256_add_ps(a0[t], a1[t]));
+        for (int64_t k = ng * 32; k < K; k++) s += elem(dt, w, k) * X[t * ldx + k];
+        Y[t * ldy] = s;
+    }
+}
+
+T256 INLINE void matmul(const int dt, float *restrict Y, int64_t ldy, const float *restrict X, int64_t ldx,
+                        const void *restrict W, size_t row_bytes, int64_t K, int64_t n_tok, int64_t r0, int64_t r1)
+{
+    for (int64_t t0 = 0; t0 < n_tok; t0 += TILE) {
+        const int64_t nt = n_tok - t0 < TILE ? n_tok - t0 : TILE;
+        const float *Xt = X + t0 * ldx;
+        float *Yt = Y + t0 * ldy;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *w = (const uint8_t *)W + (size_t)r * row_bytes;
+            switch (nt) {
+            case 4: tile(dt, 4, Yt + r, ldy, Xt, ldx, w, K); break;
+            case 3: tile(dt, 3, Yt + r, ldy, Xt, ldx, w, K); break;
+            case 2: tile(dt, 2, Yt + r, ldy, Xt, ldx, w, K); break;
+            default: tile(dt, 1, Yt + r, ldy, Xt, ldx, w, K); break;
+            }
+        }
+    }
+}
+
+#define MATMUL256(NAME, DT)                                                                                        \
+    T256 static void NAME(float *restrict Y, int64_t ldy, const float *restrict X, int64_t ldx,                   \
+                          const void *restrict W, size_t row_bytes, int64_t K, int64_t n_tok, int64_t r0,          \
+                          int64_t r1, float *restrict scratch)                                                     \
+    {                                                                                                              \
+        (void)scratch;                                                                                             \
+        matmul(DT, Y, ldy, X, ldx, W, row_bytes, K, n_tok, r0, r1);                                                \
+    }
+MATMUL256(mm_f32, PLLM_DTYPE_F32)
+MATMUL256(mm_f16, PLLM_DTYPE_F16)
+MATMUL256(mm_bf16, PLLM_DTYPE_BF16)
+MATMUL256(mm_q8_0, PLLM_DTYPE_Q8_0)
+MATMUL256(mm_q4_0, PLLM_DTYPE_Q4_0)
+MATMUL256(mm_q4_1, PLLM_DTYPE_Q4_1)
+MATMUL256(mm_q5_0, PLLM_DTYPE_Q5_0)
+MATMUL256(mm_q5_1, PLLM_DTYPE_Q5_1)
+#undef MATMUL256
+
+T256 static float dot_f32(const float *a, const float *b, int64_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float s = hsum(acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+T256 static float dot_f16(const float *a, const uint16_t *b, int64_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), acc);
+    float s = hsum(acc);
+    for (; i < n; i++) s += a[i] * h2f(b[i]);
+    return s;
+}
+
+T256 static void scale_axpy_f32(float *y, float s, float a, const float *x, int64_t n)
+{
+    __m256 vs = _mm256_set1_ps(s), va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_mul_ps(_mm256_loadu_ps(y + i), vs)));
+    for (; i < n; i++) y[i] = y[i] * s + a * x[i];
+}
+
+T256 static void scale_axpy_f16(float *y, float s, float a, const uint16_t *x, int64_t n)
+{
+    __m256 vs = _mm256_set1_ps(s), va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 xv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, xv, _mm256_mul_ps(_mm256_loadu_ps(y + i), vs)));
+    }
+    for (; i < n; i++) y[i] = y[i] * s + a * h2f(x[i]);
+}
+
+T256 static void to_f16(uint16_t *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) dst[i] = pllm_fp32_to_fp16(src[i]);
+}
+
+const pllm_cpu_kernels pllm_cpu_kernels_avx2 = {
+    .isa = PLLM_CPU_ISA_AVX2,
+    .name = "avx2",
+    .matmul = {[PLLM_DTYPE_F32] = mm_f32, [PLLM_DTYPE_F16] = mm_f16, [PLLM_DTYPE_BF16] = mm_bf16,
+               [PLLM_DTYPE_Q8_0] = mm_q8_0, [PLLM_DTYPE_Q4_0] = mm_q4_0, [PLLM_DTYPE_Q4_1] = mm_q4_1,
+               [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1},
+    .dot_f32 = dot_f32,
+    .dot_f16 = dot_f16,
+    .scale_axpy_f32 = scale_axpy_f32,
+    .scale_axpy_f16 = scale_axpy_f16,
+    .to_f16 = to_f16,
+};
+
+#endif /* __x86_64__ */

@@ -1,0 +1,79 @@
+/*
+ * kernels_scalar.c: the reference kernels in plain C. Obviously right first: a weight row is
+ * dequantized with engine/dtype.c's reference dequantizer, then dotted with each token.
+ */
+#include "cpu/kernels.h"
+
+/* One row at a time: dequantize it into scratch, then one float dot per token. */
+static void matmul_scalar(pllm_dtype dt, float *restrict Y, int64_t ldy, const float *restrict X, int64_t ldx,
+                          const void *restrict W, size_t row_bytes, int64_t K, int64_t n_tok, int64_t r0, int64_t r1,
+                          float *restrict scratch)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        pllm_dequantize_row(scratch, (const uint8_t *)W + (size_t)r * row_bytes, dt, K);
+        for (int64_t t = 0; t < n_tok; t++) {
+            const float *x = X + t * ldx;
+            float s = 0;
+            for (int64_t k = 0; k < K; k++) s += scratch[k] * x[k];
+            Y[t * ldy + r] = s;
+        }
+    }
+}
+
+#define SCALAR_MATMUL(NAME, DT)                                                                                    \
+    static void NAME(float *restrict Y, int64_t ldy, const float *restrict X, int64_t ldx, const void *restrict W,  \
+                     size_t row_bytes, int64_t K, int64_t n_tok, int64_t r0, int64_t r1, float *restrict scratch)   \
+    {                                                                                                              \
+        matmul_scalar(DT, Y, ldy, X, ldx, W, row_bytes, K, n_tok, r0, r1, scratch);                               \
+    }
+SCALAR_MATMUL(mm_f32, PLLM_DTYPE_F32)
+SCALAR_MATMUL(mm_f16, PLLM_DTYPE_F16)
+SCALAR_MATMUL(mm_bf16, PLLM_DTYPE_BF16)
+SCALAR_MATMUL(mm_q8_0, PLLM_DTYPE_Q8_0)
+SCALAR_MATMUL(mm_q4_0, PLLM_DTYPE_Q4_0)
+SCALAR_MATMUL(mm_q4_1, PLLM_DTYPE_Q4_1)
+SCALAR_MATMUL(mm_q5_0, PLLM_DTYPE_Q5_0)
+SCALAR_MATMUL(mm_q5_1, PLLM_DTYPE_Q5_1)
+#undef SCALAR_MATMUL
+
+static float dot_f32(const float *a, const float *b, int64_t n)
+{
+    float s = 0;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static float dot_f16(const float *a, const uint16_t *b, int64_t n)
+{
+    float s = 0;
+    for (int64_t i = 0; i < n; i++) s += a[i] * pllm_fp16_to_fp32(b[i]);
+    return s;
+}
+
+static void scale_axpy_f32(float *y, float s, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = y[i] * s + a * x[i];
+}
+
+static void scale_axpy_f16(float *y, float s, float a, const uint16_t *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = y[i] * s + a * pllm_fp16_to_fp32(x[i]);
+}
+
+static void to_f16(uint16_t *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = pllm_fp32_to_fp16(src[i]);
+}
+
+const pllm_cpu_kernels pllm_cpu_kernels_scalar = {
+    .isa = PLLM_CPU_ISA_SCALAR,
+    .name = "scalar",
+    .matmul = {[PLLM_DTYPE_F32] = mm_f32, [PLLM_DTYPE_F16] = mm_f16, [PLLM_DTYPE_BF16] = mm_bf16,
+               [PLLM_DTYPE_Q8_0] = mm_q8_0, [PLLM_DTYPE_Q4_0] = mm_q4_0, [PLLM_DTYPE_Q4_1] = mm_q4_1,
+               [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1},
+    .dot_f32 = dot_f32,
+    .dot_f16 = dot_f16,
+    .scale_axpy_f32 = scale_axpy_f32,
+    .scale_axpy_f16 = scale_axpy_f16,
+    .to_f16 = to_f16,
+};

@@ -1,0 +1,46 @@
+/*
+ * ops.h: the CPU backend's per-token operations besides matmul: RMSNorm, RoPE, SwiGLU,
+ * embedding lookup, and paged attention over the KV cache (layout in engine/backend.h).
+ *
+ * Each function works on one token (or one token and one head) so the forward pass can split
+ * work across threads any way it likes; results never depend on that split. No allocation:
+ * callers pass scratch.
+ */
+#pragma once
+
+#include "cpu/kernels.h"
+#include "engine/backend.h"
+#include "engine/model.h"
+
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i].  out, x, w: [n]. out may equal x. */
+void pllm_cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+
+/* Inverse frequencies of the rotary embedding, scaling applied: inv_freq[rope_dim / 2], so
+ * that pair i of position p turns by the angle p * inv_freq[i] (model.h's convention;
+ * LINEAR divides by rope_factor, LLAMA3 scales low frequencies as Llama 3.1 does). */
+void pllm_cpu_rope_freqs(double *inv_freq, const pllm_model_config *cfg);
+/* cos_sin[2 * i] = cos(pos * inv_freq[i]), cos_sin[2 * i + 1] = sin(...), i < n_pairs;
+ * computed in double and rounded to float. */
+void pllm_cpu_rope_table(float *cos_sin, int32_t pos, const double *inv_freq, int32_t n_pairs);
+/* Rotate the first rope_dim dims of one head x[head_dim] in place: NORM rotates
+ * (x[2i], x[2i+1]), NEOX rotates (x[i], x[i + rope_dim/2]). */
+void pllm_cpu_rope_apply(float *x, const float *cos_sin, int32_t rope_dim, pllm_rope_mode mode);
+
+/* gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g).  gate, up: [n]. */
+void pllm_cpu_swiglu(float *gate, const float *up, int64_t n);
+
+/* Where the K (or V) vectors of layer-local cache `cache` live:
+ *   cache: [n_blocks][n_head_kv][block_size][head_dim] of kv->dtype. */
+typedef struct pllm_cpu_attn_args {
+    const void *k_cache, *v_cache;  /* this layer's caches */
+    const pllm_kv_layout *kv;
+    const int32_t *block_table;     /* the sequence's block table */
+    int32_t n_pos;                  /* attend to positions [0, n_pos) */
+    float scale;                    /* 1/sqrt(head_dim) */
+} pllm_cpu_attn_args;
+
+/* out[head_dim] = softmax(q . K^T * scale) V over positions [0, n_pos) of kv head kv_head,
+ * one block of positions at a time with an online softmax (running max and sum).
+ * q: [head_dim]; scores: scratch of block_size floats. */
+void pllm_cpu_attend(float *out, const float *q, int32_t kv_head, const pllm_cpu_attn_args *a,
+                     const pllm_cpu_kernels *kern, float *scores);
