@@ -3,3 +3,4 @@
 add_executable(sampler_tool ${CMAKE_CURRENT_SOURCE_DIR}/sampler_tool.c)
 target_link_libraries(sampler_tool PRIVATE pllm_core)
 pllm_add_py_test(sampler_ref sampler_ref.py LABELS unit ARGS $<TARGET_FILE:sampler_tool> 400)
+pllm_add_c_test(sampler_unit SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/sampler_unit.c LABELS unit)
