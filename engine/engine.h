@@ -26,14 +26,19 @@
 typedef struct pllm_tokenizer pllm_tokenizer;
 
 typedef struct pllm_engine_params {
-    int32_t block_size;          /* tokens per KV block; default 16 */
+    int32_t block_size;          /* tokens per KV block; default 16 (0: default) */
     int32_t n_blocks;            /* KV blocks; 0: from kv_bytes */
-    size_t kv_bytes;             /* KV budget; 0: default from the backend's available memory */
-    int32_t max_batched_tokens;  /* token budget per step; default 2048 */
-    int32_t max_seqs;            /* sequences per step; default 64 */
-    int32_t max_model_len;       /* longest context; 0: the model's n_ctx_train */
+    size_t kv_bytes;             /* KV budget; 0: min(half the backend's kv_available, 4 GiB,
+                                    max_seqs sequences of max_model_len tokens) */
+    int32_t max_batched_tokens;  /* token budget per step; default 2048 (0: default) */
+    int32_t max_seqs;            /* sequences per step; default 64 (0: default) */
+    int32_t max_model_len;       /* longest context; 0: the model's n_ctx_train. The context
+                                    limit is min(this, KV capacity in tokens). */
     bool no_prefix_cache;        /* disable block-level prefix reuse */
     uint64_t seed;               /* run seed: requests without a seed derive theirs from it */
+    int32_t max_bypass;          /* fairness bound: a waiting request is overtaken by at most this
+                                    many later requests before admission stops at it; default 64;
+                                    0: strict FCFS admission (see engine/scheduler.h) */
 } pllm_engine_params;
 
 void pllm_engine_params_defaults(pllm_engine_params *p);

@@ -1,0 +1,382 @@
+/* block_pool.c: KV blocks, reference counts, LRU free queue, prefix-cache index. */
+#include "engine/block_pool.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+typedef struct pool_block {
+    int32_t ref;
+    bool queued;        /* in the free queue (iff ref == 0) */
+    bool indexed;       /* in the prefix-cache index */
+    uint64_t key;       /* valid when indexed */
+    int32_t parent;     /* indexed parent block, -1 for a first block; valid when indexed */
+    int32_t h_prev;     /* bucket chain; -1 ends */
+    int32_t h_next;
+    int32_t child_head; /* first indexed child, -1 when none */
+    int32_t sib_prev;   /* siblings under the same parent */
+    int32_t sib_next;
+    int32_t n_children; /* indexed children */
+} pool_block;
+
+struct pllm_block_pool {
+    int32_t n_blocks, block_size;
+    bool enable_cache;
+    uint64_t extra;
+    pllm_block_hash_fn hash;
+    void *hash_arg;
+    pool_block *blocks; /* [n_blocks] */
+    int32_t *q_prev;    /* [n_blocks + 1]: free queue links; index n_blocks is the sentinel */
+    int32_t *q_next;    /* [n_blocks + 1] */
+    int32_t n_free;     /* queue length */
+    int32_t *tokens;    /* [n_blocks][block_size]: stored ids of indexed blocks */
+    int32_t *buckets;   /* [bucket_mask + 1]: head block of each chain, -1 when empty */
+    uint64_t bucket_mask;
+    int32_t n_indexed;
+    int64_t n_evicted, n_orphan_drops;
+};
+
+static uint64_t default_hash(uint64_t parent_key, const int32_t *tokens, int32_t n, uint64_t extra,
+                             void *arg)
+{
+    (void)arg;
+    /* key = XXH3(tokens; seed = XXH3(parent_key; seed = extra)) */
+    uint64_t seed = XXH3_64bits_withSeed(&parent_key, sizeof parent_key, extra);
+    return XXH3_64bits_withSeed(tokens, (size_t)n * sizeof *tokens, seed);
+}
+
+pllm_status pllm_block_pool_init(pllm_block_pool **out, const pllm_block_pool_params *prm)
+{
+    *out = NULL;
+    if (prm->n_blocks < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "block pool: n_blocks must be >= 1, got %d", prm->n_blocks);
+    if (prm->block_size < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "block pool: block_size must be >= 1, got %d",
+                           prm->block_size);
+    size_t n_tok;
+    if (!pllm_mul_size((size_t)prm->n_blocks, (size_t)prm->block_size, &n_tok) || n_tok > INT32_MAX)
+        return pllm_errorf(PLLM_ERR_RANGE, "block pool: %d blocks of %d tokens overflow", prm->n_blocks,
+                           prm->block_size);
+    pllm_block_pool *p = pllm_calloc(1, sizeof *p);
+    if (!p) return PLLM_ERR_NOMEM;
+    p->n_blocks = prm->n_blocks;
+    p->block_size = prm->block_size;
+    p->enable_cache = prm->enable_cache;
+    p->extra = prm->extra;
+    p->hash = prm->hash ? prm->hash : default_hash;
+    p->hash_arg = prm->hash_arg;
+    uint64_t n_buckets = 16;
+    while (n_buckets < 2 * (uint64_t)prm->n_blocks) n_buckets *= 2;
+    p->bucket_mask = n_buckets - 1;
+    p->blocks = pllm_calloc((size_t)p->n_blocks, sizeof *p->blocks);
+    p->q_prev = pllm_malloc(((size_t)p->n_blocks + 1) * sizeof *p->q_prev);
+    p->q_next = pllm_malloc(((size_t)p->n_blocks + 1) * sizeof *p->q_next);
+    p->buckets = pllm_malloc((size_t)n_buckets * sizeof *p->buckets);
+    p->tokens = prm->enable_cache ? pllm_calloc(n_tok, sizeof *p->tokens) : NULL;
+    if (!p->blocks || !p->q_prev || !p->q_next || !p->buckets || (prm->enable_cache && !p->tokens)) {
+        pllm_block_pool_free(p);
+        return PLLM_ERR_NOMEM;
+    }
+    for (uint64_t i = 0; i < n_buckets; i++) p->buckets[i] = -1;
+    /* Every block starts free, in id order. */
+    int32_t s = p->n_blocks;
+    for (int32_t i = 0; i < p->n_blocks; i++) {
+        pool_block *b = &p->blocks[i];
+        b->queued = true;
+        b->parent = b->h_prev = b->h_next = b->child_head = b->sib_prev = b->sib_next = -1;
+        p->q_prev[i] = i == 0 ? s : i - 1;
+        p->q_next[i] = i == p->n_blocks - 1 ? s : i + 1;
+    }
+    p->q_next[s] = 0;
+    p->q_prev[s] = p->n_blocks - 1;
+    p->n_free = p->n_blocks;
+    *out = p;
+    return PLLM_OK;
+}
+
+void pllm_block_pool_free(pllm_block_pool *p)
+{
+    if (!p) return;
+    free(p->blocks);
+    free(p->q_prev);
+    free(p->q_next);
+    free(p->tokens);
+    free(p->buckets);
+    free(p);
+}
+
+int32_t pllm_block_pool_n_blocks(const pllm_block_pool *p) { return p->n_blocks; }
+int32_t pllm_block_pool_block_size(const pllm_block_pool *p) { return p->block_size; }
+bool pllm_block_pool_caching(const pllm_block_pool *p) { return p->enable_cache; }
+int32_t pllm_block_pool_n_free(const pllm_block_pool *p) { return p->n_free; }
+
+int32_t pllm_block_pool_ref_count(const pllm_block_pool *p, int32_t id)
+{
+    PLLM_ASSERT(id >= 0 && id < p->n_blocks);
+    return p->blocks[id].ref;
+}
+
+bool pllm_block_pool_is_indexed(const pllm_block_pool *p, int32_t id)
+{
+    PLLM_ASSERT(id >= 0 && id < p->n_blocks);
+    return p->blocks[id].indexed;
+}
+
+void pllm_block_pool_get_stats(const pllm_block_pool *p, pllm_block_pool_stats *out)
+{
+    out->n_evicted = p->n_evicted;
+    out->n_orphan_drops = p->n_orphan_drops;
+    out->n_indexed = p->n_indexed;
+}
+
+uint64_t pllm_block_pool_hash(const pllm_block_pool *p, uint64_t parent_key, const int32_t *tokens)
+{
+    return p->hash(parent_key, tokens, p->block_size, p->extra, p->hash_arg);
+}
+
+/* ---- free queue ---- */
+
+static void queue_remove(pllm_block_pool *p, int32_t id)
+{
+    PLLM_ASSERT(p->blocks[id].queued);
+    int32_t a = p->q_prev[id], b = p->q_next[id];
+    p->q_next[a] = b;
+    p->q_prev[b] = a;
+    p->blocks[id].queued = false;
+    p->n_free--;
+}
+
+/* Insert id after node `after` (the sentinel for the head, the last block for the tail). */
+static void queue_insert_after(pllm_block_pool *p, int32_t after, int32_t id)
+{
+    PLLM_ASSERT(!p->blocks[id].queued);
+    int32_t b = p->q_next[after];
+    p->q_prev[id] = after;
+    p->q_next[id] = b;
+    p->q_next[after] = id;
+    p->q_prev[b] = id;
+    p->blocks[id].queued = true;
+    p->n_free++;
+}
+
+/* ---- index ---- */
+
+static uint64_t bucket_of(const pllm_block_pool *p, uint64_t key)
+{
+    return (key ^ (key >> 29) ^ (key >> 47)) & p->bucket_mask;
+}
+
+static const int32_t *block_tokens(const pllm_block_pool *p, int32_t id)
+{
+    return p->tokens + (size_t)id * (size_t)p->block_size;
+}
+
+static void unindex_one(pllm_block_pool *p, int32_t id)
+{
+    pool_block *b = &p->blocks[id];
+    PLLM_ASSERT(b->indexed);
+    /* bucket chain */
+    if (b->h_prev >= 0) p->blocks[b->h_prev].h_next = b->h_next;
+    else p->buckets[bucket_of(p, b->key)] = b->h_next;
+    if (b->h_next >= 0) p->blocks[b->h_next].h_prev = b->h_prev;
+    /* parent's child list */
+    if (b->parent >= 0) {
+        pool_block *par = &p->blocks[b->parent];
+        if (b->sib_prev >= 0) p->blocks[b->sib_prev].sib_next = b->sib_next;
+        else par->child_head = b->sib_next;
+        if (b->sib_next >= 0) p->blocks[b->sib_next].sib_prev = b->sib_prev;
+        par->n_children--;
+    }
+    b->indexed = false;
+    b->parent = b->h_prev = b->h_next = b->sib_prev = b->sib_next = -1;
+    p->n_indexed--;
+}
+
+/* Drop id and every indexed descendant from the index (iteratively, deepest first). */
+static void unindex_subtree(pllm_block_pool *p, int32_t id)
+{
+    for (;;) {
+        /* descend to a leaf of the subtree */
+        int32_t leaf = id;
+        while (p->blocks[leaf].child_head >= 0) leaf = p->blocks[leaf].child_head;
+        if (leaf != id) p->n_orphan_drops++;
+        unindex_one(p, leaf);
+        if (leaf == id) return;
+    }
+}
+
+int32_t pllm_block_pool_lookup(const pllm_block_pool *p, uint64_t key, int32_t parent,
+                               const int32_t *tokens)
+{
+    if (!p->enable_cache) return -1;
+    size_t bytes = (size_t)p->block_size * sizeof *tokens;
+    for (int32_t id = p->buckets[bucket_of(p, key)]; id >= 0; id = p->blocks[id].h_next) {
+        const pool_block *b = &p->blocks[id];
+        if (b->key == key && b->parent == parent && memcmp(block_tokens(p, id), tokens, bytes) == 0)
+            return id;
+    }
+    return -1;
+}
+
+int32_t pllm_block_pool_cache(pllm_block_pool *p, int32_t id, uint64_t key, int32_t parent,
+                              const int32_t *tokens)
+{
+    PLLM_ASSERT(id >= 0 && id < p->n_blocks);
+    pool_block *b = &p->blocks[id];
+    PLLM_ASSERT(b->ref > 0);
+    if (!p->enable_cache) return -1;
+    if (b->indexed) return id;
+    if (parent >= 0 && !p->blocks[parent].indexed) return -1;
+    int32_t same = pllm_block_pool_lookup(p, key, parent, tokens);
+    if (same >= 0) return same;
+    b->indexed = true;
+    b->key = key;
+    b->parent = parent;
+    memcpy(p->tokens + (size_t)id * (size_t)p->block_size, tokens, (size_t)p->block_size * sizeof *tokens);
+    uint64_t h = bucket_of(p, key);
+    b->h_prev = -1;
+    b->h_next = p->buckets[h];
+    if (b->h_next >= 0) p->blocks[b->h_next].h_prev = id;
+    p->buckets[h] = id;
+    if (parent >= 0) {
+        pool_block *par = &p->blocks[parent];
+        b->sib_prev = -1;
+        b->sib_next = par->child_head;
+        if (b->sib_next >= 0) p->blocks[b->sib_next].sib_prev = id;
+        par->child_head = id;
+        par->n_children++;
+    }
+    p->n_indexed++;
+    return id;
+}
+
+/* ---- allocation ---- */
+
+pllm_status pllm_block_pool_alloc(pllm_block_pool *p, int32_t n, int32_t *ids)
+{
+    if (n < 0) return pllm_errorf(PLLM_ERR_INVALID, "block pool: alloc of %d blocks", n);
+    if (n > p->n_free)
+        return pllm_errorf(PLLM_ERR_NOMEM, "block pool: %d blocks wanted, %d free of %d", n, p->n_free,
+                           p->n_blocks);
+    int32_t s = p->n_blocks;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t id = p->q_next[s];
+        queue_remove(p, id);
+        pool_block *b = &p->blocks[id];
+        PLLM_ASSERT(b->ref == 0);
+        if (b->indexed) {
+            unindex_subtree(p, id);
+            p->n_evicted++;
+        }
+        b->ref = 1;
+        ids[i] = id;
+    }
+    return PLLM_OK;
+}
+
+void pllm_block_pool_touch(pllm_block_pool *p, int32_t id)
+{
+    PLLM_ASSERT(id >= 0 && id < p->n_blocks);
+    pool_block *b = &p->blocks[id];
+    if (b->ref == 0) queue_remove(p, id);
+    b->ref++;
+}
+
+void pllm_block_pool_release(pllm_block_pool *p, const int32_t *ids, int32_t n)
+{
+    int32_t s = p->n_blocks;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        PLLM_ASSERT(id >= 0 && id < p->n_blocks);
+        pool_block *b = &p->blocks[id];
+        PLLM_ASSERT(b->ref > 0);
+        if (--b->ref > 0) continue;
+        /* cached: most recently used end; uncached: reused first */
+        queue_insert_after(p, b->indexed ? p->q_prev[s] : s, id);
+    }
+}
+
+int32_t pllm_block_pool_queue(const pllm_block_pool *p, int32_t *ids, int32_t cap)
+{
+    int32_t n = 0, s = p->n_blocks;
+    for (int32_t id = p->q_next[s]; id != s; id = p->q_next[id]) {
+        if (n < cap) ids[n] = id;
+        n++;
+    }
+    return n;
+}
+
+pllm_status pllm_block_pool_check(const pllm_block_pool *p, bool tail_first)
+{
+    int32_t s = p->n_blocks, n_queued = 0, n_zero = 0, n_indexed = 0;
+    /* queue: well linked, only ref-0 blocks, and no parent ahead of an indexed child */
+    int32_t guard = 0;
+    for (int32_t id = p->q_next[s]; id != s; id = p->q_next[id]) {
+        if (id < 0 || id >= p->n_blocks || ++guard > p->n_blocks)
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: free queue corrupt at %d", id);
+        if (p->q_prev[p->q_next[id]] != id)
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: queue back link broken at block %d", id);
+        if (!p->blocks[id].queued || p->blocks[id].ref != 0)
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d queued with ref %d", id,
+                               p->blocks[id].ref);
+        n_queued++;
+    }
+    for (int32_t id = 0; id < p->n_blocks; id++) {
+        const pool_block *b = &p->blocks[id];
+        if (b->ref < 0) return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d ref %d", id, b->ref);
+        if (b->ref == 0) n_zero++;
+        if ((b->ref == 0) != b->queued)
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d ref %d but queued=%d", id, b->ref,
+                               (int)b->queued);
+        if (!b->indexed) {
+            if (b->child_head >= 0 || b->n_children)
+                return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: unindexed block %d has children", id);
+            continue;
+        }
+        n_indexed++;
+        if (!p->enable_cache)
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d indexed with caching off", id);
+        if (b->parent >= 0 && !p->blocks[b->parent].indexed)
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d's parent %d is not indexed", id,
+                               b->parent);
+        /* findable under its own key */
+        if (pllm_block_pool_lookup(p, b->key, b->parent, block_tokens(p, id)) != id)
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: indexed block %d not found by lookup", id);
+        int32_t nc = 0;
+        for (int32_t c = b->child_head; c >= 0; c = p->blocks[c].sib_next) {
+            if (p->blocks[c].parent != id || !p->blocks[c].indexed || ++nc > p->n_blocks)
+                return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: child list of block %d corrupt", id);
+        }
+        if (nc != b->n_children)
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d counts %d children, has %d", id,
+                               b->n_children, nc);
+    }
+    if (n_queued != n_zero || n_queued != p->n_free)
+        return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: %d queued, %d at ref 0, n_free %d", n_queued,
+                           n_zero, p->n_free);
+    if (n_indexed != p->n_indexed)
+        return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: %d indexed, counter says %d", n_indexed,
+                           p->n_indexed);
+    if (!tail_first) return PLLM_OK;
+    /* Caller discipline (tail-first release, chains held from their start): a held block's
+     * parent is held, and in the queue every parent comes after its indexed children. */
+    int32_t *pos = pllm_malloc((size_t)p->n_blocks * sizeof *pos);
+    if (!pos) return PLLM_ERR_NOMEM;
+    int32_t k = 0;
+    for (int32_t id = 0; id < p->n_blocks; id++) pos[id] = -1;
+    for (int32_t id = p->q_next[s]; id != s; id = p->q_next[id]) pos[id] = k++;
+    pllm_status st = PLLM_OK;
+    for (int32_t id = 0; id < p->n_blocks && st == PLLM_OK; id++) {
+        const pool_block *b = &p->blocks[id];
+        if (!b->indexed || b->parent < 0) continue;
+        if (b->ref > 0 && p->blocks[b->parent].ref == 0)
+            st = pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d held (ref %d) but its parent %d is free",
+                             id, b->ref, b->parent);
+        else if (b->ref == 0 && pos[b->parent] >= 0 && pos[b->parent] < pos[id])
+            st = pllm_errorf(PLLM_ERR_INTERNAL,
+                             "block pool: parent %d precedes its cached child %d in the free queue", b->parent,
+                             id);
+    }
+    free(pos);
+    return st;
+}

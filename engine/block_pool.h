@@ -1,0 +1,103 @@
+/*
+ * block_pool.h: the physical KV blocks (ids 0 .. n_blocks-1), their reference counts, the
+ * free queue in eviction (LRU) order, and the prefix-cache index (block key -> block).
+ *
+ * Keys chain the parent: key_i = H(key_{i-1}, tokens of block i, extra), with
+ * key_{-1} = PLLM_BLOCK_ROOT_KEY and extra = the model identity (anything else that changes
+ * K/V). H is XXH3-64 by default and injectable (tests force collisions with a degenerate one).
+ *
+ * Invariants (pllm_block_pool_check verifies them all):
+ *   - A block is in the free queue iff its reference count is 0. The queue is a doubly linked
+ *     list with a sentinel: O(1) push, pop and removal from the middle.
+ *   - Only full blocks are indexed. An indexed block stores its key, its token ids and its
+ *     parent block (-1 for a sequence's first block). A lookup (key, parent, tokens) returns a
+ *     block only when all three match, so a hash collision costs a miss, never a wrong block.
+ *   - The index is prefix-closed: an indexed block's parent is itself indexed. Lookups walk a
+ *     chain from its first block, so parent identity plus stored tokens make a hit exact.
+ *   - Indexed blocks with reference count 0 stay indexed and sit in the queue (cached, free).
+ *     Released unindexed blocks go to the queue's head (they hold nothing worth keeping and
+ *     are reused first); released indexed blocks go to the tail (most recently used).
+ *     Allocation pops the head and drops the evicted block's index entry.
+ *
+ * Eviction never orphans a chain. Rule: leaves first. Callers release a sequence's blocks
+ * tail first (pllm_kv_free does), and whoever holds a block also holds its parent (prefix
+ * reuse always takes a chain from its start), so a parent reaches reference count 0 no earlier
+ * than its children and enters the queue behind them: the queue's head is never a block with
+ * indexed children. As a safety net for callers that break that order, evicting a block that
+ * still has indexed children also drops all its indexed descendants from the index (they stay
+ * valid blocks, just no longer findable); n_orphan_drops counts these and stays 0 under the KV
+ * manager (the random scheduler test checks it).
+ *
+ * Ownership: the pool owns all its arrays; token pointers passed in are borrowed.
+ */
+#pragma once
+
+#include "engine/common.h"
+
+#define PLLM_BLOCK_ROOT_KEY 0x9e3779b97f4a7c15ull
+
+/* Key of one full block: H(parent_key, tokens[0 .. n), extra). */
+typedef uint64_t (*pllm_block_hash_fn)(uint64_t parent_key, const int32_t *tokens, int32_t n,
+                                       uint64_t extra, void *arg);
+
+typedef struct pllm_block_pool_params {
+    int32_t n_blocks;
+    int32_t block_size;      /* tokens per block */
+    bool enable_cache;       /* false: nothing is ever indexed, every lookup misses */
+    uint64_t extra;          /* mixed into every key (model identity) */
+    pllm_block_hash_fn hash; /* NULL: XXH3-64 */
+    void *hash_arg;
+} pllm_block_pool_params;
+
+typedef struct pllm_block_pool pllm_block_pool;
+
+typedef struct pllm_block_pool_stats {
+    int64_t n_evicted;      /* indexed blocks dropped from the index by allocation */
+    int64_t n_orphan_drops; /* descendants dropped with an evicted parent (0 when callers free
+                               tail first) */
+    int32_t n_indexed;      /* blocks currently in the index */
+} pllm_block_pool_stats;
+
+pllm_status pllm_block_pool_init(pllm_block_pool **out, const pllm_block_pool_params *p);
+void pllm_block_pool_free(pllm_block_pool *p);
+
+int32_t pllm_block_pool_n_blocks(const pllm_block_pool *p);
+int32_t pllm_block_pool_block_size(const pllm_block_pool *p);
+bool pllm_block_pool_caching(const pllm_block_pool *p);
+/* Blocks with reference count 0 (the free queue's length, cached ones included). */
+int32_t pllm_block_pool_n_free(const pllm_block_pool *p);
+int32_t pllm_block_pool_ref_count(const pllm_block_pool *p, int32_t id);
+bool pllm_block_pool_is_indexed(const pllm_block_pool *p, int32_t id);
+void pllm_block_pool_get_stats(const pllm_block_pool *p, pllm_block_pool_stats *out);
+
+/* Key of a full block of block_size tokens whose parent's key is parent_key. */
+uint64_t pllm_block_pool_hash(const pllm_block_pool *p, uint64_t parent_key, const int32_t *tokens);
+
+/* The indexed block with this key, parent block (-1 for a first block) and tokens, or -1.
+ * Does not change reference counts or the queue. */
+int32_t pllm_block_pool_lookup(const pllm_block_pool *p, uint64_t key, int32_t parent,
+                               const int32_t *tokens);
+
+/* Take n blocks from the queue's head (reference count 1 each), dropping the index entries of
+ * evicted cached blocks. Fails with PLLM_ERR_NOMEM, taking nothing, when fewer than n are free. */
+pllm_status pllm_block_pool_alloc(pllm_block_pool *p, int32_t n, int32_t *ids);
+/* Add a reference; a block at count 0 leaves the free queue (a cache hit being reused). */
+void pllm_block_pool_touch(pllm_block_pool *p, int32_t id);
+/* Drop one reference from each block, in the order given; blocks reaching 0 enter the queue. */
+void pllm_block_pool_release(pllm_block_pool *p, const int32_t *ids, int32_t n);
+
+/* Index the full block id (held, reference count > 0) under key with its parent and tokens.
+ * Returns the block a later lookup will find: id itself when it was indexed; another block
+ * already indexed with identical (parent, tokens), which the caller should use in place of
+ * id; or -1 when nothing can be indexed (caching disabled, or parent is not indexed). */
+int32_t pllm_block_pool_cache(pllm_block_pool *p, int32_t id, uint64_t key, int32_t parent,
+                              const int32_t *tokens);
+
+/* Free queue order, head (next to be allocated) first: writes up to cap ids, returns the
+ * queue length. */
+int32_t pllm_block_pool_queue(const pllm_block_pool *p, int32_t *ids, int32_t cap);
+/* Verify the pool's invariants; PLLM_ERR_INTERNAL with a message naming the block if one
+ * fails. tail_first also checks the callers' discipline that makes eviction leaves-first: a
+ * held indexed block's parent is held, and every parent sits behind its indexed children in
+ * the queue. O(n_blocks * block_size); for tests. */
+pllm_status pllm_block_pool_check(const pllm_block_pool *p, bool tail_first);

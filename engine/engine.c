@@ -1,0 +1,558 @@
+/*
+ * engine.c: the engine loop: schedule -> batch plan (flat arrays, backend.h) -> backend step
+ * -> append tokens, stop checks, detokenize -> emit finished completions -> free their blocks.
+ *
+ * KV budget (pllm_engine_params): n_blocks when > 0; else kv_bytes / block bytes when
+ * kv_bytes > 0; else the smallest of half the backend's kv_available, PLLM_KV_DEFAULT_CAP
+ * bytes (4 GiB: a tiny model must not take all the memory) and max_seqs full-length
+ * (max_model_len) sequences' worth. The longest context is min(max_model_len, n_blocks *
+ * block_size): a request reaching it finishes with "length"; a prompt that cannot leave room
+ * for one generated token is refused by add().
+ *
+ * Stop rules, checked after each sampled token, in this order: a stop id (the tokenizer's EOS
+ * and end-of-turn ids unless ignore_eos, and the request's stop_ids; their text is not
+ * output), a stop string (matched on the detokenized text across token boundaries; the text
+ * is cut where the match starts), max_tokens, the context limit. Stop ids and stop strings
+ * only count once min_tokens tokens were generated (and stop ids are banned from sampling
+ * until then).
+ */
+#include "engine/engine.h"
+
+#include "engine/engine_internal.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define PLLM_KV_DEFAULT_CAP ((size_t)4 << 30)
+#define PLLM_MAX_N 1024
+#define PLLM_MAX_LOGPROBS 20
+
+struct pllm_engine {
+    pllm_engine_params p;
+    const pllm_model *model;
+    pllm_backend *backend;
+    const pllm_tokenizer *tok;
+    pllm_kv_layout layout;
+    int32_t n_vocab;
+    int32_t ctx_limit;          /* min(max_model_len, KV capacity) */
+    const int32_t *eos_ids;     /* tokenizer's stop ids (borrowed) */
+    int32_t n_eos_ids;
+    pllm_kv_manager *kv;
+    pllm_sched *sched;
+    pllm_sched_out plan_out;
+    uint64_t next_id, next_arrival;
+    pllm_status broken;         /* a failed backend step leaves the engine unusable */
+
+    /* batch plan buffers */
+    int32_t *tokens;            /* [max_batched_tokens] */
+    int32_t *positions;         /* [max_batched_tokens] */
+    int32_t *slots;             /* [max_batched_tokens] */
+    pllm_seq_plan *seqs;        /* [max_seqs] */
+    int32_t *tables;            /* [tables_cap] */
+    int32_t tables_cap;
+    pllm_sample_req *samples;   /* [max_seqs] */
+    int32_t *sample_entry;      /* [max_seqs]: plan entry of each sample */
+    int32_t *out_tokens;        /* [max_seqs] */
+    float *out_logprobs;        /* [max_seqs] */
+    int32_t *out_top_ids;       /* [max_seqs][PLLM_MAX_LOGPROBS] */
+    float *out_top_logprobs;    /* [max_seqs][PLLM_MAX_LOGPROBS] */
+
+    pllm_engine_stats stats;
+};
+
+/* ---- parameters ---- */
+
+void pllm_engine_params_defaults(pllm_engine_params *p)
+{
+    *p = (pllm_engine_params){
+        .block_size = 16,
+        .max_batched_tokens = 2048,
+        .max_seqs = 64,
+        .max_bypass = 64,
+    };
+}
+
+void pllm_request_params_defaults(pllm_request_params *p)
+{
+    memset(p, 0, sizeof *p);
+    pllm_sampling_defaults(&p->sampling);
+    p->max_tokens = 256;
+    p->n = 1;
+}
+
+pllm_status pllm_request_params_validate(const pllm_request_params *p)
+{
+    PLLM_TRY(pllm_sampling_validate(&p->sampling));
+    if (p->sampling.logprobs > PLLM_MAX_LOGPROBS)
+        return pllm_errorf(PLLM_ERR_INVALID, "logprobs must be <= %d, got %d", PLLM_MAX_LOGPROBS, p->sampling.logprobs);
+    if (p->max_tokens < 1) return pllm_errorf(PLLM_ERR_INVALID, "max_tokens must be >= 1, got %d", p->max_tokens);
+    if (p->min_tokens < 0) return pllm_errorf(PLLM_ERR_INVALID, "min_tokens must be >= 0, got %d", p->min_tokens);
+    if (p->min_tokens > p->max_tokens)
+        return pllm_errorf(PLLM_ERR_INVALID, "min_tokens (%d) must be <= max_tokens (%d)", p->min_tokens,
+                           p->max_tokens);
+    if (p->n < 1 || p->n > PLLM_MAX_N)
+        return pllm_errorf(PLLM_ERR_INVALID, "n must be in [1, %d], got %d", PLLM_MAX_N, p->n);
+    if (p->n_stop_ids < 0 || p->n_stop_ids > PLLM_MAX_STOP)
+        return pllm_errorf(PLLM_ERR_INVALID, "stop_token_ids: at most %d allowed, got %d", PLLM_MAX_STOP,
+                           p->n_stop_ids);
+    for (int32_t i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] < 0)
+            return pllm_errorf(PLLM_ERR_INVALID, "stop_token_ids[%d] must be >= 0, got %d", i, p->stop_ids[i]);
+    if (p->n_stop < 0 || p->n_stop > PLLM_MAX_STOP)
+        return pllm_errorf(PLLM_ERR_INVALID, "stop: at most %d strings allowed, got %d", PLLM_MAX_STOP, p->n_stop);
+    for (int32_t i = 0; i < p->n_stop; i++)
+        if (!p->stop[i] || !p->stop[i][0])
+            return pllm_errorf(PLLM_ERR_INVALID, "stop[%d] must be a non-empty string", i);
+    return PLLM_OK;
+}
+
+const char *pllm_finish_reason_str(pllm_finish_reason r)
+{
+    switch (r) {
+    case PLLM_FINISH_STOP: return "stop";
+    case PLLM_FINISH_LENGTH: return "length";
+    case PLLM_FINISH_ERROR: return "error";
+    }
+    return "unknown";
+}
+
+/* ---- create / free ---- */
+
+static pllm_status choose_n_blocks(pllm_engine *e, int32_t *n_blocks)
+{
+    const pllm_engine_params *p = &e->p;
+    size_t block_bytes = pllm_kv_block_bytes(&e->layout);
+    if (block_bytes == 0) return pllm_errorf(PLLM_ERR_INTERNAL, "backend %s: KV block of 0 bytes", e->backend->iface->name);
+    size_t n;
+    if (p->n_blocks > 0) {
+        n = (size_t)p->n_blocks;
+    } else if (p->kv_bytes > 0) {
+        n = p->kv_bytes / block_bytes;
+        if (n == 0)
+            return pllm_errorf(PLLM_ERR_NOMEM, "kv_bytes %zu holds no %d-token KV block (%zu bytes)", p->kv_bytes,
+                               p->block_size, block_bytes);
+    } else {
+        size_t avail = 0;
+        PLLM_TRY(e->backend->iface->kv_available(e->backend->ctx, &avail));
+        size_t budget = PLLM_MIN(avail / 2, PLLM_KV_DEFAULT_CAP);
+        size_t full = (size_t)p->max_seqs * (((size_t)p->max_model_len + (size_t)p->block_size - 1) / (size_t)p->block_size);
+        n = PLLM_MIN(budget / block_bytes, full);
+        if (n == 0)
+            return pllm_errorf(PLLM_ERR_NOMEM, "backend %s: %zu bytes available for the KV cache, a %d-token block needs %zu",
+                               e->backend->iface->name, avail, p->block_size, block_bytes);
+    }
+    size_t max_blocks = (size_t)INT32_MAX / (size_t)p->block_size;
+    *n_blocks = (int32_t)PLLM_MIN(n, max_blocks);
+    return PLLM_OK;
+}
+
+pllm_status pllm_engine_create(pllm_engine **out, const pllm_model *model, pllm_backend *backend,
+                               const pllm_tokenizer *tok, const pllm_engine_params *params)
+{
+    *out = NULL;
+    if (!model) return pllm_errorf(PLLM_ERR_INVALID, "engine: no model");
+    if (!backend || !backend->iface) return pllm_errorf(PLLM_ERR_INVALID, "engine: no backend");
+    pllm_engine_params p = *params;
+    /* 0 means the default for these (a zeroed struct works) */
+    if (p.block_size == 0) p.block_size = 16;
+    if (p.max_batched_tokens == 0) p.max_batched_tokens = 2048;
+    if (p.max_seqs == 0) p.max_seqs = 64;
+    if (p.max_model_len == 0) p.max_model_len = model->cfg.n_ctx_train;
+    if (p.block_size < 1 || p.block_size > 4096)
+        return pllm_errorf(PLLM_ERR_INVALID, "block_size must be in [1, 4096], got %d", p.block_size);
+    if (p.n_blocks < 0) return pllm_errorf(PLLM_ERR_INVALID, "n_blocks must be >= 0, got %d", p.n_blocks);
+    if (p.max_batched_tokens < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "max_batched_tokens must be >= 1, got %d", p.max_batched_tokens);
+    if (p.max_seqs < 1) return pllm_errorf(PLLM_ERR_INVALID, "max_seqs must be >= 1, got %d", p.max_seqs);
+    if (p.max_bypass < 0) return pllm_errorf(PLLM_ERR_INVALID, "max_bypass must be >= 0, got %d", p.max_bypass);
+    if (p.max_model_len < 2)
+        return pllm_errorf(PLLM_ERR_INVALID, "max_model_len must be >= 2, got %d (model n_ctx_train %d)", p.max_model_len,
+                           model->cfg.n_ctx_train);
+    if (model->cfg.n_vocab < 1) return pllm_errorf(PLLM_ERR_INVALID, "engine: model has n_vocab %d", model->cfg.n_vocab);
+
+    pllm_engine *e = pllm_calloc(1, sizeof *e);
+    if (!e) return PLLM_ERR_NOMEM;
+    e->p = p;
+    e->model = model;
+    e->backend = backend;
+    e->tok = tok;
+    e->n_vocab = model->cfg.n_vocab;
+    pllm_status st = backend->iface->kv_layout(backend->ctx, p.block_size, &e->layout);
+    if (st != PLLM_OK) goto fail;
+    int32_t n_blocks = 0;
+    if ((st = choose_n_blocks(e, &n_blocks)) != PLLM_OK) goto fail;
+    e->layout.block_size = p.block_size;
+    e->layout.n_blocks = n_blocks;
+    if ((st = backend->iface->kv_init(backend->ctx, &e->layout)) != PLLM_OK) goto fail;
+    e->ctx_limit = (int32_t)PLLM_MIN((int64_t)p.max_model_len, (int64_t)n_blocks * p.block_size);
+
+    pllm_block_pool_params pp = {
+        .n_blocks = n_blocks,
+        .block_size = p.block_size,
+        .enable_cache = !p.no_prefix_cache,
+        .extra = model->identity,
+    };
+    if ((st = pllm_kv_manager_init(&e->kv, &pp)) != PLLM_OK) goto fail;
+    pllm_sched_params sp = {
+        .max_batched_tokens = p.max_batched_tokens,
+        .max_seqs = p.max_seqs,
+        .max_bypass = p.max_bypass,
+        .scan_limit = PLLM_MAX(128, 2 * p.max_seqs),
+    };
+    if ((st = pllm_sched_init(&e->sched, &sp, e->kv)) != PLLM_OK) goto fail;
+    if (tok) e->eos_ids = pllm_tokenizer_stop_ids(tok, &e->n_eos_ids);
+
+    size_t nt = (size_t)p.max_batched_tokens, ns = (size_t)p.max_seqs;
+    e->tokens = pllm_malloc(nt * sizeof *e->tokens);
+    e->positions = pllm_malloc(nt * sizeof *e->positions);
+    e->slots = pllm_malloc(nt * sizeof *e->slots);
+    e->seqs = pllm_malloc(ns * sizeof *e->seqs);
+    e->samples = pllm_malloc(ns * sizeof *e->samples);
+    e->sample_entry = pllm_malloc(ns * sizeof *e->sample_entry);
+    e->out_tokens = pllm_malloc(ns * sizeof *e->out_tokens);
+    e->out_logprobs = pllm_malloc(ns * sizeof *e->out_logprobs);
+    e->out_top_ids = pllm_malloc(ns * PLLM_MAX_LOGPROBS * sizeof *e->out_top_ids);
+    e->out_top_logprobs = pllm_malloc(ns * PLLM_MAX_LOGPROBS * sizeof *e->out_top_logprobs);
+    if (!e->tokens || !e->positions || !e->slots || !e->seqs || !e->samples || !e->sample_entry || !e->out_tokens ||
+        !e->out_logprobs || !e->out_top_ids || !e->out_top_logprobs) {
+        st = PLLM_ERR_NOMEM;
+        goto fail;
+    }
+    e->stats.n_blocks = n_blocks;
+    e->stats.block_size = p.block_size;
+    *out = e;
+    return PLLM_OK;
+fail:
+    pllm_engine_free(e);
+    return st;
+}
+
+void pllm_engine_free(pllm_engine *e)
+{
+    if (!e) return;
+    if (e->sched) {
+        pllm_req *r;
+        while ((r = pllm_sched_waiting_head(e->sched))) {
+            pllm_sched_remove(e->sched, r);
+            pllm_req_free(r);
+        }
+        int32_t n;
+        pllm_req *const *run = pllm_sched_running(e->sched, &n);
+        while (n > 0) {
+            r = run[n - 1];
+            pllm_sched_remove(e->sched, r);
+            pllm_req_free(r);
+            run = pllm_sched_running(e->sched, &n);
+        }
+    }
+    pllm_sched_free(e->sched);
+    pllm_kv_manager_free(e->kv);
+    pllm_sched_out_free(&e->plan_out);
+    free(e->tokens);
+    free(e->positions);
+    free(e->slots);
+    free(e->seqs);
+    free(e->tables);
+    free(e->samples);
+    free(e->sample_entry);
+    free(e->out_tokens);
+    free(e->out_logprobs);
+    free(e->out_top_ids);
+    free(e->out_top_logprobs);
+    free(e);
+}
+
+/* ---- requests ---- */
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+pllm_status pllm_engine_add(pllm_engine *e, const int32_t *prompt, int32_t n_prompt, const pllm_request_params *p,
+                            void *user, uint64_t *req_id)
+{
+    PLLM_TRY(pllm_request_params_validate(p));
+    if (n_prompt < 1) return pllm_errorf(PLLM_ERR_INVALID, "prompt is empty");
+    for (int32_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= e->n_vocab)
+            return pllm_errorf(PLLM_ERR_RANGE, "prompt token %d is %d, outside the vocabulary [0, %d)", i, prompt[i],
+                               e->n_vocab);
+    for (int32_t i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] >= e->n_vocab)
+            return pllm_errorf(PLLM_ERR_RANGE, "stop_token_ids[%d] is %d, outside the vocabulary [0, %d)", i,
+                               p->stop_ids[i], e->n_vocab);
+    if (n_prompt + 1 > e->p.max_model_len)
+        return pllm_errorf(PLLM_ERR_RANGE, "prompt of %d tokens leaves no room to generate: max_model_len is %d",
+                           n_prompt, e->p.max_model_len);
+    if (n_prompt + 1 > e->ctx_limit)
+        return pllm_errorf(PLLM_ERR_RANGE, "prompt of %d tokens leaves no room to generate: the KV cache holds %d tokens (%d blocks of %d)",
+                           n_prompt, e->ctx_limit, e->stats.n_blocks, e->p.block_size);
+
+    uint64_t id = e->next_id;
+    uint64_t base = p->has_seed ? p->sampling.seed : splitmix64(e->p.seed ^ splitmix64(id));
+    pllm_req_group *g = pllm_calloc(1, sizeof *g);
+    if (!g) return PLLM_ERR_NOMEM;
+    pllm_req **reqs = pllm_calloc((size_t)p->n, sizeof *reqs);
+    if (!reqs) {
+        free(g);
+        return PLLM_ERR_NOMEM;
+    }
+    double now = pllm_now();
+    pllm_status st = PLLM_OK;
+    int32_t made = 0;
+    for (; made < p->n; made++) {
+        pllm_req_init ini = {
+            .id = id,
+            .index = made,
+            .user = user,
+            .arrival = e->next_arrival + (uint64_t)made,
+            .group = g,
+            .prompt = prompt,
+            .n_prompt = n_prompt,
+            .params = p,
+            .seed = base + (uint64_t)made,
+            .tok = e->tok,
+            .eos_ids = e->eos_ids,
+            .n_eos_ids = e->n_eos_ids,
+        };
+        if ((st = pllm_req_create(&reqs[made], &ini)) != PLLM_OK) break;
+        reqs[made]->t_arrival = now;
+    }
+    int32_t added = 0;
+    for (; st == PLLM_OK && added < made; added++) st = pllm_sched_add(e->sched, reqs[added]);
+    if (st != PLLM_OK) {
+        for (int32_t i = 0; i < made; i++) {
+            if (i < added) pllm_sched_remove(e->sched, reqs[i]);
+            pllm_req_free(reqs[i]);
+        }
+        if (made == 0) free(g);
+        free(reqs);
+        return st;
+    }
+    free(reqs);
+    e->next_id++;
+    e->next_arrival += (uint64_t)p->n;
+    if (req_id) *req_id = id;
+    return PLLM_OK;
+}
+
+bool pllm_engine_has_work(const pllm_engine *e)
+{
+    return pllm_sched_n_waiting(e->sched) + pllm_sched_n_running(e->sched) > 0;
+}
+
+void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out) { *out = e->stats; }
+
+/* ---- one step ---- */
+
+static pllm_status build_plan(pllm_engine *e, pllm_batch_plan *plan, int32_t *top_n)
+{
+    const pllm_sched_out *o = &e->plan_out;
+    int32_t bs = e->p.block_size, nt = 0, ntab = 0, ns = 0;
+    int32_t need = 0;
+    for (int32_t i = 0; i < o->n_entries; i++) need += o->entries[i].req->table.n;
+    if (need > e->tables_cap) {
+        int32_t cap = PLLM_MAX(need, 2 * e->tables_cap);
+        int32_t *t = pllm_realloc(e->tables, (size_t)cap * sizeof *t);
+        if (!t) return PLLM_ERR_NOMEM;
+        e->tables = t;
+        e->tables_cap = cap;
+    }
+    *top_n = 0;
+    for (int32_t i = 0; i < o->n_entries; i++) {
+        const pllm_sched_entry *en = &o->entries[i];
+        pllm_req *r = en->req;
+        int32_t n_ctx = en->n_computed + en->n_new;
+        PLLM_ASSERT(r->table.n * bs >= n_ctx);
+        e->seqs[i] = (pllm_seq_plan){
+            .token_start = nt,
+            .n_new = en->n_new,
+            .n_ctx = n_ctx,
+            .block_start = ntab,
+            .n_blocks = r->table.n,
+        };
+        memcpy(e->tables + ntab, r->table.ids, (size_t)r->table.n * sizeof *e->tables);
+        ntab += r->table.n;
+        for (int32_t pos = en->n_computed; pos < n_ctx; pos++, nt++) {
+            e->tokens[nt] = r->tokens.ids[pos];
+            e->positions[nt] = pos;
+            e->slots[nt] = r->table.ids[pos / bs] * bs + pos % bs;
+        }
+        if (en->n_computed < r->n_prompt)
+            e->stats.prompt_tokens_computed += PLLM_MIN(n_ctx, r->n_prompt) - en->n_computed;
+        if (!en->sample) continue;
+        int32_t n_out = pllm_req_n_output(r);
+        bool ban = n_out < r->params.min_tokens;
+        e->samples[ns] = (pllm_sample_req){
+            .seq = i,
+            .params = &r->sampling,
+            .ctx = {
+                .prompt = r->tokens.ids,
+                .n_prompt = r->n_prompt,
+                .output = r->tokens.ids + r->n_prompt,
+                .n_output = n_out,
+                .banned = ban ? r->stop_ids : NULL,
+                .n_banned = ban ? r->n_stop_ids : 0,
+            },
+        };
+        e->sample_entry[ns] = i;
+        *top_n = PLLM_MAX(*top_n, r->sampling.logprobs);
+        ns++;
+    }
+    PLLM_ASSERT(nt == o->n_tokens && nt <= e->p.max_batched_tokens && o->n_entries <= e->p.max_seqs);
+    *plan = (pllm_batch_plan){
+        .n_tokens = nt,
+        .tokens = e->tokens,
+        .positions = e->positions,
+        .slots = e->slots,
+        .n_seqs = o->n_entries,
+        .seqs = e->seqs,
+        .block_tables = e->tables,
+        .n_samples = ns,
+        .samples = e->samples,
+    };
+    return PLLM_OK;
+}
+
+static void emit_completion(pllm_engine *e, pllm_req *r, const char *error, pllm_engine_emit_fn emit, void *arg)
+{
+    r->t_finish = pllm_now();
+    int32_t n_out = pllm_req_n_output(r);
+    bool lp = r->sampling.logprobs > 0 && n_out > 0;
+    pllm_completion c = {
+        .req_id = r->id,
+        .index = r->index,
+        .user = r->user,
+        .finish = r->finish,
+        .error = error,
+        .text = r->text.s ? r->text.s : "",
+        .text_len = r->text.n,
+        .token_ids = r->tokens.ids + r->n_prompt,
+        .n_tokens = n_out,
+        .logprobs = lp ? r->logprobs : NULL,
+        .top_n = lp ? r->sampling.logprobs : 0,
+        .top_ids = lp ? r->top_ids : NULL,
+        .top_logprobs = lp ? r->top_logprobs : NULL,
+        .prompt_tokens = r->n_prompt,
+        .cached_tokens = r->cached_tokens,
+        .t_arrival = r->t_arrival,
+        .t_first_token = r->t_first_token,
+        .t_finish = r->t_finish,
+    };
+    e->stats.requests_finished++;
+    if (r->finish == PLLM_FINISH_ERROR) e->stats.requests_failed++;
+    e->stats.prompt_tokens += r->n_prompt;
+    e->stats.prompt_tokens_cached += r->cached_tokens;
+    e->stats.output_tokens += n_out;
+    if (emit) emit(&c, arg);
+}
+
+/* Append a sampled token and decide whether the request is done. */
+static pllm_status accept_token(pllm_engine *e, pllm_req *r, int32_t token, float logprob, const int32_t *top_ids,
+                                const float *top_lps, bool *done)
+{
+    *done = false;
+    PLLM_TRY(pllm_req_append(r, token, logprob, top_ids, top_lps));
+    int32_t n_out = pllm_req_n_output(r);
+    if (n_out == 1) r->t_first_token = pllm_now();
+    bool checks = n_out >= r->params.min_tokens;
+    if (checks && pllm_req_is_stop_id(r, token)) {
+        r->finish = PLLM_FINISH_STOP;
+        *done = true;
+        if (r->tok) PLLM_TRY(pllm_detok_finish(&r->detok, &r->text));
+        return PLLM_OK;
+    }
+    if (r->tok) {
+        size_t from = r->text.n;
+        PLLM_TRY(pllm_detok_push(&r->detok, token, &r->text));
+        if (checks && r->params.n_stop > 0) {
+            int64_t at = pllm_stop_find(r->text.s ? r->text.s : "", r->text.n, from,
+                                        (const char *const *)r->params.stop, r->params.n_stop);
+            if (at >= 0) {
+                r->text.n = (size_t)at;
+                if (r->text.s) r->text.s[at] = 0;
+                r->finish = PLLM_FINISH_STOP;
+                *done = true;
+                return PLLM_OK;
+            }
+        }
+    }
+    if (n_out >= r->params.max_tokens || (int32_t)r->tokens.n >= e->ctx_limit) {
+        r->finish = PLLM_FINISH_LENGTH;
+        *done = true;
+        if (r->tok) PLLM_TRY(pllm_detok_finish(&r->detok, &r->text));
+    }
+    return PLLM_OK;
+}
+
+pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg)
+{
+    if (e->broken != PLLM_OK) return pllm_errorf(e->broken, "engine: a previous step failed; the engine cannot continue");
+    pllm_sched_out *o = &e->plan_out;
+    pllm_status st = pllm_sched_schedule(e->sched, o);
+    if (st != PLLM_OK) goto broken;
+    e->stats.preemptions += o->n_preempted;
+    if (o->n_entries == 0) {
+        if (!pllm_engine_has_work(e)) return PLLM_OK;
+        st = pllm_errorf(PLLM_ERR_INTERNAL, "engine: %d waiting, %d running, but nothing could be scheduled",
+                         pllm_sched_n_waiting(e->sched), pllm_sched_n_running(e->sched));
+        goto broken;
+    }
+    int32_t used = e->stats.n_blocks - pllm_block_pool_n_free(pllm_kv_pool(e->kv));
+    e->stats.peak_blocks_used = PLLM_MAX(e->stats.peak_blocks_used, used);
+
+    pllm_batch_plan plan;
+    int32_t top_n = 0;
+    if ((st = build_plan(e, &plan, &top_n)) != PLLM_OK) goto broken;
+    pllm_step_out so = {
+        .tokens = e->out_tokens,
+        .logprobs = top_n > 0 ? e->out_logprobs : NULL,
+        .top_n = top_n,
+        .top_ids = top_n > 0 ? e->out_top_ids : NULL,
+        .top_logprobs = top_n > 0 ? e->out_top_logprobs : NULL,
+    };
+    st = e->backend->iface->step(e->backend->ctx, &plan, &so);
+    if (st != PLLM_OK) {
+        pllm_error_prefix(st, "backend %s step: ", e->backend->iface->name);
+        goto broken;
+    }
+    e->stats.steps++;
+    if ((st = pllm_sched_update(e->sched, o)) != PLLM_OK) goto broken;
+
+    for (int32_t k = 0; k < plan.n_samples; k++) {
+        pllm_req *r = o->entries[e->sample_entry[k]].req;
+        int32_t tok = so.tokens[k];
+        if (tok < 0 || tok >= e->n_vocab) {
+            st = pllm_errorf(PLLM_ERR_INTERNAL, "backend %s sampled token %d outside [0, %d)", e->backend->iface->name,
+                             tok, e->n_vocab);
+            goto broken;
+        }
+        bool done = false;
+        st = accept_token(e, r, tok, so.logprobs ? so.logprobs[k] : 0.0f,
+                          so.top_ids ? so.top_ids + (size_t)k * (size_t)top_n : NULL,
+                          so.top_logprobs ? so.top_logprobs + (size_t)k * (size_t)top_n : NULL, &done);
+        if (st != PLLM_OK) goto broken;
+        if (!done) continue;
+        o->entries[e->sample_entry[k]].req = NULL; /* freed below */
+        emit_completion(e, r, NULL, emit, arg);
+        pllm_sched_remove(e->sched, r);
+        pllm_req_free(r);
+    }
+    return PLLM_OK;
+broken:
+    e->broken = st;
+    return st;
+}
+
+/* ---- internal accessors (engine_internal.h) ---- */
+
+const pllm_sched_out *pllm_engine_last_plan(const pllm_engine *e) { return &e->plan_out; }
+pllm_kv_manager *pllm_engine_kv(pllm_engine *e) { return e->kv; }
+int32_t pllm_engine_ctx_limit(const pllm_engine *e) { return e->ctx_limit; }

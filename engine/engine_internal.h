@@ -1,0 +1,16 @@
+/*
+ * engine_internal.h: accessors into a running engine for tests and benchmarks (not for cmd/):
+ * the last step's plan, the KV manager (and through it the block pool), the context limit.
+ * Pointers are borrowed from the engine and valid until its next step.
+ */
+#pragma once
+
+#include "engine/engine.h"
+#include "engine/kv_manager.h"
+#include "engine/scheduler.h"
+
+/* The plan of the last step (entries' req pointers are NULL for requests finished in it). */
+const pllm_sched_out *pllm_engine_last_plan(const pllm_engine *e);
+pllm_kv_manager *pllm_engine_kv(pllm_engine *e);
+/* min(max_model_len, KV capacity in tokens): a request stops ("length") when it gets there. */
+int32_t pllm_engine_ctx_limit(const pllm_engine *e);

@@ -1,0 +1,82 @@
+/*
+ * kv_manager.h: per-sequence block tables on top of the block pool: allocate, append, free,
+ * and the longest cached prefix.
+ *
+ * A sequence's position p lives in block table->ids[p / block_size] at offset p % block_size
+ * (the layout backend.h defines). A table only grows while its sequence runs and is released
+ * whole (when the sequence finishes or is preempted).
+ *
+ * Prefix reuse:
+ *   - pllm_kv_find_cached walks the sequence's block keys from its first block and returns the
+ *     longest chain of indexed blocks that match, never covering the last token: at most
+ *     (n_tokens - 1) / block_size blocks, so the last token is always recomputed (it yields the
+ *     logits of the next token).
+ *   - pllm_kv_allocate takes those hits (touching them: a cached block in the free queue leaves
+ *     it) plus fresh blocks for the rest.
+ *   - pllm_kv_commit indexes the table's full, computed blocks after a step. When an identical
+ *     block (same parent, same tokens) is already indexed, for instance because two sequences
+ *     computed the same prefix at once, the table switches to that block and releases its own
+ *     copy, so the table is always a chain of indexed blocks followed by unindexed ones.
+ *   - pllm_kv_free releases tail first: a sequence's last blocks are evicted before its first
+ *     ones, and a parent never precedes its child in the free queue (see block_pool.h).
+ *
+ * Ownership: the manager owns its pool. Tables and key chains are plain structs owned by the
+ * caller (the request); free their arrays with pllm_kv_table_free / pllm_key_chain_free after
+ * the blocks were released with pllm_kv_free.
+ */
+#pragma once
+
+#include "engine/block_pool.h"
+#include "engine/common.h"
+
+typedef struct pllm_kv_table {
+    int32_t *ids;        /* [n] block ids */
+    int32_t n, cap;
+    int32_t n_committed; /* leading blocks already offered to the index */
+} pllm_kv_table;
+
+/* Keys of a token sequence's full blocks: keys[i] covers tokens [i*bs, (i+1)*bs). */
+typedef struct pllm_key_chain {
+    uint64_t *keys;
+    int32_t n, cap;
+} pllm_key_chain;
+
+void pllm_kv_table_free(pllm_kv_table *t);  /* frees the array; blocks must be released */
+void pllm_key_chain_free(pllm_key_chain *c);
+
+typedef struct pllm_kv_manager pllm_kv_manager;
+
+pllm_status pllm_kv_manager_init(pllm_kv_manager **out, const pllm_block_pool_params *pool_params);
+void pllm_kv_manager_free(pllm_kv_manager *kv);
+pllm_block_pool *pllm_kv_pool(pllm_kv_manager *kv);
+const pllm_block_pool *pllm_kv_pool_c(const pllm_kv_manager *kv);
+int32_t pllm_kv_block_size(const pllm_kv_manager *kv);
+
+/* Extend c to cover every full block of tokens[0 .. n_tokens). */
+pllm_status pllm_kv_keys_extend(pllm_kv_manager *kv, pllm_key_chain *c, const int32_t *tokens,
+                                int32_t n_tokens);
+
+/* Longest cached prefix of tokens[0 .. n_tokens), in blocks, at most (n_tokens - 1) / bs; the
+ * blocks go to hit[] (capacity (n_tokens - 1) / bs). Extends c as needed. No side effects on
+ * the pool. */
+pllm_status pllm_kv_find_cached(pllm_kv_manager *kv, pllm_key_chain *c, const int32_t *tokens,
+                                int32_t n_tokens, int32_t *hit, int32_t *n_hit);
+
+/* Blocks table t must gain (besides n_hit hits) to hold n_tokens positions. */
+int32_t pllm_kv_blocks_needed(const pllm_kv_manager *kv, const pllm_kv_table *t, int32_t n_hit,
+                              int32_t n_tokens);
+/* Whether pllm_kv_allocate(t, hit, n_hit, n_tokens) would succeed now. */
+bool pllm_kv_can_allocate(const pllm_kv_manager *kv, const pllm_kv_table *t, const int32_t *hit,
+                          int32_t n_hit, int32_t n_tokens);
+/* Grow t to hold n_tokens positions: first append the hits (only into an empty table; they
+ * become its committed prefix), then fresh blocks. PLLM_ERR_NOMEM, changing nothing, when the
+ * pool is short. */
+pllm_status pllm_kv_allocate(pllm_kv_manager *kv, pllm_kv_table *t, const int32_t *hit, int32_t n_hit,
+                             int32_t n_tokens);
+/* Index t's full blocks within tokens[0 .. n_computed) (whose K/V are now written). */
+pllm_status pllm_kv_commit(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain *c, const int32_t *tokens,
+                           int32_t n_computed);
+/* Release every block of t, tail first; t becomes empty (its array is kept). */
+void pllm_kv_free(pllm_kv_manager *kv, pllm_kv_table *t);
+/* Leading blocks of t that are in the index (they survive a free until evicted). */
+int32_t pllm_kv_cached_prefix(const pllm_kv_manager *kv, const pllm_kv_table *t);

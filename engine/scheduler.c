@@ -1,0 +1,352 @@
+/* scheduler.c: token-budget continuous batching, prefix-aware admission, preemption. */
+#include "engine/scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct pllm_sched {
+    pllm_sched_params p;
+    pllm_kv_manager *kv;
+    int32_t bs;
+    pllm_req *w_head, *w_tail; /* waiting queue, arrival order */
+    int32_t n_waiting;
+    pllm_req **running;        /* [max_seqs], arrival order */
+    int32_t n_running;
+    int64_t n_preemptions;
+    pllm_req **skipped;        /* [scan_limit]: deferred in the current admission scan */
+    int32_t *hit;              /* [hit_cap]: cache hits of the candidate */
+    int32_t hit_cap;
+};
+
+void pllm_sched_out_free(pllm_sched_out *o)
+{
+    if (!o) return;
+    free(o->entries);
+    free(o->preempted);
+    *o = (pllm_sched_out){0};
+}
+
+pllm_status pllm_sched_init(pllm_sched **out, const pllm_sched_params *p, pllm_kv_manager *kv)
+{
+    *out = NULL;
+    if (p->max_batched_tokens < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "max_batched_tokens must be >= 1, got %d", p->max_batched_tokens);
+    if (p->max_seqs < 1) return pllm_errorf(PLLM_ERR_INVALID, "max_seqs must be >= 1, got %d", p->max_seqs);
+    if (p->max_bypass < 0) return pllm_errorf(PLLM_ERR_INVALID, "max_bypass must be >= 0, got %d", p->max_bypass);
+    if (p->scan_limit < 1) return pllm_errorf(PLLM_ERR_INVALID, "scan_limit must be >= 1, got %d", p->scan_limit);
+    pllm_sched *s = pllm_calloc(1, sizeof *s);
+    if (!s) return PLLM_ERR_NOMEM;
+    s->p = *p;
+    s->kv = kv;
+    s->bs = pllm_kv_block_size(kv);
+    s->running = pllm_calloc((size_t)p->max_seqs, sizeof *s->running);
+    s->skipped = pllm_calloc((size_t)p->scan_limit, sizeof *s->skipped);
+    if (!s->running || !s->skipped) {
+        pllm_sched_free(s);
+        return PLLM_ERR_NOMEM;
+    }
+    *out = s;
+    return PLLM_OK;
+}
+
+void pllm_sched_free(pllm_sched *s)
+{
+    if (!s) return;
+    free(s->running);
+    free(s->skipped);
+    free(s->hit);
+    free(s);
+}
+
+int32_t pllm_sched_n_waiting(const pllm_sched *s) { return s->n_waiting; }
+int32_t pllm_sched_n_running(const pllm_sched *s) { return s->n_running; }
+int64_t pllm_sched_n_preemptions(const pllm_sched *s) { return s->n_preemptions; }
+pllm_req *pllm_sched_waiting_head(const pllm_sched *s) { return s->w_head; }
+pllm_req *const *pllm_sched_running(const pllm_sched *s, int32_t *n)
+{
+    *n = s->n_running;
+    return s->running;
+}
+
+/* ---- queues ---- */
+
+/* Insert into the waiting queue at r's arrival position (new requests land at the tail; a
+ * preempted one usually near the head, so search from the side it is closer to in time). */
+static void waiting_insert(pllm_sched *s, pllm_req *r)
+{
+    pllm_req *after = s->w_tail;
+    while (after && after->arrival > r->arrival) after = after->w_prev;
+    r->w_prev = after;
+    r->w_next = after ? after->w_next : s->w_head;
+    if (r->w_next) r->w_next->w_prev = r;
+    else s->w_tail = r;
+    if (after) after->w_next = r;
+    else s->w_head = r;
+    s->n_waiting++;
+    r->state = PLLM_REQ_WAITING;
+    r->n_bypassed = 0;
+}
+
+static void waiting_remove(pllm_sched *s, pllm_req *r)
+{
+    if (r->w_prev) r->w_prev->w_next = r->w_next;
+    else s->w_head = r->w_next;
+    if (r->w_next) r->w_next->w_prev = r->w_prev;
+    else s->w_tail = r->w_prev;
+    r->w_prev = r->w_next = NULL;
+    s->n_waiting--;
+}
+
+static void running_insert(pllm_sched *s, pllm_req *r)
+{
+    PLLM_ASSERT(s->n_running < s->p.max_seqs);
+    int32_t i = s->n_running;
+    while (i > 0 && s->running[i - 1]->arrival > r->arrival) {
+        s->running[i] = s->running[i - 1];
+        i--;
+    }
+    s->running[i] = r;
+    s->n_running++;
+    r->state = PLLM_REQ_RUNNING;
+}
+
+static void running_remove_at(pllm_sched *s, int32_t i)
+{
+    memmove(&s->running[i], &s->running[i + 1], (size_t)(s->n_running - i - 1) * sizeof *s->running);
+    s->n_running--;
+}
+
+static int32_t running_index(const pllm_sched *s, const pllm_req *r)
+{
+    for (int32_t i = 0; i < s->n_running; i++)
+        if (s->running[i] == r) return i;
+    return -1;
+}
+
+pllm_status pllm_sched_add(pllm_sched *s, pllm_req *r)
+{
+    PLLM_ASSERT(!s->w_tail || s->w_tail->arrival < r->arrival);
+    if (pllm_block_pool_caching(pllm_kv_pool(s->kv)))
+        PLLM_TRY(pllm_kv_keys_extend(s->kv, &r->keys, r->tokens.ids, (int32_t)r->tokens.n));
+    waiting_insert(s, r);
+    return PLLM_OK;
+}
+
+void pllm_sched_remove(pllm_sched *s, pllm_req *r)
+{
+    if (r->state == PLLM_REQ_WAITING) {
+        waiting_remove(s, r);
+    } else if (r->state == PLLM_REQ_RUNNING) {
+        int32_t i = running_index(s, r);
+        PLLM_ASSERT(i >= 0);
+        running_remove_at(s, i);
+    }
+    pllm_kv_free(s->kv, &r->table);
+    r->state = PLLM_REQ_FINISHED;
+}
+
+/* ---- plan output ---- */
+
+static pllm_status out_push(pllm_sched_out *o, pllm_req *r, int32_t n_new, bool admitted, int32_t n_hit)
+{
+    if (o->n_entries == o->cap_entries) {
+        int32_t cap = o->cap_entries ? o->cap_entries * 2 : 16;
+        pllm_sched_entry *e = pllm_realloc(o->entries, (size_t)cap * sizeof *e);
+        if (!e) return PLLM_ERR_NOMEM;
+        o->entries = e;
+        o->cap_entries = cap;
+    }
+    o->entries[o->n_entries++] = (pllm_sched_entry){
+        .req = r,
+        .req_id = r->id,
+        .index = r->index,
+        .n_computed = r->n_computed,
+        .n_new = n_new,
+        .sample = r->n_computed + n_new == (int32_t)r->tokens.n,
+        .admitted = admitted,
+        .n_hit = n_hit,
+    };
+    o->n_tokens += n_new;
+    return PLLM_OK;
+}
+
+static pllm_status out_push_victim(pllm_sched_out *o, const pllm_req *r)
+{
+    if (o->n_preempted == o->cap_preempted) {
+        int32_t cap = o->cap_preempted ? o->cap_preempted * 2 : 8;
+        pllm_sched_victim *v = pllm_realloc(o->preempted, (size_t)cap * sizeof *v);
+        if (!v) return PLLM_ERR_NOMEM;
+        o->preempted = v;
+        o->cap_preempted = cap;
+    }
+    o->preempted[o->n_preempted++] = (pllm_sched_victim){.req_id = r->id, .index = r->index};
+    return PLLM_OK;
+}
+
+/* ---- preemption ---- */
+
+/* Computed tokens a request would have to compute again after losing its blocks. */
+static int32_t rebuild_cost(const pllm_sched *s, const pllm_req *r)
+{
+    int32_t covered = pllm_kv_cached_prefix(s->kv, &r->table) * s->bs;
+    return r->n_computed > covered ? r->n_computed - covered : 0;
+}
+
+static int32_t pick_victim(const pllm_sched *s, int32_t from)
+{
+    int32_t best = from, best_cost = rebuild_cost(s, s->running[from]);
+    for (int32_t i = from + 1; i < s->n_running; i++) {
+        int32_t c = rebuild_cost(s, s->running[i]);
+        if (c <= best_cost) { /* ties: the later arrival (running[] is in arrival order) */
+            best = i;
+            best_cost = c;
+        }
+    }
+    return best;
+}
+
+static pllm_status preempt(pllm_sched *s, int32_t i, pllm_sched_out *o)
+{
+    pllm_req *r = s->running[i];
+    running_remove_at(s, i);
+    pllm_kv_free(s->kv, &r->table);
+    r->n_computed = 0;
+    r->n_preempted++;
+    s->n_preemptions++;
+    waiting_insert(s, r);
+    return out_push_victim(o, r);
+}
+
+/* ---- admission ---- */
+
+static pllm_status hit_reserve(pllm_sched *s, int32_t n)
+{
+    if (n <= s->hit_cap) return PLLM_OK;
+    int32_t cap = s->hit_cap ? s->hit_cap : 64;
+    while (cap < n) cap *= 2;
+    int32_t *h = pllm_realloc(s->hit, (size_t)cap * sizeof *h);
+    if (!h) return PLLM_ERR_NOMEM;
+    s->hit = h;
+    s->hit_cap = cap;
+    return PLLM_OK;
+}
+
+/* Is a running request computing, right now, the block of r's prompt that follows its cached
+ * prefix of n_hit blocks? (r then waits for it rather than computing it too.) */
+static bool prefix_in_flight(const pllm_sched *s, const pllm_req *r, int32_t n_hit)
+{
+    int32_t h = n_hit, bs = s->bs;
+    if (h >= ((int32_t)r->tokens.n - 1) / bs || h >= r->keys.n) return false;
+    uint64_t key = r->keys.keys[h];
+    size_t bytes = (size_t)(h + 1) * (size_t)bs * sizeof(int32_t);
+    for (int32_t i = 0; i < s->n_running; i++) {
+        const pllm_req *o = s->running[i];
+        if (o->keys.n <= h || o->keys.keys[h] != key || o->n_computed >= (h + 1) * bs) continue;
+        if (memcmp(o->tokens.ids, r->tokens.ids, bytes) == 0) return true;
+    }
+    return false;
+}
+
+static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
+{
+    int32_t n_skipped = 0;
+    bool caching = pllm_block_pool_caching(pllm_kv_pool(s->kv));
+    pllm_req *next;
+    for (pllm_req *r = s->w_head; r && *budget > 0 && s->n_running < s->p.max_seqs; r = next) {
+        next = r->w_next;
+        bool urgent = r->n_bypassed >= s->p.max_bypass;
+        bool defer = false;
+        int32_t n_tok = (int32_t)r->tokens.n, n_hit = 0;
+        PLLM_TRY(hit_reserve(s, n_tok / s->bs + 1));
+
+        /* completion i > 0 of an n > 1 request: share completion 0's prompt */
+        pllm_req *lead = r->group->leader;
+        bool forked = false;
+        if (lead && lead != r && lead->state == PLLM_REQ_RUNNING) {
+            if (lead->n_computed < lead->n_prompt) {
+                defer = !urgent;
+            } else {
+                n_hit = PLLM_MIN((n_tok - 1) / s->bs, r->n_prompt / s->bs);
+                PLLM_ASSERT(n_hit <= lead->table.n);
+                memcpy(s->hit, lead->table.ids, (size_t)n_hit * sizeof *s->hit);
+                forked = true;
+            }
+        }
+        if (!defer && !forked) {
+            PLLM_TRY(pllm_kv_find_cached(s->kv, &r->keys, r->tokens.ids, n_tok, s->hit, &n_hit));
+            if (caching && !urgent && prefix_in_flight(s, r, n_hit)) defer = true;
+        }
+        int32_t n_new = PLLM_MIN(n_tok - n_hit * s->bs, *budget);
+        if (!defer && !pllm_kv_can_allocate(s->kv, &r->table, s->hit, n_hit, n_hit * s->bs + n_new))
+            defer = true;
+
+        if (defer) {
+            /* an overtaken-to-the-bound request blocks everything behind it */
+            if (r->n_bypassed >= s->p.max_bypass || n_skipped == s->p.scan_limit) break;
+            s->skipped[n_skipped++] = r;
+            continue;
+        }
+        /* admit r: everyone skipped ahead of it is overtaken once more */
+        PLLM_TRY(pllm_kv_allocate(s->kv, &r->table, s->hit, n_hit, n_hit * s->bs + n_new));
+        waiting_remove(s, r);
+        r->n_computed = n_hit * s->bs;
+        if (!r->admitted_once) {
+            r->admitted_once = true;
+            r->cached_tokens = PLLM_MIN(r->n_computed, r->n_prompt);
+        }
+        running_insert(s, r);
+        r->n_bypassed = 0;
+        PLLM_TRY(out_push(o, r, n_new, true, n_hit * s->bs));
+        *budget -= n_new;
+        bool blocked = false;
+        for (int32_t i = 0; i < n_skipped; i++)
+            if (++s->skipped[i]->n_bypassed >= s->p.max_bypass) blocked = true;
+        if (blocked) break;
+    }
+    return PLLM_OK;
+}
+
+pllm_status pllm_sched_schedule(pllm_sched *s, pllm_sched_out *o)
+{
+    o->n_entries = 0;
+    o->n_tokens = 0;
+    o->n_preempted = 0;
+    int32_t budget = s->p.max_batched_tokens;
+
+    /* 1. running requests, oldest first */
+    int32_t i = 0;
+    while (i < s->n_running && budget > 0) {
+        pllm_req *r = s->running[i];
+        int32_t n_new = PLLM_MIN((int32_t)r->tokens.n - r->n_computed, budget);
+        PLLM_ASSERT(n_new > 0);
+        bool self = false;
+        while (!pllm_kv_can_allocate(s->kv, &r->table, NULL, 0, r->n_computed + n_new)) {
+            int32_t v = pick_victim(s, i);
+            PLLM_TRY(preempt(s, v, o));
+            if (v == i) {
+                self = true;
+                break;
+            }
+        }
+        if (self) continue; /* running[i] is now the next request */
+        PLLM_TRY(pllm_kv_allocate(s->kv, &r->table, NULL, 0, r->n_computed + n_new));
+        PLLM_TRY(out_push(o, r, n_new, false, 0));
+        budget -= n_new;
+        i++;
+    }
+
+    /* 2. admission, unless memory is so tight that someone was just preempted */
+    if (o->n_preempted == 0) PLLM_TRY(admit(s, o, &budget));
+    return PLLM_OK;
+}
+
+pllm_status pllm_sched_update(pllm_sched *s, const pllm_sched_out *o)
+{
+    for (int32_t i = 0; i < o->n_entries; i++) {
+        pllm_req *r = o->entries[i].req;
+        r->n_computed += o->entries[i].n_new;
+        PLLM_ASSERT(r->n_computed <= (int32_t)r->tokens.n);
+        PLLM_TRY(pllm_kv_commit(s->kv, &r->table, &r->keys, r->tokens.ids, r->n_computed));
+    }
+    return PLLM_OK;
+}

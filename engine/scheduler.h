@@ -1,0 +1,105 @@
+/*
+ * scheduler.h: continuous batching under a token budget and a sequence cap (vLLM v1 style).
+ *
+ * One rule, no phases: every request has n_computed catching up to its token count
+ * (prompt + output). A step gives each scheduled request n_new tokens to compute; a request
+ * whose computation reaches its last known token is sampled. Chunked prefill, prefix hits,
+ * decode and recompute after preemption all follow from that rule.
+ *
+ * A step (pllm_sched_schedule), given budget = max_batched_tokens:
+ *   1. Running requests, oldest arrival first: n_new = min(remaining, budget). If the KV pool
+ *      cannot hold n_computed + n_new tokens, preempt by recompute until it can. Victim: among
+ *      the running requests not yet scheduled in this step (the current one and every one that
+ *      arrived after it), the one cheapest to rebuild, i.e. with the fewest computed tokens not
+ *      covered by its indexed (cached) prefix blocks; ties go to the latest arrival. The
+ *      victim's blocks are released (indexed ones stay cached), it goes back to the waiting
+ *      queue at its arrival position with n_computed = 0, and it is counted. If the victim is
+ *      the current request, it is simply not scheduled.
+ *   2. If nothing was preempted: admission. The waiting queue (arrival order) is scanned while
+ *      budget and sequence slots remain. A request's cached prefix costs neither blocks nor
+ *      budget; it is admitted when blocks for the rest of its first chunk are free. It is
+ *      deferred instead (skipped this step) when
+ *        - it is a completion i > 0 of an n > 1 request whose completion 0 is still running
+ *          its prompt: once that prefill is done it takes completion 0's full prompt blocks
+ *          (shared by reference count, with or without prefix caching);
+ *        - prefix caching is on and a running request is computing the next block of its
+ *          prompt right now (it waits for the block instead of computing it again);
+ *        - its blocks do not fit.
+ *
+ * Fairness bound: a waiting request is overtaken (a request queued behind it admitted while it
+ * waits) at most max_bypass times per wait (from entering the queue to admission). A request
+ * that has been overtaken max_bypass times stops deferring for shared prefixes, and once it
+ * is skipped again admission stops at it: nothing behind it is admitted until it is.
+ * max_bypass = 0 is strict FCFS admission. (Running requests are never skipped in favour of
+ * waiting ones; every running request gets tokens when the budget reaches it.)
+ *
+ * Requests that can never run (prompt + 1 > KV capacity or max_model_len) are refused by the
+ * engine before they reach the scheduler, so with nothing running the queue's head always
+ * fits: every step makes progress.
+ *
+ * Ownership: the scheduler borrows the KV manager and the requests (linked into its queues);
+ * the engine creates and frees them. The plan in pllm_sched_out is plain data valid until
+ * the next schedule call (its req pointers until the request is freed).
+ */
+#pragma once
+
+#include "engine/common.h"
+#include "engine/kv_manager.h"
+#include "engine/request.h"
+
+typedef struct pllm_sched_params {
+    int32_t max_batched_tokens; /* token budget per step, >= 1 */
+    int32_t max_seqs;           /* running requests at most, >= 1 */
+    int32_t max_bypass;         /* fairness bound (see above), >= 0 */
+    int32_t scan_limit;         /* admission gives up after skipping this many in one step */
+} pllm_sched_params;
+
+typedef struct pllm_sched_entry {
+    pllm_req *req;
+    uint64_t req_id;
+    int32_t index;
+    int32_t n_computed; /* before this step */
+    int32_t n_new;      /* tokens to compute: positions n_computed .. n_computed + n_new - 1 */
+    bool sample;        /* n_computed + n_new reaches the request's token count */
+    bool admitted;      /* admitted from the waiting queue in this step */
+    int32_t n_hit;      /* admitted: tokens taken from the cache (or shared with completion 0) */
+} pllm_sched_entry;
+
+typedef struct pllm_sched_victim {
+    uint64_t req_id;
+    int32_t index;
+} pllm_sched_victim;
+
+typedef struct pllm_sched_out {
+    pllm_sched_entry *entries; /* running first (arrival order), then admitted */
+    int32_t n_entries;
+    int32_t n_tokens;          /* sum of n_new */
+    pllm_sched_victim *preempted;
+    int32_t n_preempted;
+    int32_t cap_entries, cap_preempted;
+} pllm_sched_out;
+
+void pllm_sched_out_free(pllm_sched_out *o);
+
+typedef struct pllm_sched pllm_sched;
+
+pllm_status pllm_sched_init(pllm_sched **out, const pllm_sched_params *p, pllm_kv_manager *kv);
+/* Frees the scheduler only (not the requests it links). */
+void pllm_sched_free(pllm_sched *s);
+
+/* Queue a new request (state WAITING, arrival larger than every queued one's). */
+pllm_status pllm_sched_add(pllm_sched *s, pllm_req *r);
+/* Plan one step: allocates blocks, may preempt, admits. */
+pllm_status pllm_sched_schedule(pllm_sched *s, pllm_sched_out *out);
+/* After the backend ran the plan: n_computed += n_new, and full computed blocks are indexed. */
+pllm_status pllm_sched_update(pllm_sched *s, const pllm_sched_out *out);
+/* Remove a request (finished or failed) from the scheduler and release its blocks. */
+void pllm_sched_remove(pllm_sched *s, pllm_req *r);
+
+int32_t pllm_sched_n_waiting(const pllm_sched *s);
+int32_t pllm_sched_n_running(const pllm_sched *s);
+int64_t pllm_sched_n_preemptions(const pllm_sched *s);
+/* The waiting queue's head (NULL when empty) and the running requests (arrival order); for
+ * iteration when the engine frees everything. */
+pllm_req *pllm_sched_waiting_head(const pllm_sched *s);
+pllm_req *const *pllm_sched_running(const pllm_sched *s, int32_t *n);
