@@ -1,0 +1,6 @@
+# Tokenizer (tokenizer/): C unit tests, and byte-for-byte parity with Hugging Face `tokenizers`
+# on the default model through tok_tool (JSONL in, ids/decoded text out).
+add_executable(tok_tool ${CMAKE_CURRENT_SOURCE_DIR}/tok_tool.c)
+target_link_libraries(tok_tool PRIVATE pllm_core)
+pllm_add_c_test(tok_unit SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/tok_unit.c LABELS unit)
+pllm_add_py_test(tok_parity tok_parity.py LABELS model ARGS $<TARGET_FILE:tok_tool>)
