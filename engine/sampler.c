@@ -2,17 +2,20 @@
  * sampler.c: the reference sampler. The semantics (order of the steps, tie-breaking, the RNG)
  * are stated in sampling.h; this file implements them and says only how.
  *
- * Cost per call for a vocabulary of n:
- *   - always: one pass for the raw max (and the greedy argmax), one pass of exp() for the raw
- *     log-softmax normaliser (the sampled token's logprob), and one more pass for top-N
- *     logprobs when asked (a small insertion list, N <= 20);
+ * Cost per call for a vocabulary of n (the exp() passes dominate):
+ *   - always: one vector pass for the raw max, a scan for its first position, one vector
+ *     exp() pass for the raw log-softmax normaliser (the sampled token's logprob), and one
+ *     more scalar pass for top-N logprobs when asked (an insertion list, N <= 20);
  *   - bans and penalties: O(n_banned + n_prompt + n_output), plus one memset of n int32
  *     when a penalty is on;
- *   - greedy: nothing more;
- *   - random: one pass of exp() over the candidates (all ids, or only those at or above the
- *     top-k threshold, found with a size-k min-heap); top-p sorts the candidates when there
- *     are few of them, otherwise finds the boundary with a histogram of log-probabilities and
- *     sorts only the boundary bucket; the draw is one pass over the kept ids.
+ *   - greedy: one more max pass when bans/penalties changed the logits;
+ *   - random: one vector exp() pass over the candidates (all ids, or only those at or above
+ *     the top-k threshold, found with a size-k min-heap); min_p and top-p zero the weights of
+ *     the ids they drop; top-p sorts the candidates when there are at most TOPP_SORT_MAX,
+ *     otherwise finds the cut with a histogram of the weights' exponents and sorts only the
+ *     bucket holding it; the draw sums blocks of 64 weights and walks one block.
+ * exp() is our own (vexp_neg below): vectorised with GCC/Clang vector extensions, within
+ * 1 ulp of the true value for the arguments used here (x <= 0), identical in every lane.
  */
 #include "engine/sampling.h"
 
@@ -20,6 +23,156 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- vector helpers -------------------------------------------------------------------- */
+
+/* Lanes per vector: what the target has registers for (GCC/Clang vector extensions lower
+ * them to SSE2/NEON pairs otherwise; the ABI of non-inlined vector functions needs the
+ * matching ISA, so the width follows the compile flags). */
+#if defined(__AVX512F__)
+#define VW 8
+#elif defined(__AVX__)
+#define VW 4
+#else
+#define VW 2
+#endif
+typedef double vd __attribute__((vector_size(VW * 8)));
+typedef int64_t vi64 __attribute__((vector_size(VW * 8)));
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef int32_t vi32 __attribute__((vector_size(VW * 4)));
+#define PLLM_INLINE static inline __attribute__((always_inline))
+
+/*
+ * exp(x) for lanes x <= 0: 0 below -708 (no subnormal results) and for -inf. Cody-Waite
+ * reduction x = k ln2 + r with |r| <= ln2/2 (k by the 1.5 * 2^52 rounding trick), a degree-13
+ * Taylor polynomial (truncation error < 5e-18 relative), then scaling by 2^k through the
+ * exponent bits. Max relative error measured against libm: 2.2e-16.
+ */
+PLLM_INLINE vd vexp_neg(vd x)
+{
+    const vd lo = (vd){0} + -708.0, shifter = (vd){0} + 0x1.8p52;
+    vi64 keep = x >= lo;
+    x = (vd)(((vi64)x & keep) | ((vi64)lo & ~keep));
+    vd t = x * 0x1.71547652b82fep0 + shifter; /* k + 1.5 * 2^52, k = round(x / ln2) */
+    vd k = t - shifter;
+    vd r = x - k * 0x1.62e42fee00000p-1; /* ln2 high part: k * hi is exact */
+    r = r - k * 0x1.a39ef35793c76p-33;   /* ln2 low part */
+    vd q = (vd){0} + 1.0 / 6227020800.0;
+    q = q * r + 1.0 / 479001600.0;
+    q = q * r + 1.0 / 39916800.0;
+    q = q * r + 1.0 / 3628800.0;
+    q = q * r + 1.0 / 362880.0;
+    q = q * r + 1.0 / 40320.0;
+    q = q * r + 1.0 / 5040.0;
+    q = q * r + 1.0 / 720.0;
+    q = q * r + 1.0 / 120.0;
+    q = q * r + 1.0 / 24.0;
+    q = q * r + 1.0 / 6.0;
+    q = q * r + 0.5;
+    q = q * r + 1.0;
+    q = q * r + 1.0;
+    vi64 scale = ((vi64)t - (vi64)shifter + 1023) << 52;
+    return (vd)((vi64)(q * (vd)scale) & keep);
+}
+
+/* One lane of vexp_neg (bit-identical to the vector result). */
+static inline double exp_neg(double x)
+{
+    vd v = {0};
+    v[0] = x;
+    return vexp_neg(v)[0];
+}
+
+PLLM_INLINE vd load_vd_f(const float *p)
+{
+    vf f;
+    memcpy(&f, p, sizeof f);
+    return __builtin_convertvector(f, vd);
+}
+
+PLLM_INLINE double hsum(vd v)
+{
+    double s = 0;
+    for (int i = 0; i < VW; i++) s += v[i];
+    return s;
+}
+
+/* sum_i exp(l[i] - m) for l [n], m >= max(l). */
+static double sum_exp(const float *l, int32_t n, double m)
+{
+    vd a0 = {0}, a1 = {0};
+    int32_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        a0 += vexp_neg(load_vd_f(l + i) - m);
+        a1 += vexp_neg(load_vd_f(l + i + VW) - m);
+    }
+    double s = hsum(a0 + a1);
+    for (; i < n; i++) s += exp_neg((double)l[i] - m);
+    return s;
+}
+
+/* w[i] = exp((l[i] - m) / temp) for l [n], m >= max(l), temp > 0. */
+static void fill_weights(double *w, const float *l, int32_t n, double m, double temp)
+{
+    int32_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        vd y = vexp_neg((load_vd_f(l + i) - m) / temp);
+        memcpy(w + i, &y, sizeof y);
+    }
+    for (; i < n; i++) w[i] = exp_neg(((double)l[i] - m) / temp);
+}
+
+/* sum of w [n] (VW * 2 partial sums). */
+static double sum_d(const double *w, int32_t n)
+{
+    vd a0 = {0}, a1 = {0};
+    int32_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        vd x, y;
+        memcpy(&x, w + i, sizeof x);
+        memcpy(&y, w + i + VW, sizeof y);
+        a0 += x;
+        a1 += y;
+    }
+    double s = hsum(a0 + a1);
+    for (; i < n; i++) s += w[i];
+    return s;
+}
+
+/* max of x [n] (-inf for none); *nonfinite set when some x is NaN or +inf. */
+static float max_f(const float *x, int32_t n, bool *nonfinite)
+{
+    vf m = (vf){0} + -INFINITY;
+    vi32 bad = {0};
+    int32_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        vf v;
+        memcpy(&v, x + i, sizeof v);
+        vi32 gt = v > m;
+        m = (vf)((gt & (vi32)v) | (~gt & (vi32)m));
+        bad |= (v != v) | (v == INFINITY);
+    }
+    float r = -INFINITY;
+    bool b = false;
+    for (int32_t j = 0; j < VW; j++) {
+        r = m[j] > r ? m[j] : r;
+        b |= bad[j] != 0;
+    }
+    for (; i < n; i++) {
+        r = x[i] > r ? x[i] : r;
+        b |= x[i] != x[i] || x[i] == INFINITY;
+    }
+    *nonfinite = b;
+    return r;
+}
+
+/* First i with x[i] == v (x [n] holds v). */
+static int32_t find_first(const float *x, int32_t n, float v)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (x[i] == v) return i;
+    return 0;
+}
 
 /* ---- RNG ------------------------------------------------------------------------------- */
 
@@ -79,12 +232,13 @@ pllm_status pllm_sampling_validate(const pllm_sampling_params *p)
 
 /* ---- scratch --------------------------------------------------------------------------- */
 
-/* The scratch buffer, carved into four arrays of n_vocab entries each. */
+/* The scratch buffer, carved into arrays of n_vocab entries. */
 typedef struct sampler_scratch {
-    double *w;      /* [n] unnormalised probabilities of the candidates (compact) */
-    int32_t *idx;   /* [n] candidate ids, ascending (compact) */
-    float *raw;     /* [n] raw logits of the ids the penalties/bans modify (sparse) */
-    void *aux;      /* [8n bytes] counts (int32), top-k heap (float), or sort pairs */
+    double *w;      /* [n] weights of the candidates */
+    int32_t *idx;   /* [n] candidate ids when top-k compacts them (ascending) */
+    float *cl;      /* [n] candidate logits when top-k compacts them */
+    float *raw;     /* [n] raw logits of the ids bans/penalties modify (sparse) */
+    void *aux;      /* [8n bytes] counts (int32), top-k heap (float), or top-p sort pairs */
 } sampler_scratch;
 
 /* A (logit, candidate position) pair for the top-p sort. */
@@ -100,7 +254,7 @@ static size_t align_up(size_t x) { return (x + SCRATCH_ALIGN - 1) & ~(size_t)(SC
 size_t pllm_sample_scratch_bytes(int32_t n_vocab)
 {
     size_t n = n_vocab > 0 ? (size_t)n_vocab : 1;
-    return align_up(8 * n) + align_up(4 * n) + align_up(4 * n) + align_up(8 * n) + SCRATCH_ALIGN;
+    return align_up(8 * n) + 3 * align_up(4 * n) + align_up(8 * n) + SCRATCH_ALIGN;
 }
 
 static sampler_scratch carve(void *scratch, int32_t n_vocab)
@@ -112,6 +266,8 @@ static sampler_scratch carve(void *scratch, int32_t n_vocab)
     s.w = (double *)base;
     base += align_up(8 * n);
     s.idx = (int32_t *)base;
+    base += align_up(4 * n);
+    s.cl = (float *)base;
     base += align_up(4 * n);
     s.raw = (float *)base;
     base += align_up(4 * n);
@@ -155,7 +311,7 @@ static float kth_largest(const float *x, int32_t n, int32_t k, float *heap)
     return heap[0];
 }
 
-/* Order for top-p: larger logit first, then lower id (j is ascending in id). */
+/* Order for top-p: larger logit first, then lower position (positions ascend with ids). */
 static int cmp_lj_desc(const void *a, const void *b)
 {
     const lj_pair *x = a, *y = b;
@@ -164,39 +320,39 @@ static int cmp_lj_desc(const void *a, const void *b)
     return (x->j > y->j) - (x->j < y->j);
 }
 
-#define TOPP_SORT_MAX 2048   /* up to this many candidates, top-p sorts them all */
-#define TOPP_BINS 512        /* histogram buckets of width 1/8 in log-probability */
-#define TOPP_BINS_PER_UNIT 8.0
+#define TOPP_SORT_MAX 2048 /* up to this many candidates, top-p sorts them all */
+#define TOPP_BINS 512      /* histogram buckets: 8 per octave of weight, down to 2^-64 */
 
-static inline int32_t topp_bin(float l, double lmax, double temp)
+/* Bucket of a weight w in (0, 1]: non-increasing in w (8 buckets per power of two). */
+static inline int32_t topp_bin(double w)
 {
-    double x = -(((double)l - lmax) / temp) * TOPP_BINS_PER_UNIT;
-    return x >= (double)(TOPP_BINS - 1) ? TOPP_BINS - 1 : (int32_t)x;
+    uint64_t one, bits;
+    double d1 = 1.0;
+    memcpy(&one, &d1, sizeof one);
+    memcpy(&bits, &w, sizeof bits);
+    uint64_t b = (one - bits) >> 49;
+    return b >= TOPP_BINS - 1 ? TOPP_BINS - 1 : (int32_t)b;
 }
 
 /*
- * Top-p over the candidates idx[m] / w[m] (ascending ids): keep the prefix of the order
- * (logit desc, id asc) whose preceding sum is < top_p * sum(w). Compacts idx/w in place
- * (ids stay ascending) and returns the new count.
+ * Top-p over m candidates: logits l [m] and weights w [m] (position j ascends with the id;
+ * zero weights are ids already dropped). Ranks by (logit desc, position asc), keeps the
+ * ranks whose preceding weight sum is < top_p * sum(w), and zeroes the weights of the rest.
  */
-static int32_t apply_top_p(const float *logits, int32_t m, double top_p, double lmax, double temp,
-                           const sampler_scratch *s)
+static void apply_top_p(const float *l, double *w, int32_t m, double top_p, lj_pair *pairs)
 {
-    double *w = s->w;
-    int32_t *idx = s->idx;
-    lj_pair *pairs = s->aux;
-    double z = 0;
-    for (int32_t j = 0; j < m; j++) z += w[j];
-    double target = top_p * z;
-
-    double before = 0; /* sum of w over candidates ranked before the sorted ones */
+    double target = top_p * sum_d(w, m);
+    double before = 0; /* weight ranked before the pairs to sort */
     int32_t n_sort = 0;
-    bool keep_all = false;
     if (m <= TOPP_SORT_MAX) {
-        for (int32_t j = 0; j < m; j++) pairs[n_sort++] = (lj_pair){logits[idx[j]], j};
+        for (int32_t j = 0; j < m; j++)
+            if (w[j] > 0) pairs[n_sort++] = (lj_pair){l[j], j};
     } else {
+        /* Buckets are monotone in w and w in l: the cut lies in the first bucket where the
+         * running bucket sum reaches target; only that bucket needs sorting. */
         double hsum[TOPP_BINS] = {0};
-        for (int32_t j = 0; j < m; j++) hsum[topp_bin(logits[idx[j]], lmax, temp)] += w[j];
+        for (int32_t j = 0; j < m; j++)
+            if (w[j] > 0) hsum[topp_bin(w[j])] += w[j];
         int32_t bstar = -1;
         for (int32_t b = 0; b < TOPP_BINS; b++) {
             if (before + hsum[b] >= target) {
@@ -205,14 +361,11 @@ static int32_t apply_top_p(const float *logits, int32_t m, double top_p, double 
             }
             before += hsum[b];
         }
-        if (bstar < 0) {
-            keep_all = true; /* only by rounding: the whole mass is below target */
-        } else {
-            for (int32_t j = 0; j < m; j++)
-                if (topp_bin(logits[idx[j]], lmax, temp) == bstar) pairs[n_sort++] = (lj_pair){logits[idx[j]], j};
-        }
+        if (bstar < 0) return; /* only by rounding: the whole mass is below target */
+        for (int32_t j = 0; j < m; j++)
+            if (w[j] > 0 && topp_bin(w[j]) == bstar) pairs[n_sort++] = (lj_pair){l[j], j};
     }
-    if (keep_all) return m;
+    PLLM_ASSERT(n_sort > 0);
     qsort(pairs, (size_t)n_sort, sizeof *pairs, cmp_lj_desc);
     lj_pair last = pairs[0];
     double acc = before;
@@ -221,63 +374,75 @@ static int32_t apply_top_p(const float *logits, int32_t m, double top_p, double 
         last = pairs[t];
         acc += w[pairs[t].j];
     }
-    int32_t out = 0;
-    for (int32_t j = 0; j < m; j++) {
-        float l = logits[idx[j]];
-        if (l > last.l || (l == last.l && j <= last.j)) {
-            idx[out] = idx[j];
-            w[out] = w[j];
-            out++;
+    for (int32_t j = 0; j < m; j++)
+        if (!(l[j] > last.l || (l[j] == last.l && j <= last.j))) w[j] = 0;
+}
+
+/*
+ * Inverse CDF over w [m] in position order: the first j whose running sum exceeds u * sum(w)
+ * (the running sum is taken in blocks of 64, then within one block). Falls back to the last
+ * j with w > 0 when rounding leaves none.
+ */
+static int32_t draw(const double *w, int32_t m, double u)
+{
+    enum { BLOCK = 64 };
+    double target = u * sum_d(w, m), acc = 0;
+    for (int32_t b = 0; b < m; b += BLOCK) {
+        int32_t e = PLLM_MIN(m, b + BLOCK);
+        double bs = sum_d(w + b, e - b);
+        if (acc + bs <= target) {
+            acc += bs;
+            continue;
+        }
+        for (int32_t j = b; j < e; j++) {
+            acc += w[j];
+            if (acc > target) return j;
         }
     }
-    return out;
+    for (int32_t j = m - 1; j > 0; j--)
+        if (w[j] > 0) return j;
+    return 0;
 }
 
 /*
  * The random path: temperature, min_p, top_k, top_p, then the draw. logits [n] are the
- * processed logits (bans and penalties applied). Returns -1 when no id has a finite logit.
+ * processed logits (finite or -inf: bans and penalties applied). Returns -1 when no id has
+ * a finite logit.
  */
 static int32_t sample_random(const float *logits, int32_t n, const pllm_sampling_params *p, uint64_t step,
                              const sampler_scratch *s)
 {
-    float fmax = -INFINITY;
-    for (int32_t i = 0; i < n; i++) fmax = logits[i] > fmax ? logits[i] : fmax;
+    bool nonfinite;
+    float fmax = max_f(logits, n, &nonfinite);
     if (fmax == -INFINITY) return -1;
     double lmax = fmax, temp = p->temperature;
 
-    float lk = -INFINITY; /* top-k threshold on the processed logits: keep l >= lk */
-    if (p->top_k > 0 && p->top_k < n) lk = kth_largest(logits, n, p->top_k, s->aux);
-
-    double min_w = p->min_p > 0.0f ? (double)p->min_p : 0.0; /* p >= min_p * p_max <=> w >= min_p */
+    /* Candidates: every id (w = 0 for -inf), or the compacted ids at or above the top-k
+     * threshold (ties kept). */
+    const float *l = logits;
+    const int32_t *idx = NULL;
+    int32_t m = n;
+    if (p->top_k > 0 && p->top_k < n) {
+        float lk = kth_largest(logits, n, p->top_k, s->aux);
+        m = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (logits[i] >= lk && logits[i] > -INFINITY) {
+                s->idx[m] = i;
+                s->cl[m] = logits[i];
+                m++;
+            }
+        l = s->cl;
+        idx = s->idx;
+    }
     double *w = s->w;
-    int32_t *idx = s->idx;
-    int32_t m = 0;
-    for (int32_t i = 0; i < n; i++) {
-        float l = logits[i];
-        if (!(l >= lk) || l == -INFINITY) continue;
-        double wi = exp(((double)l - lmax) / temp);
-        if (wi >= min_w) {
-            idx[m] = i;
-            w[m] = wi;
-            m++;
-        }
+    fill_weights(w, l, m, lmax, temp);
+    if (p->min_p > 0.0f) { /* p >= min_p * p_max <=> w >= min_p */
+        double min_w = p->min_p;
+        for (int32_t j = 0; j < m; j++) w[j] = w[j] >= min_w ? w[j] : 0.0;
     }
-    PLLM_ASSERT(m >= 1); /* the maximal id always survives: w = 1 */
-
-    if (p->top_p < 1.0f && m > 1) m = apply_top_p(logits, m, (double)p->top_p, lmax, temp, s);
-
-    /* Inverse CDF in ascending id order. */
-    double z = 0;
-    for (int32_t j = 0; j < m; j++) z += w[j];
-    double target = pllm_rng_uniform(p->seed, step) * z;
-    double c = 0;
-    int32_t last_pos = 0;
-    for (int32_t j = 0; j < m; j++) {
-        if (w[j] > 0) last_pos = j;
-        c += w[j];
-        if (c > target) return idx[j];
-    }
-    return idx[last_pos]; /* u * z rounded up to z */
+    if (p->top_p < 1.0f) apply_top_p(l, w, m, (double)p->top_p, s->aux);
+    int32_t j = draw(w, m, pllm_rng_uniform(p->seed, step));
+    return idx ? idx[j] : j;
 }
 
 /* Lowest id that is not banned (0 when all are): the answer when no logit is finite. */
@@ -299,28 +464,18 @@ void pllm_sample(pllm_sample_result *res, float *logits, int32_t n_vocab, const 
     const int32_t n = n_vocab;
     sampler_scratch s = carve(scratch, n);
 
-    /* Sanitise (NaN -> -inf, +inf -> FLT_MAX) and find the raw max and its first position. */
-    float rmax = -INFINITY;
-    int32_t rarg = 0;
-    for (int32_t i = 0; i < n; i++) {
-        float v = logits[i];
-        if (!(v <= FLT_MAX)) {
-            v = v == INFINITY ? FLT_MAX : -INFINITY;
-            logits[i] = v;
-        }
-        if (v > rmax) {
-            rmax = v;
-            rarg = i;
-        }
+    /* Sanitise (NaN -> -inf, +inf -> FLT_MAX; rare) and find the raw max. */
+    bool nonfinite;
+    float rmax = max_f(logits, n, &nonfinite);
+    if (nonfinite) {
+        for (int32_t i = 0; i < n; i++)
+            if (!(logits[i] <= FLT_MAX)) logits[i] = logits[i] == INFINITY ? FLT_MAX : -INFINITY;
+        rmax = max_f(logits, n, &nonfinite);
     }
 
     /* Raw log-softmax normaliser: lse = rmax + log(sum exp(l - rmax)). */
     double lse = -INFINITY;
-    if (rmax > -INFINITY) {
-        double sum = 0, dmax = rmax;
-        for (int32_t i = 0; i < n; i++) sum += exp((double)logits[i] - dmax);
-        lse = dmax + log(sum);
-    }
+    if (rmax > -INFINITY) lse = (double)rmax + log(sum_exp(logits, n, rmax));
 
     /* Top-N raw logprobs: sorted by logit desc, then id asc. */
     int32_t n_top = PLLM_MIN(p->logprobs, n);
@@ -403,18 +558,8 @@ void pllm_sample(pllm_sample_result *res, float *logits, int32_t n_vocab, const 
     /* 4-5. greedy or random */
     int32_t token;
     if (p->temperature == 0.0f || p->top_k == 1) {
-        if (!modified) {
-            token = rarg;
-        } else {
-            float best = -INFINITY;
-            token = -1;
-            for (int32_t i = 0; i < n; i++)
-                if (logits[i] > best) {
-                    best = logits[i];
-                    token = i;
-                }
-        }
-        if (rmax == -INFINITY) token = -1;
+        float best = modified ? max_f(logits, n, &nonfinite) : rmax;
+        token = best > -INFINITY ? find_first(logits, n, best) : -1;
     } else {
         token = sample_random(logits, n, p, (uint64_t)n_output, &s);
     }
