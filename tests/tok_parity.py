@@ -129,6 +129,108 @@ def load_corpus(data: str):
     return cases
 
 
+def make_dec_cases(ref, rng, n):
+    """Random id sequences: byte tokens (lead and continuation bytes, so characters split
+    across tokens and invalid runs), special tokens, and anything else."""
+    n_vocab = len(ref.meta["tokens"])
+    byte_ids = [ref.tokenizer.token_to_id(hf_tok_byte_char(b)) for b in range(256)]
+    byte_ids = [i for i in byte_ids if i is not None]
+    special_ids = [i for i, ty in enumerate(ref.meta.get("token_type", [])) if ty == hf_tok.CONTROL] or [0]
+    cases = []
+    for _ in range(n):
+        ids = []
+        for _ in range(rng.randint(1, 40)):
+            r = rng.random()
+            ids.append(rng.choice(byte_ids) if r < 0.5 else rng.choice(special_ids) if r < 0.6 else rng.randrange(n_vocab))
+        cases.append(ids)
+    return cases
+
+
+class Suite:
+    """One model (GGUF) against its reference: runs tok_tool once over all cases."""
+
+    def __init__(self, name):
+        self.name = name
+        self.counts = {k: [0, 0] for k in ("encode", "decode", "decode_skip", "detok", "detok_skip", "pending")}
+        self.groups = {}
+        self.failures = []
+
+    def check(self, kind, ok, detail):
+        self.counts[kind][1] += 1
+        if ok:
+            self.counts[kind][0] += 1
+        elif len(self.failures) < 15:
+            self.failures.append(f"{self.name}: {kind}: {detail}")
+
+    def check_decodes(self, ref, ids, out, label):
+        want = ref.decode(ids, skip_special=False)
+        want_skip = ref.decode(ids, skip_special=True)
+        self.check("decode", out.get("decoded") == want, f"{label}: got {out.get('decoded')!r}, want {want!r}")
+        self.check("decode_skip", out.get("decoded_skip") == want_skip,
+                   f"{label}: got {out.get('decoded_skip')!r}, want {want_skip!r}")
+        self.check("detok", out.get("detok") == want, f"{label}: got {out.get('detok')!r}, want {want!r}")
+        self.check("detok_skip", out.get("detok_skip") == want_skip,
+                   f"{label}: got {out.get('detok_skip')!r}, want {want_skip!r}")
+        self.check("pending", out.get("detok_max_pending", 99) <= 3, f"{label}: held back {out.get('detok_max_pending')}")
+
+    def run(self, tool, model, ref, enc_cases, dec_cases):
+        lines = []
+        for g, s, add, parse in enc_cases:
+            rec = {"add_special": add, "parse_special": parse}
+            if isinstance(s, bytes):
+                rec["bytes"] = list(s)
+            else:
+                rec["text"] = s
+            lines.append(json.dumps(rec))
+        lines += [json.dumps({"ids": ids}) for ids in dec_cases]
+        proc = subprocess.run([tool, model], input="\n".join(lines) + "\n", capture_output=True, text=True)
+        outs = [json.loads(x) for x in proc.stdout.splitlines()]
+        if len(outs) != len(lines):
+            self.check("encode", False, f"{tool} exited {proc.returncode}, {len(lines)} lines in, {len(outs)} out: "
+                       f"{proc.stderr[-2000:]}")
+            return
+        for (g, s, add, parse), out in zip(enc_cases, outs):
+            label = f"[{g} add={add} parse={parse}] {s[:120]!r}"
+            if "error" in out:
+                self.check("encode", False, f"{label}: tok_tool error {out['error']}")
+                continue
+            want = ref.encode_bytes(s, add, parse) if isinstance(s, bytes) else ref.encode(s, add, parse)
+            got = out["ids"]
+            ok = got == want
+            gc = self.groups.setdefault(g, [0, 0])
+            gc[0] += ok
+            gc[1] += 1
+            if ok:
+                self.check("encode", True, "")
+            else:
+                k = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), min(len(got), len(want)))
+                ctx = lambda ids: [ref.tokenizer.id_to_token(i) for i in ids[max(0, k - 3):k + 4]]  # noqa: E731
+                self.check("encode", False, f"{label}: first difference at {k}: got {ctx(got)} want {ctx(want)}")
+            self.check_decodes(ref, got, out, label)
+        for ids, out in zip(dec_cases, outs[len(enc_cases):]):
+            if "error" in out:
+                self.check("decode", False, f"ids {ids}: tok_tool error {out['error']}")
+                continue
+            self.check_decodes(ref, ids, out, f"ids {ids}")
+
+    def report(self):
+        c = self.counts
+        print(f"{self.name}: " + ", ".join(f"{ok}/{n} {k} identical" for k, (ok, n) in c.items() if k != "pending")
+              + f"; detok held back <= 3 bytes in {c['pending'][0]}/{c['pending'][1]}")
+        print(f"{self.name}: encode by group: " + ", ".join(f"{g} {ok}/{n}" for g, (ok, n) in self.groups.items()))
+        return sum(n - ok for ok, n in c.values())
+
+
+# Pre-tokenizer and BOS/EOS variants checked on the default model's vocabulary (a
+# metadata-only GGUF with the field replaced; None removes it, so the family default applies).
+VARIANTS = [
+    ("pre=gpt2", {"pre": "gpt2"}),
+    ("pre=llama-bpe (no add_bos key: BOS by default, ignore_merges)", {"pre": "llama-bpe", "add_bos_token": None}),
+    ("pre=qwen2", {"pre": "qwen2"}),
+    ("smollm add_bos+add_eos", {"add_bos_token": True, "add_eos_token": True}),
+]
+
+
 def main() -> int:
     if len(sys.argv) < 2:
         print("usage: tok_parity.py TOK_TOOL [MODEL.gguf]", file=sys.stderr)
@@ -139,110 +241,44 @@ def main() -> int:
         print(f"tok_parity: FAIL: model {model} is missing (set PLLM_HOME or run scripts/setup.sh)", file=sys.stderr)
         return 1
     data = os.environ.get("PLLM_SHARED_DATA") or os.path.join(HERE, "..", "..", "shared", "data")
+    tmp = os.environ.get("PLLM_TEST_TMP") or "/tmp"
     seed = int(os.environ.get("PLLM_TEST_SEED") or time.time_ns() % (1 << 32))
     rng = random.Random(seed)
     print(f"tok_parity: model {model}, seed {seed} (PLLM_TEST_SEED={seed} repeats this run)")
-
     t0 = time.time()
-    ref = hf_tok.load(model)
-    n_vocab = len(ref.meta["tokens"])
 
-    # (group, text or bytes, add_special, parse_special)
-    enc_cases = [(g, s, False, True) for g, s in load_corpus(data)]
+    corpus = load_corpus(data)
     hard = [("hard", s) for s in HARD_CASES] + [("hard-bytes", b) for b in HARD_BYTES]
-    hard += [("random", random_case(rng)) for _ in range(400)]
-    for g, s in hard:
-        for add, parse in ((False, True), (False, False), (True, True)):
-            enc_cases.append((g, s, add, parse))
+    opts = ((False, True), (False, False), (True, True))
 
-    # random id sequences for decode / detok: byte tokens (lead and continuation bytes,
-    # so characters split across tokens), special tokens, and anything else
-    byte_ids = [ref.tokenizer.token_to_id(hf_tok_byte_char(b)) for b in range(256)]
-    byte_ids = [i for i in byte_ids if i is not None]
-    special_ids = [i for i, ty in enumerate(ref.meta.get("token_type", [])) if ty == hf_tok.CONTROL]
-    dec_cases = []
-    for _ in range(400):
-        ids = []
-        for _ in range(rng.randint(1, 40)):
-            r = rng.random()
-            ids.append(rng.choice(byte_ids) if r < 0.5 else rng.choice(special_ids) if r < 0.6 else rng.randrange(n_vocab))
-        dec_cases.append(ids)
+    # the default model: the whole corpus, hard cases and fresh random strings
+    ref = hf_tok.load(model)
+    enc = [(g, s, False, True) for g, s in corpus]
+    enc += [(g, s, a, p) for g, s in hard + [("random", random_case(rng)) for _ in range(400)] for a, p in opts]
+    main_suite = Suite("default model")
+    main_suite.run(tool, model, ref, enc, make_dec_cases(ref, rng, 400))
+    suites = [main_suite]
 
-    lines = []
-    for g, s, add, parse in enc_cases:
-        rec = {"add_special": add, "parse_special": parse}
-        if isinstance(s, bytes):
-            rec["bytes"] = list(s)
-        else:
-            rec["text"] = s
-        lines.append(json.dumps(rec))
-    for ids in dec_cases:
-        lines.append(json.dumps({"ids": ids}))
-    t1 = time.time()
-    proc = subprocess.run([tool, model], input="\n".join(lines) + "\n", capture_output=True, text=True)
-    t2 = time.time()
-    if proc.returncode != 0 and not proc.stdout:
-        print(f"tok_parity: FAIL: {tool} exited {proc.returncode}: {proc.stderr}", file=sys.stderr)
-        return 1
-    outs = [json.loads(x) for x in proc.stdout.splitlines()]
-    if len(outs) != len(lines):
-        print(f"tok_parity: FAIL: {len(lines)} lines in, {len(outs)} out; stderr: {proc.stderr}", file=sys.stderr)
-        return 1
+    # variants: hard cases, fresh random strings and part of the corpus
+    for name, over in VARIANTS:
+        path = os.path.join(tmp, f"tok_parity_variant_{len(suites)}.gguf")
+        vmeta = hf_tok.with_overrides(ref.meta, **over)
+        hf_tok.write_tokenizer_gguf(path, vmeta)
+        vref = hf_tok.from_meta(vmeta)
+        enc = [(g, s, False, True) for g, s in rng.sample(corpus, 200)]
+        enc += [(g, s, a, p) for g, s in hard + [("random", random_case(rng)) for _ in range(100)] for a, p in opts]
+        suite = Suite(name)
+        suite.run(tool, path, vref, enc, make_dec_cases(vref, rng, 50))
+        suites.append(suite)
+        os.unlink(path)
 
-    counts = {k: [0, 0] for k in ("encode", "decode", "decode_skip", "detok", "detok_skip", "pending")}
-    group_counts = {}
-    failures = []
-
-    def check(kind, ok, detail):
-        counts[kind][1] += 1
-        if ok:
-            counts[kind][0] += 1
-        elif len(failures) < 15:
-            failures.append(f"{kind}: {detail}")
-
-    def check_decodes(ids, out, label):
-        want = ref.decode(ids, skip_special=False)
-        want_skip = ref.decode(ids, skip_special=True)
-        check("decode", out.get("decoded") == want, f"{label}: got {out.get('decoded')!r}, want {want!r}")
-        check("decode_skip", out.get("decoded_skip") == want_skip,
-              f"{label}: got {out.get('decoded_skip')!r}, want {want_skip!r}")
-        check("detok", out.get("detok") == want, f"{label}: got {out.get('detok')!r}, want {want!r}")
-        check("detok_skip", out.get("detok_skip") == want_skip,
-              f"{label}: got {out.get('detok_skip')!r}, want {want_skip!r}")
-        check("pending", out.get("detok_max_pending", 99) <= 3, f"{label}: held back {out.get('detok_max_pending')}")
-
-    for (g, s, add, parse), out in zip(enc_cases, outs):
-        label = f"[{g} add={add} parse={parse}] {s[:120]!r}"
-        if "error" in out:
-            check("encode", False, f"{label}: tok_tool error {out['error']}")
-            continue
-        want = ref.encode_bytes(s, add, parse) if isinstance(s, bytes) else ref.encode(s, add, parse)
-        ok = out["ids"] == want
-        gc = group_counts.setdefault(g, [0, 0])
-        gc[0] += ok
-        gc[1] += 1
-        if not ok:
-            got = out["ids"]
-            k = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), min(len(got), len(want)))
-            ctx = lambda ids: [ref.tokenizer.id_to_token(i) for i in ids[max(0, k - 3):k + 4]]  # noqa: E731
-            check("encode", False, f"{label}: first difference at {k}: got {ctx(got)} want {ctx(want)}")
-        else:
-            check("encode", True, "")
-        check_decodes(out["ids"], out, label)
-    for ids, out in zip(dec_cases, outs[len(enc_cases):]):
-        if "error" in out:
-            check("decode", False, f"ids {ids}: tok_tool error {out['error']}")
-            continue
-        check_decodes(ids, out, f"ids {ids}")
-    t3 = time.time()
-
-    for f in failures:
-        print("MISMATCH", f)
-    print(", ".join(f"{ok}/{n} {k} identical" for k, (ok, n) in counts.items() if k != "pending")
-          + f"; detok held back <= 3 bytes in {counts['pending'][0]}/{counts['pending'][1]}")
-    print("encode by group: " + ", ".join(f"{g} {ok}/{n}" for g, (ok, n) in group_counts.items()))
-    print(f"time: reference build+inputs {t1 - t0:.1f}s, tok_tool {t2 - t1:.1f}s, checks {t3 - t2:.1f}s")
-    bad = sum(n - ok for ok, n in counts.values())
+    bad = 0
+    for s in suites:
+        for f in s.failures:
+            print("MISMATCH", f)
+    for s in suites:
+        bad += s.report()
+    print(f"time: {time.time() - t0:.1f}s")
     if bad:
         print(f"tok_parity: FAIL ({bad} mismatches; seed {seed})")
         return 1

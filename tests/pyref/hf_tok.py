@@ -16,6 +16,11 @@ Usage (importable; the module has no side effects on import):
     ref.decode(ids, skip_special=False) -> str
     ref.tokenizer                       the underlying tokenizers.Tokenizer
     ref.meta                            the GGUF fields it used (dict)
+    meta = hf_tok.with_overrides(ref.meta, pre="qwen2", add_bos_token=None)
+    hf_tok.write_tokenizer_gguf(dst, meta); hf_tok.from_meta(meta)
+                                        a metadata-only GGUF and its reference with some
+                                        fields replaced (None removes one): for testing other
+                                        pre-tokenizers and BOS/EOS set-ups on a real vocab
 
 Supported: tokenizer.ggml.model == "gpt2" (byte-level BPE) with tokenizer.ggml.pre in
 PRE_TOKENIZERS below. The set-up, per field:
@@ -85,6 +90,51 @@ def read_gguf_tokenizer(path: str) -> dict:
     return out
 
 
+_ID_WRITERS = {
+    "bos_token_id": "add_bos_token_id",
+    "eos_token_id": "add_eos_token_id",
+    "unknown_token_id": "add_unk_token_id",
+    "padding_token_id": "add_pad_token_id",
+    "eot_token_id": "add_eot_token_id",
+    "add_bos_token": "add_add_bos_token",
+    "add_eos_token": "add_add_eos_token",
+    "add_space_prefix": "add_add_space_prefix",
+}
+
+
+def with_overrides(meta: dict, **overrides) -> dict:
+    """A copy of meta with fields replaced by their short name (pre="gpt2"); None removes one."""
+    out = dict(meta)
+    for k, v in overrides.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
+def write_tokenizer_gguf(dst: str, meta: dict) -> None:
+    """Write dst: a GGUF holding only the tokenizer.ggml.* fields in meta (as returned by
+    read_gguf_tokenizer / with_overrides), no tensors."""
+    import gguf
+
+    w = gguf.GGUFWriter(dst, arch="llama")
+    w.add_tokenizer_model(meta["model"])
+    if "pre" in meta:
+        w.add_tokenizer_pre(meta["pre"])
+    w.add_token_list(meta["tokens"])
+    if "token_type" in meta:
+        w.add_token_types(meta["token_type"])
+    if "merges" in meta:
+        w.add_token_merges(meta["merges"])
+    for k, fn in _ID_WRITERS.items():
+        if k in meta:
+            getattr(w, fn)(meta[k])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+
+
 def _pre_tokenizer(name: str):
     from tokenizers import Regex, pre_tokenizers as pt
 
@@ -127,12 +177,16 @@ class Reference:
 
 def load(path: str | None = None) -> Reference:
     """Build the reference tokenizer for the GGUF at path (default: default_model_path())."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
-
     path = os.path.expanduser(path or default_model_path())
     if not os.path.exists(path):
         raise FileNotFoundError(f"hf_tok: {path} does not exist (run scripts/setup.sh to fetch the default model)")
-    meta = read_gguf_tokenizer(path)
+    return from_meta(read_gguf_tokenizer(path))
+
+
+def from_meta(meta: dict) -> Reference:
+    """Build the reference tokenizer from tokenizer.ggml.* fields (read_gguf_tokenizer's dict)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+
     if meta.get("model") != "gpt2":
         raise ValueError(f"hf_tok: tokenizer.ggml.model = {meta.get('model')!r}: only 'gpt2' has a reference")
     tokens = meta["tokens"]

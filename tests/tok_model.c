@@ -1,0 +1,221 @@
+/*
+ * tok_model: tokenizer checks on the default model's GGUF ($PLLM_HOME/models/
+ * SmolLM2-135M-Instruct.Q4_1.gguf; the test fails, naming the path, when it is missing).
+ *
+ * Covers what the HF parity test cannot see: the metadata-derived ids (BOS/EOS, stop ids,
+ * special flags, find), that encode/decode are safe to run concurrently on one tokenizer,
+ * and that long inputs (one 200k-byte piece, long whitespace runs, 1 MB of mixed text) take
+ * time linear in their length (no quadratic blow-up in BPE or the regexes).
+ */
+#include "engine/gguf.h"
+#include "tests/testutil.h"
+#include "tokenizer/tokenizer.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <string.h>
+
+static pllm_tokenizer *g_tok; /* test fixture, read-only after main() builds it */
+
+static void check_ids(void)
+{
+    pllm_tokenizer *t = g_tok;
+    CHECK(pllm_tokenizer_n_vocab(t) == 49152);
+    CHECK(pllm_tokenizer_bos(t) == 1);
+    CHECK(pllm_tokenizer_eos(t) == 2);
+    CHECK(pllm_tokenizer_find(t, "<|im_start|>") == 1);
+    CHECK(pllm_tokenizer_find(t, "<|im_end|>") == 2);
+    CHECK(pllm_tokenizer_find(t, "<|endoftext|>") == 0);
+    CHECK(pllm_tokenizer_find(t, "Hello") == 19556);
+    CHECK(pllm_tokenizer_find(t, "<|eot_id|>") == -1);
+    int32_t n = 0;
+    const int32_t *stop = pllm_tokenizer_stop_ids(t, &n);
+    bool has0 = false, has2 = false;
+    for (int32_t i = 0; i < n; i++) has0 |= stop[i] == 0, has2 |= stop[i] == 2;
+    CHECK(n == 2 && has0 && has2);
+    for (int32_t id = 0; id < 17; id++) CHECK(pllm_tokenizer_is_special(t, id));
+    CHECK(!pllm_tokenizer_is_special(t, 17) && !pllm_tokenizer_is_special(t, 19556));
+    size_t len;
+    const char *b = pllm_tokenizer_token_bytes(t, pllm_tokenizer_find(t, "Ġworld"), &len);
+    CHECK(b && len == 6 && memcmp(b, " world", 6) == 0);
+    CHECK(strstr(pllm_tokenizer_describe(t), "smollm") != NULL);
+    fprintf(stderr, "describe: %s\n", pllm_tokenizer_describe(t));
+
+    pllm_tokens toks = {0};
+    const char *chat = "<|im_start|>user\nhi<|im_end|>";
+    CHECK_OK(pllm_tokenizer_encode(t, chat, strlen(chat), &(pllm_encode_opts){.parse_special = true}, &toks));
+    int32_t want[] = {1, 4093, 198, 6004, 2};
+    CHECK(toks.n == 5 && memcmp(toks.ids, want, sizeof want) == 0);
+    pllm_buf out = {0};
+    CHECK_OK(pllm_tokenizer_decode(t, toks.ids, toks.n, false, &out));
+    CHECK(out.n == strlen(chat) && memcmp(out.s, chat, out.n) == 0);
+    out.n = 0;
+    CHECK_OK(pllm_tokenizer_decode(t, toks.ids, toks.n, true, &out));
+    CHECK(out.n == 7 && memcmp(out.s, "user\nhi", 7) == 0);
+    pllm_buf_free(&out);
+    pllm_tokens_free(&toks);
+}
+
+/* ---- concurrency ---- */
+
+typedef struct corpus {
+    char **text;
+    size_t *len;
+    size_t n;
+} corpus;
+
+typedef struct job {
+    const corpus *c;
+    pllm_tokens *want; /* [c->n] single-threaded results */
+    int mismatches;
+    int errors;
+} job;
+
+static void *worker(void *arg)
+{
+    job *j = arg;
+    pllm_tokens toks = {0};
+    pllm_buf out = {0};
+    for (int rep = 0; rep < 3; rep++) {
+        for (size_t i = 0; i < j->c->n; i++) {
+            toks.n = 0;
+            out.n = 0;
+            if (pllm_tokenizer_encode(g_tok, j->c->text[i], j->c->len[i], NULL, &toks) != PLLM_OK ||
+                pllm_tokenizer_decode(g_tok, toks.ids, toks.n, false, &out) != PLLM_OK) {
+                j->errors++;
+                continue;
+            }
+            if (toks.n != j->want[i].n || memcmp(toks.ids, j->want[i].ids, toks.n * sizeof *toks.ids) != 0 ||
+                out.n != j->c->len[i] || memcmp(out.s, j->c->text[i], out.n) != 0)
+                j->mismatches++;
+        }
+    }
+    pllm_tokens_free(&toks);
+    pllm_buf_free(&out);
+    return NULL;
+}
+
+static void check_threads(const char *data)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/sharegpt/ShareGPT_V3_filtered_1000.json", data);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) {
+        fprintf(stderr, "cannot read %s: %s\n", path, err.text);
+        CHECK(root != NULL);
+        return;
+    }
+    corpus c = {0};
+    size_t cap = json_array_size(root);
+    c.text = calloc(cap, sizeof *c.text);
+    c.len = calloc(cap, sizeof *c.len);
+    for (size_t i = 0; i < cap; i++) {
+        json_t *v = json_object_get(json_array_get(json_object_get(json_array_get(root, i), "conversations"), 0), "value");
+        if (!json_is_string(v)) continue;
+        c.text[c.n] = (char *)json_string_value(v);
+        c.len[c.n++] = json_string_length(v);
+    }
+    pllm_tokens *want = calloc(c.n, sizeof *want);
+    for (size_t i = 0; i < c.n; i++) CHECK_OK(pllm_tokenizer_encode(g_tok, c.text[i], c.len[i], NULL, &want[i]));
+    enum { N_THREADS = 4 };
+    pthread_t th[N_THREADS];
+    job jobs[N_THREADS];
+    for (int k = 0; k < N_THREADS; k++) {
+        jobs[k] = (job){.c = &c, .want = want};
+        CHECK(pthread_create(&th[k], NULL, worker, &jobs[k]) == 0);
+    }
+    int mism = 0, errs = 0;
+    for (int k = 0; k < N_THREADS; k++) {
+        pthread_join(th[k], NULL);
+        mism += jobs[k].mismatches;
+        errs += jobs[k].errors;
+    }
+    fprintf(stderr, "threads: %d threads x 3 x %zu prompts: %d mismatches, %d errors\n", N_THREADS, c.n, mism, errs);
+    CHECK(mism == 0 && errs == 0 && c.n == 1000);
+    for (size_t i = 0; i < c.n; i++) pllm_tokens_free(&want[i]);
+    free(want);
+    free(c.text);
+    free(c.len);
+    json_decref(root);
+}
+
+/* ---- long inputs ---- */
+
+static double time_encode(const char *what, const char *s, size_t n, size_t *n_tokens)
+{
+    pllm_tokens toks = {0};
+    double t0 = pllm_now();
+    CHECK_OK(pllm_tokenizer_encode(g_tok, s, n, NULL, &toks));
+    double dt = pllm_now() - t0;
+    /* decoding gives the text back (all of these inputs are valid UTF-8) */
+    pllm_buf out = {0};
+    CHECK_OK(pllm_tokenizer_decode(g_tok, toks.ids, toks.n, false, &out));
+    CHECK(out.n == n && memcmp(out.s, s, n) == 0);
+    fprintf(stderr, "long input %-34s %8zu bytes -> %7zu tokens in %7.2f ms\n", what, n, toks.n, dt * 1e3);
+    if (n_tokens) *n_tokens = toks.n;
+    pllm_buf_free(&out);
+    pllm_tokens_free(&toks);
+    return dt;
+}
+
+static void check_long(void)
+{
+    const size_t n = 200000;
+    char *s = malloc(1 << 20);
+    uint64_t rng = 12345;
+    struct {
+        const char *what;
+        char fill;
+    } runs[] = {{"one letter piece ('a' x n)", 'a'}, {"spaces", ' '}, {"newlines", '\n'}, {"tabs", '\t'},
+                {"digits", '7'},  {"punctuation ('-' x n)", '-'}};
+    for (size_t k = 0; k < PLLM_ARRAY_LEN(runs); k++) {
+        memset(s, runs[k].fill, n);
+        double dt = time_encode(runs[k].what, s, n, NULL);
+        CHECK(dt < 2.0);
+    }
+    /* whitespace runs then a letter (the regex backtracks one character at the end) */
+    memset(s, ' ', n);
+    s[n - 1] = 'x';
+    CHECK(time_encode("spaces then a letter", s, n, NULL) < 2.0);
+    /* 1 MB of words, numbers, punctuation, CJK and emoji */
+    static const char *parts[] = {"the ", "quick ", "Brown ", "fox's ", "12345 ", "\n", "  ", "中文", "😀", "{}();",
+                                  "\t", "https://x.org/a?b=c ", "don't ", "α β γ "};
+    size_t m = 0;
+    while (m < (1 << 20) - 64) {
+        const char *p = parts[pllm_test_rand(&rng) % PLLM_ARRAY_LEN(parts)];
+        size_t pl = strlen(p);
+        memcpy(s + m, p, pl);
+        m += pl;
+    }
+    double t2 = time_encode("mixed text, 1 MiB", s, m, NULL);
+    CHECK(t2 < 2.0);
+    free(s);
+}
+
+int main(void)
+{
+    const char *home = pllm_test_env("PLLM_HOME", NULL);
+    char path[4096];
+    if (home)
+        snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
+    else
+        snprintf(path, sizeof path, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf", pllm_test_env("HOME", "."));
+    pllm_gguf *g = NULL;
+    if (pllm_gguf_open(&g, path) != PLLM_OK) {
+        fprintf(stderr, "tok_model: FAIL: cannot open the default model (%s); run scripts/setup.sh or set PLLM_HOME\n",
+                pllm_errmsg());
+        return 1;
+    }
+    pllm_status st = pllm_tokenizer_from_gguf(&g_tok, g);
+    pllm_gguf_close(g);
+    if (st != PLLM_OK) {
+        fprintf(stderr, "tok_model: FAIL: %s\n", pllm_errmsg());
+        return 1;
+    }
+    check_ids();
+    check_threads(pllm_test_env("PLLM_SHARED_DATA", "/work/shared/data"));
+    check_long();
+    pllm_tokenizer_free(g_tok);
+    return pllm_test_finish("tok_model");
+}
