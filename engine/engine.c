@@ -152,6 +152,13 @@ static pllm_status choose_n_blocks(pllm_engine *e, int32_t *n_blocks)
 pllm_status pllm_engine_create(pllm_engine **out, const pllm_model *model, pllm_backend *backend,
                                const pllm_tokenizer *tok, const pllm_engine_params *params)
 {
+    return pllm_engine_create_hooked(out, model, backend, tok, params, NULL);
+}
+
+pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model, pllm_backend *backend,
+                                      const pllm_tokenizer *tok, const pllm_engine_params *params,
+                                      const pllm_engine_hooks *hooks)
+{
     *out = NULL;
     if (!model) return pllm_errorf(PLLM_ERR_INVALID, "engine: no model");
     if (!backend || !backend->iface) return pllm_errorf(PLLM_ERR_INVALID, "engine: no backend");
@@ -194,6 +201,8 @@ pllm_status pllm_engine_create(pllm_engine **out, const pllm_model *model, pllm_
         .block_size = p.block_size,
         .enable_cache = !p.no_prefix_cache,
         .extra = model->identity,
+        .hash = hooks ? hooks->block_hash : NULL,
+        .hash_arg = hooks ? hooks->block_hash_arg : NULL,
     };
     if ((st = pllm_kv_manager_init(&e->kv, &pp)) != PLLM_OK) goto fail;
     pllm_sched_params sp = {

@@ -1,6 +1,7 @@
 /*
  * engine_internal.h: accessors into a running engine for tests and benchmarks (not for cmd/):
- * the last step's plan, the KV manager (and through it the block pool), the context limit.
+ * the last step's plan, the KV manager (and through it the block pool), the context limit, and
+ * a create() with hooks (a degenerate block hash to force prefix-cache key collisions).
  * Pointers are borrowed from the engine and valid until its next step.
  */
 #pragma once
@@ -14,3 +15,12 @@ const pllm_sched_out *pllm_engine_last_plan(const pllm_engine *e);
 pllm_kv_manager *pllm_engine_kv(pllm_engine *e);
 /* min(max_model_len, KV capacity in tokens): a request stops ("length") when it gets there. */
 int32_t pllm_engine_ctx_limit(const pllm_engine *e);
+
+typedef struct pllm_engine_hooks {
+    pllm_block_hash_fn block_hash; /* NULL: XXH3 */
+    void *block_hash_arg;
+} pllm_engine_hooks;
+
+pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model, pllm_backend *backend,
+                                      const pllm_tokenizer *tok, const pllm_engine_params *params,
+                                      const pllm_engine_hooks *hooks);

@@ -179,3 +179,10 @@ int32_t pllm_kv_cached_prefix(const pllm_kv_manager *kv, const pllm_kv_table *t)
     while (n < t->n && pllm_block_pool_is_indexed(kv->pool, t->ids[n])) n++;
     return n;
 }
+
+int32_t pllm_kv_shared_prefix(const pllm_kv_manager *kv, const pllm_kv_table *t)
+{
+    int32_t n = 0;
+    while (n < t->n && pllm_block_pool_ref_count(kv->pool, t->ids[n]) >= 2) n++;
+    return n;
+}

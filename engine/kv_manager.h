@@ -80,3 +80,6 @@ pllm_status pllm_kv_commit(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain
 void pllm_kv_free(pllm_kv_manager *kv, pllm_kv_table *t);
 /* Leading blocks of t that are in the index (they survive a free until evicted). */
 int32_t pllm_kv_cached_prefix(const pllm_kv_manager *kv, const pllm_kv_table *t);
+/* Leading blocks of t that another table also holds (reference count >= 2): they stay in
+ * memory when t is freed. */
+int32_t pllm_kv_shared_prefix(const pllm_kv_manager *kv, const pllm_kv_table *t);

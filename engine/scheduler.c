@@ -185,10 +185,13 @@ static pllm_status out_push_victim(pllm_sched_out *o, const pllm_req *r)
 
 /* ---- preemption ---- */
 
-/* Computed tokens a request would have to compute again after losing its blocks. */
+/* Computed tokens a request would have to compute again after losing its blocks: all but
+ * those in leading blocks another running request also holds (they stay resident and
+ * findable). Its private blocks count as lost even when indexed: under the memory pressure
+ * that causes the preemption they are the next ones evicted. */
 static int32_t rebuild_cost(const pllm_sched *s, const pllm_req *r)
 {
-    int32_t covered = pllm_kv_cached_prefix(s->kv, &r->table) * s->bs;
+    int32_t covered = pllm_kv_shared_prefix(s->kv, &r->table) * s->bs;
     return r->n_computed > covered ? r->n_computed - covered : 0;
 }
 

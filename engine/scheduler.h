@@ -10,8 +10,10 @@
  *   1. Running requests, oldest arrival first: n_new = min(remaining, budget). If the KV pool
  *      cannot hold n_computed + n_new tokens, preempt by recompute until it can. Victim: among
  *      the running requests not yet scheduled in this step (the current one and every one that
- *      arrived after it), the one cheapest to rebuild, i.e. with the fewest computed tokens not
- *      covered by its indexed (cached) prefix blocks; ties go to the latest arrival. The
+ *      arrived after it), the one cheapest to rebuild: the fewest computed tokens not covered
+ *      by leading blocks that another request also holds (those stay resident and cached; its
+ *      private blocks, even indexed ones, are counted as lost since they are the next to be
+ *      evicted under this pressure); ties go to the latest arrival. The
  *      victim's blocks are released (indexed ones stay cached), it goes back to the waiting
  *      queue at its arrival position with n_computed = 0, and it is counted. If the victim is
  *      the current request, it is simply not scheduled.

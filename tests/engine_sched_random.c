@@ -1,0 +1,428 @@
+/*
+ * engine_sched_random: thousands of seeded random workloads through the whole engine loop
+ * (scheduler, KV manager, block pool, plan building) on the self-checking fake backend.
+ *
+ * Workloads: random prompt lengths, prompts sharing prefixes (and identical prompts), block
+ * sizes 1..16, tiny KV budgets that force preemption (and prompts that can never fit, which
+ * add() must refuse), random max_batched_tokens / max_seqs / max_bypass / max_model_len,
+ * n > 1, min_tokens, stop ids, logprobs, requests arriving between steps. Each workload runs
+ * twice, with prefix caching on and off and different budgets.
+ *
+ * Every third workload runs with a block hash that collides constantly (one bit of the
+ * block's first token), so prefix-cache hits rely on the stored tokens and parent.
+ *
+ * Checked: every completion finishes exactly once with exactly the tokens, finish reason and
+ * logprobs of an independent simulation of the fake model run alone; the fake backend's own
+ * per-step checks (KV slots, block tables, budget, sequence cap) pass; the plan never exceeds
+ * the token budget or sequence cap; no waiting request is overtaken more than max_bypass
+ * times (tracked independently from the plans); preemptions seen in plans equal the stats;
+ * the block pool passes its invariant check after every step, never drops an orphan, and is
+ * whole (every block free) at the end.
+ */
+#include "engine/engine.h"
+#include "engine/engine_internal.h"
+#include "tests/engine_fake_backend.h"
+#include "tests/testutil.h"
+
+#include <math.h>
+#include <string.h>
+
+#define VOCAB 64
+#define MAX_REQ 12
+#define MAX_N 3
+#define MAX_OUT 32
+#define MAX_PROMPT 96
+
+typedef struct wreq {
+    int32_t prompt[MAX_PROMPT];
+    int32_t n_prompt;
+    pllm_request_params params;
+    int32_t add_at_step;
+} wreq;
+
+typedef struct workload {
+    int32_t n_req;
+    wreq reqs[MAX_REQ];
+    int32_t block_size;
+    int32_t n_blocks;
+    int32_t max_model_len;
+} workload;
+
+typedef struct result {
+    int32_t n_emitted;
+    int32_t tokens[MAX_OUT];
+    int32_t n_tokens;
+    pllm_finish_reason finish;
+    float logprobs[MAX_OUT];
+    int32_t top_ids[MAX_OUT * 3];
+    float top_lps[MAX_OUT * 3];
+    bool have_logprobs;
+    int32_t top_n;
+    int32_t prompt_tokens, cached_tokens;
+    bool times_ok;
+} result;
+
+typedef struct run_state {
+    const workload *w;
+    int32_t req_of_id[MAX_REQ];   /* workload request index by engine req_id */
+    result res[MAX_REQ][MAX_N];
+    /* independent bypass model */
+    bool waiting[MAX_REQ][MAX_N];
+    int32_t overtaken[MAX_REQ][MAX_N];
+    int64_t sum_prompt, sum_cached;
+} run_state;
+
+typedef struct totals {
+    int64_t workloads, runs, completions, steps, preemptions, refused, cached_tokens, forks, max_overtaken;
+    int64_t finish_stop, finish_length;
+} totals;
+
+static void on_done(const pllm_completion *c, void *arg)
+{
+    run_state *rs = arg;
+    CHECK(c->req_id < MAX_REQ && c->index >= 0 && c->index < MAX_N);
+    if (c->req_id >= MAX_REQ || c->index < 0 || c->index >= MAX_N) return;
+    int32_t wi = rs->req_of_id[c->req_id];
+    CHECK(c->user == &rs->w->reqs[wi]);
+    result *r = &rs->res[wi][c->index];
+    r->n_emitted++;
+    CHECK(c->n_tokens >= 1 && c->n_tokens <= MAX_OUT);
+    r->n_tokens = PLLM_MIN(c->n_tokens, MAX_OUT);
+    memcpy(r->tokens, c->token_ids, (size_t)r->n_tokens * sizeof *r->tokens);
+    r->finish = c->finish;
+    r->have_logprobs = c->logprobs != NULL;
+    r->top_n = c->top_n;
+    if (c->logprobs) {
+        CHECK(c->top_n >= 1 && c->top_n <= 3);
+        memcpy(r->logprobs, c->logprobs, (size_t)r->n_tokens * sizeof(float));
+        memcpy(r->top_ids, c->top_ids, (size_t)r->n_tokens * (size_t)c->top_n * sizeof(int32_t));
+        memcpy(r->top_lps, c->top_logprobs, (size_t)r->n_tokens * (size_t)c->top_n * sizeof(float));
+    }
+    r->prompt_tokens = c->prompt_tokens;
+    r->cached_tokens = c->cached_tokens;
+    r->times_ok = c->t_arrival > 0 && c->t_arrival <= c->t_first_token && c->t_first_token <= c->t_finish;
+    CHECK(c->text != NULL && c->text_len == 0); /* no tokenizer: no text */
+    CHECK(c->error == NULL && c->finish != PLLM_FINISH_ERROR);
+    rs->sum_prompt += c->prompt_tokens;
+    rs->sum_cached += c->cached_tokens;
+}
+
+/* The fake model run alone: the reference every completion is compared with. */
+static void simulate(const wreq *q, int32_t index, int32_t ctx_limit, result *out)
+{
+    int32_t ctx[MAX_PROMPT + MAX_OUT];
+    memcpy(ctx, q->prompt, (size_t)q->n_prompt * sizeof *ctx);
+    int32_t n = q->n_prompt;
+    const pllm_request_params *p = &q->params;
+    memset(out, 0, sizeof *out);
+    out->finish = PLLM_FINISH_LENGTH;
+    for (;;) {
+        int32_t n_out = n - q->n_prompt;
+        bool ban = n_out < p->min_tokens;
+        float lp;
+        int32_t t = fake_next_token(ctx, n, p->sampling.seed + (uint64_t)index, ban ? p->stop_ids : NULL,
+                                    ban ? p->n_stop_ids : 0, VOCAB, &lp);
+        ctx[n++] = t;
+        out->tokens[n_out] = t;
+        out->logprobs[n_out] = lp;
+        if (p->sampling.logprobs > 0)
+            fake_top(t, lp, p->sampling.logprobs, VOCAB, out->top_ids + n_out * p->sampling.logprobs,
+                     out->top_lps + n_out * p->sampling.logprobs);
+        out->n_tokens = ++n_out;
+        bool stop_id = false;
+        for (int32_t i = 0; i < p->n_stop_ids; i++) stop_id |= p->stop_ids[i] == t;
+        if (n_out >= p->min_tokens && stop_id) {
+            out->finish = PLLM_FINISH_STOP;
+            return;
+        }
+        if (n_out >= p->max_tokens || n >= ctx_limit) return;
+    }
+}
+
+static uint64_t rnd(uint64_t *s, uint64_t n) { return pllm_test_rand(s) % n; }
+
+static void make_workload(workload *w, uint64_t seed)
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    memset(w, 0, sizeof *w);
+    static const int32_t sizes[] = {1, 2, 3, 4, 8, 16};
+    w->block_size = sizes[rnd(&s, 6)];
+    w->n_req = 1 + (int32_t)rnd(&s, MAX_REQ);
+    int32_t bases[3][48];
+    for (int32_t b = 0; b < 3; b++)
+        for (int32_t i = 0; i < 48; i++) bases[b][i] = (int32_t)rnd(&s, VOCAB);
+    int32_t max_need = 0, max_prompt = 0;
+    for (int32_t r = 0; r < w->n_req; r++) {
+        wreq *q = &w->reqs[r];
+        if (r > 0 && rnd(&s, 6) == 0) {
+            *q = w->reqs[rnd(&s, (uint64_t)r)]; /* an identical prompt */
+        } else {
+            int32_t n = 0;
+            if (rnd(&s, 3) != 0) {
+                int32_t b = (int32_t)rnd(&s, 3), cut = (int32_t)rnd(&s, 49);
+                memcpy(q->prompt, bases[b], (size_t)cut * sizeof(int32_t));
+                n = cut;
+            }
+            int32_t extra = (int32_t)rnd(&s, 17);
+            for (int32_t i = 0; i < extra; i++) q->prompt[n++] = (int32_t)rnd(&s, VOCAB);
+            if (n == 0) q->prompt[n++] = (int32_t)rnd(&s, VOCAB);
+            q->n_prompt = n;
+        }
+        pllm_request_params *p = &q->params;
+        pllm_request_params_defaults(p);
+        p->max_tokens = 1 + (int32_t)rnd(&s, 24);
+        p->min_tokens = (int32_t)rnd(&s, (uint64_t)PLLM_MIN(4, p->max_tokens + 1));
+        p->n_stop_ids = (int32_t)rnd(&s, 3);
+        for (int32_t i = 0; i < p->n_stop_ids; i++) p->stop_ids[i] = (int32_t)rnd(&s, VOCAB);
+        p->ignore_eos = rnd(&s, 2);
+        p->n = rnd(&s, 10) < 7 ? 1 : 2 + (int32_t)rnd(&s, MAX_N - 1);
+        p->has_seed = true;
+        p->sampling.seed = pllm_test_rand(&s);
+        p->sampling.logprobs = rnd(&s, 10) < 7 ? 0 : 1 + (int32_t)rnd(&s, 3);
+        q->add_at_step = rnd(&s, 2) ? 0 : (int32_t)rnd(&s, 12);
+        max_need = PLLM_MAX(max_need, q->n_prompt + p->max_tokens);
+        max_prompt = PLLM_MAX(max_prompt, q->n_prompt);
+    }
+    /* KV: usually tight (preemption), sometimes too small for the longest prompt (refusal) */
+    int32_t bs = w->block_size;
+    int32_t lo = (max_prompt + 1 + bs - 1) / bs, hi = (max_need + bs - 1) / bs * 3;
+    if (rnd(&s, 10) == 0) lo = PLLM_MAX(1, lo / 2);
+    w->n_blocks = lo + (int32_t)rnd(&s, (uint64_t)(hi - lo + 1));
+    w->max_model_len = rnd(&s, 4) == 0 ? 8 + (int32_t)rnd(&s, 60) : 0;
+}
+
+/* Collides constantly: only the stored tokens and parent tell blocks apart. */
+static uint64_t weak_hash(uint64_t parent, const int32_t *t, int32_t n, uint64_t extra, void *arg)
+{
+    (void)parent, (void)extra, (void)arg;
+    return n > 0 ? (uint64_t)(t[0] & 1) : 0;
+}
+
+typedef struct variant {
+    bool prefix_cache;
+    bool weak_hash;
+    int32_t max_batched_tokens, max_seqs, max_bypass;
+} variant;
+
+static void run_variant(const workload *w, const variant *v, uint64_t seed, totals *tot)
+{
+    pllm_model model = {0};
+    model.cfg.n_vocab = VOCAB;
+    model.cfg.n_ctx_train = 1000;
+    model.identity = 0xabcdef;
+    fake_backend_params fp = {.n_vocab = VOCAB, .max_batched_tokens = v->max_batched_tokens, .max_seqs = v->max_seqs};
+    pllm_backend be = {0};
+    CHECK_OK(fake_backend_create(&be, &fp));
+    pllm_engine_params ep;
+    pllm_engine_params_defaults(&ep);
+    ep.block_size = w->block_size;
+    ep.n_blocks = w->n_blocks;
+    ep.max_batched_tokens = v->max_batched_tokens;
+    ep.max_seqs = v->max_seqs;
+    ep.max_bypass = v->max_bypass;
+    ep.max_model_len = w->max_model_len;
+    ep.no_prefix_cache = !v->prefix_cache;
+    pllm_engine *e = NULL;
+    pllm_engine_hooks hooks = {.block_hash = v->weak_hash ? weak_hash : NULL};
+    CHECK_OK(pllm_engine_create_hooked(&e, &model, &be, NULL, &ep, &hooks));
+    if (!e) {
+        pllm_backend_free(&be);
+        return;
+    }
+    int32_t ctx_limit = pllm_engine_ctx_limit(e);
+    CHECK(ctx_limit == PLLM_MIN(w->max_model_len ? w->max_model_len : 1000, w->n_blocks * w->block_size));
+    const pllm_block_pool *pool = pllm_kv_pool(pllm_engine_kv(e));
+
+    run_state *rs = pllm_calloc(1, sizeof *rs);
+    rs->w = w;
+    uint64_t arrival_rank[MAX_REQ] = {0}; /* add order */
+    bool added[MAX_REQ] = {0}, accepted[MAX_REQ] = {0};
+    int32_t n_added = 0, n_accepted = 0;
+    int64_t plan_preemptions = 0;
+    for (int32_t step = 0;; step++) {
+        /* arrivals before this step (all pending ones when the engine is idle) */
+        bool idle = !pllm_engine_has_work(e);
+        for (int32_t r = 0; r < w->n_req; r++) {
+            const wreq *q = &w->reqs[r];
+            if (added[r] || (q->add_at_step > step && !idle)) continue;
+            uint64_t id = 0;
+            pllm_status st = pllm_engine_add(e, q->prompt, q->n_prompt, &q->params, (void *)q, &id);
+            added[r] = true;
+            arrival_rank[r] = (uint64_t)++n_added;
+            if (q->n_prompt + 1 > ctx_limit) {
+                CHECK(st == PLLM_ERR_RANGE);
+                tot->refused++;
+                continue;
+            }
+            CHECK_OK(st);
+            if (st != PLLM_OK) continue;
+            CHECK(id == (uint64_t)n_accepted);
+            rs->req_of_id[id] = r;
+            accepted[r] = true;
+            n_accepted++;
+            for (int32_t i = 0; i < q->params.n; i++) rs->waiting[r][i] = true;
+        }
+        if (!pllm_engine_has_work(e)) {
+            if (n_added == w->n_req) break;
+            continue;
+        }
+        pllm_status st = pllm_engine_step(e, on_done, rs);
+        CHECK_OK(st);
+        if (st != PLLM_OK) break;
+        if (step > 100000) {
+            CHECK(!"engine does not finish");
+            break;
+        }
+        /* the plan */
+        const pllm_sched_out *o = pllm_engine_last_plan(e);
+        CHECK(o->n_entries >= 1 && o->n_entries <= v->max_seqs);
+        CHECK(o->n_tokens >= 1 && o->n_tokens <= v->max_batched_tokens);
+        int32_t sum = 0;
+        for (int32_t i = 0; i < o->n_entries; i++) sum += o->entries[i].n_new;
+        CHECK(sum == o->n_tokens);
+        plan_preemptions += o->n_preempted;
+        for (int32_t i = 0; i < o->n_preempted; i++) {
+            int32_t r = rs->req_of_id[o->preempted[i].req_id], k = o->preempted[i].index;
+            CHECK(!rs->waiting[r][k]);
+            rs->waiting[r][k] = true;
+            rs->overtaken[r][k] = 0;
+        }
+        /* admissions and overtaking (independent of the scheduler's own counter) */
+        for (int32_t i = 0; i < o->n_entries; i++) {
+            const pllm_sched_entry *en = &o->entries[i];
+            int32_t r = rs->req_of_id[en->req_id], k = en->index;
+            CHECK(rs->waiting[r][k] == en->admitted);
+            if (en->admitted && !v->prefix_cache && en->n_hit > 0) tot->forks++;
+        }
+        for (int32_t r = 0; r < w->n_req; r++) {
+            if (!accepted[r]) continue;
+            for (int32_t k = 0; k < w->reqs[r].params.n; k++) {
+                if (!rs->waiting[r][k]) continue;
+                bool admitted_now = false;
+                int32_t over = 0;
+                for (int32_t i = 0; i < o->n_entries; i++) {
+                    const pllm_sched_entry *en = &o->entries[i];
+                    if (!en->admitted) continue;
+                    int32_t r2 = rs->req_of_id[en->req_id], k2 = en->index;
+                    if (r2 == r && k2 == k) admitted_now = true;
+                    else if (arrival_rank[r2] > arrival_rank[r] || (r2 == r && k2 > k)) over++;
+                }
+                if (admitted_now) continue;
+                rs->overtaken[r][k] += over;
+                CHECK(rs->overtaken[r][k] <= v->max_bypass);
+                tot->max_overtaken = PLLM_MAX(tot->max_overtaken, rs->overtaken[r][k]);
+            }
+        }
+        for (int32_t i = 0; i < o->n_entries; i++) {
+            const pllm_sched_entry *en = &o->entries[i];
+            rs->waiting[rs->req_of_id[en->req_id]][en->index] = false;
+        }
+        CHECK_OK(pllm_block_pool_check(pool, true));
+        tot->steps++;
+        if (pllm_test_failures) break;
+    }
+
+    /* results against the reference */
+    pllm_engine_stats es;
+    pllm_engine_get_stats(e, &es);
+    CHECK(es.preemptions == plan_preemptions);
+    tot->preemptions += es.preemptions;
+    int64_t n_completions = 0;
+    for (int32_t r = 0; r < w->n_req; r++) {
+        if (!accepted[r]) continue;
+        const wreq *q = &w->reqs[r];
+        for (int32_t k = 0; k < q->params.n; k++) {
+            result want;
+            simulate(q, k, ctx_limit, &want);
+            const result *got = &rs->res[r][k];
+            n_completions++;
+            CHECK(got->n_emitted == 1);
+            bool same = got->n_tokens == want.n_tokens && got->finish == want.finish &&
+                        !memcmp(got->tokens, want.tokens, (size_t)want.n_tokens * sizeof(int32_t));
+            CHECK(same);
+            if (!same) {
+                fprintf(stderr, "  workload %llu req %d.%d: got %d tokens (%s), want %d (%s)\n", (unsigned long long)seed, r,
+                        k, got->n_tokens, pllm_finish_reason_str(got->finish), want.n_tokens,
+                        pllm_finish_reason_str(want.finish));
+            }
+            int32_t lp = q->params.sampling.logprobs;
+            CHECK(got->have_logprobs == (lp > 0));
+            if (lp > 0 && same) {
+                CHECK(got->top_n == lp);
+                CHECK(!memcmp(got->logprobs, want.logprobs, (size_t)want.n_tokens * sizeof(float)));
+                CHECK(!memcmp(got->top_ids, want.top_ids, (size_t)(want.n_tokens * lp) * sizeof(int32_t)));
+                CHECK(!memcmp(got->top_lps, want.top_lps, (size_t)(want.n_tokens * lp) * sizeof(float)));
+            }
+            CHECK(got->prompt_tokens == q->n_prompt);
+            CHECK(got->cached_tokens >= 0 && got->cached_tokens < q->n_prompt);
+            CHECK(got->times_ok);
+            if (got->finish == PLLM_FINISH_STOP) tot->finish_stop++;
+            else tot->finish_length++;
+        }
+    }
+    tot->completions += n_completions;
+    tot->cached_tokens += rs->sum_cached;
+    CHECK(es.requests_finished == n_completions && es.requests_failed == 0);
+    CHECK(es.prompt_tokens == rs->sum_prompt && es.prompt_tokens_cached == rs->sum_cached);
+    /* without preemption every prompt token is either cached at admission or computed once */
+    if (es.preemptions == 0) CHECK(es.prompt_tokens_computed + es.prompt_tokens_cached == es.prompt_tokens);
+    if (!v->prefix_cache) CHECK(rs->sum_cached == 0 || tot->forks > 0);
+    CHECK(es.peak_blocks_used <= w->n_blocks && es.n_blocks == w->n_blocks && es.block_size == w->block_size);
+    /* the pool is whole */
+    CHECK(!pllm_engine_has_work(e));
+    CHECK(pllm_block_pool_n_free(pool) == w->n_blocks);
+    pllm_block_pool_stats ps;
+    pllm_block_pool_get_stats(pool, &ps);
+    CHECK(ps.n_orphan_drops == 0);
+    if (!v->prefix_cache) CHECK(ps.n_indexed == 0);
+    CHECK_OK(pllm_block_pool_check(pool, true));
+    fake_backend_stats fs;
+    fake_backend_get_stats(&be, &fs);
+    CHECK(fs.max_step_tokens <= v->max_batched_tokens && fs.max_step_seqs <= v->max_seqs);
+    CHECK(fs.steps == es.steps);
+    if (pllm_test_failures)
+        fprintf(stderr, "  failing workload: seed %llu (bs %d, %d blocks, budget %d, seqs %d, bypass %d, cache %d)\n",
+                (unsigned long long)seed, w->block_size, w->n_blocks, v->max_batched_tokens, v->max_seqs, v->max_bypass,
+                (int)v->prefix_cache);
+    free(rs);
+    pllm_engine_free(e);
+    pllm_backend_free(&be);
+    tot->runs++;
+}
+
+int main(int argc, char **argv)
+{
+    int32_t n_workloads = argc > 1 ? atoi(argv[1]) : 3000;
+    uint64_t first = argc > 2 ? strtoull(argv[2], NULL, 10) : 1;
+    totals tot = {0};
+    double t0 = pllm_now();
+    static const int32_t bypass[] = {0, 1, 2, 5, 64};
+    for (uint64_t seed = first; seed < first + (uint64_t)n_workloads; seed++) {
+        workload w;
+        make_workload(&w, seed);
+        uint64_t s = seed ^ 0x5555;
+        for (int32_t pass = 0; pass < 2; pass++) {
+            variant v = {
+                .prefix_cache = pass == 0,
+                .weak_hash = seed % 3 == 0,
+                .max_batched_tokens = 1 + (int32_t)rnd(&s, 64),
+                .max_seqs = 1 + (int32_t)rnd(&s, 8),
+                .max_bypass = bypass[rnd(&s, 5)],
+            };
+            run_variant(&w, &v, seed, &tot);
+            if (pllm_test_failures) break;
+        }
+        tot.workloads++;
+        if (pllm_test_failures) break;
+    }
+    fprintf(stderr,
+            "engine_sched_random: %lld workloads, %lld runs, %lld completions (%lld stop, %lld length), %lld steps, "
+            "%lld preemptions, %lld prompts refused, %lld cached prompt tokens, %lld forks without the cache, "
+            "max overtaken %lld, %.2f s\n",
+            (long long)tot.workloads, (long long)tot.runs, (long long)tot.completions, (long long)tot.finish_stop,
+            (long long)tot.finish_length, (long long)tot.steps, (long long)tot.preemptions, (long long)tot.refused,
+            (long long)tot.cached_tokens, (long long)tot.forks, (long long)tot.max_overtaken, pllm_now() - t0);
+    CHECK(tot.preemptions > 0 && tot.refused > 0 && tot.cached_tokens > 0 && tot.forks > 0);
+    CHECK(tot.finish_stop > 0 && tot.finish_length > 0);
+    return pllm_test_finish("engine_sched_random");
+}
