@@ -10,6 +10,7 @@
 #include "engine/gguf.h"
 #include "tests/testutil.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_internal.h" /* pre-tokenizer internals: tested directly below */
 
 #include <stdarg.h>
 #include <string.h>
@@ -409,6 +410,13 @@ static void test_behaviour(void)
     }
     pllm_buf_free(&img);
 
+    /* a BOS id of 0xFFFFFFFF means none (llama.cpp's reading of -1 stored as u32) */
+    t = NULL;
+    CHECK_OK(build(&t, &v, &(mods){.bos = UINT32_MAX}, &img));
+    CHECK(t && pllm_tokenizer_bos(t) == -1);
+    pllm_tokenizer_free(t);
+    pllm_buf_free(&img);
+
     /* the other pre-tokenizers build, and split as their regexes say */
     const char *pres[] = {"gpt2", "llama-bpe", "llama3", "qwen2", "default"};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(pres); i++) {
@@ -427,9 +435,81 @@ static void test_behaviour(void)
     pllm_tokens_free(&toks);
 }
 
+/* ---- the pre-tokenizer on its own ---- */
+
+typedef struct pieces {
+    pllm_buf cat;
+    size_t n;
+    size_t longest;
+} pieces;
+
+static pllm_status collect(void *ctx, const char *s, size_t n)
+{
+    pieces *p = ctx;
+    p->n++;
+    if (n > p->longest) p->longest = n;
+    if (n == 0) return pllm_errorf(PLLM_ERR_INTERNAL, "empty piece");
+    return pllm_buf_append(&p->cat, s, n);
+}
+
+static void test_pretok(void)
+{
+    /* every pre-tokenizer's pieces cover the input exactly, in order */
+    static const char *names[] = {"smollm", "gpt2", "llama3", "qwen2", "default"};
+    static const char *frags[] = {"a", "Z", "7", " ", "  ", "\t", "\n", "\r\n", "'s", "'LL", "中", "😀", "\u00e9",
+                                  "e\xCC\x81", "<|", "|>", ".", "!?", "\xC2\xA0", "\xE2\x80\xA8", "$", "1,5"};
+    uint64_t rng = 7;
+    for (size_t k = 0; k < PLLM_ARRAY_LEN(names); k++) {
+        tok_pretok p;
+        CHECK_OK(tok_pretok_init(&p, names[k], strlen(names[k])));
+        tok_ws ws = {0};
+        int bad = 0;
+        for (int trial = 0; trial < 300; trial++) {
+            pllm_buf text = {0};
+            int nf = 1 + (int)(pllm_test_rand(&rng) % 40);
+            for (int f = 0; f < nf; f++) {
+                const char *fr = frags[pllm_test_rand(&rng) % PLLM_ARRAY_LEN(frags)];
+                CHECK_OK(pllm_buf_append(&text, fr, strlen(fr)));
+            }
+            pieces pc = {0};
+            CHECK_OK(tok_pretok_split(&p, &ws, text.s, text.n, collect, &pc));
+            if (pc.cat.n != text.n || memcmp(pc.cat.s, text.s, text.n) != 0) bad++;
+            pllm_buf_free(&pc.cat);
+            pllm_buf_free(&text);
+        }
+        fprintf(stderr, "pre-tokenizer %s: %d/300 inputs not covered exactly\n", names[k], bad);
+        CHECK(bad == 0);
+        tok_ws_free(&ws);
+        tok_pretok_free(&p);
+    }
+
+    /* a regex whose JIT match needs more than PCRE2's default 32 KiB stack (a group with
+     * alternatives, repeated 200k times) must still match: the private-stack retry */
+    tok_pretok p = {.name = "deep", .n_re = 1};
+    int err;
+    PCRE2_SIZE off;
+    p.re[0] = pcre2_compile((PCRE2_SPTR) "(a|bc)+", PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &off, NULL);
+    CHECK(p.re[0] != NULL);
+    p.jit[0] = pcre2_jit_compile(p.re[0], PCRE2_JIT_COMPLETE) == 0;
+    size_t n = 200000;
+    char *s = malloc(n);
+    memset(s, 'a', n);
+    tok_ws ws = {0};
+    pieces pc = {0};
+    CHECK_OK(tok_pretok_split(&p, &ws, s, n, collect, &pc));
+    fprintf(stderr, "deep regex on %zu bytes: %zu piece(s), longest %zu, private JIT stack %s\n", n, pc.n, pc.longest,
+            ws.jstack ? "used" : "not needed");
+    CHECK(pc.n == 1 && pc.longest == n);
+    pllm_buf_free(&pc.cat);
+    tok_ws_free(&ws);
+    tok_pretok_free(&p);
+    free(s);
+}
+
 int main(void)
 {
     test_errors();
     test_behaviour();
+    test_pretok();
     return pllm_test_finish("tok_unit");
 }

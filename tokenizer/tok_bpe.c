@@ -7,6 +7,9 @@
  * the leftmost one among equal ranks, until no adjacent pair has a merge. This order is
  * Hugging Face's (word.rs: a min-heap on (rank, position)).
  *
+ * Fast path: a piece whose bytes are those of a token that this very procedure encodes as
+ * itself (checked for every token when the tokenizer is built) is that token.
+ *
  * Two implementations of the same order:
  *  - short pieces (the common case): an array of symbols with the rank of each adjacent
  *    pair cached; each merge rescans the ranks (O(m) per merge, no hashing but 2 lookups);
@@ -18,6 +21,7 @@
 #include <stdlib.h>
 
 #define BPE_SMALL 48
+#define BPE_WHOLE_MAX 64 /* longest piece looked up whole (longer ones are rarely one token) */
 
 static pllm_status ws_reserve(tok_ws *ws, size_t m)
 {
@@ -37,11 +41,7 @@ static pllm_status ws_reserve(tok_ws *ws, size_t m)
     return PLLM_OK;
 }
 
-static inline int32_t pair_rank(const pllm_tokenizer *t, int32_t a, int32_t b)
-{
-    const tok_merge *e = tok_merge_find(&t->merges, a, b);
-    return e ? e->rank : INT32_MAX;
-}
+static inline int32_t pair_rank(const pllm_tokenizer *t, int32_t a, int32_t b) { return tok_merge_rank(&t->merges, a, b); }
 
 /* sym[0..m) merged in place; returns the new count. rank[i] caches the pair (i, i+1). */
 static size_t bpe_small(const pllm_tokenizer *t, int32_t *sym, size_t m)
@@ -53,7 +53,7 @@ static size_t bpe_small(const pllm_tokenizer *t, int32_t *sym, size_t m)
         for (size_t i = 1; i + 1 < m; i++)
             if (rank[i] < rank[best]) best = i;
         if (rank[best] == INT32_MAX) break;
-        sym[best] = tok_merge_find(&t->merges, sym[best], sym[best + 1])->result;
+        sym[best] = t->merge_result[rank[best]];
         for (size_t i = best + 1; i + 1 < m; i++) sym[i] = sym[i + 1];
         for (size_t i = best + 1; i + 2 < m; i++) rank[i] = rank[i + 1];
         m--;
@@ -99,8 +99,8 @@ static void push_pair(const pllm_tokenizer *t, tok_ws *ws, size_t *hn, int32_t l
 {
     int32_t right = ws->next[left];
     if (left < 0 || right < 0) return;
-    const tok_merge *e = tok_merge_find(&t->merges, ws->sym[left], ws->sym[right]);
-    if (e) heap_push(ws->heap, hn, (tok_heap_item){.rank = e->rank, .pos = left});
+    int32_t rank = pair_rank(t, ws->sym[left], ws->sym[right]);
+    if (rank != INT32_MAX) heap_push(ws->heap, hn, (tok_heap_item){.rank = rank, .pos = left});
 }
 
 static pllm_status bpe_large(const pllm_tokenizer *t, tok_ws *ws, size_t m, pllm_tokens *out)
@@ -125,9 +125,8 @@ static pllm_status bpe_large(const pllm_tokenizer *t, tok_ws *ws, size_t m, pllm
         if (sym[l] < 0) continue;       /* merged into its left neighbour */
         int32_t r = next[l];
         if (r < 0) continue;
-        const tok_merge *e = tok_merge_find(&t->merges, sym[l], sym[r]);
-        if (!e || e->rank != it.rank) continue; /* stale: the pair changed since */
-        sym[l] = e->result;
+        if (pair_rank(t, sym[l], sym[r]) != it.rank) continue; /* stale: the pair changed since */
+        sym[l] = t->merge_result[it.rank];
         sym[r] = -1;
         next[l] = next[r];
         if (next[r] >= 0) prev[next[r]] = l;
@@ -140,6 +139,16 @@ static pllm_status bpe_large(const pllm_tokenizer *t, tok_ws *ws, size_t m, pllm
 }
 
 pllm_status tok_bpe_piece(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n, pllm_tokens *out)
+{
+    /* most pieces of ordinary text are one token: found without merging */
+    if (n <= BPE_WHOLE_MAX && t->whole.slots) {
+        int32_t id = tok_strmap_find(&t->whole, t->bytes, t->bytes_off, s, n);
+        if (id >= 0) return pllm_tokens_push(out, id);
+    }
+    return tok_bpe_piece_uncached(t, ws, s, n, out);
+}
+
+pllm_status tok_bpe_piece_uncached(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n, pllm_tokens *out)
 {
     if (t->ignore_merges) {
         /* a piece that is itself a token is emitted whole (Hugging Face's ignore_merges) */

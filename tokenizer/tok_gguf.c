@@ -4,7 +4,7 @@
  *
  * Keys: model (required), pre (default "default"), tokens (required), token_type (optional,
  * all normal when absent; must match tokens in length), merges (required for "gpt2"),
- * bos/eos/unknown/padding/eot token ids (optional; -1 stored as a signed value means none),
+ * bos/eos/unknown/padding/eot token ids (optional; -1, signed or as 0xFFFFFFFF, means none),
  * add_bos_token / add_eos_token (optional; when absent: BOS for llama3, nothing otherwise,
  * as llama.cpp does), add_space_prefix (must be false for byte-level BPE).
  *
@@ -52,17 +52,15 @@ static pllm_status opt_id(const pllm_gguf *g, const char *key, int64_t *out)
     if (!is_int_type(kv->type))
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' at byte offset %zu is %s, expected an integer token id",
                            g->path, key, kv->offset, pllm_gguf_type_name(kv->type));
-    if (is_signed_type(kv->type)) {
-        if (kv->v.i < -1)
-            return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' at byte offset %zu = %lld is not a token id", g->path, key,
-                               kv->offset, (long long)kv->v.i);
-        *out = kv->v.i;
-    } else {
-        *out = kv->v.u > (uint64_t)INT32_MAX ? (int64_t)INT32_MAX : (int64_t)kv->v.u;
-        if (kv->v.u > (uint64_t)INT32_MAX)
-            return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' at byte offset %zu = %llu is not a token id", g->path, key,
-                               kv->offset, (unsigned long long)kv->v.u);
-    }
+    /* "none" is -1: a signed -1, or -1 stored unsigned (0xFFFFFFFF, as llama.cpp's int32
+     * cast of a u32 reads it) */
+    if ((kv->type == PLLM_GGUF_U32 && kv->v.u == UINT32_MAX) || (kv->type == PLLM_GGUF_U64 && kv->v.u == UINT64_MAX))
+        return PLLM_OK;
+    bool neg = is_signed_type(kv->type) && kv->v.i < 0;
+    if (neg ? kv->v.i != -1 : kv->v.u > (uint64_t)INT32_MAX)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' at byte offset %zu = %lld is not a token id", g->path, key,
+                           kv->offset, neg ? (long long)kv->v.i : (long long)kv->v.u);
+    *out = neg ? -1 : (int64_t)kv->v.u;
     return PLLM_OK;
 }
 

@@ -26,66 +26,75 @@ static const char *tok_str(const pllm_tokenizer *t, int32_t id, size_t *len)
     return t->str + t->str_off[id];
 }
 
-int32_t tok_vocab_find(const pllm_tokenizer *t, const char *s, size_t n)
+int32_t tok_strmap_find(const tok_strmap *m, const char *base, const uint32_t *off, const char *s, size_t n)
 {
-    const tok_strmap *m = &t->vocab;
     uint64_t h = str_hash(s, n);
-    size_t i = (size_t)h & m->mask;
     uint32_t tag = (uint32_t)(h >> 32);
-    for (;;) {
+    for (size_t i = (size_t)h & m->mask;; i = (i + 1) & m->mask) {
         int32_t v = m->slots[i];
         if (!v) return -1;
         if (m->hashes[i] == tag) {
-            size_t len;
-            const char *ts = tok_str(t, v - 1, &len);
-            if (len == n && memcmp(ts, s, n) == 0) return v - 1;
+            uint32_t o = off[v - 1];
+            if (off[v] - o - 1 == n && memcmp(base + o, s, n) == 0) return v - 1;
         }
-        i = (i + 1) & m->mask;
     }
 }
 
-/* Insert id under its own string; a later duplicate replaces an earlier one (as a Python
- * dict built from the token list, and llama.cpp, do). */
-static void strmap_put(pllm_tokenizer *t, int32_t id)
+int32_t tok_vocab_find(const pllm_tokenizer *t, const char *s, size_t n)
 {
-    tok_strmap *m = &t->vocab;
-    size_t n;
-    const char *s = tok_str(t, id, &n);
+    return tok_strmap_find(&t->vocab, t->str, t->str_off, s, n);
+}
+
+static pllm_status strmap_init(tok_strmap *m, size_t n)
+{
+    size_t cap = pow2_at_least(n * 2);
+    m->slots = pllm_calloc(cap, sizeof *m->slots);
+    m->hashes = pllm_calloc(cap, sizeof *m->hashes);
+    if (!m->slots || !m->hashes) return PLLM_ERR_NOMEM;
+    m->mask = cap - 1;
+    return PLLM_OK;
+}
+
+/* Insert id under its string base[off[id] .. off[id+1]-1); a later duplicate replaces an
+ * earlier one (as a Python dict built from the token list, and llama.cpp, do). */
+static void strmap_put(tok_strmap *m, const char *base, const uint32_t *off, int32_t id)
+{
+    const char *s = base + off[id];
+    size_t n = off[id + 1] - off[id] - 1;
     uint64_t h = str_hash(s, n);
-    size_t i = (size_t)h & m->mask;
     uint32_t tag = (uint32_t)(h >> 32);
-    for (;;) {
+    size_t i = (size_t)h & m->mask;
+    for (;; i = (i + 1) & m->mask) {
         int32_t v = m->slots[i];
         if (!v) break;
         if (m->hashes[i] == tag) {
-            size_t len;
-            const char *ts = tok_str(t, v - 1, &len);
-            if (len == n && memcmp(ts, s, n) == 0) break;
+            uint32_t o = off[v - 1];
+            if (off[v] - o - 1 == n && memcmp(base + o, s, n) == 0) break;
         }
-        i = (i + 1) & m->mask;
     }
     m->slots[i] = id + 1;
     m->hashes[i] = tag;
 }
 
+static void strmap_free(tok_strmap *m)
+{
+    free(m->slots);
+    free(m->hashes);
+}
+
 /* ---- (left, right) -> merge ---- */
 
 /* Returns false when the pair is already there (the earlier, lower rank is kept). */
-static bool pairmap_put(tok_pairmap *m, int32_t left, int32_t right, int32_t rank, int32_t result)
+static bool pairmap_put(tok_pairmap *m, int32_t left, int32_t right, int32_t rank)
 {
-    uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
-    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & m->mask;
-    for (;;) {
-        tok_merge *e = &m->slots[i];
-        if (e->key == key) return false;
-        if (e->key == UINT64_MAX) {
-            e->key = key;
-            e->rank = rank;
-            e->result = result;
-            m->n++;
+    const uint64_t key = tok_pair_key(left, right), rank_mask = ((uint64_t)1 << TOK_PAIR_RANK_BITS) - 1;
+    for (size_t i = tok_pair_slot(key, m->mask);; i = (i + 1) & m->mask) {
+        uint64_t e = m->slots[i];
+        if ((e & ~rank_mask) == key) return false;
+        if (!e) {
+            m->slots[i] = key | (uint64_t)rank;
             return true;
         }
-        i = (i + 1) & m->mask;
     }
 }
 
@@ -120,9 +129,10 @@ void pllm_tokenizer_free(pllm_tokenizer *t)
     free(t->type);
     free(t->bytes);
     free(t->bytes_off);
-    free(t->vocab.slots);
-    free(t->vocab.hashes);
+    strmap_free(&t->vocab);
+    strmap_free(&t->whole);
     free(t->merges.slots);
+    free(t->merge_result);
     free(t->trie);
     free(t->stop_ids);
     tok_pretok_free(&t->pre);
@@ -162,6 +172,32 @@ raw:
     return n;
 }
 
+/* The whole-piece map: decoded bytes -> id of every token whose bytes, encoded as one
+ * piece, give exactly that token. Found by running the encoder itself on each token, so a
+ * hit in tok_bpe_piece returns what the merge loop would have. */
+static pllm_status build_whole(pllm_tokenizer *t)
+{
+    tok_ws ws = {0};
+    pllm_tokens out = {0};
+    pllm_status st = PLLM_OK;
+    int32_t *ids = pllm_malloc((size_t)t->n_vocab * sizeof *ids);
+    int32_t n = 0;
+    if (!ids) return PLLM_ERR_NOMEM;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        out.n = 0;
+        size_t len = t->bytes_off[id + 1] - t->bytes_off[id] - 1;
+        if ((st = tok_bpe_piece_uncached(t, &ws, t->bytes + t->bytes_off[id], len, &out))) goto done;
+        if (out.n == 1 && out.ids[0] == id) ids[n++] = id;
+    }
+    if ((st = strmap_init(&t->whole, (size_t)n))) goto done;
+    for (int32_t i = 0; i < n; i++) strmap_put(&t->whole, t->bytes, t->bytes_off, ids[i]);
+done:
+    free(ids);
+    pllm_tokens_free(&out);
+    tok_ws_free(&ws);
+    return st;
+}
+
 static const char *const k_end_of_turn[] = {
     "<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>", "<end_of_turn>", "<|end_of_text|>", "<|eom_id|>",
 };
@@ -181,10 +217,13 @@ static pllm_status add_stop(pllm_tokenizer *t, int32_t id)
 static pllm_status build_merges(pllm_tokenizer *t, const tok_spec *sp)
 {
     const char *key = sp->key_merges ? sp->key_merges : "merges";
+    if (sp->n_merges > TOK_MAX_MERGES || t->n_vocab > TOK_MAX_PAIR_VOCAB)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: %d merges over %d tokens is more than supported (%d, %d)",
+                           sp->source, sp->n_merges, t->n_vocab, TOK_MAX_MERGES, TOK_MAX_PAIR_VOCAB);
     size_t cap = pow2_at_least((size_t)sp->n_merges * 2 + 1);
-    t->merges.slots = pllm_malloc(cap * sizeof *t->merges.slots);
-    if (!t->merges.slots) return PLLM_ERR_NOMEM;
-    for (size_t i = 0; i < cap; i++) t->merges.slots[i].key = UINT64_MAX;
+    t->merges.slots = pllm_calloc(cap, sizeof *t->merges.slots);
+    t->merge_result = pllm_malloc(((size_t)sp->n_merges + 1) * sizeof *t->merge_result);
+    if (!t->merges.slots || !t->merge_result) return PLLM_ERR_NOMEM;
     t->merges.mask = cap - 1;
 
     pllm_buf cat = {0};
@@ -213,7 +252,8 @@ static pllm_status build_merges(pllm_tokenizer *t, const tok_spec *sp)
             goto done;
         }
         /* a repeated pair keeps its first (lowest) rank */
-        (void)pairmap_put(&t->merges, a, b, r, c);
+        t->merge_result[r] = c;
+        (void)pairmap_put(&t->merges, a, b, r);
     }
     t->n_merges = sp->n_merges;
 done:
@@ -279,12 +319,8 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
     t->str_off[nv] = (uint32_t)off;
 
     /* string -> id */
-    size_t cap = pow2_at_least(nv * 2);
-    t->vocab.slots = pllm_calloc(cap, sizeof *t->vocab.slots);
-    t->vocab.hashes = pllm_calloc(cap, sizeof *t->vocab.hashes);
-    if (!t->vocab.slots || !t->vocab.hashes) goto nomem;
-    t->vocab.mask = cap - 1;
-    for (int32_t i = 0; i < t->n_vocab; i++) strmap_put(t, i);
+    if ((st = strmap_init(&t->vocab, nv))) goto fail;
+    for (int32_t i = 0; i < t->n_vocab; i++) strmap_put(&t->vocab, t->str, t->str_off, i);
 
     /* special ids */
     if ((st = check_id(sp, sp->key_bos, sp->bos, &t->bos)) || (st = check_id(sp, sp->key_eos, sp->eos, &t->eos)) ||
@@ -333,6 +369,8 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
         t->bytes[off++] = 0;
     }
     t->bytes_off[nv] = (uint32_t)off;
+
+    if ((st = build_whole(t))) goto fail;
 
     /* trie of the tokens matched in raw text: control and user-defined */
     size_t nodes = 1;

@@ -84,17 +84,26 @@ typedef struct tok_strmap {
     size_t mask;
 } tok_strmap;
 
-typedef struct tok_merge {
-    uint64_t key;   /* (uint64)left << 32 | right; UINT64_MAX = empty */
-    int32_t rank;   /* lower merges first */
-    int32_t result; /* id of the merged token */
-} tok_merge;
+/* (left, right) -> merge rank, in one 8-byte slot so that the table stays small (1 MiB for
+ * 50k merges) and a lookup costs one cache line: bits 63..43 left + 1, 42..22 right,
+ * 21..0 rank; 0 = empty. Hence the limits on vocabulary and merge counts. The merged token's
+ * id is pllm_tokenizer.merge_result[rank]. */
+#define TOK_PAIR_ID_BITS 21
+#define TOK_PAIR_RANK_BITS 22
+#define TOK_MAX_PAIR_VOCAB ((1 << TOK_PAIR_ID_BITS) - 2)
+#define TOK_MAX_MERGES (1 << TOK_PAIR_RANK_BITS)
 
 typedef struct tok_pairmap {
-    tok_merge *slots; /* [mask + 1] */
+    uint64_t *slots; /* [mask + 1] */
     size_t mask;
-    size_t n;
 } tok_pairmap;
+
+static inline uint64_t tok_pair_key(int32_t left, int32_t right)
+{
+    return ((uint64_t)(uint32_t)(left + 1) << TOK_PAIR_ID_BITS | (uint32_t)right) << TOK_PAIR_RANK_BITS;
+}
+
+static inline size_t tok_pair_slot(uint64_t key, size_t mask) { return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 40) & mask; }
 
 /* A trie over the byte strings of the tokens matched in raw text (control, user-defined). */
 typedef struct tok_trie_node {
@@ -157,9 +166,11 @@ struct pllm_tokenizer {
     char *bytes;             /* decoded bytes of every token, concatenated (NUL after each) */
     uint32_t *bytes_off;     /* [n_vocab + 1] */
     tok_strmap vocab;        /* token string -> id */
+    tok_strmap whole;        /* decoded bytes -> id, for pieces that encode to that one token */
 
     /* byte-level BPE */
-    tok_pairmap merges;      /* (left id, right id) -> rank, merged id */
+    tok_pairmap merges;      /* (left id, right id) -> rank */
+    int32_t *merge_result;   /* [n_merges] id of the token each merge makes */
     int32_t n_merges;
     int32_t byte_id[256];    /* id of the one-symbol token of each byte, -1 when absent */
     bool ignore_merges;      /* a piece that is a whole token is emitted as is (Llama-3) */
@@ -200,19 +211,22 @@ typedef struct tok_spec {
 /* Validate spec and build the tokenizer. Errors name spec->source and the key. */
 pllm_status tok_build(pllm_tokenizer **out, const tok_spec *spec);
 
-/* Lookups (tok_vocab.c). */
+/* Lookups (tok_vocab.c). tok_strmap_find looks s up among strings stored as in
+ * pllm_tokenizer.str/str_off (base + off[id], NUL-terminated). */
+int32_t tok_strmap_find(const tok_strmap *m, const char *base, const uint32_t *off, const char *s, size_t n);
 int32_t tok_vocab_find(const pllm_tokenizer *t, const char *s, size_t n);
-static inline const tok_merge *tok_merge_find(const tok_pairmap *m, int32_t left, int32_t right)
+/* The rank of merging (left, right), or INT32_MAX when there is no such merge. */
+static inline int32_t tok_merge_rank(const tok_pairmap *m, int32_t left, int32_t right)
 {
-    uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
-    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & m->mask;
-    for (;;) {
-        const tok_merge *e = &m->slots[i];
-        if (e->key == key) return e;
-        if (e->key == UINT64_MAX) return NULL;
-        i = (i + 1) & m->mask;
+    const uint64_t key = tok_pair_key(left, right), rank_mask = ((uint64_t)1 << TOK_PAIR_RANK_BITS) - 1;
+    for (size_t i = tok_pair_slot(key, m->mask);; i = (i + 1) & m->mask) {
+        uint64_t e = m->slots[i];
+        if ((e & ~rank_mask) == key) return (int32_t)(e & rank_mask);
+        if (!e) return INT32_MAX;
     }
 }
 
-/* Byte-level BPE of one pre-tokenized piece (tok_bpe.c): appends ids to out. */
+/* Byte-level BPE of one pre-tokenized piece (tok_bpe.c): appends ids to out. The uncached
+ * version skips the whole-piece map (tok_build uses it to fill that map). */
 pllm_status tok_bpe_piece(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n, pllm_tokens *out);
+pllm_status tok_bpe_piece_uncached(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n, pllm_tokens *out);
