@@ -46,6 +46,9 @@
  *          accumulating w (float64); the token is the first id whose running sum exceeds
  *          u * (total of w over the kept ids). (If rounding leaves none, the last kept id with
  *          w > 0.)
+ *     Sums may be evaluated in any order (blocked, or a parallel scan on a GPU): two correct
+ *     implementations agree except when a cumulative sum lands within rounding of its
+ *     threshold (u, top_p, min_p), which tests treat as ambiguous.
  *   - pllm_rng_uniform (pllm): with mix(z) = SplitMix64's finaliser
  *          z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9; z = (z ^ z >> 27) * 0x94D049BB133111EB;
  *          z ^ z >> 31   (uint64 arithmetic mod 2^64),
@@ -98,7 +101,8 @@ typedef struct pllm_sample_result {
 
 /* Bytes of scratch pllm_sample needs for a vocabulary of n_vocab. */
 size_t pllm_sample_scratch_bytes(int32_t n_vocab);
-/* Sample from logits [n_vocab] (modified in place). scratch: pllm_sample_scratch_bytes bytes. */
+/* Sample from logits [n_vocab] (modified in place). scratch: pllm_sample_scratch_bytes bytes,
+ * any alignment, contents need not be initialised; one scratch per concurrent caller. */
 void pllm_sample(pllm_sample_result *res, float *logits, int32_t n_vocab, const pllm_sampling_params *p,
                  const pllm_sample_ctx *ctx, void *scratch);
 
