@@ -99,6 +99,8 @@ BAD_BYTES = [b"\xff", b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\xed\xa0\x80", b"
 
 
 def random_case(rng: random.Random) -> bytes | str:
+    if rng.random() < 0.1:  # pure random bytes
+        return bytes(rng.randrange(256) for _ in range(rng.randint(1, 300)))
     parts = []
     for _ in range(rng.randint(1, 60)):
         pool = rng.choice(POOLS)

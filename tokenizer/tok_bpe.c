@@ -97,8 +97,9 @@ static tok_heap_item heap_pop(tok_heap_item *h, size_t *n)
 
 static void push_pair(const pllm_tokenizer *t, tok_ws *ws, size_t *hn, int32_t left)
 {
+    if (left < 0) return;
     int32_t right = ws->next[left];
-    if (left < 0 || right < 0) return;
+    if (right < 0) return;
     int32_t rank = pair_rank(t, ws->sym[left], ws->sym[right]);
     if (rank != INT32_MAX) heap_push(ws->heap, hn, (tok_heap_item){.rank = rank, .pos = left});
 }
