@@ -289,7 +289,10 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
     t->str = pllm_malloc(total);
     t->str_off = pllm_malloc((nv + 1) * sizeof *t->str_off);
     t->type = pllm_malloc(nv);
-    if (!t->str || !t->str_off || !t->type) goto nomem;
+    if (!t->str || !t->str_off || !t->type) {
+        st = PLLM_ERR_NOMEM;
+        goto fail;
+    }
     size_t off = 0;
     for (size_t i = 0; i < nv; i++) {
         const tok_strview *v = &sp->tokens[i];
@@ -361,7 +364,10 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
     for (int32_t i = 0; i < t->n_vocab; i++) dtotal += decoded_len(t, i, NULL) + 1;
     t->bytes = pllm_malloc(dtotal);
     t->bytes_off = pllm_malloc((nv + 1) * sizeof *t->bytes_off);
-    if (!t->bytes || !t->bytes_off) goto nomem;
+    if (!t->bytes || !t->bytes_off) {
+        st = PLLM_ERR_NOMEM;
+        goto fail;
+    }
     off = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         t->bytes_off[i] = (uint32_t)off;
@@ -382,7 +388,10 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
         goto fail;
     }
     t->trie = pllm_malloc(nodes * sizeof *t->trie);
-    if (!t->trie) goto nomem;
+    if (!t->trie) {
+        st = PLLM_ERR_NOMEM;
+        goto fail;
+    }
     t->trie[0] = (tok_trie_node){.child = -1, .sibling = -1, .id = -1, .byte = 0};
     t->n_trie = 1;
     for (int32_t i = 0; i < t->n_vocab; i++)
@@ -399,8 +408,6 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
              t->pre.name, t->n_vocab, t->n_merges);
     *out = t;
     return PLLM_OK;
-nomem:
-    st = PLLM_ERR_NOMEM;
 fail:
     pllm_tokenizer_free(t);
     return st;
