@@ -2,3 +2,4 @@
 pllm_add_c_test(engine_block_pool SOURCES engine_block_pool.c LABELS unit)
 pllm_add_c_test(engine_kv_manager SOURCES engine_kv_manager.c LABELS unit)
 pllm_add_c_test(engine_sched_random SOURCES engine_sched_random.c engine_fake_backend.c LABELS unit)
+pllm_add_c_test(engine_loop SOURCES engine_loop.c engine_fake_backend.c LABELS unit)

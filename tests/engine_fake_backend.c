@@ -42,8 +42,9 @@ void fake_top(int32_t token, float logprob, int32_t k, int32_t n_vocab, int32_t 
 
 static pllm_status fake_kv_layout(void *vctx, int32_t block_size, pllm_kv_layout *out)
 {
-    (void)vctx;
-    *out = (pllm_kv_layout){.n_layer = 1, .n_head_kv = 1, .head_dim = 1, .block_size = block_size, .dtype = PLLM_DTYPE_F32};
+    const fake_ctx *c = vctx;
+    *out = (pllm_kv_layout){.n_layer = c->p.n_layer ? c->p.n_layer : 1, .n_head_kv = 1, .head_dim = 1,
+                            .block_size = block_size, .dtype = PLLM_DTYPE_F32};
     return PLLM_OK;
 }
 
