@@ -84,9 +84,10 @@ int main(int argc, char **argv)
         if (dt < best) best = dt;
         n_tokens = total;
     }
-    printf("{\"texts\": %zu, \"bytes\": %zu, \"tokens\": %zu, \"seconds\": %.6f, \"mb_per_s\": %.3f, "
-           "\"tokens_per_s\": %.0f}\n",
-           n, bytes, n_tokens, best, (double)bytes / best / 1e6, (double)n_tokens / best);
+    printf(
+        "{\"texts\": %zu, \"bytes\": %zu, \"tokens\": %zu, \"seconds\": %.6f, \"mb_per_s\": %.3f, "
+        "\"tokens_per_s\": %.0f}\n",
+        n, bytes, n_tokens, best, (double)bytes / best / 1e6, (double)n_tokens / best);
     for (size_t i = 0; i < n; i++) free(texts[i]);
     free(texts);
     free(lens);

@@ -43,7 +43,8 @@ static void check_ids(void)
 
     pllm_tokens toks = {0};
     const char *chat = "<|im_start|>user\nhi<|im_end|>";
-    CHECK_OK(pllm_tokenizer_encode(t, chat, strlen(chat), &(pllm_encode_opts){.parse_special = true}, &toks));
+    CHECK_OK(pllm_tokenizer_encode(t, chat, strlen(chat),
+                                   &(pllm_encode_opts){.parse_special = true}, &toks));
     int32_t want[] = {1, 4093, 198, 6004, 2};
     CHECK(toks.n == 5 && memcmp(toks.ids, want, sizeof want) == 0);
     pllm_buf out = {0};
@@ -85,7 +86,8 @@ static void *worker(void *arg)
                 j->errors++;
                 continue;
             }
-            if (toks.n != j->want[i].n || memcmp(toks.ids, j->want[i].ids, toks.n * sizeof *toks.ids) != 0 ||
+            if (toks.n != j->want[i].n ||
+                memcmp(toks.ids, j->want[i].ids, toks.n * sizeof *toks.ids) != 0 ||
                 out.n != j->c->len[i] || memcmp(out.s, j->c->text[i], out.n) != 0)
                 j->mismatches++;
         }
@@ -111,13 +113,15 @@ static void check_threads(const char *data)
     c.text = calloc(cap, sizeof *c.text);
     c.len = calloc(cap, sizeof *c.len);
     for (size_t i = 0; i < cap; i++) {
-        json_t *v = json_object_get(json_array_get(json_object_get(json_array_get(root, i), "conversations"), 0), "value");
+        json_t *v = json_object_get(
+            json_array_get(json_object_get(json_array_get(root, i), "conversations"), 0), "value");
         if (!json_is_string(v)) continue;
         c.text[c.n] = (char *)json_string_value(v);
         c.len[c.n++] = json_string_length(v);
     }
     pllm_tokens *want = calloc(c.n, sizeof *want);
-    for (size_t i = 0; i < c.n; i++) CHECK_OK(pllm_tokenizer_encode(g_tok, c.text[i], c.len[i], NULL, &want[i]));
+    for (size_t i = 0; i < c.n; i++)
+        CHECK_OK(pllm_tokenizer_encode(g_tok, c.text[i], c.len[i], NULL, &want[i]));
     enum { N_THREADS = 4 };
     pthread_t th[N_THREADS];
     job jobs[N_THREADS];
@@ -131,7 +135,8 @@ static void check_threads(const char *data)
         mism += jobs[k].mismatches;
         errs += jobs[k].errors;
     }
-    fprintf(stderr, "threads: %d threads x 3 x %zu prompts: %d mismatches, %d errors\n", N_THREADS, c.n, mism, errs);
+    fprintf(stderr, "threads: %d threads x 3 x %zu prompts: %d mismatches, %d errors\n", N_THREADS,
+            c.n, mism, errs);
     CHECK(mism == 0 && errs == 0 && c.n == 1000);
     for (size_t i = 0; i < c.n; i++) pllm_tokens_free(&want[i]);
     free(want);
@@ -152,7 +157,8 @@ static double time_encode(const char *what, const char *s, size_t n, size_t *n_t
     pllm_buf out = {0};
     CHECK_OK(pllm_tokenizer_decode(g_tok, toks.ids, toks.n, false, &out));
     CHECK(out.n == n && memcmp(out.s, s, n) == 0);
-    fprintf(stderr, "long input %-34s %8zu bytes -> %7zu tokens in %7.2f ms\n", what, n, toks.n, dt * 1e3);
+    fprintf(stderr, "long input %-34s %8zu bytes -> %7zu tokens in %7.2f ms\n", what, n, toks.n,
+            dt * 1e3);
     if (n_tokens) *n_tokens = toks.n;
     pllm_buf_free(&out);
     pllm_tokens_free(&toks);
@@ -167,8 +173,12 @@ static void check_long(void)
     struct {
         const char *what;
         char fill;
-    } runs[] = {{"one letter piece ('a' x n)", 'a'}, {"spaces", ' '}, {"newlines", '\n'}, {"tabs", '\t'},
-                {"digits", '7'},  {"punctuation ('-' x n)", '-'}};
+    } runs[] = {{"one letter piece ('a' x n)", 'a'},
+                {"spaces", ' '},
+                {"newlines", '\n'},
+                {"tabs", '\t'},
+                {"digits", '7'},
+                {"punctuation ('-' x n)", '-'}};
     for (size_t k = 0; k < PLLM_ARRAY_LEN(runs); k++) {
         memset(s, runs[k].fill, n);
         double dt = time_encode(runs[k].what, s, n, NULL);
@@ -179,8 +189,10 @@ static void check_long(void)
     s[n - 1] = 'x';
     CHECK(time_encode("spaces then a letter", s, n, NULL) < 2.0);
     /* 1 MB of words, numbers, punctuation, CJK and emoji */
-    static const char *parts[] = {"the ", "quick ", "Brown ", "fox's ", "12345 ", "\n", "  ", "中文", "😀", "{}();",
-                                  "\t", "https://x.org/a?b=c ", "don't ", "α β γ "};
+    static const char *parts[] = {"the ",   "quick ", "Brown ", "fox's ",
+                                  "12345 ", "\n",     "  ",     "中文",
+                                  "😀",      "{}();",  "\t",     "https://x.org/a?b=c ",
+                                  "don't ", "α β γ "};
     size_t m = 0;
     while (m < (1 << 20) - 64) {
         const char *p = parts[pllm_test_rand(&rng) % PLLM_ARRAY_LEN(parts)];
@@ -200,10 +212,13 @@ int main(void)
     if (home)
         snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
     else
-        snprintf(path, sizeof path, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf", pllm_test_env("HOME", "."));
+        snprintf(path, sizeof path, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 pllm_test_env("HOME", "."));
     pllm_gguf *g = NULL;
     if (pllm_gguf_open(&g, path) != PLLM_OK) {
-        fprintf(stderr, "tok_model: FAIL: cannot open the default model (%s); run scripts/setup.sh or set PLLM_HOME\n",
+        fprintf(stderr,
+                "tok_model: FAIL: cannot open the default model (%s); run scripts/setup.sh or set "
+                "PLLM_HOME\n",
                 pllm_errmsg());
         return 1;
     }

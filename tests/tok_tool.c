@@ -34,7 +34,8 @@ static json_t *decode_str(const pllm_tokenizer *t, const int32_t *ids, size_t n,
     return s;
 }
 
-static json_t *detok_str(const pllm_tokenizer *t, const int32_t *ids, size_t n, bool skip, size_t *max_pending)
+static json_t *detok_str(const pllm_tokenizer *t, const int32_t *ids, size_t n, bool skip,
+                         size_t *max_pending)
 {
     pllm_buf b = {0};
     pllm_detok d;
@@ -57,14 +58,16 @@ static json_t *process(const pllm_tokenizer *t, json_t *in, char *err, size_t er
     pllm_buf text = {0};
     pllm_tokens ids = {0};
     json_t *res = NULL;
-    json_t *jt = json_object_get(in, "text"), *jb = json_object_get(in, "bytes"), *jids = json_object_get(in, "ids");
+    json_t *jt = json_object_get(in, "text"), *jb = json_object_get(in, "bytes"),
+           *jids = json_object_get(in, "ids");
     pllm_encode_opts o = {.add_special = json_is_true(json_object_get(in, "add_special")),
                           .parse_special = !json_is_false(json_object_get(in, "parse_special"))};
     if (jids) {
         if (!json_is_array(jids)) goto bad;
         for (size_t i = 0; i < json_array_size(jids); i++) {
             json_t *v = json_array_get(jids, i);
-            if (!json_is_integer(v) || pllm_tokens_push(&ids, (int32_t)json_integer_value(v))) goto bad;
+            if (!json_is_integer(v) || pllm_tokens_push(&ids, (int32_t)json_integer_value(v)))
+                goto bad;
         }
     } else {
         if (json_is_string(jt)) {
@@ -72,7 +75,8 @@ static json_t *process(const pllm_tokenizer *t, json_t *in, char *err, size_t er
         } else if (json_is_array(jb)) {
             for (size_t i = 0; i < json_array_size(jb); i++) {
                 json_t *v = json_array_get(jb, i);
-                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 255) goto bad;
+                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 255)
+                    goto bad;
                 char c = (char)json_integer_value(v);
                 if (pllm_buf_append(&text, &c, 1)) goto fail;
             }
@@ -89,7 +93,8 @@ static json_t *process(const pllm_tokenizer *t, json_t *in, char *err, size_t er
     }
     size_t maxp = 0;
     json_t *d0 = decode_str(t, ids.ids, ids.n, false), *d1 = decode_str(t, ids.ids, ids.n, true);
-    json_t *s0 = detok_str(t, ids.ids, ids.n, false, &maxp), *s1 = detok_str(t, ids.ids, ids.n, true, &maxp);
+    json_t *s0 = detok_str(t, ids.ids, ids.n, false, &maxp),
+           *s1 = detok_str(t, ids.ids, ids.n, true, &maxp);
     if (!d0 || !d1 || !s0 || !s1) {
         json_decref(d0), json_decref(d1), json_decref(s0), json_decref(s1);
         json_decref(res);
@@ -103,7 +108,8 @@ static json_t *process(const pllm_tokenizer *t, json_t *in, char *err, size_t er
     json_object_set_new(res, "detok_max_pending", json_integer((json_int_t)maxp));
     goto done;
 bad:
-    snprintf(err, errcap, "bad input line (want \"text\" string, \"bytes\" array of 0..255, or \"ids\" array)");
+    snprintf(err, errcap,
+             "bad input line (want \"text\" string, \"bytes\" array of 0..255, or \"ids\" array)");
     goto done;
 fail:
     snprintf(err, errcap, "%s", pllm_errmsg());
@@ -141,7 +147,8 @@ int main(int argc, char **argv)
         char err[1024] = "";
         json_t *res = NULL;
         if (!in || !json_is_object(in))
-            snprintf(err, sizeof err, "line %ld: not a JSON object: %s", lineno, in ? "" : jerr.text);
+            snprintf(err, sizeof err, "line %ld: not a JSON object: %s", lineno,
+                     in ? "" : jerr.text);
         else
             res = process(t, in, err, sizeof err);
         if (!res) {

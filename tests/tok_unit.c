@@ -24,9 +24,18 @@ typedef struct gw {
 
 enum { T_U32 = 4, T_I32 = 5, T_BOOL = 7, T_STR = 8, T_ARR = 9 };
 
-static void put(gw *w, const void *p, size_t n) { PLLM_ASSERT(pllm_buf_append(&w->b, p, n) == PLLM_OK); }
-static void put_u32(gw *w, uint32_t v) { put(w, &v, 4); }
-static void put_u64(gw *w, uint64_t v) { put(w, &v, 8); }
+static void put(gw *w, const void *p, size_t n)
+{
+    PLLM_ASSERT(pllm_buf_append(&w->b, p, n) == PLLM_OK);
+}
+static void put_u32(gw *w, uint32_t v)
+{
+    put(w, &v, 4);
+}
+static void put_u64(gw *w, uint64_t v)
+{
+    put(w, &v, 8);
+}
 static void put_str(gw *w, const char *s, size_t n)
 {
     put_u64(w, n);
@@ -91,7 +100,8 @@ static uint32_t gpt2_cp(int b)
 {
     int n = 0;
     for (int x = 0; x < 256; x++) {
-        bool printable = (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF);
+        bool printable =
+            (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF);
         if (x == b) return printable ? (uint32_t)x : 256u + (uint32_t)n;
         if (!printable) n++;
     }
@@ -131,9 +141,11 @@ static void base_vocab(vocab *v)
         put_cp(s, gpt2_cp(b));
         add_tok(v, s, 1);
     }
-    static const char *merged[] = {"he", "ll", "hell", "hello", "aa", "aaaa", "Ġw", "Ġwor", "Ġworld", "or", "ld"};
+    static const char *merged[] = {"he", "ll",   "hell",   "hello", "aa", "aaaa",
+                                   "Ġw", "Ġwor", "Ġworld", "or",    "ld"};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(merged); i++) add_tok(v, merged[i], 1);
-    static const char *merges[] = {"h e", "l l", "he ll", "hell o", "a a", "aa aa", "Ġ w", "o r", "Ġw or", "l d", "Ġwor ld"};
+    static const char *merges[] = {"h e", "l l", "he ll", "hell o", "a a",    "aa aa",
+                                   "Ġ w", "o r", "Ġw or", "l d",    "Ġwor ld"};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(merges); i++) v->merges[v->n_merges++] = merges[i];
     add_tok(v, "<|endoftext|>", 3);
     add_tok(v, "<|im_start|>", 3);
@@ -153,13 +165,13 @@ static int find_tok(const vocab *v, const char *s)
 
 /* What to break in the metadata. */
 typedef struct mods {
-    const char *model;      /* NULL: "gpt2"; "" : omit the key */
-    const char *pre;        /* NULL: "smollm"; "" : omit */
-    int types_len_delta;    /* token_type array length change */
+    const char *model;   /* NULL: "gpt2"; "" : omit the key */
+    const char *pre;     /* NULL: "smollm"; "" : omit */
+    int types_len_delta; /* token_type array length change */
     bool omit_types, omit_merges, tokens_as_ints, add_bos, add_eos, omit_bos;
-    uint32_t bos;           /* 0: default */
-    int32_t bad_type;       /* != 0: token 5 gets this type */
-    const char *extra_merge;/* appended to merges */
+    uint32_t bos;            /* 0: default */
+    int32_t bad_type;        /* != 0: token 5 gets this type */
+    const char *extra_merge; /* appended to merges */
     bool empty_token, bad_utf8_token;
 } mods;
 
@@ -182,13 +194,16 @@ static pllm_status build(pllm_tokenizer **out, const vocab *v, const mods *m, pl
     int32_t types[MAXV];
     memcpy(types, v->type, sizeof types);
     if (m->bad_type) types[5] = m->bad_type;
-    if (!m->omit_types) kv_arr_i32(&w, "tokenizer.ggml.token_type", types, (size_t)(v->n + m->types_len_delta));
+    if (!m->omit_types)
+        kv_arr_i32(&w, "tokenizer.ggml.token_type", types, (size_t)(v->n + m->types_len_delta));
     const char *merges[70];
     int nm = v->n_merges;
     memcpy(merges, v->merges, (size_t)nm * sizeof *merges);
     if (m->extra_merge) merges[nm++] = m->extra_merge;
     if (!m->omit_merges) kv_arr_str(&w, "tokenizer.ggml.merges", merges, NULL, (size_t)nm);
-    if (!m->omit_bos) kv_u32(&w, "tokenizer.ggml.bos_token_id", m->bos ? m->bos : (uint32_t)find_tok(v, "<|im_start|>"));
+    if (!m->omit_bos)
+        kv_u32(&w, "tokenizer.ggml.bos_token_id",
+               m->bos ? m->bos : (uint32_t)find_tok(v, "<|im_start|>"));
     kv_u32(&w, "tokenizer.ggml.eos_token_id", (uint32_t)find_tok(v, "<|im_end|>"));
     kv_u32(&w, "tokenizer.ggml.unknown_token_id", (uint32_t)find_tok(v, "<|endoftext|>"));
     kv_bool(&w, "tokenizer.ggml.add_bos_token", m->add_bos);
@@ -202,15 +217,16 @@ static pllm_status build(pllm_tokenizer **out, const vocab *v, const mods *m, pl
     return st;
 }
 
-static void expect_error(const vocab *v, const mods *m, pllm_status want, const char *msg_part, const char *what)
+static void expect_error(const vocab *v, const mods *m, pllm_status want, const char *msg_part,
+                         const char *what)
 {
     pllm_tokenizer *t = NULL;
     pllm_buf img = {0};
     pllm_status st = build(&t, v, m, &img);
     bool ok = st == want && strstr(pllm_errmsg(), msg_part) != NULL && t == NULL;
     if (!ok)
-        fprintf(stderr, "FAIL %s: got %s \"%s\", want %s containing \"%s\"\n", what, pllm_status_str(st), pllm_errmsg(),
-                pllm_status_str(want), msg_part);
+        fprintf(stderr, "FAIL %s: got %s \"%s\", want %s containing \"%s\"\n", what,
+                pllm_status_str(st), pllm_errmsg(), pllm_status_str(want), msg_part);
     else
         fprintf(stderr, "ok   %s: %s\n", what, pllm_errmsg());
     CHECK(ok);
@@ -222,23 +238,37 @@ static void test_errors(void)
 {
     vocab v;
     base_vocab(&v);
-    expect_error(&v, &(mods){.model = ""}, PLLM_ERR_NOT_FOUND, "tokenizer.ggml.model", "missing model");
-    expect_error(&v, &(mods){.model = "llama"}, PLLM_ERR_UNSUPPORTED, "SentencePiece", "llama model");
+    expect_error(&v, &(mods){.model = ""}, PLLM_ERR_NOT_FOUND, "tokenizer.ggml.model",
+                 "missing model");
+    expect_error(&v, &(mods){.model = "llama"}, PLLM_ERR_UNSUPPORTED, "SentencePiece",
+                 "llama model");
     expect_error(&v, &(mods){.model = "bert"}, PLLM_ERR_UNSUPPORTED, "\"bert\"", "unknown model");
-    expect_error(&v, &(mods){.pre = "klingon"}, PLLM_ERR_UNSUPPORTED, "tokenizer.ggml.pre = \"klingon\"", "unknown pre");
-    expect_error(&v, &(mods){.types_len_delta = -1}, PLLM_ERR_FORMAT, "tokenizer.ggml.token_type", "types too short");
-    expect_error(&v, &(mods){.types_len_delta = 1}, PLLM_ERR_FORMAT, "tokenizer.ggml.token_type", "types too long");
-    expect_error(&v, &(mods){.bad_type = 9}, PLLM_ERR_FORMAT, "tokenizer.ggml.token_type[5] = 9", "bad type value");
-    expect_error(&v, &(mods){.tokens_as_ints = true}, PLLM_ERR_FORMAT, "tokenizer.ggml.tokens", "tokens not strings");
-    expect_error(&v, &(mods){.omit_merges = true}, PLLM_ERR_NOT_FOUND, "tokenizer.ggml.merges", "missing merges");
-    expect_error(&v, &(mods){.bos = 100000}, PLLM_ERR_FORMAT, "tokenizer.ggml.bos_token_id = 100000", "bos range");
-    expect_error(&v, &(mods){.extra_merge = "hel lo"}, PLLM_ERR_FORMAT, "tokenizer.ggml.merges[11]", "merge of unknown");
-    expect_error(&v, &(mods){.extra_merge = "hello"}, PLLM_ERR_FORMAT, "is not \"left right\"", "merge without space");
-    expect_error(&v, &(mods){.extra_merge = "x y"}, PLLM_ERR_FORMAT, "merged token \"xy\"", "merge result missing");
-    expect_error(&v, &(mods){.add_bos = true, .omit_bos = true}, PLLM_ERR_FORMAT, "add_bos_token", "add_bos without bos");
-    expect_error(&v, &(mods){.empty_token = true}, PLLM_ERR_FORMAT, "tokenizer.ggml.tokens[260] is an empty", "empty token");
-    expect_error(&v, &(mods){.bad_utf8_token = true}, PLLM_ERR_FORMAT, "tokenizer.ggml.tokens[260] is not valid UTF-8",
-                 "invalid UTF-8 token");
+    expect_error(&v, &(mods){.pre = "klingon"}, PLLM_ERR_UNSUPPORTED,
+                 "tokenizer.ggml.pre = \"klingon\"", "unknown pre");
+    expect_error(&v, &(mods){.types_len_delta = -1}, PLLM_ERR_FORMAT, "tokenizer.ggml.token_type",
+                 "types too short");
+    expect_error(&v, &(mods){.types_len_delta = 1}, PLLM_ERR_FORMAT, "tokenizer.ggml.token_type",
+                 "types too long");
+    expect_error(&v, &(mods){.bad_type = 9}, PLLM_ERR_FORMAT, "tokenizer.ggml.token_type[5] = 9",
+                 "bad type value");
+    expect_error(&v, &(mods){.tokens_as_ints = true}, PLLM_ERR_FORMAT, "tokenizer.ggml.tokens",
+                 "tokens not strings");
+    expect_error(&v, &(mods){.omit_merges = true}, PLLM_ERR_NOT_FOUND, "tokenizer.ggml.merges",
+                 "missing merges");
+    expect_error(&v, &(mods){.bos = 100000}, PLLM_ERR_FORMAT,
+                 "tokenizer.ggml.bos_token_id = 100000", "bos range");
+    expect_error(&v, &(mods){.extra_merge = "hel lo"}, PLLM_ERR_FORMAT, "tokenizer.ggml.merges[11]",
+                 "merge of unknown");
+    expect_error(&v, &(mods){.extra_merge = "hello"}, PLLM_ERR_FORMAT, "is not \"left right\"",
+                 "merge without space");
+    expect_error(&v, &(mods){.extra_merge = "x y"}, PLLM_ERR_FORMAT, "merged token \"xy\"",
+                 "merge result missing");
+    expect_error(&v, &(mods){.add_bos = true, .omit_bos = true}, PLLM_ERR_FORMAT, "add_bos_token",
+                 "add_bos without bos");
+    expect_error(&v, &(mods){.empty_token = true}, PLLM_ERR_FORMAT,
+                 "tokenizer.ggml.tokens[260] is an empty", "empty token");
+    expect_error(&v, &(mods){.bad_utf8_token = true}, PLLM_ERR_FORMAT,
+                 "tokenizer.ggml.tokens[260] is not valid UTF-8", "invalid UTF-8 token");
 }
 
 /* ---- behaviour ---- */
@@ -256,7 +286,8 @@ static bool ids_eq(const pllm_tokens *got, const int32_t *want, size_t n, const 
     return ok;
 }
 
-static void enc(const pllm_tokenizer *t, const char *s, size_t n, bool add, bool parse, pllm_tokens *out)
+static void enc(const pllm_tokenizer *t, const char *s, size_t n, bool add, bool parse,
+                pllm_tokens *out)
 {
     out->n = 0;
     pllm_encode_opts o = {.add_special = add, .parse_special = parse};
@@ -280,7 +311,8 @@ static void test_behaviour(void)
     if (!t) return;
     pllm_tokens toks = {0};
     int hello = find_tok(&v, "hello"), aa = find_tok(&v, "aa"), aaaa = find_tok(&v, "aaaa");
-    int world = find_tok(&v, "Ġworld"), ims = find_tok(&v, "<|im_start|>"), ime = find_tok(&v, "<|im_end|>");
+    int world = find_tok(&v, "Ġworld"), ims = find_tok(&v, "<|im_start|>"),
+        ime = find_tok(&v, "<|im_end|>");
     int eot = find_tok(&v, "<|endoftext|>"), s_ = find_tok(&v, "<s>"), sx = find_tok(&v, "<s>x");
     int tool = find_tok(&v, "<tool>");
 
@@ -341,8 +373,14 @@ static void test_behaviour(void)
     {
         pllm_tokens ref = {0}, ref3 = {0};
         /* FF is one U+FFFD; ED A0 80 (a UTF-16 surrogate) is three, as in Python */
-        enc(t, "a\xFF" "b\xED\xA0\x80", 6, false, true, &toks);
-        enc(t, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", 14, false, true, &ref3);
+        enc(t,
+            "a\xFF"
+            "b\xED\xA0\x80",
+            6, false, true, &toks);
+        enc(t,
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD",
+            14, false, true, &ref3);
         CHECK(toks.n == ref3.n && memcmp(toks.ids, ref3.ids, toks.n * 4) == 0);
         enc(t, "\xF0\x9F\x98", 3, false, true, &toks); /* truncated: one U+FFFD */
         enc(t, "\xEF\xBF\xBD", 3, false, true, &ref);
@@ -356,11 +394,13 @@ static void test_behaviour(void)
         pllm_buf out = {0};
         int32_t ids[] = {0xC3, 0xA9, ims, 'o', 0xC3, 'a', 0xF0, 0x9F, 0x98, 0x80, 0xE2, 0x82};
         CHECK_OK(pllm_tokenizer_decode(t, ids, PLLM_ARRAY_LEN(ids), false, &out));
-        const char *want = "\xC3\xA9<|im_start|>o\xEF\xBF\xBD" "a\xF0\x9F\x98\x80\xEF\xBF\xBD";
+        const char *want = "\xC3\xA9<|im_start|>o\xEF\xBF\xBD"
+                           "a\xF0\x9F\x98\x80\xEF\xBF\xBD";
         CHECK(out.n == strlen(want) && memcmp(out.s, want, out.n) == 0);
         out.n = 0;
         CHECK_OK(pllm_tokenizer_decode(t, ids, PLLM_ARRAY_LEN(ids), true, &out));
-        want = "\xC3\xA9o\xEF\xBF\xBD" "a\xF0\x9F\x98\x80\xEF\xBF\xBD";
+        want = "\xC3\xA9o\xEF\xBF\xBD"
+               "a\xF0\x9F\x98\x80\xEF\xBF\xBD";
         CHECK(out.n == strlen(want) && memcmp(out.s, want, out.n) == 0);
 
         /* one at a time: nothing until a character is complete */
@@ -423,7 +463,8 @@ static void test_behaviour(void)
         t = NULL;
         CHECK_OK(build(&t, &v, &(mods){.pre = pres[i]}, &img));
         if (t) {
-            CHECK(strstr(pllm_tokenizer_describe(t), strcmp(pres[i], "llama-bpe") == 0 ? "llama3" : pres[i]) != NULL);
+            CHECK(strstr(pllm_tokenizer_describe(t),
+                         strcmp(pres[i], "llama-bpe") == 0 ? "llama3" : pres[i]) != NULL);
             enc(t, "hello world", 11, false, true, &toks);
             CHECK(toks.n == 2 && toks.ids[0] == hello && toks.ids[1] == world);
             enc(t, "12345", 5, false, true, &toks);
@@ -456,8 +497,10 @@ static void test_pretok(void)
 {
     /* every pre-tokenizer's pieces cover the input exactly, in order */
     static const char *names[] = {"smollm", "gpt2", "llama3", "qwen2", "default"};
-    static const char *frags[] = {"a", "Z", "7", " ", "  ", "\t", "\n", "\r\n", "'s", "'LL", "中", "😀", "\u00e9",
-                                  "e\xCC\x81", "<|", "|>", ".", "!?", "\xC2\xA0", "\xE2\x80\xA8", "$", "1,5"};
+    static const char *frags[] = {
+        "a",  "Z",  "7",      " ",         "  ", "\t", "\n", "\r\n", "'s",       "'LL",
+        "中", "😀",  "\u00e9", "e\xCC\x81", "<|", "|>", ".",  "!?",   "\xC2\xA0", "\xE2\x80\xA8",
+        "$",  "1,5"};
     uint64_t rng = 7;
     for (size_t k = 0; k < PLLM_ARRAY_LEN(names); k++) {
         tok_pretok p;
@@ -488,7 +531,8 @@ static void test_pretok(void)
     tok_pretok p = {.name = "deep", .n_re = 1};
     int err;
     PCRE2_SIZE off;
-    p.re[0] = pcre2_compile((PCRE2_SPTR) "(a|bc)+", PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &off, NULL);
+    p.re[0] = pcre2_compile((PCRE2_SPTR) "(a|bc)+", PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                            &err, &off, NULL);
     CHECK(p.re[0] != NULL);
     p.jit[0] = pcre2_jit_compile(p.re[0], PCRE2_JIT_COMPLETE) == 0;
     size_t n = 200000;
@@ -497,8 +541,8 @@ static void test_pretok(void)
     tok_ws ws = {0};
     pieces pc = {0};
     CHECK_OK(tok_pretok_split(&p, &ws, s, n, collect, &pc));
-    fprintf(stderr, "deep regex on %zu bytes: %zu piece(s), longest %zu, private JIT stack %s\n", n, pc.n, pc.longest,
-            ws.jstack ? "used" : "not needed");
+    fprintf(stderr, "deep regex on %zu bytes: %zu piece(s), longest %zu, private JIT stack %s\n", n,
+            pc.n, pc.longest, ws.jstack ? "used" : "not needed");
     CHECK(pc.n == 1 && pc.longest == n);
     pllm_buf_free(&pc.cat);
     tok_ws_free(&ws);

@@ -20,7 +20,7 @@
 
 #include <stdlib.h>
 
-#define BPE_SMALL 48
+#define BPE_SMALL     48
 #define BPE_WHOLE_MAX 64 /* longest piece looked up whole (longer ones are rarely one token) */
 
 static pllm_status ws_reserve(tok_ws *ws, size_t m)
@@ -41,7 +41,10 @@ static pllm_status ws_reserve(tok_ws *ws, size_t m)
     return PLLM_OK;
 }
 
-static inline int32_t pair_rank(const pllm_tokenizer *t, int32_t a, int32_t b) { return tok_merge_rank(&t->merges, a, b); }
+static inline int32_t pair_rank(const pllm_tokenizer *t, int32_t a, int32_t b)
+{
+    return tok_merge_rank(&t->merges, a, b);
+}
 
 /* sym[0..m) merged in place; returns the new count. rank[i] caches the pair (i, i+1). */
 static size_t bpe_small(const pllm_tokenizer *t, int32_t *sym, size_t m)
@@ -65,7 +68,10 @@ static size_t bpe_small(const pllm_tokenizer *t, int32_t *sym, size_t m)
 
 /* ---- the heap version ---- */
 
-static inline bool heap_less(tok_heap_item a, tok_heap_item b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
+static inline bool heap_less(tok_heap_item a, tok_heap_item b)
+{
+    return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
+}
 
 static void heap_push(tok_heap_item *h, size_t *n, tok_heap_item it)
 {
@@ -123,7 +129,7 @@ static pllm_status bpe_large(const pllm_tokenizer *t, tok_ws *ws, size_t m, pllm
     while (hn) {
         tok_heap_item it = heap_pop(ws->heap, &hn);
         int32_t l = it.pos;
-        if (sym[l] < 0) continue;       /* merged into its left neighbour */
+        if (sym[l] < 0) continue; /* merged into its left neighbour */
         int32_t r = next[l];
         if (r < 0) continue;
         if (pair_rank(t, sym[l], sym[r]) != it.rank) continue; /* stale: the pair changed since */
@@ -139,7 +145,8 @@ static pllm_status bpe_large(const pllm_tokenizer *t, tok_ws *ws, size_t m, pllm
     return PLLM_OK;
 }
 
-pllm_status tok_bpe_piece(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n, pllm_tokens *out)
+pllm_status tok_bpe_piece(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n,
+                          pllm_tokens *out)
 {
     /* most pieces of ordinary text are one token: found without merging */
     if (n <= BPE_WHOLE_MAX && t->whole.slots) {
@@ -149,7 +156,8 @@ pllm_status tok_bpe_piece(const pllm_tokenizer *t, tok_ws *ws, const char *s, si
     return tok_bpe_piece_uncached(t, ws, s, n, out);
 }
 
-pllm_status tok_bpe_piece_uncached(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n, pllm_tokens *out)
+pllm_status tok_bpe_piece_uncached(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n,
+                                   pllm_tokens *out)
 {
     if (t->ignore_merges) {
         /* a piece that is itself a token is emitted whole (Hugging Face's ignore_merges) */

@@ -17,24 +17,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KEY_MODEL "tokenizer.ggml.model"
-#define KEY_PRE "tokenizer.ggml.pre"
-#define KEY_TOKENS "tokenizer.ggml.tokens"
-#define KEY_TYPES "tokenizer.ggml.token_type"
-#define KEY_MERGES "tokenizer.ggml.merges"
-#define KEY_BOS "tokenizer.ggml.bos_token_id"
-#define KEY_EOS "tokenizer.ggml.eos_token_id"
-#define KEY_UNK "tokenizer.ggml.unknown_token_id"
-#define KEY_PAD "tokenizer.ggml.padding_token_id"
-#define KEY_EOT "tokenizer.ggml.eot_token_id"
-#define KEY_ADD_BOS "tokenizer.ggml.add_bos_token"
-#define KEY_ADD_EOS "tokenizer.ggml.add_eos_token"
+#define KEY_MODEL        "tokenizer.ggml.model"
+#define KEY_PRE          "tokenizer.ggml.pre"
+#define KEY_TOKENS       "tokenizer.ggml.tokens"
+#define KEY_TYPES        "tokenizer.ggml.token_type"
+#define KEY_MERGES       "tokenizer.ggml.merges"
+#define KEY_BOS          "tokenizer.ggml.bos_token_id"
+#define KEY_EOS          "tokenizer.ggml.eos_token_id"
+#define KEY_UNK          "tokenizer.ggml.unknown_token_id"
+#define KEY_PAD          "tokenizer.ggml.padding_token_id"
+#define KEY_EOT          "tokenizer.ggml.eot_token_id"
+#define KEY_ADD_BOS      "tokenizer.ggml.add_bos_token"
+#define KEY_ADD_EOS      "tokenizer.ggml.add_eos_token"
 #define KEY_SPACE_PREFIX "tokenizer.ggml.add_space_prefix"
 
 static bool is_int_type(pllm_gguf_type t)
 {
-    return t == PLLM_GGUF_U8 || t == PLLM_GGUF_I8 || t == PLLM_GGUF_U16 || t == PLLM_GGUF_I16 || t == PLLM_GGUF_U32 ||
-           t == PLLM_GGUF_I32 || t == PLLM_GGUF_U64 || t == PLLM_GGUF_I64;
+    return t == PLLM_GGUF_U8 || t == PLLM_GGUF_I8 || t == PLLM_GGUF_U16 || t == PLLM_GGUF_I16 ||
+           t == PLLM_GGUF_U32 || t == PLLM_GGUF_I32 || t == PLLM_GGUF_U64 || t == PLLM_GGUF_I64;
 }
 
 static bool is_signed_type(pllm_gguf_type t)
@@ -50,15 +50,18 @@ static pllm_status opt_id(const pllm_gguf *g, const char *key, int64_t *out)
     const pllm_gguf_kv *kv = pllm_gguf_find(g, key);
     if (!kv) return PLLM_OK;
     if (!is_int_type(kv->type))
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' at byte offset %zu is %s, expected an integer token id",
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: key '%s' at byte offset %zu is %s, expected an integer token id",
                            g->path, key, kv->offset, pllm_gguf_type_name(kv->type));
     /* "none" is -1: a signed -1, or -1 stored unsigned (0xFFFFFFFF, as llama.cpp's int32
      * cast of a u32 reads it) */
-    if ((kv->type == PLLM_GGUF_U32 && kv->v.u == UINT32_MAX) || (kv->type == PLLM_GGUF_U64 && kv->v.u == UINT64_MAX))
+    if ((kv->type == PLLM_GGUF_U32 && kv->v.u == UINT32_MAX) ||
+        (kv->type == PLLM_GGUF_U64 && kv->v.u == UINT64_MAX))
         return PLLM_OK;
     bool neg = is_signed_type(kv->type) && kv->v.i < 0;
     if (neg ? kv->v.i != -1 : kv->v.u > (uint64_t)INT32_MAX)
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' at byte offset %zu = %lld is not a token id", g->path, key,
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: key '%s' at byte offset %zu = %lld is not a token id", g->path, key,
                            kv->offset, neg ? (long long)kv->v.i : (long long)kv->v.u);
     *out = neg ? -1 : (int64_t)kv->v.u;
     return PLLM_OK;
@@ -80,12 +83,14 @@ pllm_status pllm_tokenizer_from_gguf(pllm_tokenizer **out, const pllm_gguf *g)
     pllm_gguf_str model;
     PLLM_TRY(pllm_gguf_get_str(g, KEY_MODEL, &model));
     if (model.len == 5 && memcmp(model.s, "llama", 5) == 0)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
-                           "%s: %s = \"llama\" (SentencePiece-style BPE, as in Llama-2/TinyLlama/Mistral) is "
-                           "not supported yet; only \"gpt2\" (byte-level BPE) is",
-                           g->path, KEY_MODEL);
+        return pllm_errorf(
+            PLLM_ERR_UNSUPPORTED,
+            "%s: %s = \"llama\" (SentencePiece-style BPE, as in Llama-2/TinyLlama/Mistral) is "
+            "not supported yet; only \"gpt2\" (byte-level BPE) is",
+            g->path, KEY_MODEL);
     if (!(model.len == 4 && memcmp(model.s, "gpt2", 4) == 0))
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: %s = \"%.*s\" is not a supported tokenizer model (gpt2)", g->path,
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: %s = \"%.*s\" is not a supported tokenizer model (gpt2)", g->path,
                            KEY_MODEL, (int)PLLM_MIN(model.len, 80), model.s);
 
     tok_spec sp = {
@@ -111,23 +116,27 @@ pllm_status pllm_tokenizer_from_gguf(pllm_tokenizer **out, const pllm_gguf *g)
     bool space_prefix = false;
     PLLM_TRY(pllm_gguf_opt_bool(g, KEY_SPACE_PREFIX, &space_prefix));
     if (space_prefix)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: %s = true is not supported for byte-level BPE", g->path,
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: %s = true is not supported for byte-level BPE", g->path,
                            KEY_SPACE_PREFIX);
 
     const pllm_gguf_kv *toks, *types = NULL, *merges;
     PLLM_TRY(pllm_gguf_get_arr(g, KEY_TOKENS, PLLM_GGUF_STRING, &toks));
     if (toks->arr_n == 0 || toks->arr_n > (uint64_t)INT32_MAX)
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' at byte offset %zu has %llu tokens", g->path, KEY_TOKENS,
-                           toks->offset, (unsigned long long)toks->arr_n);
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' at byte offset %zu has %llu tokens",
+                           g->path, KEY_TOKENS, toks->offset, (unsigned long long)toks->arr_n);
     sp.n_vocab = (int32_t)toks->arr_n;
     if (pllm_gguf_find(g, KEY_TYPES)) {
         PLLM_TRY(pllm_gguf_get_arr(g, KEY_TYPES, PLLM_GGUF_TYPE_COUNT, &types));
         if (!is_int_type(types->arr_type))
-            return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' at byte offset %zu is an array of %s, expected integers",
-                               g->path, KEY_TYPES, types->offset, pllm_gguf_type_name(types->arr_type));
+            return pllm_errorf(
+                PLLM_ERR_FORMAT,
+                "%s: key '%s' at byte offset %zu is an array of %s, expected integers", g->path,
+                KEY_TYPES, types->offset, pllm_gguf_type_name(types->arr_type));
         if (types->arr_n != toks->arr_n)
-            return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' has %llu entries but '%s' has %llu", g->path, KEY_TYPES,
-                               (unsigned long long)types->arr_n, KEY_TOKENS, (unsigned long long)toks->arr_n);
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' has %llu entries but '%s' has %llu",
+                               g->path, KEY_TYPES, (unsigned long long)types->arr_n, KEY_TOKENS,
+                               (unsigned long long)toks->arr_n);
     }
     PLLM_TRY(pllm_gguf_get_arr(g, KEY_MERGES, PLLM_GGUF_STRING, &merges));
     if (merges->arr_n > (uint64_t)INT32_MAX)

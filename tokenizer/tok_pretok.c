@@ -25,16 +25,18 @@
 #define RE_DIGIT "\\p{N}"
 /* Llama-3 (tiktoken cl100k style): case-insensitive contractions, numbers in runs of 1-3. */
 #define RE_LLAMA3                                                                                  \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "                     \
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"                                                               \
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 /* Qwen2: as Llama-3 but every digit alone. */
 #define RE_QWEN2                                                                                   \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"     \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "                          \
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"                                                               \
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 typedef struct pretok_def {
-    const char *name;         /* canonical name, reported by describe */
-    const char *aliases[4];   /* other tokenizer.ggml.pre spellings */
+    const char *name;       /* canonical name, reported by describe */
+    const char *aliases[4]; /* other tokenizer.ggml.pre spellings */
     const char *re[TOK_PRETOK_MAX];
 } pretok_def;
 
@@ -47,11 +49,15 @@ static const pretok_def k_pretoks[] = {
     /* llama.cpp's fallback for a BPE vocabulary with no (or "default") pre-tokenizer name */
     {"default",
      {NULL},
-     {"[\\p{P}\\$\\+<=>\\^~\\|]+", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
-      "\\p{N}+", "[0-9][0-9][0-9]"}},
+     {"[\\p{P}\\$\\+<=>\\^~\\|]+",
+      "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)", "\\p{N}+",
+      "[0-9][0-9][0-9]"}},
 };
 
-static bool name_is(const char *want, const char *s, size_t n) { return strlen(want) == n && memcmp(want, s, n) == 0; }
+static bool name_is(const char *want, const char *s, size_t n)
+{
+    return strlen(want) == n && memcmp(want, s, n) == 0;
+}
 
 void tok_pretok_free(tok_pretok *p)
 {
@@ -79,13 +85,14 @@ pllm_status tok_pretok_init(tok_pretok *p, const char *name, size_t name_len)
     for (int i = 0; i < TOK_PRETOK_MAX && def->re[i]; i++) {
         int err;
         PCRE2_SIZE erroff;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)def->re[i], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
-                                       &erroff, NULL);
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)def->re[i], PCRE2_ZERO_TERMINATED,
+                                       PCRE2_UTF | PCRE2_UCP, &err, &erroff, NULL);
         if (!re) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(err, msg, sizeof msg);
             tok_pretok_free(p);
-            return pllm_errorf(PLLM_ERR_INTERNAL, "pre-tokenizer %s: regex %d does not compile at offset %zu: %s",
+            return pllm_errorf(PLLM_ERR_INTERNAL,
+                               "pre-tokenizer %s: regex %d does not compile at offset %zu: %s",
                                def->name, i, (size_t)erroff, (const char *)msg);
         }
         p->re[i] = re;
@@ -117,8 +124,10 @@ static int re_match(const tok_pretok *p, int i, tok_ws *ws, const char *s, size_
         if (p->jit[i])
             rc = pcre2_jit_match(p->re[i], (PCRE2_SPTR)s, n, start, 0, ws->md, ws->mctx);
         else
-            rc = pcre2_match(p->re[i], (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, ws->md, ws->mctx);
-        if ((rc != PCRE2_ERROR_JIT_STACKLIMIT && rc != PCRE2_ERROR_NOMEMORY && rc != PCRE2_ERROR_HEAPLIMIT) ||
+            rc = pcre2_match(p->re[i], (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, ws->md,
+                             ws->mctx);
+        if ((rc != PCRE2_ERROR_JIT_STACKLIMIT && rc != PCRE2_ERROR_NOMEMORY &&
+             rc != PCRE2_ERROR_HEAPLIMIT) ||
             ws->jstack)
             return rc;
         /* the default 32 KiB JIT stack ran out on a pathological piece: retry with a private
@@ -131,8 +140,8 @@ static int re_match(const tok_pretok *p, int i, tok_ws *ws, const char *s, size_
     }
 }
 
-static pllm_status split_stage(const tok_pretok *p, tok_ws *ws, int stage, const char *s, size_t n, tok_piece_fn fn,
-                               void *ctx)
+static pllm_status split_stage(const tok_pretok *p, tok_ws *ws, int stage, const char *s, size_t n,
+                               tok_piece_fn fn, void *ctx)
 {
     if (stage == p->n_re) return fn(ctx, s, n);
     size_t start = 0, last = 0;
@@ -142,8 +151,8 @@ static pllm_status split_stage(const tok_pretok *p, tok_ws *ws, int stage, const
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
-            return pllm_errorf(PLLM_ERR_INTERNAL, "pre-tokenizer %s, regex %d, on %zu bytes: %s", p->name, stage, n,
-                               (const char *)msg);
+            return pllm_errorf(PLLM_ERR_INTERNAL, "pre-tokenizer %s, regex %d, on %zu bytes: %s",
+                               p->name, stage, n, (const char *)msg);
         }
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(ws->md);
         size_t ms = ov[0], me = ov[1];
@@ -161,7 +170,8 @@ static pllm_status split_stage(const tok_pretok *p, tok_ws *ws, int stage, const
     return PLLM_OK;
 }
 
-pllm_status tok_pretok_split(const tok_pretok *p, tok_ws *ws, const char *s, size_t n, tok_piece_fn fn, void *ctx)
+pllm_status tok_pretok_split(const tok_pretok *p, tok_ws *ws, const char *s, size_t n,
+                             tok_piece_fn fn, void *ctx)
 {
     if (!n) return PLLM_OK;
     if (!ws->md) {

@@ -110,8 +110,8 @@ size_t tok_utf8_decode(const uint8_t *s, uint32_t *cp)
         *cp = (uint32_t)(c & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
         return 3;
     }
-    *cp = (uint32_t)(c & 0x07) << 18 | (uint32_t)(s[1] & 0x3F) << 12 | (uint32_t)(s[2] & 0x3F) << 6 |
-          (s[3] & 0x3F);
+    *cp = (uint32_t)(c & 0x07) << 18 | (uint32_t)(s[1] & 0x3F) << 12 |
+          (uint32_t)(s[2] & 0x3F) << 6 | (s[3] & 0x3F);
     return 4;
 }
 
@@ -142,7 +142,10 @@ size_t tok_utf8_encode(uint32_t cp, char *out)
 /* GPT-2's bytes_to_unicode: the 188 "printable" bytes ('!'..'~', 0xA1..0xAC, 0xAE..0xFF)
  * stand for themselves; the other 68 (0x00..0x20, 0x7F..0xA0, 0xAD), in byte order, take
  * U+0100.. U+0143. */
-static bool byte_is_printable(unsigned b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
+static bool byte_is_printable(unsigned b)
+{
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+}
 
 uint32_t tok_byte_to_cp(uint8_t b)
 {

@@ -18,7 +18,10 @@ static size_t pow2_at_least(size_t n)
     return c;
 }
 
-static uint64_t str_hash(const char *s, size_t n) { return XXH3_64bits(s, n); }
+static uint64_t str_hash(const char *s, size_t n)
+{
+    return XXH3_64bits(s, n);
+}
 
 static const char *tok_str(const pllm_tokenizer *t, int32_t id, size_t *len)
 {
@@ -26,7 +29,8 @@ static const char *tok_str(const pllm_tokenizer *t, int32_t id, size_t *len)
     return t->str + t->str_off[id];
 }
 
-int32_t tok_strmap_find(const tok_strmap *m, const char *base, const uint32_t *off, const char *s, size_t n)
+int32_t tok_strmap_find(const tok_strmap *m, const char *base, const uint32_t *off, const char *s,
+                        size_t n)
 {
     uint64_t h = str_hash(s, n);
     uint32_t tag = (uint32_t)(h >> 32);
@@ -87,7 +91,8 @@ static void strmap_free(tok_strmap *m)
 /* Returns false when the pair is already there (the earlier, lower rank is kept). */
 static bool pairmap_put(tok_pairmap *m, int32_t left, int32_t right, int32_t rank)
 {
-    const uint64_t key = tok_pair_key(left, right), rank_mask = ((uint64_t)1 << TOK_PAIR_RANK_BITS) - 1;
+    const uint64_t key = tok_pair_key(left, right),
+                   rank_mask = ((uint64_t)1 << TOK_PAIR_RANK_BITS) - 1;
     for (size_t i = tok_pair_slot(key, m->mask);; i = (i + 1) & m->mask) {
         uint64_t e = m->slots[i];
         if ((e & ~rank_mask) == key) return false;
@@ -110,7 +115,8 @@ static void trie_insert(pllm_tokenizer *t, int32_t id)
         while (c >= 0 && t->trie[c].byte != s[k]) c = t->trie[c].sibling;
         if (c < 0) {
             c = t->n_trie++;
-            t->trie[c] = (tok_trie_node){.child = -1, .sibling = t->trie[node].child, .id = -1, .byte = s[k]};
+            t->trie[c] = (tok_trie_node){
+                .child = -1, .sibling = t->trie[node].child, .id = -1, .byte = s[k]};
             t->trie[node].child = c;
         }
         node = c;
@@ -142,7 +148,8 @@ void pllm_tokenizer_free(pllm_tokenizer *t)
 static pllm_status check_id(const tok_spec *sp, const char *key, int64_t v, int32_t *out)
 {
     if (v < -1 || v >= sp->n_vocab)
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: %s = %lld is out of range (vocabulary has %d tokens)", sp->source,
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: %s = %lld is out of range (vocabulary has %d tokens)", sp->source,
                            key ? key : "(special id)", (long long)v, sp->n_vocab);
     *out = (int32_t)v;
     return PLLM_OK;
@@ -186,7 +193,8 @@ static pllm_status build_whole(pllm_tokenizer *t)
     for (int32_t id = 0; id < t->n_vocab; id++) {
         out.n = 0;
         size_t len = t->bytes_off[id + 1] - t->bytes_off[id] - 1;
-        if ((st = tok_bpe_piece_uncached(t, &ws, t->bytes + t->bytes_off[id], len, &out))) goto done;
+        if ((st = tok_bpe_piece_uncached(t, &ws, t->bytes + t->bytes_off[id], len, &out)))
+            goto done;
         if (out.n == 1 && out.ids[0] == id) ids[n++] = id;
     }
     if ((st = strmap_init(&t->whole, (size_t)n))) goto done;
@@ -199,7 +207,8 @@ done:
 }
 
 static const char *const k_end_of_turn[] = {
-    "<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>", "<end_of_turn>", "<|end_of_text|>", "<|eom_id|>",
+    "<|im_end|>", "<|eot_id|>",    "<|end|>",         "<|endoftext|>",
+    "</s>",       "<end_of_turn>", "<|end_of_text|>", "<|eom_id|>",
 };
 
 static pllm_status add_stop(pllm_tokenizer *t, int32_t id)
@@ -218,8 +227,9 @@ static pllm_status build_merges(pllm_tokenizer *t, const tok_spec *sp)
 {
     const char *key = sp->key_merges ? sp->key_merges : "merges";
     if (sp->n_merges > TOK_MAX_MERGES || t->n_vocab > TOK_MAX_PAIR_VOCAB)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: %d merges over %d tokens is more than supported (%d, %d)",
-                           sp->source, sp->n_merges, t->n_vocab, TOK_MAX_MERGES, TOK_MAX_PAIR_VOCAB);
+        return pllm_errorf(
+            PLLM_ERR_UNSUPPORTED, "%s: %d merges over %d tokens is more than supported (%d, %d)",
+            sp->source, sp->n_merges, t->n_vocab, TOK_MAX_MERGES, TOK_MAX_PAIR_VOCAB);
     size_t cap = pow2_at_least((size_t)sp->n_merges * 2 + 1);
     t->merges.slots = pllm_calloc(cap, sizeof *t->merges.slots);
     t->merge_result = pllm_malloc(((size_t)sp->n_merges + 1) * sizeof *t->merge_result);
@@ -235,20 +245,30 @@ static pllm_status build_merges(pllm_tokenizer *t, const tok_spec *sp)
          * tokens never contain a raw space; a leading one would belong to the left half) */
         const char *sp_at = n > 1 ? memchr(m + 1, ' ', n - 1) : NULL;
         if (!sp_at || sp_at == m + n - 1) {
-            st = pllm_errorf(PLLM_ERR_FORMAT, "%s: %s[%d] = \"%.*s\" is not \"left right\"", sp->source, key, r,
-                             (int)PLLM_MIN(n, 80), m);
+            st = pllm_errorf(PLLM_ERR_FORMAT, "%s: %s[%d] = \"%.*s\" is not \"left right\"",
+                             sp->source, key, r, (int)PLLM_MIN(n, 80), m);
             goto done;
         }
         size_t ln = (size_t)(sp_at - m), rn = n - ln - 1;
         int32_t a = tok_vocab_find(t, m, ln), b = tok_vocab_find(t, sp_at + 1, rn);
         cat.n = 0;
-        if ((st = pllm_buf_append(&cat, m, ln)) || (st = pllm_buf_append(&cat, sp_at + 1, rn))) goto done;
+        if ((st = pllm_buf_append(&cat, m, ln)) || (st = pllm_buf_append(&cat, sp_at + 1, rn)))
+            goto done;
         int32_t c = tok_vocab_find(t, cat.s, cat.n);
         if (a < 0 || b < 0 || c < 0) {
-            st = pllm_errorf(PLLM_ERR_FORMAT, "%s: %s[%d] = \"%.*s\": %s \"%.*s\" is not in the vocabulary", sp->source,
-                             key, r, (int)PLLM_MIN(n, 80), m, a < 0 ? "left part" : b < 0 ? "right part" : "merged token",
-                             (int)PLLM_MIN(a < 0 ? ln : b < 0 ? rn : cat.n, 80),
-                             a < 0 ? m : b < 0 ? sp_at + 1 : cat.s);
+            st = pllm_errorf(PLLM_ERR_FORMAT,
+                             "%s: %s[%d] = \"%.*s\": %s \"%.*s\" is not in the vocabulary",
+                             sp->source, key, r, (int)PLLM_MIN(n, 80), m,
+                             a < 0   ? "left part"
+                             : b < 0 ? "right part"
+                                     : "merged token",
+                             (int)PLLM_MIN(a < 0   ? ln
+                                           : b < 0 ? rn
+                                                   : cat.n,
+                                           80),
+                             a < 0   ? m
+                             : b < 0 ? sp_at + 1
+                                     : cat.s);
             goto done;
         }
         /* a repeated pair keeps its first (lowest) rank */
@@ -268,7 +288,8 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
     const char *key_tokens = sp->key_tokens ? sp->key_tokens : "tokens";
     const char *key_types = sp->key_types ? sp->key_types : "token types";
     if (sp->model != TOK_MODEL_BYTE_BPE)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: tokenizer model %d is not supported", src, (int)sp->model);
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: tokenizer model %d is not supported", src,
+                           (int)sp->model);
     if (sp->n_vocab <= 0) return pllm_errorf(PLLM_ERR_FORMAT, "%s: %s is empty", src, key_tokens);
     if (sp->n_merges < 0) return pllm_errorf(PLLM_ERR_FORMAT, "%s: negative merge count", src);
 
@@ -283,7 +304,8 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
     size_t total = 0;
     for (size_t i = 0; i < nv; i++) total += sp->tokens[i].len + 1;
     if (total > UINT32_MAX) {
-        st = pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: %s: %zu bytes of token text is too much", src, key_tokens, total);
+        st = pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: %s: %zu bytes of token text is too much", src,
+                         key_tokens, total);
         goto fail;
     }
     t->str = pllm_malloc(total);
@@ -301,7 +323,8 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
             goto fail;
         }
         if (memchr(v->s, 0, v->len)) {
-            st = pllm_errorf(PLLM_ERR_FORMAT, "%s: %s[%zu] contains a NUL byte", src, key_tokens, i);
+            st =
+                pllm_errorf(PLLM_ERR_FORMAT, "%s: %s[%zu] contains a NUL byte", src, key_tokens, i);
             goto fail;
         }
         if (tok_utf8_valid_prefix((const uint8_t *)v->s, v->len) != v->len) {
@@ -314,7 +337,8 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
         off += v->len + 1;
         int32_t ty = sp->types ? sp->types[i] : TOK_TYPE_NORMAL;
         if (ty < TOK_TYPE_UNDEFINED || ty > TOK_TYPE_BYTE) {
-            st = pllm_errorf(PLLM_ERR_FORMAT, "%s: %s[%zu] = %d is not a token type (1..6)", src, key_types, i, ty);
+            st = pllm_errorf(PLLM_ERR_FORMAT, "%s: %s[%zu] = %d is not a token type (1..6)", src,
+                             key_types, i, ty);
             goto fail;
         }
         t->type[i] = (uint8_t)(ty == TOK_TYPE_UNDEFINED ? TOK_TYPE_NORMAL : ty);
@@ -326,8 +350,10 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
     for (int32_t i = 0; i < t->n_vocab; i++) strmap_put(&t->vocab, t->str, t->str_off, i);
 
     /* special ids */
-    if ((st = check_id(sp, sp->key_bos, sp->bos, &t->bos)) || (st = check_id(sp, sp->key_eos, sp->eos, &t->eos)) ||
-        (st = check_id(sp, sp->key_unk, sp->unk, &t->unk)) || (st = check_id(sp, sp->key_pad, sp->pad, &t->pad)) ||
+    if ((st = check_id(sp, sp->key_bos, sp->bos, &t->bos)) ||
+        (st = check_id(sp, sp->key_eos, sp->eos, &t->eos)) ||
+        (st = check_id(sp, sp->key_unk, sp->unk, &t->unk)) ||
+        (st = check_id(sp, sp->key_pad, sp->pad, &t->pad)) ||
         (st = check_id(sp, sp->key_eot, sp->eot, &t->eot)))
         goto fail;
 
@@ -395,7 +421,8 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
     t->trie[0] = (tok_trie_node){.child = -1, .sibling = -1, .id = -1, .byte = 0};
     t->n_trie = 1;
     for (int32_t i = 0; i < t->n_vocab; i++)
-        if (t->type[i] == TOK_TYPE_CONTROL || t->type[i] == TOK_TYPE_USER_DEFINED) trie_insert(t, i);
+        if (t->type[i] == TOK_TYPE_CONTROL || t->type[i] == TOK_TYPE_USER_DEFINED)
+            trie_insert(t, i);
 
     /* stop ids: EOS, EOT, and end-of-turn control tokens */
     if ((st = add_stop(t, t->eos)) || (st = add_stop(t, t->eot))) goto fail;
@@ -404,8 +431,9 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
         if (id >= 0 && t->type[id] == TOK_TYPE_CONTROL && (st = add_stop(t, id))) goto fail;
     }
 
-    snprintf(t->describe, sizeof t->describe, "byte-level BPE (gpt2), pre-tokenizer %s, %d tokens, %d merges",
-             t->pre.name, t->n_vocab, t->n_merges);
+    snprintf(t->describe, sizeof t->describe,
+             "byte-level BPE (gpt2), pre-tokenizer %s, %d tokens, %d merges", t->pre.name,
+             t->n_vocab, t->n_merges);
     *out = t;
     return PLLM_OK;
 fail:

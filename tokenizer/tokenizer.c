@@ -42,14 +42,17 @@ static pllm_status on_piece(void *c, const char *s, size_t n)
 static pllm_status encode_fragment(enc_ctx *e, const char *s, size_t n)
 {
     switch (e->t->model) {
-    case TOK_MODEL_BYTE_BPE: return tok_pretok_split(&e->t->pre, e->ws, s, n, on_piece, e);
-    case TOK_MODEL_SPM_BPE: break;
+    case TOK_MODEL_BYTE_BPE:
+        return tok_pretok_split(&e->t->pre, e->ws, s, n, on_piece, e);
+    case TOK_MODEL_SPM_BPE:
+        break;
     }
     return pllm_errorf(PLLM_ERR_INTERNAL, "tokenizer model %d has no encoder", (int)e->t->model);
 }
 
 /* The longest allowed verbatim token starting at s[0..n), or -1; *len gets its length. */
-static int32_t match_special(const pllm_tokenizer *t, const uint8_t *s, size_t n, bool parse_special, size_t *len)
+static int32_t match_special(const pllm_tokenizer *t, const uint8_t *s, size_t n,
+                             bool parse_special, size_t *len)
 {
     int32_t best = -1, node = 0;
     for (size_t k = 0; k < n; k++) {
@@ -93,10 +96,11 @@ static pllm_status encode_text(enc_ctx *e, const char *text, size_t len, bool pa
     return PLLM_OK;
 }
 
-pllm_status pllm_tokenizer_encode(const pllm_tokenizer *t, const char *text, size_t len, const pllm_encode_opts *opts,
-                                  pllm_tokens *out)
+pllm_status pllm_tokenizer_encode(const pllm_tokenizer *t, const char *text, size_t len,
+                                  const pllm_encode_opts *opts, pllm_tokens *out)
 {
-    pllm_encode_opts o = opts ? *opts : (pllm_encode_opts){.add_special = true, .parse_special = true};
+    pllm_encode_opts o =
+        opts ? *opts : (pllm_encode_opts){.add_special = true, .parse_special = true};
     size_t n0 = out->n;
     tok_ws ws = {0};
     pllm_buf fixed = {0};
@@ -124,7 +128,8 @@ done:
 static pllm_status check_id(const pllm_tokenizer *t, int32_t id)
 {
     if (id < 0 || id >= t->n_vocab)
-        return pllm_errorf(PLLM_ERR_RANGE, "token id %d is out of range (vocabulary has %d tokens)", id, t->n_vocab);
+        return pllm_errorf(PLLM_ERR_RANGE, "token id %d is out of range (vocabulary has %d tokens)",
+                           id, t->n_vocab);
     return PLLM_OK;
 }
 
@@ -197,7 +202,8 @@ pllm_status pllm_detok_finish(pllm_detok *d, pllm_buf *out)
     return out->s ? PLLM_OK : pllm_buf_append(out, "", 0);
 }
 
-pllm_status pllm_tokenizer_decode(const pllm_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, pllm_buf *out)
+pllm_status pllm_tokenizer_decode(const pllm_tokenizer *t, const int32_t *ids, size_t n,
+                                  bool skip_special, pllm_buf *out)
 {
     for (size_t i = 0; i < n; i++) PLLM_TRY(check_id(t, ids[i]));
     pllm_detok d;
@@ -208,9 +214,18 @@ pllm_status pllm_tokenizer_decode(const pllm_tokenizer *t, const int32_t *ids, s
 
 /* ---- lookups ---- */
 
-int32_t pllm_tokenizer_n_vocab(const pllm_tokenizer *t) { return t->n_vocab; }
-int32_t pllm_tokenizer_bos(const pllm_tokenizer *t) { return t->bos; }
-int32_t pllm_tokenizer_eos(const pllm_tokenizer *t) { return t->eos; }
+int32_t pllm_tokenizer_n_vocab(const pllm_tokenizer *t)
+{
+    return t->n_vocab;
+}
+int32_t pllm_tokenizer_bos(const pllm_tokenizer *t)
+{
+    return t->bos;
+}
+int32_t pllm_tokenizer_eos(const pllm_tokenizer *t)
+{
+    return t->eos;
+}
 
 const int32_t *pllm_tokenizer_stop_ids(const pllm_tokenizer *t, int32_t *n)
 {
@@ -241,4 +256,7 @@ int32_t pllm_tokenizer_find(const pllm_tokenizer *t, const char *s)
     return s ? tok_vocab_find(t, s, strlen(s)) : -1;
 }
 
-const char *pllm_tokenizer_describe(const pllm_tokenizer *t) { return t->describe; }
+const char *pllm_tokenizer_describe(const pllm_tokenizer *t)
+{
+    return t->describe;
+}

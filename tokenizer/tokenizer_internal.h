@@ -88,10 +88,10 @@ typedef struct tok_strmap {
  * 50k merges) and a lookup costs one cache line: bits 63..43 left + 1, 42..22 right,
  * 21..0 rank; 0 = empty. Hence the limits on vocabulary and merge counts. The merged token's
  * id is pllm_tokenizer.merge_result[rank]. */
-#define TOK_PAIR_ID_BITS 21
+#define TOK_PAIR_ID_BITS   21
 #define TOK_PAIR_RANK_BITS 22
 #define TOK_MAX_PAIR_VOCAB ((1 << TOK_PAIR_ID_BITS) - 2)
-#define TOK_MAX_MERGES (1 << TOK_PAIR_RANK_BITS)
+#define TOK_MAX_MERGES     (1 << TOK_PAIR_RANK_BITS)
 
 typedef struct tok_pairmap {
     uint64_t *slots; /* [mask + 1] */
@@ -100,10 +100,14 @@ typedef struct tok_pairmap {
 
 static inline uint64_t tok_pair_key(int32_t left, int32_t right)
 {
-    return ((uint64_t)(uint32_t)(left + 1) << TOK_PAIR_ID_BITS | (uint32_t)right) << TOK_PAIR_RANK_BITS;
+    return ((uint64_t)(uint32_t)(left + 1) << TOK_PAIR_ID_BITS | (uint32_t)right)
+           << TOK_PAIR_RANK_BITS;
 }
 
-static inline size_t tok_pair_slot(uint64_t key, size_t mask) { return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 40) & mask; }
+static inline size_t tok_pair_slot(uint64_t key, size_t mask)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 40) & mask;
+}
 
 /* A trie over the byte strings of the tokens matched in raw text (control, user-defined). */
 typedef struct tok_trie_node {
@@ -118,10 +122,10 @@ typedef struct tok_trie_node {
 #define TOK_PRETOK_MAX 6
 
 typedef struct tok_pretok {
-    const char *name;                  /* the canonical name (static string) */
+    const char *name; /* the canonical name (static string) */
     int n_re;
-    pcre2_code *re[TOK_PRETOK_MAX];    /* stage i splits every piece of stage i-1 */
-    bool jit[TOK_PRETOK_MAX];          /* JIT-compiled (falls back to the interpreter) */
+    pcre2_code *re[TOK_PRETOK_MAX]; /* stage i splits every piece of stage i-1 */
+    bool jit[TOK_PRETOK_MAX];       /* JIT-compiled (falls back to the interpreter) */
 } tok_pretok;
 
 /* Per-call scratch: matching state and BPE buffers. Never shared between threads. */
@@ -132,13 +136,13 @@ typedef struct tok_heap_item {
 
 typedef struct tok_ws {
     pcre2_match_data *md;
-    pcre2_match_context *mctx;  /* created when a JIT match needs a bigger stack */
+    pcre2_match_context *mctx; /* created when a JIT match needs a bigger stack */
     pcre2_jit_stack *jstack;
     int32_t *sym, *prev, *next; /* [cap] BPE symbols of the current piece */
     size_t cap;
-    tok_heap_item *heap;        /* [heap_cap] */
+    tok_heap_item *heap; /* [heap_cap] */
     size_t heap_cap;
-    pllm_buf scratch;           /* mapped piece text (ignore_merges lookups) */
+    pllm_buf scratch; /* mapped piece text (ignore_merges lookups) */
 } tok_ws;
 
 void tok_ws_free(tok_ws *ws);
@@ -150,8 +154,8 @@ typedef pllm_status (*tok_piece_fn)(void *ctx, const char *s, size_t n);
 pllm_status tok_pretok_init(tok_pretok *p, const char *name, size_t name_len);
 void tok_pretok_free(tok_pretok *p);
 /* Split valid UTF-8 s[0..n) into pieces, calling fn on each non-empty piece in order. */
-pllm_status tok_pretok_split(const tok_pretok *p, tok_ws *ws, const char *s, size_t n, tok_piece_fn fn,
-                             void *ctx);
+pllm_status tok_pretok_split(const tok_pretok *p, tok_ws *ws, const char *s, size_t n,
+                             tok_piece_fn fn, void *ctx);
 
 /* ---- the tokenizer ---- */
 
@@ -160,31 +164,31 @@ struct pllm_tokenizer {
     int32_t n_vocab;
 
     /* vocabulary */
-    char *str;               /* token strings, each NUL-terminated, concatenated */
-    uint32_t *str_off;       /* [n_vocab + 1] token i is str[str_off[i] .. str_off[i+1]-1) */
-    uint8_t *type;           /* [n_vocab] TOK_TYPE_* */
-    char *bytes;             /* decoded bytes of every token, concatenated (NUL after each) */
-    uint32_t *bytes_off;     /* [n_vocab + 1] */
-    tok_strmap vocab;        /* token string -> id */
-    tok_strmap whole;        /* decoded bytes -> id, for pieces that encode to that one token */
+    char *str;           /* token strings, each NUL-terminated, concatenated */
+    uint32_t *str_off;   /* [n_vocab + 1] token i is str[str_off[i] .. str_off[i+1]-1) */
+    uint8_t *type;       /* [n_vocab] TOK_TYPE_* */
+    char *bytes;         /* decoded bytes of every token, concatenated (NUL after each) */
+    uint32_t *bytes_off; /* [n_vocab + 1] */
+    tok_strmap vocab;    /* token string -> id */
+    tok_strmap whole;    /* decoded bytes -> id, for pieces that encode to that one token */
 
     /* byte-level BPE */
-    tok_pairmap merges;      /* (left id, right id) -> rank */
-    int32_t *merge_result;   /* [n_merges] id of the token each merge makes */
+    tok_pairmap merges;    /* (left id, right id) -> rank */
+    int32_t *merge_result; /* [n_merges] id of the token each merge makes */
     int32_t n_merges;
-    int32_t byte_id[256];    /* id of the one-symbol token of each byte, -1 when absent */
-    bool ignore_merges;      /* a piece that is a whole token is emitted as is (Llama-3) */
+    int32_t byte_id[256]; /* id of the one-symbol token of each byte, -1 when absent */
+    bool ignore_merges;   /* a piece that is a whole token is emitted as is (Llama-3) */
 
     /* tokens matched in raw text before pre-tokenization */
-    tok_trie_node *trie;     /* [n_trie] node 0 is the root */
+    tok_trie_node *trie; /* [n_trie] node 0 is the root */
     int32_t n_trie;
-    bool trie_first[256];    /* bytes that start some matched token */
+    bool trie_first[256]; /* bytes that start some matched token */
 
     tok_pretok pre;
 
     int32_t bos, eos, unk, pad, eot; /* -1 when none */
     bool add_bos, add_eos;
-    int32_t *stop_ids;       /* [n_stop] */
+    int32_t *stop_ids; /* [n_stop] */
     int32_t n_stop;
 
     char describe[160];
@@ -192,17 +196,17 @@ struct pllm_tokenizer {
 
 /* What a builder hands to tok_build. Views are borrowed for the duration of the call. */
 typedef struct tok_spec {
-    const char *source;          /* names the origin in messages ("model.gguf") */
+    const char *source; /* names the origin in messages ("model.gguf") */
     tok_model model;
-    const char *pre;             /* pre-tokenizer name; NULL = "default" */
+    const char *pre; /* pre-tokenizer name; NULL = "default" */
     size_t pre_len;
     int32_t n_vocab;
-    const tok_strview *tokens;   /* [n_vocab] */
-    const int32_t *types;        /* [n_vocab] or NULL (all normal) */
+    const tok_strview *tokens; /* [n_vocab] */
+    const int32_t *types;      /* [n_vocab] or NULL (all normal) */
     int32_t n_merges;
-    const tok_strview *merges;   /* [n_merges] "left right" */
+    const tok_strview *merges;       /* [n_merges] "left right" */
     int64_t bos, eos, unk, pad, eot; /* -1 when none; checked against n_vocab */
-    int add_bos, add_eos;        /* -1 = the family's default, else 0/1 */
+    int add_bos, add_eos;            /* -1 = the family's default, else 0/1 */
     /* key names for messages (the builder's own spelling of each field) */
     const char *key_tokens, *key_types, *key_merges;
     const char *key_bos, *key_eos, *key_unk, *key_pad, *key_eot;
@@ -213,12 +217,14 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *spec);
 
 /* Lookups (tok_vocab.c). tok_strmap_find looks s up among strings stored as in
  * pllm_tokenizer.str/str_off (base + off[id], NUL-terminated). */
-int32_t tok_strmap_find(const tok_strmap *m, const char *base, const uint32_t *off, const char *s, size_t n);
+int32_t tok_strmap_find(const tok_strmap *m, const char *base, const uint32_t *off, const char *s,
+                        size_t n);
 int32_t tok_vocab_find(const pllm_tokenizer *t, const char *s, size_t n);
 /* The rank of merging (left, right), or INT32_MAX when there is no such merge. */
 static inline int32_t tok_merge_rank(const tok_pairmap *m, int32_t left, int32_t right)
 {
-    const uint64_t key = tok_pair_key(left, right), rank_mask = ((uint64_t)1 << TOK_PAIR_RANK_BITS) - 1;
+    const uint64_t key = tok_pair_key(left, right),
+                   rank_mask = ((uint64_t)1 << TOK_PAIR_RANK_BITS) - 1;
     for (size_t i = tok_pair_slot(key, m->mask);; i = (i + 1) & m->mask) {
         uint64_t e = m->slots[i];
         if ((e & ~rank_mask) == key) return (int32_t)(e & rank_mask);
@@ -228,5 +234,7 @@ static inline int32_t tok_merge_rank(const tok_pairmap *m, int32_t left, int32_t
 
 /* Byte-level BPE of one pre-tokenized piece (tok_bpe.c): appends ids to out. The uncached
  * version skips the whole-piece map (tok_build uses it to fill that map). */
-pllm_status tok_bpe_piece(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n, pllm_tokens *out);
-pllm_status tok_bpe_piece_uncached(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n, pllm_tokens *out);
+pllm_status tok_bpe_piece(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n,
+                          pllm_tokens *out);
+pllm_status tok_bpe_piece_uncached(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n,
+                                   pllm_tokens *out);
