@@ -247,7 +247,7 @@ void pllm_record_free(pllm_record *rec)
 
 static pllm_status dump(char **out, json_t *obj)
 {
-    *out = json_dumps(obj, JSON_COMPACT);
+    *out = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(10));
     json_decref(obj);
     if (!*out) return pllm_errorf(PLLM_ERR_NOMEM, "out of memory serialising an output record");
     return PLLM_OK;
