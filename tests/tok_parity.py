@@ -72,6 +72,7 @@ HARD_CASES = [
     "<|im_start|><|im_end|>", "<<|im_start|>>", " <|im_end|> ", "<|endoftext|>", "<repo_name>x<file_sep>y",
     "<|im_start|", "<|IM_START|>", "<empty_output>", "<jupyter_code>print(1)", "a<|endoftext|>b<|endoftext|>",
     "<|im_start|>  <|im_end|>\n\n", "<|<|im_end|>|>", "text<|im_end",
+    "testing the thing <reponame>x ĠĠ Ġthe", "singing  in\u0120the rain",
     # the byte-level alphabet itself
     "Ġ", "ĠĠ", "Ċ", "\\n", "Ã©", "âĢĻ",
     # long pieces (the heap path)
@@ -230,7 +231,11 @@ VARIANTS = [
     ("pre=llama-bpe (no add_bos key: BOS by default, ignore_merges)", {"pre": "llama-bpe", "add_bos_token": None}),
     ("pre=qwen2", {"pre": "qwen2"}),
     ("smollm add_bos+add_eos", {"add_bos_token": True, "add_eos_token": True}),
+    ("user-defined tokens", "user-defined"),
 ]
+# tokens re-typed as user-defined (matched verbatim in text even with parse_special off,
+# never skipped): a control token, a word piece and a byte-level whitespace token
+USER_DEFINED_TOKENS = ("<reponame>", "ing", "ĠĠ", "Ġthe")
 
 
 def main() -> int:
@@ -264,6 +269,11 @@ def main() -> int:
     # variants: hard cases, fresh random strings and part of the corpus
     for name, over in VARIANTS:
         path = os.path.join(tmp, f"tok_parity_variant_{len(suites)}.gguf")
+        if over == "user-defined":
+            types = list(ref.meta["token_type"])
+            for tok in USER_DEFINED_TOKENS:
+                types[ref.meta["tokens"].index(tok)] = hf_tok.USER_DEFINED
+            over = {"token_type": types}
         vmeta = hf_tok.with_overrides(ref.meta, **over)
         hf_tok.write_tokenizer_gguf(path, vmeta)
         vref = hf_tok.from_meta(vmeta)
