@@ -323,7 +323,8 @@ static int cmp_lj_desc(const void *a, const void *b)
 #define TOPP_SORT_MAX 2048 /* up to this many candidates, top-p sorts them all */
 #define TOPP_BINS 512      /* histogram buckets: 8 per octave of weight, down to 2^-64 */
 
-/* Bucket of a weight w in (0, 1]: non-increasing in w (8 buckets per power of two). */
+/* Bucket of a weight w in [0, 1]: non-increasing in w (8 buckets per power of two; 0 and
+ * everything below 2^-64 share the last). */
 static inline int32_t topp_bin(double w)
 {
     uint64_t one, bits;
@@ -334,10 +335,24 @@ static inline int32_t topp_bin(double w)
     return b >= TOPP_BINS - 1 ? TOPP_BINS - 1 : (int32_t)b;
 }
 
+/* w[j] = w[j] >= t ? w[j] : 0 for w [m]. */
+static void zero_below(double *w, int32_t m, double t)
+{
+    int32_t j = 0;
+    for (; j + VW <= m; j += VW) {
+        vd x;
+        memcpy(&x, w + j, sizeof x);
+        x = (vd)((vi64)x & (x >= t));
+        memcpy(w + j, &x, sizeof x);
+    }
+    for (; j < m; j++) w[j] = w[j] >= t ? w[j] : 0.0;
+}
+
 /*
  * Top-p over m candidates: logits l [m] and weights w [m] (position j ascends with the id;
  * zero weights are ids already dropped). Ranks by (logit desc, position asc), keeps the
  * ranks whose preceding weight sum is < top_p * sum(w), and zeroes the weights of the rest.
+ * pairs: room for m entries.
  */
 static void apply_top_p(const float *l, double *w, int32_t m, double top_p, lj_pair *pairs)
 {
@@ -349,33 +364,42 @@ static void apply_top_p(const float *l, double *w, int32_t m, double top_p, lj_p
             if (w[j] > 0) pairs[n_sort++] = (lj_pair){l[j], j};
     } else {
         /* Buckets are monotone in w and w in l: the cut lies in the first bucket where the
-         * running bucket sum reaches target; only that bucket needs sorting. */
-        double hsum[TOPP_BINS] = {0};
-        for (int32_t j = 0; j < m; j++)
-            if (w[j] > 0) hsum[topp_bin(w[j])] += w[j];
+         * running bucket sum reaches target; only that bucket needs sorting. Four interleaved
+         * histograms keep consecutive adds to one bucket from waiting on each other. */
+        double hsum[4][TOPP_BINS];
+        memset(hsum, 0, sizeof hsum);
+        int32_t j = 0;
+        for (; j + 4 <= m; j += 4)
+            for (int32_t q = 0; q < 4; q++) hsum[q][topp_bin(w[j + q])] += w[j + q];
+        for (; j < m; j++) hsum[0][topp_bin(w[j])] += w[j];
         int32_t bstar = -1;
         for (int32_t b = 0; b < TOPP_BINS; b++) {
-            if (before + hsum[b] >= target) {
+            double hb = hsum[0][b] + hsum[1][b] + hsum[2][b] + hsum[3][b];
+            if (before + hb >= target) {
                 bstar = b;
                 break;
             }
-            before += hsum[b];
+            before += hb;
         }
         if (bstar < 0) return; /* only by rounding: the whole mass is below target */
-        for (int32_t j = 0; j < m; j++)
+        for (j = 0; j < m; j++)
             if (w[j] > 0 && topp_bin(w[j]) == bstar) pairs[n_sort++] = (lj_pair){l[j], j};
     }
     PLLM_ASSERT(n_sort > 0);
     qsort(pairs, (size_t)n_sort, sizeof *pairs, cmp_lj_desc);
-    lj_pair last = pairs[0];
+    int32_t t_last = 0;
     double acc = before;
     for (int32_t t = 0; t < n_sort; t++) {
         if (!(acc < target)) break;
-        last = pairs[t];
+        t_last = t;
         acc += w[pairs[t].j];
     }
-    for (int32_t j = 0; j < m; j++)
-        if (!(l[j] > last.l || (l[j] == last.l && j <= last.j))) w[j] = 0;
+    /* Everything ranked after the last kept pair has w <= w_last, and every id with
+     * w == w_last is among the pairs (same weight, same bucket): zero w < w_last in one
+     * vector pass, then the dropped pairs that tie w_last. */
+    double w_last = w[pairs[t_last].j];
+    zero_below(w, m, w_last);
+    for (int32_t t = t_last + 1; t < n_sort; t++) w[pairs[t].j] = 0.0;
 }
 
 /*
@@ -436,10 +460,7 @@ static int32_t sample_random(const float *logits, int32_t n, const pllm_sampling
     }
     double *w = s->w;
     fill_weights(w, l, m, lmax, temp);
-    if (p->min_p > 0.0f) { /* p >= min_p * p_max <=> w >= min_p */
-        double min_w = p->min_p;
-        for (int32_t j = 0; j < m; j++) w[j] = w[j] >= min_w ? w[j] : 0.0;
-    }
+    if (p->min_p > 0.0f) zero_below(w, m, (double)p->min_p); /* p >= min_p * p_max <=> w >= min_p */
     if (p->top_p < 1.0f) apply_top_p(l, w, m, (double)p->top_p, s->aux);
     int32_t j = draw(w, m, pllm_rng_uniform(p->seed, step));
     return idx ? idx[j] : j;
