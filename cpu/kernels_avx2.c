@@ -18,6 +18,9 @@
 #define T256 __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 #define TILE 4
+/* Software prefetch distance in bytes: the weights of a decode step stream from DRAM, and
+ * the hardware prefetcher alone reaches only ~1/3 of the bandwidth (measured). */
+#define PF_DIST 2048
 
 T256 INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -152,6 +155,7 @@ T256 INLINE void tile(const int dt, const int T, float *Y, int64_t ldy, const fl
     const size_t gb = group_bytes(dt);
     for (int64_t g = 0; g < ng; g++) {
         __m256 wv[4];
+        _mm_prefetch((const char *)(w + (size_t)g * gb + PF_DIST), _MM_HINT_T0);
         load32(dt, w + (size_t)g * gb, wv);
         const float *x = X + g * 32;
 #pragma GCC unroll 4

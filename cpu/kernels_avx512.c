@@ -20,6 +20,9 @@
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 #define TILE 8
+/* Software prefetch distance in bytes: the weights of a decode step stream from DRAM, and
+ * the hardware prefetcher alone reaches only ~1/3 of the bandwidth (measured). */
+#define PF_DIST 2048
 
 T512 INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -139,6 +142,7 @@ T512 INLINE void tile(const int dt, const int T, float *Y, int64_t ldy, const fl
     const size_t gb = group_bytes(dt);
     for (int64_t g = 0; g < ng; g++) {
         __m512 w0, w1;
+        _mm_prefetch((const char *)(w + (size_t)g * gb + PF_DIST), _MM_HINT_T0);
         load32(dt, w + (size_t)g * gb, &w0, &w1);
         const float *x = X + g * 32;
 #pragma GCC unroll 8

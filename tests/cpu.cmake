@@ -5,3 +5,4 @@ pllm_add_c_test(cpu_kernels SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cpu_kernels.c LA
 add_executable(cpu_logits_tool ${CMAKE_CURRENT_SOURCE_DIR}/cpu_logits_tool.c ${CMAKE_CURRENT_SOURCE_DIR}/testutil.c)
 target_link_libraries(cpu_logits_tool PRIVATE pllm_cpu pllm_core)
 pllm_add_py_test(cpu_forward_ref cpu_forward_ref.py LABELS unit)
+pllm_add_py_test(cpu_model_ref cpu_model_ref.py LABELS model)

@@ -89,14 +89,21 @@ class RefModel:
             y[..., 0:rd:2], y[..., 1:rd:2] = z.real, z.imag
         return y
 
-    def forward(self, ids, pos0=0):
-        """Logits [len(ids)][n_vocab] for every position of the sequence ids (positions
-        pos0 .. pos0 + len(ids) - 1, attending only among themselves)."""
-        ids = np.asarray(ids, dtype=np.int64)
-        n, H, HKV, hd = len(ids), self.n_head, self.n_head_kv, self.head_dim
-        pos = np.arange(pos0, pos0 + n)
+    def forward(self, ids):
+        """Logits [len(ids)][n_vocab] for every position 0 .. len(ids) - 1 of one sequence."""
+        return self.forward_many([ids])[0]
+
+    def forward_many(self, seqs):
+        """forward() of several independent sequences at once (one set of big matmuls; each
+        sequence attends only to its own earlier positions). Returns a list of logits arrays."""
+        H, HKV, hd = self.n_head, self.n_head_kv, self.head_dim
+        ids = np.concatenate([np.asarray(s, dtype=np.int64) for s in seqs])
+        seq_of = np.concatenate([np.full(len(s), i) for i, s in enumerate(seqs)])
+        pos = np.concatenate([np.arange(len(s)) for s in seqs])
+        n = len(ids)
+        # token i may attend to token j: same sequence and j at or before i
+        allowed = (seq_of[:, None] == seq_of[None, :]) & (pos[None, :] <= pos[:, None])
         x = self.w["token_embd.weight"][ids].copy()
-        causal = np.tril(np.ones((n, n), dtype=bool))
         for l in range(self.n_layer):
             p = f"blk.{l}."
             h = self._rms(x, self.w[p + "attn_norm.weight"])
@@ -114,7 +121,7 @@ class RefModel:
             for j in range(H):
                 g = j // (H // HKV)
                 s = (q[:, j, :] @ k[:, g, :].T) / np.sqrt(hd)
-                s = np.where(causal, s, -np.inf)
+                s = np.where(allowed, s, -np.inf)
                 s = np.exp(s - s.max(axis=1, keepdims=True))
                 s /= s.sum(axis=1, keepdims=True)
                 att[:, j, :] = s @ v[:, g, :]
@@ -123,7 +130,8 @@ class RefModel:
             gate = h @ self.w[p + "ffn_gate.weight"].T
             up = h @ self.w[p + "ffn_up.weight"].T
             x = x + (gate / (1.0 + np.exp(-gate)) * up) @ self.w[p + "ffn_down.weight"].T
-        return self._rms(x, self.w["output_norm.weight"]) @ self.out_w.T
+        h = self._rms(x, self.w["output_norm.weight"])
+        return [h[seq_of == i] @ self.out_w.T for i in range(len(seqs))]
 
 
 if __name__ == "__main__":

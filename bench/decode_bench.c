@@ -1,0 +1,139 @@
+/*
+ * decode_bench.c: CPU backend speed on one sequence (not a test).
+ *
+ *     decode_bench [MODEL.gguf] [--threads 1,2] [--decode 128] [--prefill 512] [--kv f32|f16]
+ *
+ * For each thread count: prefill tokens/s for a --prefill-token prompt run in one step, and
+ * decode tokens/s for --decode greedy steps of one sequence after a 32-token prompt. The
+ * model defaults to $PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf (PLLM_HOME defaults to
+ * ~/.cache/pllm). Prompt token ids are fixed pseudo-random ids, so runs are comparable.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_backend.h"
+#include "engine/model.h"
+#include "engine/sampling.h"
+
+typedef struct bench_seq {
+    int32_t *blocks;
+    int32_t n_blocks, n_ctx, block_size;
+} bench_seq;
+
+/* Run n tokens of one sequence (at positions n_ctx .. n_ctx + n - 1) in one step; sample the last. */
+static pllm_status run_step(pllm_backend *be, bench_seq *s, const int32_t *toks, int32_t n, const pllm_sampling_params *sp,
+                            int32_t *next)
+{
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n), *slot = malloc(sizeof(int32_t) * (size_t)n);
+    for (int32_t i = 0; i < n; i++) {
+        int32_t p = s->n_ctx + i;
+        pos[i] = p;
+        slot[i] = s->blocks[p / s->block_size] * s->block_size + p % s->block_size;
+    }
+    pllm_seq_plan seq = {.token_start = 0, .n_new = n, .n_ctx = s->n_ctx + n, .block_start = 0, .n_blocks = s->n_blocks};
+    pllm_sample_req req = {.seq = 0, .params = sp};
+    pllm_batch_plan plan = {.n_tokens = n, .tokens = toks, .positions = pos, .slots = slot, .n_seqs = 1, .seqs = &seq,
+                            .block_tables = s->blocks, .n_samples = 1, .samples = &req};
+    pllm_step_out out = {.tokens = next};
+    pllm_status st = be->iface->step(be->ctx, &plan, &out);
+    free(pos);
+    free(slot);
+    if (st == PLLM_OK) s->n_ctx += n;
+    return st;
+}
+
+static int fail(pllm_status st, const char *what)
+{
+    fprintf(stderr, "decode_bench: %s: %s: %s\n", what, pllm_status_str(st), pllm_errmsg());
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    char def_path[1024];
+    const char *home = getenv("PLLM_HOME");
+    if (home && *home) snprintf(def_path, sizeof def_path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
+    else snprintf(def_path, sizeof def_path, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf", getenv("HOME") ? getenv("HOME") : ".");
+    const char *model_path = def_path, *threads_arg = "1,2";
+    int n_decode = 128, n_prefill = 512;
+    pllm_dtype kv = PLLM_DTYPE_F32;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads_arg = argv[++i];
+        else if (strcmp(argv[i], "--decode") == 0 && i + 1 < argc) n_decode = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--prefill") == 0 && i + 1 < argc) n_prefill = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--kv") == 0 && i + 1 < argc) kv = strcmp(argv[++i], "f16") == 0 ? PLLM_DTYPE_F16 : PLLM_DTYPE_F32;
+        else if (argv[i][0] != '-') model_path = argv[i];
+        else {
+            fprintf(stderr, "usage: decode_bench [MODEL.gguf] [--threads 1,2] [--decode N] [--prefill N] [--kv f32|f16]\n");
+            return 2;
+        }
+    }
+    if (n_decode < 1 || n_prefill < 1) return fail(PLLM_ERR_INVALID, "--decode and --prefill must be >= 1");
+
+    pllm_model *model = NULL;
+    pllm_status st = pllm_model_load(&model, model_path);
+    if (st) return fail(st, "loading the model (run scripts/setup.sh to fetch the default one)");
+    const pllm_model_config *c = &model->cfg;
+    fprintf(stderr, "model %s: %d layers, n_embd %d, n_ff %d, vocab %d, %.1f MB of weights\n", model->name, c->n_layer,
+            c->n_embd, c->n_ff, c->n_vocab, (double)model->weight_bytes / 1e6);
+
+    const int32_t prompt_len = 32, bs = 16;
+    int32_t max_ctx = PLLM_MAX(prompt_len + n_decode + 1, n_prefill);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)max_ctx);
+    uint64_t x = 88172645463325252ull;
+    for (int32_t i = 0; i < max_ctx; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        toks[i] = (int32_t)(x % (uint64_t)(c->n_vocab - 1000)) + 500;
+    }
+    pllm_sampling_params greedy;
+    pllm_sampling_defaults(&greedy);
+
+    for (const char *tp = threads_arg; *tp;) {
+        int n_threads = atoi(tp);
+        while (*tp && *tp != ',') tp++;
+        if (*tp == ',') tp++;
+        pllm_cpu_params cp;
+        pllm_cpu_params_defaults(&cp);
+        cp.n_threads = n_threads;
+        cp.kv_dtype = kv;
+        pllm_backend be = {0};
+        if ((st = pllm_cpu_backend_create(&be, model, &cp))) return fail(st, "creating the backend");
+        pllm_kv_layout L;
+        be.iface->kv_layout(be.ctx, bs, &L);
+        L.n_blocks = 2 * ((max_ctx + bs - 1) / bs);
+        if ((st = be.iface->kv_init(be.ctx, &L))) return fail(st, "kv_init");
+        int32_t *blocks = malloc(sizeof(int32_t) * (size_t)L.n_blocks);
+        for (int32_t i = 0; i < L.n_blocks; i++) blocks[i] = i;
+        int nthr = 0;
+        const char *kern = pllm_cpu_backend_describe(&be, &nthr);
+
+        /* prefill: one step of n_prefill tokens (once to warm up, once timed, on fresh positions) */
+        bench_seq s = {.blocks = blocks, .n_blocks = L.n_blocks / 2, .block_size = bs};
+        int32_t next;
+        if ((st = run_step(&be, &s, toks, PLLM_MIN(n_prefill, 64), &greedy, &next))) return fail(st, "warm-up");
+        s = (bench_seq){.blocks = blocks + L.n_blocks / 2, .n_blocks = L.n_blocks / 2, .block_size = bs};
+        double t0 = pllm_now();
+        if ((st = run_step(&be, &s, toks, n_prefill, &greedy, &next))) return fail(st, "prefill");
+        double t_prefill = pllm_now() - t0;
+
+        /* decode: a 32-token prompt, then n_decode single-token steps */
+        s = (bench_seq){.blocks = blocks, .n_blocks = L.n_blocks / 2, .block_size = bs};
+        if ((st = run_step(&be, &s, toks, prompt_len, &greedy, &next))) return fail(st, "prompt");
+        t0 = pllm_now();
+        for (int i = 0; i < n_decode; i++) {
+            int32_t tok = next;
+            if ((st = run_step(&be, &s, &tok, 1, &greedy, &next))) return fail(st, "decode");
+        }
+        double t_decode = pllm_now() - t0;
+        printf("threads %d (%s kernels, KV %s): prefill %d tokens: %.1f tok/s (%.3f s)   decode %d tokens after %d: %.1f tok/s (%.2f ms/token)\n",
+               nthr, kern, pllm_dtype_name(kv), n_prefill, n_prefill / t_prefill, t_prefill, n_decode, prompt_len,
+               n_decode / t_decode, 1e3 * t_decode / n_decode);
+        fflush(stdout);
+        free(blocks);
+        pllm_backend_free(&be);
+    }
+    free(toks);
+    pllm_model_free(model);
+    return 0;
+}
