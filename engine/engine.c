@@ -209,7 +209,7 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
         .max_batched_tokens = p.max_batched_tokens,
         .max_seqs = p.max_seqs,
         .max_bypass = p.max_bypass,
-        .scan_limit = PLLM_MAX(128, 2 * p.max_seqs),
+        .scan_limit = 64,
     };
     if ((st = pllm_sched_init(&e->sched, &sp, e->kv)) != PLLM_OK) goto fail;
     if (tok) e->eos_ids = pllm_tokenizer_stop_ids(tok, &e->n_eos_ids);

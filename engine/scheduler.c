@@ -14,6 +14,7 @@ struct pllm_sched {
     int32_t n_running;
     int64_t n_preemptions;
     pllm_req **skipped;        /* [scan_limit]: deferred in the current admission scan */
+    pllm_req **prefilling;     /* [max_seqs]: running requests still computing their prompt */
     int32_t *hit;              /* [hit_cap]: cache hits of the candidate */
     int32_t hit_cap;
 };
@@ -41,7 +42,8 @@ pllm_status pllm_sched_init(pllm_sched **out, const pllm_sched_params *p, pllm_k
     s->bs = pllm_kv_block_size(kv);
     s->running = pllm_calloc((size_t)p->max_seqs, sizeof *s->running);
     s->skipped = pllm_calloc((size_t)p->scan_limit, sizeof *s->skipped);
-    if (!s->running || !s->skipped) {
+    s->prefilling = pllm_calloc((size_t)p->max_seqs, sizeof *s->prefilling);
+    if (!s->running || !s->skipped || !s->prefilling) {
         pllm_sched_free(s);
         return PLLM_ERR_NOMEM;
     }
@@ -54,6 +56,7 @@ void pllm_sched_free(pllm_sched *s)
     if (!s) return;
     free(s->running);
     free(s->skipped);
+    free(s->prefilling);
     free(s->hit);
     free(s);
 }
@@ -70,12 +73,17 @@ pllm_req *const *pllm_sched_running(const pllm_sched *s, int32_t *n)
 
 /* ---- queues ---- */
 
-/* Insert into the waiting queue at r's arrival position (new requests land at the tail; a
- * preempted one usually near the head, so search from the side it is closer to in time). */
+/* Insert into the waiting queue at r's arrival position: a new request lands at the tail in
+ * O(1); a preempted one is old, so its place is searched from the head. */
 static void waiting_insert(pllm_sched *s, pllm_req *r)
 {
-    pllm_req *after = s->w_tail;
-    while (after && after->arrival > r->arrival) after = after->w_prev;
+    pllm_req *after;
+    if (!s->w_tail || s->w_tail->arrival < r->arrival) {
+        after = s->w_tail;
+    } else {
+        after = NULL;
+        for (pllm_req *x = s->w_head; x && x->arrival < r->arrival; x = x->w_next) after = x;
+    }
     r->w_prev = after;
     r->w_next = after ? after->w_next : s->w_head;
     if (r->w_next) r->w_next->w_prev = r;
@@ -235,15 +243,17 @@ static pllm_status hit_reserve(pllm_sched *s, int32_t n)
 }
 
 /* Is a running request computing, right now, the block of r's prompt that follows its cached
- * prefix of n_hit blocks? (r then waits for it rather than computing it too.) */
-static bool prefix_in_flight(const pllm_sched *s, const pllm_req *r, int32_t n_hit)
+ * prefix of n_hit blocks? (r then waits for it rather than computing it too.) prefilling[]:
+ * the running requests that have not yet computed their prompt. */
+static bool prefix_in_flight(const pllm_sched *s, pllm_req *const *prefilling, int32_t n_prefilling,
+                             const pllm_req *r, int32_t n_hit)
 {
     int32_t h = n_hit, bs = s->bs;
     if (h >= ((int32_t)r->tokens.n - 1) / bs || h >= r->keys.n) return false;
     uint64_t key = r->keys.keys[h];
     size_t bytes = (size_t)(h + 1) * (size_t)bs * sizeof(int32_t);
-    for (int32_t i = 0; i < s->n_running; i++) {
-        const pllm_req *o = s->running[i];
+    for (int32_t i = 0; i < n_prefilling; i++) {
+        const pllm_req *o = prefilling[i];
         if (o->keys.n <= h || o->keys.keys[h] != key || o->n_computed >= (h + 1) * bs) continue;
         if (memcmp(o->tokens.ids, r->tokens.ids, bytes) == 0) return true;
     }
@@ -254,8 +264,14 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
 {
     int32_t n_skipped = 0;
     bool caching = pllm_block_pool_caching(pllm_kv_pool(s->kv));
+    /* running requests still in their prompt: the only ones a shared prefix can be in flight in */
+    int32_t n_prefilling = 0;
+    for (int32_t i = 0; i < s->n_running; i++)
+        if (s->running[i]->n_computed < s->running[i]->n_prompt) s->prefilling[n_prefilling++] = s->running[i];
     pllm_req *next;
     for (pllm_req *r = s->w_head; r && *budget > 0 && s->n_running < s->p.max_seqs; r = next) {
+        /* every admission needs at least one fresh block (the last token is never a hit) */
+        if (pllm_block_pool_n_free(pllm_kv_pool(s->kv)) == 0) break;
         next = r->w_next;
         bool urgent = r->n_bypassed >= s->p.max_bypass;
         bool defer = false;
@@ -277,7 +293,7 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
         }
         if (!defer && !forked) {
             PLLM_TRY(pllm_kv_find_cached(s->kv, &r->keys, r->tokens.ids, n_tok, s->hit, &n_hit));
-            if (caching && !urgent && prefix_in_flight(s, r, n_hit)) defer = true;
+            if (caching && !urgent && prefix_in_flight(s, s->prefilling, n_prefilling, r, n_hit)) defer = true;
         }
         int32_t n_new = PLLM_MIN(n_tok - n_hit * s->bs, *budget);
         if (!defer && !pllm_kv_can_allocate(s->kv, &r->table, s->hit, n_hit, n_hit * s->bs + n_new))
@@ -298,6 +314,7 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
             r->cached_tokens = PLLM_MIN(r->n_computed, r->n_prompt);
         }
         running_insert(s, r);
+        if (r->n_computed < r->n_prompt) s->prefilling[n_prefilling++] = r;
         r->n_bypassed = 0;
         PLLM_TRY(out_push(o, r, n_new, true, n_hit * s->bs));
         *budget -= n_new;
