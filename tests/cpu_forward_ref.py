@@ -10,6 +10,7 @@ on the same gguf-dequantized weights):
     differences from the reference are float32 rounding and summation order: ~1e-6 here.
   - f16 KV cache: 5e-3. K and V are rounded to half precision (relative error up to 2^-11 =
     4.9e-4 per element) before attention; a few layers of that stay well under 5e-3.
+Every kernel table the machine runs (scalar, AVX2, AVX-512) is checked this way on the mixed run.
 Invariance: the last-prompt-position and generation logits of the same prompts run one at a
 time (1 thread), all in one batch (2 threads) and in 5-token chunks (3 threads) must be bitwise
 identical, and so must the greedy tokens.
@@ -90,6 +91,11 @@ def main():
                           seqs=[dict(tokens=p, logits_at=s, generate=N_GEN) for p, s in zip(prompts, sparse)]),
             "mixed-f16kv": dict(base, kv_dtype="f16", threads=2, block_size=5, max_step_tokens=16, max_step_seqs=4,
                                 seqs=[dict(tokens=p, logits_at=s, generate=N_GEN) for p, s in zip(prompts, sparse)]),
+            # the same with the other kernel tables (where this machine has them)
+            "mixed-avx2": dict(base, isa="avx2", threads=2, block_size=5, max_step_tokens=16, max_step_seqs=4,
+                               shuffle_seed=3, seqs=[dict(tokens=p, logits_at=s, generate=N_GEN) for p, s in zip(prompts, sparse)]),
+            "mixed-scalar": dict(base, isa="scalar", threads=2, block_size=5, max_step_tokens=16, max_step_seqs=4,
+                                 shuffle_seed=3, seqs=[dict(tokens=p, logits_at=s, generate=N_GEN) for p, s in zip(prompts, sparse)]),
             # invariance trio: same block size, different batching and thread counts
             "one-at-a-time": dict(base, threads=1, block_size=7, max_step_tokens=4096, max_step_seqs=1,
                                   order="sequential", shuffle_seed=11,
@@ -100,6 +106,9 @@ def main():
                             seqs=[dict(tokens=p, logits_at=[len(p) - 1], generate=N_GEN) for p in prompts]),
         }
         results = {name: run_tool(tmp, f"{tag}-{name}", spec) for name, spec in runs.items()}
+        for name, spec in runs.items():
+            if "isa" in spec and results[name][0]["kernels"] != spec["isa"]:
+                print(f"{tag:12s} {name}: this machine has no {spec['isa']} kernels; ran {results[name][0]['kernels']}")
 
         # accuracy against the reference, every row of every run
         for name, (info, rows) in results.items():

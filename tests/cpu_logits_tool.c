@@ -16,7 +16,7 @@
  * Spec:
  *   {"model": PATH, "threads": 2, "kv_dtype": "f32"|"f16", "block_size": 7,
  *    "max_step_tokens": 24, "max_step_seqs": 3, "order": "interleave"|"sequential",
- *    "shuffle_seed": 5, "out": PATH.npy,
+ *    "shuffle_seed": 5, "isa": "scalar"|"avx2"|"avx512" (optional cap), "out": PATH.npy,
  *    "seqs": [{"tokens": [...], "logits_at": [positions], "generate": N}, ...]}
  * Output: PATH.npy, float32 [rows][n_vocab]: for each sequence in order, first one row per
  * position of logits_at (sorted, deduplicated), then N rows for the generated tokens (the
@@ -115,6 +115,8 @@ static int run_spec(const char *spec_path)
     if (st) die_st(st, "loading the model");
     const int32_t V = model->cfg.n_vocab;
 
+    /* "isa": cap the kernel table (scalar, avx2, avx512), read by pllm_cpu_kernels_best */
+    if (json_str(spec, "isa", NULL)) setenv("PLLM_CPU_ISA", json_str(spec, "isa", NULL), 1);
     pllm_cpu_params cp;
     pllm_cpu_params_defaults(&cp);
     cp.n_threads = json_int(spec, "threads", 1);
