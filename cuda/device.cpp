@@ -1,0 +1,289 @@
+/*
+ * device.cpp: device.h on the CUDA runtime and cuBLAS. The same source serves the real build
+ * (linked with libcudart/libcublas) and the emulated one (linked with cuda/emu/).
+ */
+#include "cuda/device_impl.h"
+
+#include <cublas_v2.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef PLLM_CUDA_EMU
+#include "cuda/emu/cuemu.h"
+#endif
+
+struct pllm_cuda_dev {
+    int ordinal;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+};
+
+struct pllm_cuda_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+static pllm_status status_of(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorMemoryAllocation: return PLLM_ERR_NOMEM;
+    case cudaErrorInvalidValue: return PLLM_ERR_INVALID;
+    default: return PLLM_ERR_INTERNAL;
+    }
+}
+
+/* The emulator's diagnostic of the last failure ("" on a real device). */
+static const char *detail(void)
+{
+#ifdef PLLM_CUDA_EMU
+    return pllm_cuemu_error_detail();
+#else
+    return "";
+#endif
+}
+
+/* Report a failed runtime call, and consume it as the thread's last error so that a later
+ * launch check does not report it again. */
+static pllm_status cuda_fail(cudaError_t e, const char *call, const char *file, int line)
+{
+    const char *d = detail();
+    pllm_status st = pllm_errorf(status_of(e), "%s:%d: %s: %s (%s)%s%s", file, line, call, cudaGetErrorName(e),
+                                 cudaGetErrorString(e), d[0] ? ": " : "", d);
+    (void)cudaGetLastError();
+    return st;
+}
+
+#define CUDA_TRY(call)                                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) return cuda_fail(e_, #call, __FILE__, __LINE__);                    \
+    } while (0)
+
+static pllm_status cublas_fail(cublasStatus_t s, const char *call, const char *file, int line)
+{
+    const char *d = detail();
+    pllm_status st = pllm_errorf(s == CUBLAS_STATUS_INVALID_VALUE ? PLLM_ERR_INVALID : PLLM_ERR_INTERNAL,
+                                 "%s:%d: %s: %s%s%s", file, line, call, cublasGetStatusString(s), d[0] ? ": " : "", d);
+    (void)cudaGetLastError();
+    return st;
+}
+
+int pllm_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver / no device: not an error for the caller */
+        return 0;
+    }
+    return n;
+}
+
+pllm_status pllm_cuda_dev_init(pllm_cuda_dev **out, int ordinal)
+{
+    *out = NULL;
+    int n = pllm_cuda_device_count();
+    if (ordinal < 0 || ordinal >= n)
+        return pllm_errorf(PLLM_ERR_NOT_FOUND, "CUDA device %d: %d device(s) answer", ordinal, n);
+    pllm_cuda_dev *d = (pllm_cuda_dev *)pllm_calloc(1, sizeof *d);
+    if (!d) return PLLM_ERR_NOMEM;
+    d->ordinal = ordinal;
+    pllm_status st = PLLM_OK;
+    cudaError_t e;
+    cublasStatus_t bs;
+    if ((e = cudaSetDevice(ordinal)) != cudaSuccess) {
+        st = cuda_fail(e, "cudaSetDevice", __FILE__, __LINE__);
+        goto fail;
+    }
+    if ((e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        st = cuda_fail(e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
+        goto fail;
+    }
+    if ((bs = cublasCreate(&d->blas)) != CUBLAS_STATUS_SUCCESS ||
+        (bs = cublasSetStream(d->blas, d->stream)) != CUBLAS_STATUS_SUCCESS) {
+        st = cublas_fail(bs, "cublasCreate/cublasSetStream", __FILE__, __LINE__);
+        goto fail;
+    }
+    *out = d;
+    return PLLM_OK;
+fail:
+    pllm_cuda_dev_free(d);
+    return st;
+}
+
+void pllm_cuda_dev_free(pllm_cuda_dev *dev)
+{
+    if (!dev) return;
+    if (dev->blas) cublasDestroy(dev->blas);
+    if (dev->stream) {
+        cudaStreamSynchronize(dev->stream);
+        cudaStreamDestroy(dev->stream);
+    }
+    free(dev);
+}
+
+pllm_status pllm_cuda_dev_info_get(pllm_cuda_dev *dev, pllm_cuda_dev_info *info)
+{
+    cudaDeviceProp p;
+    CUDA_TRY(cudaGetDeviceProperties(&p, dev->ordinal));
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "%s", p.name);
+    info->ordinal = dev->ordinal;
+    info->sm_major = p.major;
+    info->sm_minor = p.minor;
+    info->n_sm = p.multiProcessorCount;
+    info->smem_per_block_optin = p.sharedMemPerBlockOptin;
+    CUDA_TRY(cudaMemGetInfo(&info->free_bytes, &info->total_bytes));
+#ifdef PLLM_CUDA_EMU
+    info->emulated = true;
+#endif
+    return PLLM_OK;
+}
+
+pllm_status pllm_cuda_alloc(pllm_cuda_dev *dev, void **out, size_t bytes)
+{
+    (void)dev;
+    *out = NULL;
+    if (bytes == 0) return PLLM_OK;
+    CUDA_TRY(cudaMalloc(out, bytes));
+    return PLLM_OK;
+}
+
+void pllm_cuda_free(pllm_cuda_dev *dev, void *p)
+{
+    (void)dev;
+    if (p) cudaFree(p);
+}
+
+pllm_status pllm_cuda_host_alloc(pllm_cuda_dev *dev, void **out, size_t bytes)
+{
+    (void)dev;
+    *out = NULL;
+    CUDA_TRY(cudaMallocHost(out, bytes ? bytes : 1));
+    return PLLM_OK;
+}
+
+void pllm_cuda_host_free(pllm_cuda_dev *dev, void *p)
+{
+    (void)dev;
+    if (p) cudaFreeHost(p);
+}
+
+pllm_status pllm_cuda_upload(pllm_cuda_dev *dev, void *dst, const void *src, size_t bytes)
+{
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dev->stream));
+    return PLLM_OK;
+}
+
+pllm_status pllm_cuda_download(pllm_cuda_dev *dev, void *dst, const void *src, size_t bytes)
+{
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dev->stream));
+    return PLLM_OK;
+}
+
+pllm_status pllm_cuda_copy(pllm_cuda_dev *dev, void *dst, const void *src, size_t bytes)
+{
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dev->stream));
+    return PLLM_OK;
+}
+
+pllm_status pllm_cuda_memset(pllm_cuda_dev *dev, void *dst, int value, size_t bytes)
+{
+    CUDA_TRY(cudaMemsetAsync(dst, value, bytes, dev->stream));
+    return PLLM_OK;
+}
+
+pllm_status pllm_cuda_sync(pllm_cuda_dev *dev)
+{
+    CUDA_TRY(cudaStreamSynchronize(dev->stream));
+    return PLLM_OK;
+}
+
+static bool blas_type(pllm_dtype t, cudaDataType *out)
+{
+    switch (t) {
+    case PLLM_DTYPE_F32: *out = CUDA_R_32F; return true;
+    case PLLM_DTYPE_F16: *out = CUDA_R_16F; return true;
+    case PLLM_DTYPE_BF16: *out = CUDA_R_16BF; return true;
+    default: return false;
+    }
+}
+
+pllm_status pllm_cuda_gemm(pllm_cuda_dev *dev, const pllm_cuda_gemm_args *g)
+{
+    cudaDataType at, bt, ct;
+    if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "gemm: bad sizes m=%d n=%d k=%d batch=%d", g->m, g->n, g->k, g->batch);
+    if (!blas_type(g->a_dtype, &at) || g->b_dtype != g->a_dtype || !blas_type(g->c_dtype, &ct) ||
+        (g->c_dtype != PLLM_DTYPE_F32 && g->c_dtype != g->a_dtype))
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "gemm: types a=%s b=%s c=%s (need a == b in F32/F16/BF16, c F32 or a's)",
+                           pllm_dtype_name(g->a_dtype), pllm_dtype_name(g->b_dtype), pllm_dtype_name(g->c_dtype));
+    bt = at;
+    int64_t need_a = g->trans_a ? g->m : g->k, need_b = g->trans_b ? g->k : g->n;
+    if (g->lda < need_a || g->lda < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "gemm: lda %lld < %lld", (long long)g->lda, (long long)need_a);
+    if (g->ldb < need_b || g->ldb < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "gemm: ldb %lld < %lld", (long long)g->ldb, (long long)need_b);
+    if (g->ldc < g->n || g->ldc < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "gemm: ldc %lld < n %d", (long long)g->ldc, g->n);
+    if (g->lda > INT_MAX || g->ldb > INT_MAX || g->ldc > INT_MAX)
+        return pllm_errorf(PLLM_ERR_RANGE, "gemm: a leading dimension exceeds INT_MAX");
+    if (g->m == 0 || g->n == 0) return PLLM_OK;
+    /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: hand cuBLAS B first. A
+     * row-major B[k][ldb] read column-major is B^T, i.e. op(B)^T when trans_b is false. */
+    cublasStatus_t s = cublasGemmStridedBatchedEx(
+        dev->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g->n, g->m, g->k,
+        &g->alpha, g->b, bt, (int)g->ldb, g->stride_b, g->a, at, (int)g->lda, g->stride_a, &g->beta, g->c, ct,
+        (int)g->ldc, g->stride_c, g->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) return cublas_fail(s, "cublasGemmStridedBatchedEx", __FILE__, __LINE__);
+    return PLLM_OK;
+}
+
+pllm_status pllm_cuda_graph_begin(pllm_cuda_dev *dev)
+{
+    CUDA_TRY(cudaStreamBeginCapture(dev->stream, cudaStreamCaptureModeThreadLocal));
+    return PLLM_OK;
+}
+
+pllm_status pllm_cuda_graph_end(pllm_cuda_dev *dev, pllm_cuda_graph **out)
+{
+    *out = NULL;
+    pllm_cuda_graph *g = (pllm_cuda_graph *)pllm_calloc(1, sizeof *g);
+    if (!g) {
+        cudaGraph_t tmp;
+        if (cudaStreamEndCapture(dev->stream, &tmp) == cudaSuccess) cudaGraphDestroy(tmp);
+        return PLLM_ERR_NOMEM;
+    }
+    cudaError_t e = cudaStreamEndCapture(dev->stream, &g->graph);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&g->exec, g->graph, 0);
+    if (e != cudaSuccess) {
+        pllm_cuda_graph_free(g);
+        return cuda_fail(e, "cudaStreamEndCapture/cudaGraphInstantiate", __FILE__, __LINE__);
+    }
+    *out = g;
+    return PLLM_OK;
+}
+
+pllm_status pllm_cuda_graph_launch(pllm_cuda_dev *dev, pllm_cuda_graph *g)
+{
+    CUDA_TRY(cudaGraphLaunch(g->exec, dev->stream));
+    return PLLM_OK;
+}
+
+void pllm_cuda_graph_free(pllm_cuda_graph *g)
+{
+    if (!g) return;
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    if (g->graph) cudaGraphDestroy(g->graph);
+    free(g);
+}
+
+cudaStream_t pllm_cuda_dev_stream(pllm_cuda_dev *dev) { return dev->stream; }
+
+pllm_status pllm_cuda_check_launch(const char *kernel, const char *file, int line)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return PLLM_OK;
+    return cuda_fail(e, kernel, file, line);
+}

@@ -1,0 +1,59 @@
+/*
+ * embedding.cu: token embedding gather (see kernels.h for the contract).
+ */
+#include "cuda/kernel_util.cuh"
+#include "cuda/device_impl.h"
+#include "cuda/kernels.h"
+
+namespace {
+
+/*
+ * embedding_kernel
+ *   out    [n_tokens][dim] F32
+ *   table  [n_vocab][dim] T (F32/F16/BF16)
+ *   tokens [n_tokens] int32 in [0, n_vocab); an id outside traps (launch failure)
+ * Launch: one block per token (grid.x = n_tokens), 256 threads striding over the row; each warp
+ *   reads 32 consecutive elements (coalesced).
+ * Shared memory: none.
+ * Per token: reads sizeof(T)*dim bytes + 4 (the id), writes 4*dim bytes; no FLOPs beyond the
+ *   conversion. Bandwidth bound.
+ */
+template <typename T>
+__global__ void __launch_bounds__(256)
+    embedding_kernel(float *__restrict__ out, const T *__restrict__ table, const int32_t *__restrict__ tokens,
+                     int dim, int n_vocab)
+{
+    const int32_t id = tokens[blockIdx.x];
+    if (id < 0 || id >= n_vocab) __trap();
+    const T *row = table + (size_t)id * (size_t)dim;
+    float *o = out + (size_t)blockIdx.x * (size_t)dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = pllm_cuda::to_float(row[i]);
+}
+
+template <typename T>
+pllm_status launch(pllm_cuda_dev *dev, float *out, const T *table, const int32_t *tokens, int32_t n_tokens,
+                   int32_t dim, int32_t n_vocab)
+{
+    PLLM_LAUNCH(embedding_kernel<T>, dim3((unsigned)n_tokens), dim3(256), 0, pllm_cuda_dev_stream(dev))
+    (out, table, tokens, (int)dim, (int)n_vocab);
+    return PLLM_CUDA_LAUNCHED("embedding_kernel");
+}
+
+} /* namespace */
+
+extern "C" pllm_status pllm_cuda_embedding(pllm_cuda_dev *dev, float *out, const void *table, pllm_dtype table_dtype,
+                                           const int32_t *tokens, int32_t n_tokens, int32_t dim, int32_t n_vocab)
+{
+    if (n_tokens < 0 || dim < 1 || n_vocab < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "embedding: bad shape n_tokens=%d dim=%d n_vocab=%d", n_tokens, dim,
+                           n_vocab);
+    if (n_tokens == 0) return PLLM_OK;
+    switch (table_dtype) {
+    case PLLM_DTYPE_F32: return launch(dev, out, (const float *)table, tokens, n_tokens, dim, n_vocab);
+    case PLLM_DTYPE_F16: return launch(dev, out, (const __half *)table, tokens, n_tokens, dim, n_vocab);
+    case PLLM_DTYPE_BF16: return launch(dev, out, (const __nv_bfloat16 *)table, tokens, n_tokens, dim, n_vocab);
+    default:
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "embedding: table type %s (need F32, F16 or BF16)",
+                           pllm_dtype_name(table_dtype));
+    }
+}

@@ -1,0 +1,25 @@
+# Tests of the CUDA emulator and of the CUDA kernels run through it (label "cuda"). They need no
+# GPU, only the CUDA toolkit's headers; the spill check needs the real nvcc build.
+if(TARGET pllm_cuda_emu)
+  # a .cu file of the tests, compiled as host C++ against the emulator
+  set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/cuemu_selftest.cu PROPERTIES
+                              LANGUAGE CXX COMPILE_OPTIONS "${PLLM_CUDA_EMU_CU_OPTIONS}")
+  pllm_add_c_test(cuemu_selftest SOURCES cuemu_selftest.cu LABELS cuda)
+  target_link_libraries(cuemu_selftest PRIVATE pllm_cuda_emu)
+  pllm_add_c_test(cuemu_kernels SOURCES cuemu_kernels.c LABELS cuda)
+  target_link_libraries(cuemu_kernels PRIVATE pllm_cuda_emu)
+  pllm_add_c_test(cuemu_device SOURCES cuemu_device.c LABELS cuda)
+  target_link_libraries(cuemu_device PRIVATE pllm_cuda_emu)
+else()
+  foreach(t cuemu_selftest cuemu_kernels cuemu_device)
+    add_test(NAME ${t} COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: CUDA toolkit headers (cuda_fp16.h) not found")
+    set_tests_properties(${t} PROPERTIES LABELS cuda SKIP_REGULAR_EXPRESSION "SKIPPED")
+  endforeach()
+endif()
+
+if(TARGET pllm_cuda)
+  list(TRANSFORM PLLM_CUDA_KERNEL_SRC REPLACE ".*/" "" OUTPUT_VARIABLE _cuemu_cu_names)
+  pllm_add_py_test(cuemu_spills cuemu_spills.py LABELS cuda ARGS ${PLLM_CUDA_PTXAS_DIR} ${_cuemu_cu_names})
+else()
+  pllm_add_py_test(cuemu_spills cuemu_spills.py LABELS cuda ARGS --no-nvcc)
+endif()
