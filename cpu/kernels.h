@@ -48,12 +48,14 @@ typedef struct pllm_cpu_kernels {
     pllm_cpu_isa isa;
     const char *name;
     pllm_cpu_matmul_fn matmul[PLLM_DTYPE_COUNT]; /* NULL where the dtype is not supported */
-    /* sum_i a[i] * b[i]; b as float32 or IEEE half (the KV cache's dtypes) */
-    float (*dot_f32)(const float *a, const float *b, int64_t n);
-    float (*dot_f16)(const float *a, const uint16_t *b, int64_t n);
-    /* y[i] = y[i] * s + a * x[i] */
-    void (*scale_axpy_f32)(float *y, float s, float a, const float *x, int64_t n);
-    void (*scale_axpy_f16)(float *y, float s, float a, const uint16_t *x, int64_t n);
+    /* Attention over one block of n cached positions (K, V: [n][hd], float32 or IEEE half, the
+     * KV cache's dtypes):
+     *   scores: s[j] = scale * sum_i q[i] * K[j][i]
+     *   accum:  out[i] = out[i] * corr + p[0] V[0][i] + p[1] V[1][i] + ... (in j order) */
+    void (*attn_scores_f32)(float *s, const float *q, const float *K, int64_t n, int64_t hd, float scale);
+    void (*attn_scores_f16)(float *s, const float *q, const uint16_t *K, int64_t n, int64_t hd, float scale);
+    void (*attn_accum_f32)(float *out, float corr, const float *p, const float *V, int64_t n, int64_t hd);
+    void (*attn_accum_f16)(float *out, float corr, const float *p, const uint16_t *V, int64_t n, int64_t hd);
     /* dst[i] = half(src[i]) rounded to nearest even */
     void (*to_f16)(uint16_t *dst, const float *src, int64_t n);
 } pllm_cpu_kernels;

@@ -212,46 +212,59 @@ MATMUL256(mm_q5_0, PLLM_DTYPE_Q5_0)
 MATMUL256(mm_q5_1, PLLM_DTYPE_Q5_1)
 #undef MATMUL256
 
-T256 static float dot_f32(const float *a, const float *b, int64_t n)
+T256 INLINE float elem_kv(const int f16, const void *p, int64_t i)
 {
-    __m256 acc = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-    float s = hsum(acc);
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
+    return f16 ? h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
-T256 static float dot_f16(const float *a, const uint16_t *b, int64_t n)
+T256 INLINE __m256 load8(const int f16, const void *p, int64_t i)
 {
-    __m256 acc = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), acc);
-    float s = hsum(acc);
-    for (; i < n; i++) s += a[i] * h2f(b[i]);
-    return s;
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i))) : _mm256_loadu_ps((const float *)p + i);
 }
 
-T256 static void scale_axpy_f32(float *y, float s, float a, const float *x, int64_t n)
+T256 INLINE void scores(const int f16, float *s, const float *q, const void *K, int64_t n, int64_t hd, float scale)
 {
-    __m256 vs = _mm256_set1_ps(s), va = _mm256_set1_ps(a);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_mul_ps(_mm256_loadu_ps(y + i), vs)));
-    for (; i < n; i++) y[i] = y[i] * s + a * x[i];
-}
-
-T256 static void scale_axpy_f16(float *y, float s, float a, const uint16_t *x, int64_t n)
-{
-    __m256 vs = _mm256_set1_ps(s), va = _mm256_set1_ps(a);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 xv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, xv, _mm256_mul_ps(_mm256_loadu_ps(y + i), vs)));
+    const size_t esz = f16 ? 2 : 4;
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *k = (const uint8_t *)K + (size_t)(j * hd) * esz;
+        __m256 acc = _mm256_setzero_ps();
+        int64_t i = 0;
+        for (; i + 8 <= hd; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(f16, k, i), acc);
+        float d = hsum(acc);
+        for (; i < hd; i++) d += q[i] * elem_kv(f16, k, i);
+        s[j] = d * scale;
     }
-    for (; i < n; i++) y[i] = y[i] * s + a * h2f(x[i]);
 }
+
+/* out stays in registers 32 elements at a time while the n rows of V stream past */
+T256 INLINE void accum(const int f16, float *out, float corr, const float *p, const void *V, int64_t n, int64_t hd)
+{
+    const size_t esz = f16 ? 2 : 4;
+    const __m256 vc = _mm256_set1_ps(corr);
+    int64_t i0 = 0;
+    for (; i0 + 8 <= hd; i0 += 32) {
+        const int nv = (int)(PLLM_MIN(hd - i0, 32) / 8);
+        __m256 o[4];
+        for (int v = 0; v < nv; v++) o[v] = _mm256_mul_ps(_mm256_loadu_ps(out + i0 + 8 * v), vc);
+        for (int64_t j = 0; j < n; j++) {
+            const uint8_t *vr = (const uint8_t *)V + (size_t)(j * hd) * esz;
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            for (int v = 0; v < nv; v++) o[v] = _mm256_fmadd_ps(pj, load8(f16, vr, i0 + 8 * v), o[v]);
+        }
+        for (int v = 0; v < nv; v++) _mm256_storeu_ps(out + i0 + 8 * v, o[v]);
+        if (nv < 4) { i0 += 8 * nv; break; }
+    }
+    for (int64_t i = i0; i < hd; i++) {
+        float o = out[i] * corr;
+        for (int64_t j = 0; j < n; j++) o += p[j] * elem_kv(f16, (const uint8_t *)V + (size_t)(j * hd) * esz, i);
+        out[i] = o;
+    }
+}
+
+T256 static void attn_scores_f32(float *s, const float *q, const float *K, int64_t n, int64_t hd, float scale) { scores(0, s, q, K, n, hd, scale); }
+T256 static void attn_scores_f16(float *s, const float *q, const uint16_t *K, int64_t n, int64_t hd, float scale) { scores(1, s, q, K, n, hd, scale); }
+T256 static void attn_accum_f32(float *out, float corr, const float *p, const float *V, int64_t n, int64_t hd) { accum(0, out, corr, p, V, n, hd); }
+T256 static void attn_accum_f16(float *out, float corr, const float *p, const uint16_t *V, int64_t n, int64_t hd) { accum(1, out, corr, p, V, n, hd); }
 
 T256 static void to_f16(uint16_t *dst, const float *src, int64_t n)
 {
@@ -268,10 +281,10 @@ const pllm_cpu_kernels pllm_cpu_kernels_avx2 = {
     .matmul = {[PLLM_DTYPE_F32] = mm_f32, [PLLM_DTYPE_F16] = mm_f16, [PLLM_DTYPE_BF16] = mm_bf16,
                [PLLM_DTYPE_Q8_0] = mm_q8_0, [PLLM_DTYPE_Q4_0] = mm_q4_0, [PLLM_DTYPE_Q4_1] = mm_q4_1,
                [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1},
-    .dot_f32 = dot_f32,
-    .dot_f16 = dot_f16,
-    .scale_axpy_f32 = scale_axpy_f32,
-    .scale_axpy_f16 = scale_axpy_f16,
+    .attn_scores_f32 = attn_scores_f32,
+    .attn_scores_f16 = attn_scores_f16,
+    .attn_accum_f32 = attn_accum_f32,
+    .attn_accum_f16 = attn_accum_f16,
     .to_f16 = to_f16,
 };
 

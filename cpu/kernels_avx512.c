@@ -4,11 +4,13 @@
  *
  * Matmul: a weight block of 32 elements is expanded to two zmm registers of float32 (nibbles
  * and high bits unpacked in integer lanes, converted, scaled by the block's half-float d and
- * offset m) and multiplied into the accumulators of a tile of up to TILE tokens. Every token
- * has two accumulators (even and odd 16-element halves of the block) so that a lone token
- * (decode) still has two independent FMA chains; the per-token operation sequence does not
- * depend on the tile size, which keeps results batch-invariant.
- * Per block and tile: 1 weight load + ~8 unpack ops, then 2 loads + 2 FMAs per token.
+ * offset m) and multiplied into the accumulators of a micro-tile of R rows x T tokens
+ * (R = 2 for T >= 3, R = 4 for T <= 2 so that decode still has 4 independent FMA chains).
+ * Each (row, token) output has one accumulator taking both halves of every block in a fixed
+ * order, so its operation sequence does not depend on R, T or the batch: results are
+ * batch-invariant.
+ * Per block: R weight loads + ~8 unpack ops each, 2 loads per token, 2 FMAs per (row, token).
+ * Registers: R*T accumulators (<= 16) + 2R weights + 2 inputs.
  */
 #include "cpu/kernels.h"
 
@@ -131,46 +133,61 @@ T512 INLINE __m512 load_partial(const int dt, const uint8_t *p, int n)
     }
 }
 
-/* Y[t * ldy] = dot(weight row w, X[t]) for the T (compile-time) tokens of a tile. */
-T512 INLINE void tile(const int dt, const int T, float *Y, int64_t ldy, const float *X, int64_t ldx, const uint8_t *w,
-                      int64_t K)
+/* Y[t * ldy + i] = dot(weight row w + i * rb, X[t]) for R rows and T tokens (compile-time). One
+ * accumulator per (row, token): both 16-lane halves of each block go into it. */
+T512 INLINE void tile(const int dt, const int R, const int T, float *Y, int64_t ldy, const float *X, int64_t ldx,
+                      const uint8_t *w, size_t rb, int64_t K)
 {
-    __m512 a0[TILE], a1[TILE];
+    __m512 acc[4][TILE];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) a0[t] = a1[t] = _mm512_setzero_ps();
+        for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
     const int64_t ng = K / 32;
     const size_t gb = group_bytes(dt);
     for (int64_t g = 0; g < ng; g++) {
-        __m512 w0, w1;
-        _mm_prefetch((const char *)(w + (size_t)g * gb + PF_DIST), _MM_HINT_T0);
-        load32(dt, w + (size_t)g * gb, &w0, &w1);
+        __m512 w0[4], w1[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            _mm_prefetch((const char *)(w + i * rb + (size_t)g * gb + PF_DIST), _MM_HINT_T0);
+            load32(dt, w + i * rb + (size_t)g * gb, &w0[i], &w1[i]);
+        }
         const float *x = X + g * 32;
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            a0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * ldx), a0[t]);
-            a1[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * ldx + 16), a1[t]);
+            __m512 x0 = _mm512_loadu_ps(x + t * ldx), x1 = _mm512_loadu_ps(x + t * ldx + 16);
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+                acc[i][t] = _mm512_fmadd_ps(w0[i], x0, acc[i][t]);
+                acc[i][t] = _mm512_fmadd_ps(w1[i], x1, acc[i][t]);
+            }
         }
     }
-    const int rem = (int)(K - ng * 32); /* only float types have a tail */
+    const int rem = (int)(K - ng * 32);
     if (rem > 0) {
         const size_t esz = dt == PLLM_DTYPE_F32 ? 4 : 2;
-        const uint8_t *wp = w + (size_t)ng * gb;
         const int n0 = rem < 16 ? rem : 16, n1 = rem - n0;
-        __m512 w0 = load_partial(dt, wp, n0);
-        __m512 w1 = n1 > 0 ? load_partial(dt, wp + 16 * esz, n1) : _mm512_setzero_ps();
         const __mmask16 k0 = (__mmask16)((1u << n0) - 1), k1 = (__mmask16)((1u << n1) - 1);
         const float *x = X + ng * 32;
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const uint8_t *wp = w + i * rb + (size_t)ng * gb;
+            __m512 w0 = load_partial(dt, wp, n0);
+            __m512 w1 = n1 > 0 ? load_partial(dt, wp + 16 * esz, n1) : _mm512_setzero_ps();
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            a0[t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(k0, x + t * ldx), a0[t]);
-            a1[t] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(k1, x + t * ldx + 16), a1[t]);
+            for (int t = 0; t < T; t++) {
+                acc[i][t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(k0, x + t * ldx), acc[i][t]);
+                acc[i][t] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(k1, x + t * ldx + 16), acc[i][t]);
+            }
         }
     }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) Y[t * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(a0[t], a1[t]));
+        for (int t = 0; t < T; t++) Y[t * ldy + i] = _mm512_reduce_add_ps(acc[i][t]);
 }
 
-/* Token tiles outside, rows inside: a tile of X stays in L1 while the thread's rows stream. */
+#define TILE_CASE(R, T) tile(dt, R, T, Yt + r, ldy, Xt, ldx, w, row_bytes, K)
 T512 INLINE void matmul(const int dt, float *restrict Y, int64_t ldy, const float *restrict X, int64_t ldx,
                         const void *restrict W, size_t row_bytes, int64_t K, int64_t n_tok, int64_t r0, int64_t r1)
 {
@@ -178,17 +195,32 @@ T512 INLINE void matmul(const int dt, float *restrict Y, int64_t ldy, const floa
         const int64_t nt = n_tok - t0 < TILE ? n_tok - t0 : TILE;
         const float *Xt = X + t0 * ldx;
         float *Yt = Y + t0 * ldy;
-        for (int64_t r = r0; r < r1; r++) {
+        const int64_t R = nt <= 2 ? 4 : 2;
+        int64_t r = r0;
+        for (; r + R <= r1; r += R) {
             const uint8_t *w = (const uint8_t *)W + (size_t)r * row_bytes;
             switch (nt) {
-            case 8: tile(dt, 8, Yt + r, ldy, Xt, ldx, w, K); break;
-            case 7: tile(dt, 7, Yt + r, ldy, Xt, ldx, w, K); break;
-            case 6: tile(dt, 6, Yt + r, ldy, Xt, ldx, w, K); break;
-            case 5: tile(dt, 5, Yt + r, ldy, Xt, ldx, w, K); break;
-            case 4: tile(dt, 4, Yt + r, ldy, Xt, ldx, w, K); break;
-            case 3: tile(dt, 3, Yt + r, ldy, Xt, ldx, w, K); break;
-            case 2: tile(dt, 2, Yt + r, ldy, Xt, ldx, w, K); break;
-            default: tile(dt, 1, Yt + r, ldy, Xt, ldx, w, K); break;
+            case 8: TILE_CASE(2, 8); break;
+            case 7: TILE_CASE(2, 7); break;
+            case 6: TILE_CASE(2, 6); break;
+            case 5: TILE_CASE(2, 5); break;
+            case 4: TILE_CASE(2, 4); break;
+            case 3: TILE_CASE(2, 3); break;
+            case 2: TILE_CASE(4, 2); break;
+            default: TILE_CASE(4, 1); break;
+            }
+        }
+        for (; r < r1; r++) {
+            const uint8_t *w = (const uint8_t *)W + (size_t)r * row_bytes;
+            switch (nt) {
+            case 8: TILE_CASE(1, 8); break;
+            case 7: TILE_CASE(1, 7); break;
+            case 6: TILE_CASE(1, 6); break;
+            case 5: TILE_CASE(1, 5); break;
+            case 4: TILE_CASE(1, 4); break;
+            case 3: TILE_CASE(1, 3); break;
+            case 2: TILE_CASE(1, 2); break;
+            default: TILE_CASE(1, 1); break;
             }
         }
     }
@@ -212,58 +244,53 @@ MATMUL512(mm_q5_0, PLLM_DTYPE_Q5_0)
 MATMUL512(mm_q5_1, PLLM_DTYPE_Q5_1)
 #undef MATMUL512
 
-T512 static float dot_f32(const float *a, const float *b, int64_t n)
+/* hd-element vectors of float32 or half, 16 lanes at a time, the tail masked */
+T512 INLINE __m512 load_row(const int f16, const void *p, int64_t i, int64_t n)
 {
-    __m512 acc = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-    if (i < n) {
-        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + i), _mm512_maskz_loadu_ps(k, b + i), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
+    if (i + 16 <= n)
+        return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)))
+                   : _mm512_loadu_ps((const float *)p + i);
+    __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+    return f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const uint16_t *)p + i)) : _mm512_maskz_loadu_ps(k, (const float *)p + i);
 }
 
-T512 static float dot_f16(const float *a, const uint16_t *b, int64_t n)
+T512 INLINE void scores(const int f16, float *s, const float *q, const void *K, int64_t n, int64_t hd, float scale)
 {
-    __m512 acc = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i))), acc);
-    if (i < n) {
-        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + i), _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, b + i)), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
-T512 static void scale_axpy_f32(float *y, float s, float a, const float *x, int64_t n)
-{
-    __m512 vs = _mm512_set1_ps(s), va = _mm512_set1_ps(a);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_mul_ps(_mm512_loadu_ps(y + i), vs)));
-    if (i < n) {
-        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
-        __m512 r = _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(k, x + i), _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), vs));
-        _mm512_mask_storeu_ps(y + i, k, r);
+    const size_t esz = f16 ? 2 : 4;
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *k = (const uint8_t *)K + (size_t)(j * hd) * esz;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t i = 0; i < hd; i += 16) acc = _mm512_fmadd_ps(load_row(0, q, i, hd), load_row(f16, k, i, hd), acc);
+        s[j] = _mm512_reduce_add_ps(acc) * scale;
     }
 }
 
-T512 static void scale_axpy_f16(float *y, float s, float a, const uint16_t *x, int64_t n)
+/* out stays in registers 64 elements at a time while the n rows of V stream past */
+T512 INLINE void accum(const int f16, float *out, float corr, const float *p, const void *V, int64_t n, int64_t hd)
 {
-    __m512 vs = _mm512_set1_ps(s), va = _mm512_set1_ps(a);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 xv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i)));
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, xv, _mm512_mul_ps(_mm512_loadu_ps(y + i), vs)));
-    }
-    if (i < n) {
-        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
-        __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, x + i));
-        _mm512_mask_storeu_ps(y + i, k, _mm512_fmadd_ps(va, xv, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), vs)));
+    const size_t esz = f16 ? 2 : 4;
+    const __m512 vc = _mm512_set1_ps(corr);
+    for (int64_t i0 = 0; i0 < hd; i0 += 64) {
+        const int nv = (int)((PLLM_MIN(hd - i0, 64) + 15) / 16);
+        __m512 o[4];
+        for (int v = 0; v < nv; v++) o[v] = _mm512_mul_ps(load_row(0, out, i0 + 16 * v, hd), vc);
+        for (int64_t j = 0; j < n; j++) {
+            const uint8_t *vr = (const uint8_t *)V + (size_t)(j * hd) * esz;
+            const __m512 pj = _mm512_set1_ps(p[j]);
+            for (int v = 0; v < nv; v++) o[v] = _mm512_fmadd_ps(pj, load_row(f16, vr, i0 + 16 * v, hd), o[v]);
+        }
+        for (int v = 0; v < nv; v++) {
+            int64_t i = i0 + 16 * v;
+            if (i + 16 <= hd) _mm512_storeu_ps(out + i, o[v]);
+            else _mm512_mask_storeu_ps(out + i, (__mmask16)((1u << (hd - i)) - 1), o[v]);
+        }
     }
 }
+
+T512 static void attn_scores_f32(float *s, const float *q, const float *K, int64_t n, int64_t hd, float scale) { scores(0, s, q, K, n, hd, scale); }
+T512 static void attn_scores_f16(float *s, const float *q, const uint16_t *K, int64_t n, int64_t hd, float scale) { scores(1, s, q, K, n, hd, scale); }
+T512 static void attn_accum_f32(float *out, float corr, const float *p, const float *V, int64_t n, int64_t hd) { accum(0, out, corr, p, V, n, hd); }
+T512 static void attn_accum_f16(float *out, float corr, const float *p, const uint16_t *V, int64_t n, int64_t hd) { accum(1, out, corr, p, V, n, hd); }
 
 T512 static void to_f16(uint16_t *dst, const float *src, int64_t n)
 {
@@ -285,10 +312,10 @@ const pllm_cpu_kernels pllm_cpu_kernels_avx512 = {
     .matmul = {[PLLM_DTYPE_F32] = mm_f32, [PLLM_DTYPE_F16] = mm_f16, [PLLM_DTYPE_BF16] = mm_bf16,
                [PLLM_DTYPE_Q8_0] = mm_q8_0, [PLLM_DTYPE_Q4_0] = mm_q4_0, [PLLM_DTYPE_Q4_1] = mm_q4_1,
                [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1},
-    .dot_f32 = dot_f32,
-    .dot_f16 = dot_f16,
-    .scale_axpy_f32 = scale_axpy_f32,
-    .scale_axpy_f16 = scale_axpy_f16,
+    .attn_scores_f32 = attn_scores_f32,
+    .attn_scores_f16 = attn_scores_f16,
+    .attn_accum_f32 = attn_accum_f32,
+    .attn_accum_f16 = attn_accum_f16,
     .to_f16 = to_f16,
 };
 

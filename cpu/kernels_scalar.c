@@ -36,28 +36,40 @@ SCALAR_MATMUL(mm_q5_0, PLLM_DTYPE_Q5_0)
 SCALAR_MATMUL(mm_q5_1, PLLM_DTYPE_Q5_1)
 #undef SCALAR_MATMUL
 
-static float dot_f32(const float *a, const float *b, int64_t n)
+static void attn_scores_f32(float *s, const float *q, const float *K, int64_t n, int64_t hd, float scale)
 {
-    float s = 0;
-    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
+    for (int64_t j = 0; j < n; j++) {
+        float d = 0;
+        for (int64_t i = 0; i < hd; i++) d += q[i] * K[j * hd + i];
+        s[j] = d * scale;
+    }
 }
 
-static float dot_f16(const float *a, const uint16_t *b, int64_t n)
+static void attn_scores_f16(float *s, const float *q, const uint16_t *K, int64_t n, int64_t hd, float scale)
 {
-    float s = 0;
-    for (int64_t i = 0; i < n; i++) s += a[i] * pllm_fp16_to_fp32(b[i]);
-    return s;
+    for (int64_t j = 0; j < n; j++) {
+        float d = 0;
+        for (int64_t i = 0; i < hd; i++) d += q[i] * pllm_fp16_to_fp32(K[j * hd + i]);
+        s[j] = d * scale;
+    }
 }
 
-static void scale_axpy_f32(float *y, float s, float a, const float *x, int64_t n)
+static void attn_accum_f32(float *out, float corr, const float *p, const float *V, int64_t n, int64_t hd)
 {
-    for (int64_t i = 0; i < n; i++) y[i] = y[i] * s + a * x[i];
+    for (int64_t i = 0; i < hd; i++) {
+        float o = out[i] * corr;
+        for (int64_t j = 0; j < n; j++) o += p[j] * V[j * hd + i];
+        out[i] = o;
+    }
 }
 
-static void scale_axpy_f16(float *y, float s, float a, const uint16_t *x, int64_t n)
+static void attn_accum_f16(float *out, float corr, const float *p, const uint16_t *V, int64_t n, int64_t hd)
 {
-    for (int64_t i = 0; i < n; i++) y[i] = y[i] * s + a * pllm_fp16_to_fp32(x[i]);
+    for (int64_t i = 0; i < hd; i++) {
+        float o = out[i] * corr;
+        for (int64_t j = 0; j < n; j++) o += p[j] * pllm_fp16_to_fp32(V[j * hd + i]);
+        out[i] = o;
+    }
 }
 
 static void to_f16(uint16_t *dst, const float *src, int64_t n)
@@ -71,9 +83,9 @@ const pllm_cpu_kernels pllm_cpu_kernels_scalar = {
     .matmul = {[PLLM_DTYPE_F32] = mm_f32, [PLLM_DTYPE_F16] = mm_f16, [PLLM_DTYPE_BF16] = mm_bf16,
                [PLLM_DTYPE_Q8_0] = mm_q8_0, [PLLM_DTYPE_Q4_0] = mm_q4_0, [PLLM_DTYPE_Q4_1] = mm_q4_1,
                [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1},
-    .dot_f32 = dot_f32,
-    .dot_f16 = dot_f16,
-    .scale_axpy_f32 = scale_axpy_f32,
-    .scale_axpy_f16 = scale_axpy_f16,
+    .attn_scores_f32 = attn_scores_f32,
+    .attn_scores_f16 = attn_scores_f16,
+    .attn_accum_f32 = attn_accum_f32,
+    .attn_accum_f16 = attn_accum_f16,
     .to_f16 = to_f16,
 };

@@ -80,24 +80,19 @@ void pllm_cpu_attend(float *out, const float *q, int32_t kv_head, const pllm_cpu
         /* this block's [block_size][head_dim] slab of kv head kv_head */
         size_t base = ((size_t)a->block_table[p0 / bs] * (size_t)kv->n_head_kv + (size_t)kv_head) * (size_t)bs * (size_t)hd;
         const uint8_t *K = (const uint8_t *)a->k_cache + base * esz, *V = (const uint8_t *)a->v_cache + base * esz;
+        if (f16) kern->attn_scores_f16(scores, q, (const uint16_t *)K, n, hd, a->scale);
+        else kern->attn_scores_f32(scores, q, (const float *)K, n, hd, a->scale);
         float mb = -INFINITY;
-        for (int32_t j = 0; j < n; j++) {
-            const void *kj = K + (size_t)j * hd * esz;
-            float s = (f16 ? kern->dot_f16(q, kj, hd) : kern->dot_f32(q, kj, hd)) * a->scale;
-            scores[j] = s;
-            if (s > mb) mb = s;
-        }
+        for (int32_t j = 0; j < n; j++) mb = scores[j] > mb ? scores[j] : mb;
         float m_new = mb > m ? mb : m;
         float corr = expf(m - m_new); /* 0 on the first block (m = -inf) */
         l *= corr;
         for (int32_t j = 0; j < n; j++) {
-            float pj = expf(scores[j] - m_new);
-            l += pj;
-            const void *vj = V + (size_t)j * hd * esz;
-            float s = j == 0 ? corr : 1.0f;
-            if (f16) kern->scale_axpy_f16(out, s, pj, vj, hd);
-            else kern->scale_axpy_f32(out, s, pj, vj, hd);
+            scores[j] = expf(scores[j] - m_new);
+            l += scores[j];
         }
+        if (f16) kern->attn_accum_f16(out, corr, scores, (const uint16_t *)V, n, hd);
+        else kern->attn_accum_f32(out, corr, scores, (const float *)V, n, hd);
         m = m_new;
     }
     float inv = 1.0f / l;

@@ -119,48 +119,52 @@ static void test_matmul(const pllm_cpu_kernels *kern, pllm_dtype dt, int64_t K, 
 
 static void test_vec(const pllm_cpu_kernels *kern)
 {
-    const int64_t ns[] = {1, 7, 16, 31, 64, 100, 129};
-    double worst_dot = 0, worst_axpy = 0;
-    for (size_t i = 0; i < PLLM_ARRAY_LEN(ns); i++) {
-        int64_t n = ns[i];
-        float a[160], b[160], y[160], y0[160];
-        uint16_t h[160];
-        for (int64_t j = 0; j < n; j++) {
-            a[j] = randf();
-            b[j] = randf();
-            h[j] = pllm_fp32_to_fp16(randf());
-            y[j] = y0[j] = randf();
+    /* attention block kernels: head dims below, at and past the vector widths, odd block sizes */
+    const int64_t hds[] = {1, 7, 16, 24, 40, 64, 72, 100, 129}, ns[] = {1, 5, 16};
+    double worst_s = 0, worst_a = 0;
+    enum { MAXE = 16 * 129 };
+    static float q[129], K[MAXE], V[MAXE], out[129], out0[129], p[16], sc[16];
+    static uint16_t Kh[MAXE], Vh[MAXE];
+    for (size_t hi = 0; hi < PLLM_ARRAY_LEN(hds); hi++)
+        for (size_t ni = 0; ni < PLLM_ARRAY_LEN(ns); ni++) {
+            int64_t hd = hds[hi], n = ns[ni];
+            for (int64_t i = 0; i < hd; i++) q[i] = randf(), out0[i] = randf();
+            for (int64_t i = 0; i < n * hd; i++) {
+                K[i] = randf(), V[i] = randf();
+                Kh[i] = pllm_fp32_to_fp16(randf()), Vh[i] = pllm_fp32_to_fp16(randf());
+            }
+            for (int64_t j = 0; j < n; j++) p[j] = (randf() + 1) / 2;
+            const float scale = 0.37f, corr = 0.81f;
+            for (int f16 = 0; f16 < 2; f16++) {
+                if (f16) kern->attn_scores_f16(sc, q, Kh, n, hd, scale);
+                else kern->attn_scores_f32(sc, q, K, n, hd, scale);
+                for (int64_t j = 0; j < n; j++) {
+                    double d = 0, da = 0;
+                    for (int64_t i = 0; i < hd; i++) {
+                        double kv = f16 ? pllm_fp16_to_fp32(Kh[j * hd + i]) : K[j * hd + i];
+                        d += q[i] * kv;
+                        da += fabs(q[i] * kv);
+                    }
+                    double e = fabs(sc[j] - d * scale) / ((hd + 2) * 0x1p-24 * da * scale);
+                    worst_s = fmax(worst_s, e);
+                    CHECK(e <= 1);
+                }
+                memcpy(out, out0, sizeof(float) * (size_t)hd);
+                if (f16) kern->attn_accum_f16(out, corr, p, Vh, n, hd);
+                else kern->attn_accum_f32(out, corr, p, V, n, hd);
+                for (int64_t i = 0; i < hd; i++) {
+                    double o = (double)out0[i] * corr, oa = fabs(o);
+                    for (int64_t j = 0; j < n; j++) {
+                        double vv = f16 ? pllm_fp16_to_fp32(Vh[j * hd + i]) : V[j * hd + i];
+                        o += p[j] * vv;
+                        oa += fabs(p[j] * vv);
+                    }
+                    double e = fabs(out[i] - o) / ((n + 2) * 0x1p-24 * oa);
+                    worst_a = fmax(worst_a, e);
+                    CHECK(e <= 1);
+                }
+            }
         }
-        double s = 0, sh = 0, sa = 0, sha = 0;
-        for (int64_t j = 0; j < n; j++) {
-            s += (double)a[j] * b[j];
-            sa += fabs((double)a[j] * b[j]);
-            sh += (double)a[j] * pllm_fp16_to_fp32(h[j]);
-            sha += fabs((double)a[j] * pllm_fp16_to_fp32(h[j]));
-        }
-        double gamma = (n + 1) * 0x1p-24;
-        double e1 = fabs(kern->dot_f32(a, b, n) - s) / (gamma * sa), e2 = fabs(kern->dot_f16(a, h, n) - sh) / (gamma * sha);
-        worst_dot = fmax(worst_dot, fmax(e1, e2));
-        CHECK(e1 <= 1 && e2 <= 1);
-
-        float sc = 0.75f, al = -1.25f;
-        kern->scale_axpy_f32(y, sc, al, b, n);
-        for (int64_t j = 0; j < n; j++) {
-            double ref = (double)y0[j] * sc + (double)al * b[j];
-            double e = fabs(y[j] - ref) / (3 * 0x1p-24 * (fabs((double)y0[j] * sc) + fabs((double)al * b[j])));
-            worst_axpy = fmax(worst_axpy, e);
-            CHECK(e <= 1);
-            y[j] = y0[j];
-        }
-        kern->scale_axpy_f16(y, sc, al, h, n);
-        for (int64_t j = 0; j < n; j++) {
-            double xv = pllm_fp16_to_fp32(h[j]);
-            double ref = (double)y0[j] * sc + al * xv;
-            double e = fabs(y[j] - ref) / (3 * 0x1p-24 * (fabs((double)y0[j] * sc) + fabs(al * xv)));
-            worst_axpy = fmax(worst_axpy, e);
-            CHECK(e <= 1);
-        }
-    }
     /* to_f16: bitwise equal to the reference conversion, over magnitudes from subnormal to overflow */
     enum { N = 4099 };
     static float src[N];
@@ -176,8 +180,8 @@ static void test_vec(const pllm_cpu_kernels *kern)
     int mism = 0;
     for (int j = 0; j < N; j++)
         if (got[j] != pllm_fp32_to_fp16(src[j])) mism++;
-    fprintf(stderr, "  vec    %-6s dot err/bound %.3g  scale_axpy err/bound %.3g  to_f16 mismatches %d/%d\n", kern->name,
-            worst_dot, worst_axpy, mism, N);
+    fprintf(stderr, "  vec    %-6s attn_scores err/bound %.3g  attn_accum err/bound %.3g  to_f16 mismatches %d/%d\n",
+            kern->name, worst_s, worst_a, mism, N);
     CHECK(mism == 0);
 }
 
