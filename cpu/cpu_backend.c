@@ -8,7 +8,7 @@
  *     threads write the same cache line of an output row); bias, SwiGLU and residual adds are
  *     done by the thread that owns the rows, with no barrier in between;
  *   - RMSNorm, embedding, RoPE and the K/V stores: contiguous ranges of tokens;
- *   - attention: contiguous ranges of (token, query head) pairs;
+ *   - attention: (token, query head) pairs dealt round robin;
  *   - output projection: rows of the vocabulary, for the sampled tokens only; sampling:
  *     contiguous ranges of samples.
  * Barriers per step: 2 + 7 per layer + 3.
@@ -151,10 +151,9 @@ static void forward_region(void *arg, int ith, int nth)
         }
         pllm_cpu_pool_barrier(c->pool);
 
-        /* attention: (token, head) pairs */
-        int64_t i0, i1;
-        pllm_cpu_split(T * cfg->n_head, 1, ith, nth, &i0, &i1);
-        for (int64_t i = i0; i < i1; i++) {
+        /* attention: (token, head) pairs dealt round robin (a token's cost grows with its
+         * position, so contiguous ranges would give the last thread the most work) */
+        for (int64_t i = ith; i < T * cfg->n_head; i += nth) {
             int64_t t = i / cfg->n_head;
             int32_t h = (int32_t)(i % cfg->n_head);
             const pllm_seq_plan *sp = &plan->seqs[c->tok_seq[t]];

@@ -3,7 +3,30 @@
  *
  * Computes directly from the model's memory-mapped weights in their file dtype (quantized
  * blocks are dequantized on the fly inside the dot products, never into a full f32 copy), with
- * a persistent thread pool of n_threads threads.
+ * a persistent thread pool of n_threads threads (cpu/threadpool.h). Kernels are chosen at run
+ * time for the machine (cpu/kernels.h: scalar, AVX2, AVX-512; the environment variable
+ * PLLM_CPU_ISA=scalar|avx2|avx512 caps the choice).
+ *
+ * Numerics: float32 activations throughout (weights expanded to float32 in registers), so
+ * results differ from float64 math on the dequantized weights only by float32 rounding.
+ * Greedy results are bitwise identical for any batch composition, chunking of prefills and
+ * thread count (per kernel table).
+ *
+ * The vtable:
+ *   kv_layout     F32 or F16 K/V (params.kv_dtype), the model's n_layer / n_head_kv / head_dim.
+ *   kv_available  MemAvailable (/proc/meminfo) less the model's weight bytes (mapped file
+ *                 pages must stay resident) less max(1 GiB, 10% of MemAvailable).
+ *   kv_init       allocates n_layer x 2 x n_blocks x n_head_kv x block_size x head_dim
+ *                 elements (memory is committed lazily by the OS as blocks are written);
+ *                 may be called again to re-size (the cache's contents are then lost).
+ *   step          validates the plan first (token ids in the vocabulary, sequences covering
+ *                 the tokens in order, positions = n_ctx - n_new + j, slots where the block
+ *                 table puts each position, block ids inside the pool, no slot written twice,
+ *                 sample requests and sampling parameters valid) and returns PLLM_ERR_* with a
+ *                 message naming the field and value instead of computing on a bad plan.
+ *                 Logits are computed only for sampled tokens; sampling is pllm_sample().
+ *   copy_blocks   copies whole blocks (all layers, K and V).
+ * One step at a time: the backend is not reentrant.
  */
 #pragma once
 
