@@ -31,8 +31,10 @@ typedef struct pllm_encode_opts {
     bool parse_special;  /* match special tokens spelled in the text (as HF does by default) */
 } pllm_encode_opts;
 
-/* Append the ids of text[0..len) to out. Never fails on odd input: invalid UTF-8 is
- * tokenized byte by byte like Hugging Face does. */
+/* Append the ids of text[0..len) to out. Never fails on odd input: invalid UTF-8 sequences
+ * are first replaced by U+FFFD, as Python's bytes.decode('utf-8', errors='replace') does (Hugging
+ * Face tokenizers only ever see such replaced text). opts NULL: HF defaults (add and parse
+ * special tokens). */
 pllm_status pllm_tokenizer_encode(const pllm_tokenizer *t, const char *text, size_t len,
                                   const pllm_encode_opts *opts, pllm_tokens *out);
 /* Decode ids to text (appended to out). skip_special drops control tokens. */
