@@ -3,7 +3,7 @@
  * stop checks) per step, on a null backend that computes nothing, and the prefix-cache hit
  * rate on a workload of shared-prefix groups whose members arrive interleaved.
  *
- *   build/bench/engine_bench [n_requests] [n_blocks] [n_groups]
+ *   build/bench/engine_bench [n_requests] [n_blocks] [n_groups] [max_bypass]
  *
  * Workload: n_requests prompts; each starts with its group's 512-token prefix followed by
  * 32..287 own tokens, and generates 16..143 tokens. Block size 16, max_seqs 256, budget 8192.
@@ -69,6 +69,7 @@ int main(int argc, char **argv)
     int32_t n_req = argc > 1 ? atoi(argv[1]) : 10000;
     int32_t n_blocks = argc > 2 ? atoi(argv[2]) : 16384;
     int32_t n_groups = argc > 3 ? atoi(argv[3]) : 100;
+    int32_t max_bypass = argc > 4 ? atoi(argv[4]) : -1;
     pllm_model model = {0};
     model.cfg.n_vocab = VOCAB;
     model.cfg.n_ctx_train = 4096;
@@ -78,6 +79,7 @@ int main(int argc, char **argv)
     ep.n_blocks = n_blocks;
     ep.max_seqs = 256;
     ep.max_batched_tokens = 8192;
+    if (max_bypass >= 0) ep.max_bypass = max_bypass;
     pllm_engine *e = NULL;
     if (pllm_engine_create(&e, &model, &be, NULL, &ep) != PLLM_OK) {
         fprintf(stderr, "engine_bench: %s\n", pllm_errmsg());
@@ -113,7 +115,8 @@ int main(int argc, char **argv)
     double t2 = pllm_now();
     pllm_engine_stats st;
     pllm_engine_get_stats(e, &st);
-    printf("engine_bench: %d requests, %d blocks of %d, %d groups\n", n_req, st.n_blocks, st.block_size, n_groups);
+    printf("engine_bench: %d requests, %d blocks of %d, %d groups, max_bypass %d, %lld grouped\n", n_req, st.n_blocks,
+           st.block_size, n_groups, ep.max_bypass, (long long)pllm_sched_n_grouped(pllm_engine_sched(e)));
     printf("  add: %.3f s (%.1f us/request)\n", t1 - t0, (t1 - t0) * 1e6 / n_req);
     printf("  run: %.3f s, %lld steps, %.1f us/step, %lld completions\n", t2 - t1, (long long)st.steps,
            (t2 - t1) * 1e6 / (double)st.steps, (long long)done);

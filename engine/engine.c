@@ -71,7 +71,7 @@ void pllm_engine_params_defaults(pllm_engine_params *p)
         .block_size = 16,
         .max_batched_tokens = 2048,
         .max_seqs = 64,
-        .max_bypass = 64,
+        .max_bypass = 1024,
     };
 }
 
@@ -564,4 +564,5 @@ broken:
 
 const pllm_sched_out *pllm_engine_last_plan(const pllm_engine *e) { return &e->plan_out; }
 pllm_kv_manager *pllm_engine_kv(pllm_engine *e) { return e->kv; }
+pllm_sched *pllm_engine_sched(pllm_engine *e) { return e->sched; }
 int32_t pllm_engine_ctx_limit(const pllm_engine *e) { return e->ctx_limit; }

@@ -36,9 +36,11 @@ typedef struct pllm_engine_params {
                                     limit is min(this, KV capacity in tokens). */
     bool no_prefix_cache;        /* disable block-level prefix reuse */
     uint64_t seed;               /* run seed: requests without a seed derive theirs from it */
-    int32_t max_bypass;          /* fairness bound: a waiting request is overtaken by at most this
-                                    many later requests before admission stops at it; default 64;
-                                    0: strict FCFS admission (see engine/scheduler.h) */
+    int32_t max_bypass;          /* fairness bound: a waiting request is overtaken (by prefix
+                                    grouping or by admission past it) at most this many times
+                                    before nothing may pass it; default 1024, which lets
+                                    prefix grouping reorder across ~1000 interleaved requests;
+                                    0: strict FCFS (see engine/scheduler.h) */
 } pllm_engine_params;
 
 void pllm_engine_params_defaults(pllm_engine_params *p);

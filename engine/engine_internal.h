@@ -13,6 +13,8 @@
 /* The plan of the last step (entries' req pointers are NULL for requests finished in it). */
 const pllm_sched_out *pllm_engine_last_plan(const pllm_engine *e);
 pllm_kv_manager *pllm_engine_kv(pllm_engine *e);
+/* The scheduler (its waiting queue can be walked with pllm_sched_waiting_head / w_next). */
+pllm_sched *pllm_engine_sched(pllm_engine *e);
 /* min(max_model_len, KV capacity in tokens): a request stops ("length") when it gets there. */
 int32_t pllm_engine_ctx_limit(const pllm_engine *e);
 

@@ -27,6 +27,17 @@ typedef enum pllm_req_state {
 
 typedef struct pllm_req pllm_req;
 
+/* Queue order: (group, add order), compared lexicographically. A request that starts a group
+ * has major == its own arrival; one queued behind its prefix group takes the group's major. */
+typedef struct pllm_order {
+    uint64_t major, minor;
+} pllm_order;
+
+static inline bool pllm_order_lt(pllm_order a, pllm_order b)
+{
+    return a.major < b.major || (a.major == b.major && a.minor < b.minor);
+}
+
 /* The n completions of one request. */
 typedef struct pllm_req_group {
     pllm_req *leader;   /* index 0 while it is alive, else NULL */
@@ -37,7 +48,7 @@ struct pllm_req {
     uint64_t id;
     int32_t index;             /* 0 .. n-1 */
     void *user;
-    uint64_t arrival;          /* queue order: add order, completions of a request in index order */
+    uint64_t arrival;          /* add order (completions of a request in index order) */
     pllm_req_group *group;
 
     pllm_tokens tokens;        /* prompt ++ output */
@@ -48,6 +59,9 @@ struct pllm_req {
 
     /* scheduler */
     pllm_req_state state;
+    pllm_order order;          /* queue position (scheduler-owned): the waiting queue and the
+                                  running list are sorted by it */
+    int32_t n_group_keys;      /* prompt block keys registered for prefix grouping */
     pllm_req *w_prev, *w_next; /* waiting queue links */
     int32_t n_bypassed;        /* requests queued behind this one admitted before it, in the
                                   current wait (reset on admission) */

@@ -4,19 +4,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define GROUP_JUMP_LIMIT 2048 /* a new request joins its group only this far back */
+
+typedef struct group_slot {
+    uint64_t key;
+    pllm_req *r;
+} group_slot;
+
 struct pllm_sched {
     pllm_sched_params p;
     pllm_kv_manager *kv;
     int32_t bs;
-    pllm_req *w_head, *w_tail; /* waiting queue, arrival order */
+    pllm_req *w_head, *w_tail; /* waiting queue, by order */
     int32_t n_waiting;
-    pllm_req **running;        /* [max_seqs], arrival order */
+    pllm_req **running;        /* [max_seqs], by order */
     int32_t n_running;
     int64_t n_preemptions;
     pllm_req **skipped;        /* [scan_limit]: deferred in the current admission scan */
     pllm_req **prefilling;     /* [max_seqs]: running requests still computing their prompt */
     int32_t *hit;              /* [hit_cap]: cache hits of the candidate */
     int32_t hit_cap;
+    /* prefix grouping: prompt block key -> the latest waiting request with that block */
+    group_slot *gmap;          /* [gmask + 1], linear probing, r == NULL: empty */
+    uint64_t gmask;
+    int64_t gcount;
+    int64_t n_grouped;         /* requests placed next to their group */
 };
 
 void pllm_sched_out_free(pllm_sched_out *o)
@@ -58,12 +70,14 @@ void pllm_sched_free(pllm_sched *s)
     free(s->skipped);
     free(s->prefilling);
     free(s->hit);
+    free(s->gmap);
     free(s);
 }
 
 int32_t pllm_sched_n_waiting(const pllm_sched *s) { return s->n_waiting; }
 int32_t pllm_sched_n_running(const pllm_sched *s) { return s->n_running; }
 int64_t pllm_sched_n_preemptions(const pllm_sched *s) { return s->n_preemptions; }
+int64_t pllm_sched_n_grouped(const pllm_sched *s) { return s->n_grouped; }
 pllm_req *pllm_sched_waiting_head(const pllm_sched *s) { return s->w_head; }
 pllm_req *const *pllm_sched_running(const pllm_sched *s, int32_t *n)
 {
@@ -73,16 +87,21 @@ pllm_req *const *pllm_sched_running(const pllm_sched *s, int32_t *n)
 
 /* ---- queues ---- */
 
-/* Insert into the waiting queue at r's arrival position: a new request lands at the tail in
- * O(1); a preempted one is old, so its place is searched from the head. */
+/* Insert into the waiting queue at r's order position: a new request lands at or near the
+ * tail; a preempted one is old, so its place is searched from the head. */
 static void waiting_insert(pllm_sched *s, pllm_req *r)
 {
     pllm_req *after;
-    if (!s->w_tail || s->w_tail->arrival < r->arrival) {
+    if (!s->w_tail || pllm_order_lt(s->w_tail->order, r->order)) {
         after = s->w_tail;
-    } else {
+    } else if (r->state == PLLM_REQ_RUNNING) {
+        /* preempted: old, search from the head */
         after = NULL;
-        for (pllm_req *x = s->w_head; x && x->arrival < r->arrival; x = x->w_next) after = x;
+        for (pllm_req *x = s->w_head; x && pllm_order_lt(x->order, r->order); x = x->w_next) after = x;
+    } else {
+        /* new, joining a group near the tail */
+        after = s->w_tail;
+        while (after && pllm_order_lt(r->order, after->order)) after = after->w_prev;
     }
     r->w_prev = after;
     r->w_next = after ? after->w_next : s->w_head;
@@ -109,7 +128,7 @@ static void running_insert(pllm_sched *s, pllm_req *r)
 {
     PLLM_ASSERT(s->n_running < s->p.max_seqs);
     int32_t i = s->n_running;
-    while (i > 0 && s->running[i - 1]->arrival > r->arrival) {
+    while (i > 0 && pllm_order_lt(r->order, s->running[i - 1]->order)) {
         s->running[i] = s->running[i - 1];
         i--;
     }
@@ -131,17 +150,137 @@ static int32_t running_index(const pllm_sched *s, const pllm_req *r)
     return -1;
 }
 
+/* ---- prefix grouping ---- */
+
+static uint64_t gmap_home(const pllm_sched *s, uint64_t key) { return (key ^ (key >> 31)) & s->gmask; }
+
+static pllm_req *gmap_get(const pllm_sched *s, uint64_t key)
+{
+    if (!s->gmap) return NULL;
+    for (uint64_t i = gmap_home(s, key);; i = (i + 1) & s->gmask) {
+        if (!s->gmap[i].r) return NULL;
+        if (s->gmap[i].key == key) return s->gmap[i].r;
+    }
+}
+
+static pllm_status gmap_put(pllm_sched *s, uint64_t key, pllm_req *r);
+
+static pllm_status gmap_grow(pllm_sched *s)
+{
+    uint64_t old_n = s->gmap ? s->gmask + 1 : 0, n = old_n ? old_n * 2 : 1024;
+    group_slot *old = s->gmap;
+    s->gmap = pllm_calloc((size_t)n, sizeof *s->gmap);
+    if (!s->gmap) {
+        s->gmap = old;
+        return PLLM_ERR_NOMEM;
+    }
+    s->gmask = n - 1;
+    s->gcount = 0;
+    for (uint64_t i = 0; i < old_n; i++)
+        if (old[i].r) PLLM_TRY(gmap_put(s, old[i].key, old[i].r));
+    free(old);
+    return PLLM_OK;
+}
+
+/* Map key to r, replacing an earlier request. */
+static pllm_status gmap_put(pllm_sched *s, uint64_t key, pllm_req *r)
+{
+    if (!s->gmap || 2 * (s->gcount + 1) > (int64_t)(s->gmask + 1)) PLLM_TRY(gmap_grow(s));
+    uint64_t i = gmap_home(s, key);
+    while (s->gmap[i].r && s->gmap[i].key != key) i = (i + 1) & s->gmask;
+    if (!s->gmap[i].r) s->gcount++;
+    s->gmap[i] = (group_slot){.key = key, .r = r};
+    return PLLM_OK;
+}
+
+/* Remove key's entry if it maps to r (backward-shift deletion keeps probe chains intact). */
+static void gmap_del_if(pllm_sched *s, uint64_t key, const pllm_req *r)
+{
+    if (!s->gmap) return;
+    uint64_t i = gmap_home(s, key);
+    for (;; i = (i + 1) & s->gmask) {
+        if (!s->gmap[i].r) return;
+        if (s->gmap[i].key == key) break;
+    }
+    if (s->gmap[i].r != r) return;
+    for (uint64_t j = i;;) {
+        j = (j + 1) & s->gmask;
+        if (!s->gmap[j].r) break;
+        uint64_t k = gmap_home(s, s->gmap[j].key);
+        /* move slot j back to the hole at i unless its home lies cyclically in (i, j] */
+        bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+        if (stays) continue;
+        s->gmap[i] = s->gmap[j];
+        i = j;
+    }
+    s->gmap[i].r = NULL;
+    s->gcount--;
+}
+
+static void group_unregister(pllm_sched *s, pllm_req *r)
+{
+    for (int32_t i = 0; i < r->n_group_keys; i++) gmap_del_if(s, r->keys.keys[i], r);
+    r->n_group_keys = 0;
+}
+
+/* The waiting request sharing the longest run of full prompt blocks with r, or NULL. */
+static pllm_req *find_group(const pllm_sched *s, const pllm_req *r)
+{
+    int32_t n = PLLM_MIN(r->n_prompt / s->bs, r->keys.n);
+    for (int32_t i = n - 1; i >= 0; i--) {
+        pllm_req *g = gmap_get(s, r->keys.keys[i]);
+        /* keys can collide (even across depths): verify the tokens */
+        if (g && g != r && g->state == PLLM_REQ_WAITING && g->n_prompt >= (i + 1) * s->bs &&
+            memcmp(g->tokens.ids, r->tokens.ids, (size_t)(i + 1) * (size_t)s->bs * sizeof(int32_t)) == 0)
+            return g;
+    }
+    return NULL;
+}
+
 pllm_status pllm_sched_add(pllm_sched *s, pllm_req *r)
 {
-    PLLM_ASSERT(!s->w_tail || s->w_tail->arrival < r->arrival);
-    if (pllm_block_pool_caching(pllm_kv_pool(s->kv)))
+    bool caching = pllm_block_pool_caching(pllm_kv_pool(s->kv));
+    pllm_req *g = NULL;
+    if (caching) {
         PLLM_TRY(pllm_kv_keys_extend(s->kv, &r->keys, r->tokens.ids, (int32_t)r->tokens.n));
+        g = find_group(s, r);
+    }
+    /* Join the group: queue order is (group, add order), so r goes behind the group's members,
+     * overtaking everyone queued after them, unless one of those has already been overtaken
+     * max_bypass times or they are too many. Otherwise r starts its own group at the tail. */
+    r->order = (pllm_order){.major = r->arrival, .minor = r->arrival};
+    if (g) {
+        pllm_order want = {.major = g->order.major, .minor = r->arrival};
+        int32_t n_jump = 0;
+        bool ok = true;
+        /* only worth it when the work queued behind the group would evict the shared prefix
+         * before r runs: more than half the cache's tokens (prompt + max_tokens each) */
+        int64_t work = 0, enough = (int64_t)pllm_block_pool_n_blocks(pllm_kv_pool(s->kv)) * s->bs / 2;
+        pllm_req *x = s->w_tail;
+        for (; x && pllm_order_lt(want, x->order) && ok; x = x->w_prev) {
+            ok = x->n_bypassed < s->p.max_bypass && ++n_jump <= GROUP_JUMP_LIMIT;
+            work += (int64_t)x->tokens.n + x->params.max_tokens;
+        }
+        if (work < enough) ok = false;
+        if (ok && n_jump > 0) {
+            for (x = s->w_tail; x && pllm_order_lt(want, x->order); x = x->w_prev) x->n_bypassed++;
+            s->n_grouped++;
+        }
+        if (ok) r->order = want;
+    }
     waiting_insert(s, r);
+    if (caching) {
+        /* register r as its blocks' latest waiting request (full prompt blocks only) */
+        int32_t n = PLLM_MIN(r->n_prompt / s->bs, r->keys.n);
+        for (int32_t i = 0; i < n; i++) PLLM_TRY(gmap_put(s, r->keys.keys[i], r));
+        r->n_group_keys = n;
+    }
     return PLLM_OK;
 }
 
 void pllm_sched_remove(pllm_sched *s, pllm_req *r)
 {
+    group_unregister(s, r);
     if (r->state == PLLM_REQ_WAITING) {
         waiting_remove(s, r);
     } else if (r->state == PLLM_REQ_RUNNING) {
@@ -208,7 +347,7 @@ static int32_t pick_victim(const pllm_sched *s, int32_t from)
     int32_t best = from, best_cost = rebuild_cost(s, s->running[from]);
     for (int32_t i = from + 1; i < s->n_running; i++) {
         int32_t c = rebuild_cost(s, s->running[i]);
-        if (c <= best_cost) { /* ties: the later arrival (running[] is in arrival order) */
+        if (c <= best_cost) { /* ties: the later one in queue order (running[] is sorted) */
             best = i;
             best_cost = c;
         }
@@ -273,7 +412,6 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
         /* every admission needs at least one fresh block (the last token is never a hit) */
         if (pllm_block_pool_n_free(pllm_kv_pool(s->kv)) == 0) break;
         next = r->w_next;
-        bool urgent = r->n_bypassed >= s->p.max_bypass;
         bool defer = false;
         int32_t n_tok = (int32_t)r->tokens.n, n_hit = 0;
         PLLM_TRY(hit_reserve(s, n_tok / s->bs + 1));
@@ -283,7 +421,7 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
         bool forked = false;
         if (lead && lead != r && lead->state == PLLM_REQ_RUNNING) {
             if (lead->n_computed < lead->n_prompt) {
-                defer = !urgent;
+                defer = true;
             } else {
                 n_hit = PLLM_MIN((n_tok - 1) / s->bs, r->n_prompt / s->bs);
                 PLLM_ASSERT(n_hit <= lead->table.n);
@@ -293,7 +431,7 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
         }
         if (!defer && !forked) {
             PLLM_TRY(pllm_kv_find_cached(s->kv, &r->keys, r->tokens.ids, n_tok, s->hit, &n_hit));
-            if (caching && !urgent && prefix_in_flight(s, s->prefilling, n_prefilling, r, n_hit)) defer = true;
+            if (caching && prefix_in_flight(s, s->prefilling, n_prefilling, r, n_hit)) defer = true;
         }
         int32_t n_new = PLLM_MIN(n_tok - n_hit * s->bs, *budget);
         if (!defer && !pllm_kv_can_allocate(s->kv, &r->table, s->hit, n_hit, n_hit * s->bs + n_new))
@@ -308,6 +446,7 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
         /* admit r: everyone skipped ahead of it is overtaken once more */
         PLLM_TRY(pllm_kv_allocate(s->kv, &r->table, s->hit, n_hit, n_hit * s->bs + n_new));
         waiting_remove(s, r);
+        group_unregister(s, r);
         r->n_computed = n_hit * s->bs;
         if (!r->admitted_once) {
             r->admitted_once = true;

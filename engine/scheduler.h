@@ -7,17 +7,19 @@
  * decode and recompute after preemption all follow from that rule.
  *
  * A step (pllm_sched_schedule), given budget = max_batched_tokens:
- *   1. Running requests, oldest arrival first: n_new = min(remaining, budget). If the KV pool
+ *   1. Running requests, in queue order: n_new = min(remaining, budget). If the KV pool
  *      cannot hold n_computed + n_new tokens, preempt by recompute until it can. Victim: among
  *      the running requests not yet scheduled in this step (the current one and every one that
  *      arrived after it), the one cheapest to rebuild: the fewest computed tokens not covered
  *      by leading blocks that another request also holds (those stay resident and cached; its
  *      private blocks, even indexed ones, are counted as lost since they are the next to be
- *      evicted under this pressure); ties go to the latest arrival. The
+ *      evicted under this pressure); ties go to the latest in queue order. The
  *      victim's blocks are released (indexed ones stay cached), it goes back to the waiting
- *      queue at its arrival position with n_computed = 0, and it is counted. If the victim is
+ *      queue at its old position with n_computed = 0, and it is counted. If the victim is
  *      the current request, it is simply not scheduled.
- *   2. If nothing was preempted: admission. The waiting queue (arrival order) is scanned while
+ *   2. If nothing was preempted: admission. The waiting queue (in queue order: add order,
+ *      except for prefix grouping below; a preempted request returns to its old place) is
+ *      scanned while
  *      budget and sequence slots remain. A request's cached prefix costs neither blocks nor
  *      budget; it is admitted when blocks for the rest of its first chunk are free. It is
  *      deferred instead (skipped this step) when
@@ -28,12 +30,23 @@
  *          prompt right now (it waits for the block instead of computing it again);
  *        - its blocks do not fit.
  *
- * Fairness bound: a waiting request is overtaken (a request queued behind it admitted while it
- * waits) at most max_bypass times per wait (from entering the queue to admission). A request
- * that has been overtaken max_bypass times stops deferring for shared prefixes, and once it
- * is skipped again admission stops at it: nothing behind it is admitted until it is.
- * max_bypass = 0 is strict FCFS admission. (Running requests are never skipped in favour of
- * waiting ones; every running request gets tokens when the budget reaches it.)
+ * Prefix grouping (prefix caching on): a new request looks for the latest waiting request
+ * that shares the longest run of full prompt blocks with it, and queues right behind that
+ * request's group instead of at the tail, so that a shared prefix is computed once and its
+ * group runs while it is hot. It does so only when it pays: when the work queued behind the
+ * group (prompt + max_tokens of each request) exceeds half the KV cache, i.e. when the shared
+ * prefix would likely be evicted before the new request ran at the tail; and only over at
+ * most 2048 requests, none of which has already been overtaken max_bypass times.
+ *
+ * Fairness bound: a waiting request is overtaken at most max_bypass times per wait (from
+ * entering the queue to admission), where overtaken means a request queued behind it is
+ * admitted while it waits, or a later request is queued ahead of it by grouping. A request
+ * overtaken max_bypass times is never jumped by grouping again, and when admission skips it
+ * (for any of the reasons above) the scan stops there: nothing behind it is admitted until it
+ * is. (Its deferrals end by themselves: the requests it waits for are running.) So every request is admitted after at most max_bypass requests that arrived
+ * after it. max_bypass = 0 is strict FCFS (no grouping, no skipping). (Running requests are
+ * never skipped in favour of waiting ones; every running request gets tokens when the budget
+ * reaches it.)
  *
  * Requests that can never run (prompt + 1 > KV capacity or max_model_len) are refused by the
  * engine before they reach the scheduler, so with nothing running the queue's head always
@@ -73,7 +86,7 @@ typedef struct pllm_sched_victim {
 } pllm_sched_victim;
 
 typedef struct pllm_sched_out {
-    pllm_sched_entry *entries; /* running first (arrival order), then admitted */
+    pllm_sched_entry *entries; /* running first (queue order), then admitted */
     int32_t n_entries;
     int32_t n_tokens;          /* sum of n_new */
     pllm_sched_victim *preempted;
@@ -89,7 +102,7 @@ pllm_status pllm_sched_init(pllm_sched **out, const pllm_sched_params *p, pllm_k
 /* Frees the scheduler only (not the requests it links). */
 void pllm_sched_free(pllm_sched *s);
 
-/* Queue a new request (state WAITING, arrival larger than every queued one's). */
+/* Queue a new request (state WAITING): at the tail, or behind its prefix group. */
 pllm_status pllm_sched_add(pllm_sched *s, pllm_req *r);
 /* Plan one step: allocates blocks, may preempt, admits. */
 pllm_status pllm_sched_schedule(pllm_sched *s, pllm_sched_out *out);
@@ -101,7 +114,8 @@ void pllm_sched_remove(pllm_sched *s, pllm_req *r);
 int32_t pllm_sched_n_waiting(const pllm_sched *s);
 int32_t pllm_sched_n_running(const pllm_sched *s);
 int64_t pllm_sched_n_preemptions(const pllm_sched *s);
-/* The waiting queue's head (NULL when empty) and the running requests (arrival order); for
+int64_t pllm_sched_n_grouped(const pllm_sched *s); /* requests queued next to their group */
+/* The waiting queue's head (NULL when empty) and the running requests (queue order); for
  * iteration when the engine frees everything. */
 pllm_req *pllm_sched_waiting_head(const pllm_sched *s);
 pllm_req *const *pllm_sched_running(const pllm_sched *s, int32_t *n);

@@ -121,7 +121,7 @@ static void test_validation(void)
     /* engine parameters */
     pllm_engine_params ep;
     pllm_engine_params_defaults(&ep);
-    CHECK(ep.block_size == 16 && ep.max_batched_tokens == 2048 && ep.max_seqs == 64 && ep.max_bypass == 64);
+    CHECK(ep.block_size == 16 && ep.max_batched_tokens == 2048 && ep.max_seqs == 64 && ep.max_bypass == 1024);
     rig g;
     ep.max_seqs = -1;
     CHECK(!rig_open(&g, &ep, NULL, NULL) && msg_has("max_seqs"));

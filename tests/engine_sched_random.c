@@ -15,12 +15,14 @@
  * logprobs of an independent simulation of the fake model run alone; the fake backend's own
  * per-step checks (KV slots, block tables, budget, sequence cap) pass; the plan never exceeds
  * the token budget or sequence cap; no waiting request is overtaken more than max_bypass
- * times (tracked independently from the plans); preemptions seen in plans equal the stats;
+ * times (tracked by the test from the queue order, the adds and the plans, not from the
+ * scheduler's counter); preemptions seen in plans equal the stats;
  * the block pool passes its invariant check after every step, never drops an orphan, and is
  * whole (every block free) at the end.
  */
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
+#include "engine/request.h"
 #include "tests/engine_fake_backend.h"
 #include "tests/testutil.h"
 
@@ -69,11 +71,12 @@ typedef struct run_state {
     /* independent bypass model */
     bool waiting[MAX_REQ][MAX_N];
     int32_t overtaken[MAX_REQ][MAX_N];
+    pllm_order order[MAX_REQ][MAX_N]; /* queue position, read from the waiting queue */
     int64_t sum_prompt, sum_cached;
 } run_state;
 
 typedef struct totals {
-    int64_t workloads, runs, completions, steps, preemptions, refused, cached_tokens, forks, max_overtaken;
+    int64_t workloads, runs, completions, steps, preemptions, refused, cached_tokens, forks, max_overtaken, grouped;
     int64_t finish_stop, finish_length;
 } totals;
 
@@ -198,6 +201,30 @@ static uint64_t weak_hash(uint64_t parent, const int32_t *t, int32_t n, uint64_t
     return n > 0 ? (uint64_t)(t[0] & 1) : 0;
 }
 
+/* Read every waiting request's queue position; check the queue is sorted and holds exactly the
+ * requests the model believes are waiting. */
+static void snapshot(pllm_engine *e, run_state *rs, const bool *accepted)
+{
+    bool seen[MAX_REQ][MAX_N] = {{0}};
+    const pllm_req *prev = NULL;
+    for (const pllm_req *x = pllm_sched_waiting_head(pllm_engine_sched(e)); x; x = x->w_next) {
+        int32_t r = rs->req_of_id[x->id];
+        CHECK(!prev || pllm_order_lt(prev->order, x->order));
+        rs->order[r][x->index] = x->order;
+        seen[r][x->index] = true;
+        prev = x;
+    }
+    for (int32_t r = 0; r < rs->w->n_req; r++)
+        for (int32_t k = 0; accepted[r] && k < rs->w->reqs[r].params.n; k++) CHECK(seen[r][k] == rs->waiting[r][k]);
+}
+
+static void overtake(run_state *rs, int32_t r, int32_t k, int32_t by, int32_t max_bypass, totals *tot)
+{
+    rs->overtaken[r][k] += by;
+    CHECK(rs->overtaken[r][k] <= max_bypass);
+    tot->max_overtaken = PLLM_MAX(tot->max_overtaken, rs->overtaken[r][k]);
+}
+
 typedef struct variant {
     bool prefix_cache;
     bool weak_hash;
@@ -235,7 +262,6 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
 
     run_state *rs = pllm_calloc(1, sizeof *rs);
     rs->w = w;
-    uint64_t arrival_rank[MAX_REQ] = {0}; /* add order */
     bool added[MAX_REQ] = {0}, accepted[MAX_REQ] = {0};
     int32_t n_added = 0, n_accepted = 0;
     int64_t plan_preemptions = 0;
@@ -248,7 +274,7 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
             uint64_t id = 0;
             pllm_status st = pllm_engine_add(e, q->prompt, q->n_prompt, &q->params, (void *)q, &id);
             added[r] = true;
-            arrival_rank[r] = (uint64_t)++n_added;
+            n_added++;
             if (q->n_prompt + 1 > ctx_limit) {
                 CHECK(st == PLLM_ERR_RANGE);
                 tot->refused++;
@@ -260,12 +286,22 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
             rs->req_of_id[id] = r;
             accepted[r] = true;
             n_accepted++;
-            for (int32_t i = 0; i < q->params.n; i++) rs->waiting[r][i] = true;
+            /* each new completion overtakes the waiting requests queued behind it (prefix
+             * grouping places it before the tail) */
+            for (int32_t x = 0; x < q->params.n; x++) rs->waiting[r][x] = true;
+            snapshot(e, rs, accepted);
+            for (int32_t x = 0; x < q->params.n; x++) {
+                for (int32_t r2 = 0; r2 < w->n_req; r2++)
+                    for (int32_t k2 = 0; accepted[r2] && k2 < w->reqs[r2].params.n; k2++)
+                        if (rs->waiting[r2][k2] && !(r2 == r && k2 >= x) && pllm_order_lt(rs->order[r][x], rs->order[r2][k2]))
+                            overtake(rs, r2, k2, 1, v->max_bypass, tot);
+            }
         }
         if (!pllm_engine_has_work(e)) {
             if (n_added == w->n_req) break;
             continue;
         }
+        snapshot(e, rs, accepted);
         pllm_status st = pllm_engine_step(e, on_done, rs);
         CHECK_OK(st);
         if (st != PLLM_OK) break;
@@ -294,10 +330,11 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
             CHECK(rs->waiting[r][k] == en->admitted);
             if (en->admitted && !v->prefix_cache && en->n_hit > 0) tot->forks++;
         }
+        /* a request still waiting is overtaken by each admitted one queued behind it */
         for (int32_t r = 0; r < w->n_req; r++) {
             if (!accepted[r]) continue;
             for (int32_t k = 0; k < w->reqs[r].params.n; k++) {
-                if (!rs->waiting[r][k]) continue;
+                if (!rs->waiting[r][k] || o->n_preempted > 0) continue;
                 bool admitted_now = false;
                 int32_t over = 0;
                 for (int32_t i = 0; i < o->n_entries; i++) {
@@ -305,12 +342,9 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
                     if (!en->admitted) continue;
                     int32_t r2 = rs->req_of_id[en->req_id], k2 = en->index;
                     if (r2 == r && k2 == k) admitted_now = true;
-                    else if (arrival_rank[r2] > arrival_rank[r] || (r2 == r && k2 > k)) over++;
+                    else if (pllm_order_lt(rs->order[r][k], rs->order[r2][k2])) over++;
                 }
-                if (admitted_now) continue;
-                rs->overtaken[r][k] += over;
-                CHECK(rs->overtaken[r][k] <= v->max_bypass);
-                tot->max_overtaken = PLLM_MAX(tot->max_overtaken, rs->overtaken[r][k]);
+                if (!admitted_now) overtake(rs, r, k, over, v->max_bypass, tot);
             }
         }
         for (int32_t i = 0; i < o->n_entries; i++) {
@@ -327,6 +361,7 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     pllm_engine_get_stats(e, &es);
     CHECK(es.preemptions == plan_preemptions);
     tot->preemptions += es.preemptions;
+    tot->grouped += pllm_sched_n_grouped(pllm_engine_sched(e));
     int64_t n_completions = 0;
     for (int32_t r = 0; r < w->n_req; r++) {
         if (!accepted[r]) continue;
@@ -418,11 +453,11 @@ int main(int argc, char **argv)
     fprintf(stderr,
             "engine_sched_random: %lld workloads, %lld runs, %lld completions (%lld stop, %lld length), %lld steps, "
             "%lld preemptions, %lld prompts refused, %lld cached prompt tokens, %lld forks without the cache, "
-            "max overtaken %lld, %.2f s\n",
+            "%lld grouped, max overtaken %lld, %.2f s\n",
             (long long)tot.workloads, (long long)tot.runs, (long long)tot.completions, (long long)tot.finish_stop,
             (long long)tot.finish_length, (long long)tot.steps, (long long)tot.preemptions, (long long)tot.refused,
-            (long long)tot.cached_tokens, (long long)tot.forks, (long long)tot.max_overtaken, pllm_now() - t0);
-    CHECK(tot.preemptions > 0 && tot.refused > 0 && tot.cached_tokens > 0 && tot.forks > 0);
+            (long long)tot.cached_tokens, (long long)tot.forks, (long long)tot.grouped, (long long)tot.max_overtaken, pllm_now() - t0);
+    CHECK(tot.preemptions > 0 && tot.refused > 0 && tot.cached_tokens > 0 && tot.forks > 0 && tot.grouped > 0);
     CHECK(tot.finish_stop > 0 && tot.finish_length > 0);
     return pllm_test_finish("engine_sched_random");
 }
