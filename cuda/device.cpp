@@ -28,9 +28,12 @@ struct pllm_cuda_graph {
 static pllm_status status_of(cudaError_t e)
 {
     switch (e) {
-    case cudaErrorMemoryAllocation: return PLLM_ERR_NOMEM;
-    case cudaErrorInvalidValue: return PLLM_ERR_INVALID;
-    default: return PLLM_ERR_INTERNAL;
+    case cudaErrorMemoryAllocation:
+        return PLLM_ERR_NOMEM;
+    case cudaErrorInvalidValue:
+        return PLLM_ERR_INVALID;
+    default:
+        return PLLM_ERR_INTERNAL;
     }
 }
 
@@ -49,8 +52,8 @@ static const char *detail(void)
 static pllm_status cuda_fail(cudaError_t e, const char *call, const char *file, int line)
 {
     const char *d = detail();
-    pllm_status st = pllm_errorf(status_of(e), "%s:%d: %s: %s (%s)%s%s", file, line, call, cudaGetErrorName(e),
-                                 cudaGetErrorString(e), d[0] ? ": " : "", d);
+    pllm_status st = pllm_errorf(status_of(e), "%s:%d: %s: %s (%s)%s%s", file, line, call,
+                                 cudaGetErrorName(e), cudaGetErrorString(e), d[0] ? ": " : "", d);
     (void)cudaGetLastError();
     return st;
 }
@@ -64,8 +67,9 @@ static pllm_status cuda_fail(cudaError_t e, const char *call, const char *file, 
 static pllm_status cublas_fail(cublasStatus_t s, const char *call, const char *file, int line)
 {
     const char *d = detail();
-    pllm_status st = pllm_errorf(s == CUBLAS_STATUS_INVALID_VALUE ? PLLM_ERR_INVALID : PLLM_ERR_INTERNAL,
-                                 "%s:%d: %s: %s%s%s", file, line, call, cublasGetStatusString(s), d[0] ? ": " : "", d);
+    pllm_status st = pllm_errorf(
+        s == CUBLAS_STATUS_INVALID_VALUE ? PLLM_ERR_INVALID : PLLM_ERR_INTERNAL,
+        "%s:%d: %s: %s%s%s", file, line, call, cublasGetStatusString(s), d[0] ? ": " : "", d);
     (void)cudaGetLastError();
     return st;
 }
@@ -203,10 +207,17 @@ pllm_status pllm_cuda_sync(pllm_cuda_dev *dev)
 static bool blas_type(pllm_dtype t, cudaDataType *out)
 {
     switch (t) {
-    case PLLM_DTYPE_F32: *out = CUDA_R_32F; return true;
-    case PLLM_DTYPE_F16: *out = CUDA_R_16F; return true;
-    case PLLM_DTYPE_BF16: *out = CUDA_R_16BF; return true;
-    default: return false;
+    case PLLM_DTYPE_F32:
+        *out = CUDA_R_32F;
+        return true;
+    case PLLM_DTYPE_F16:
+        *out = CUDA_R_16F;
+        return true;
+    case PLLM_DTYPE_BF16:
+        *out = CUDA_R_16BF;
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -214,17 +225,22 @@ pllm_status pllm_cuda_gemm(pllm_cuda_dev *dev, const pllm_cuda_gemm_args *g)
 {
     cudaDataType at, bt, ct;
     if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 1)
-        return pllm_errorf(PLLM_ERR_INVALID, "gemm: bad sizes m=%d n=%d k=%d batch=%d", g->m, g->n, g->k, g->batch);
+        return pllm_errorf(PLLM_ERR_INVALID, "gemm: bad sizes m=%d n=%d k=%d batch=%d", g->m, g->n,
+                           g->k, g->batch);
     if (!blas_type(g->a_dtype, &at) || g->b_dtype != g->a_dtype || !blas_type(g->c_dtype, &ct) ||
         (g->c_dtype != PLLM_DTYPE_F32 && g->c_dtype != g->a_dtype))
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "gemm: types a=%s b=%s c=%s (need a == b in F32/F16/BF16, c F32 or a's)",
-                           pllm_dtype_name(g->a_dtype), pllm_dtype_name(g->b_dtype), pllm_dtype_name(g->c_dtype));
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "gemm: types a=%s b=%s c=%s (need a == b in F32/F16/BF16, c F32 or a's)",
+                           pllm_dtype_name(g->a_dtype), pllm_dtype_name(g->b_dtype),
+                           pllm_dtype_name(g->c_dtype));
     bt = at;
     int64_t need_a = g->trans_a ? g->m : g->k, need_b = g->trans_b ? g->k : g->n;
     if (g->lda < need_a || g->lda < 1)
-        return pllm_errorf(PLLM_ERR_INVALID, "gemm: lda %lld < %lld", (long long)g->lda, (long long)need_a);
+        return pllm_errorf(PLLM_ERR_INVALID, "gemm: lda %lld < %lld", (long long)g->lda,
+                           (long long)need_a);
     if (g->ldb < need_b || g->ldb < 1)
-        return pllm_errorf(PLLM_ERR_INVALID, "gemm: ldb %lld < %lld", (long long)g->ldb, (long long)need_b);
+        return pllm_errorf(PLLM_ERR_INVALID, "gemm: ldb %lld < %lld", (long long)g->ldb,
+                           (long long)need_b);
     if (g->ldc < g->n || g->ldc < 1)
         return pllm_errorf(PLLM_ERR_INVALID, "gemm: ldc %lld < n %d", (long long)g->ldc, g->n);
     if (g->lda > INT_MAX || g->ldb > INT_MAX || g->ldc > INT_MAX)
@@ -233,10 +249,12 @@ pllm_status pllm_cuda_gemm(pllm_cuda_dev *dev, const pllm_cuda_gemm_args *g)
     /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: hand cuBLAS B first. A
      * row-major B[k][ldb] read column-major is B^T, i.e. op(B)^T when trans_b is false. */
     cublasStatus_t s = cublasGemmStridedBatchedEx(
-        dev->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g->n, g->m, g->k,
-        &g->alpha, g->b, bt, (int)g->ldb, g->stride_b, g->a, at, (int)g->lda, g->stride_a, &g->beta, g->c, ct,
-        (int)g->ldc, g->stride_c, g->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (s != CUBLAS_STATUS_SUCCESS) return cublas_fail(s, "cublasGemmStridedBatchedEx", __FILE__, __LINE__);
+        dev->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+        g->n, g->m, g->k, &g->alpha, g->b, bt, (int)g->ldb, g->stride_b, g->a, at, (int)g->lda,
+        g->stride_a, &g->beta, g->c, ct, (int)g->ldc, g->stride_c, g->batch, CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return cublas_fail(s, "cublasGemmStridedBatchedEx", __FILE__, __LINE__);
     return PLLM_OK;
 }
 
@@ -279,7 +297,10 @@ void pllm_cuda_graph_free(pllm_cuda_graph *g)
     free(g);
 }
 
-cudaStream_t pllm_cuda_dev_stream(pllm_cuda_dev *dev) { return dev->stream; }
+cudaStream_t pllm_cuda_dev_stream(pllm_cuda_dev *dev)
+{
+    return dev->stream;
+}
 
 pllm_status pllm_cuda_check_launch(const char *kernel, const char *file, int line)
 {

@@ -81,7 +81,7 @@ pllm_status pllm_cuda_sync(pllm_cuda_dev *dev);
  */
 typedef struct pllm_cuda_gemm_args {
     int32_t m, n, k;
-    int32_t batch;            /* >= 1 */
+    int32_t batch; /* >= 1 */
     const void *a;
     pllm_dtype a_dtype;
     int64_t lda, stride_a;

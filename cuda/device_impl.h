@@ -8,7 +8,6 @@
 
 #include <cuda_runtime_api.h>
 
-
 /* The context's stream (a cudaStream_t). */
 cudaStream_t pllm_cuda_dev_stream(pllm_cuda_dev *dev);
 

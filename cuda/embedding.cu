@@ -5,7 +5,8 @@
 #include "cuda/device_impl.h"
 #include "cuda/kernels.h"
 
-namespace {
+namespace
+{
 
 /*
  * embedding_kernel
@@ -20,8 +21,8 @@ namespace {
  */
 template <typename T>
 __global__ void __launch_bounds__(256)
-    embedding_kernel(float *__restrict__ out, const T *__restrict__ table, const int32_t *__restrict__ tokens,
-                     int dim, int n_vocab)
+    embedding_kernel(float *__restrict__ out, const T *__restrict__ table,
+                     const int32_t *__restrict__ tokens, int dim, int n_vocab)
 {
     const int32_t id = tokens[blockIdx.x];
     if (id < 0 || id >= n_vocab) __trap();
@@ -31,27 +32,32 @@ __global__ void __launch_bounds__(256)
 }
 
 template <typename T>
-pllm_status launch(pllm_cuda_dev *dev, float *out, const T *table, const int32_t *tokens, int32_t n_tokens,
-                   int32_t dim, int32_t n_vocab)
+pllm_status launch(pllm_cuda_dev *dev, float *out, const T *table, const int32_t *tokens,
+                   int32_t n_tokens, int32_t dim, int32_t n_vocab)
 {
-    PLLM_LAUNCH(embedding_kernel<T>, dim3((unsigned)n_tokens), dim3(256), 0, pllm_cuda_dev_stream(dev))
+    PLLM_LAUNCH(embedding_kernel<T>, dim3((unsigned)n_tokens), dim3(256), 0,
+                pllm_cuda_dev_stream(dev))
     (out, table, tokens, (int)dim, (int)n_vocab);
     return PLLM_CUDA_LAUNCHED("embedding_kernel");
 }
 
 } /* namespace */
 
-extern "C" pllm_status pllm_cuda_embedding(pllm_cuda_dev *dev, float *out, const void *table, pllm_dtype table_dtype,
-                                           const int32_t *tokens, int32_t n_tokens, int32_t dim, int32_t n_vocab)
+extern "C" pllm_status pllm_cuda_embedding(pllm_cuda_dev *dev, float *out, const void *table,
+                                           pllm_dtype table_dtype, const int32_t *tokens,
+                                           int32_t n_tokens, int32_t dim, int32_t n_vocab)
 {
     if (n_tokens < 0 || dim < 1 || n_vocab < 1)
-        return pllm_errorf(PLLM_ERR_INVALID, "embedding: bad shape n_tokens=%d dim=%d n_vocab=%d", n_tokens, dim,
-                           n_vocab);
+        return pllm_errorf(PLLM_ERR_INVALID, "embedding: bad shape n_tokens=%d dim=%d n_vocab=%d",
+                           n_tokens, dim, n_vocab);
     if (n_tokens == 0) return PLLM_OK;
     switch (table_dtype) {
-    case PLLM_DTYPE_F32: return launch(dev, out, (const float *)table, tokens, n_tokens, dim, n_vocab);
-    case PLLM_DTYPE_F16: return launch(dev, out, (const __half *)table, tokens, n_tokens, dim, n_vocab);
-    case PLLM_DTYPE_BF16: return launch(dev, out, (const __nv_bfloat16 *)table, tokens, n_tokens, dim, n_vocab);
+    case PLLM_DTYPE_F32:
+        return launch(dev, out, (const float *)table, tokens, n_tokens, dim, n_vocab);
+    case PLLM_DTYPE_F16:
+        return launch(dev, out, (const __half *)table, tokens, n_tokens, dim, n_vocab);
+    case PLLM_DTYPE_BF16:
+        return launch(dev, out, (const __nv_bfloat16 *)table, tokens, n_tokens, dim, n_vocab);
     default:
         return pllm_errorf(PLLM_ERR_UNSUPPORTED, "embedding: table type %s (need F32, F16 or BF16)",
                            pllm_dtype_name(table_dtype));

@@ -21,8 +21,9 @@ extern "C" {
  * out: [n_rows][dim] of out_dtype (F32, F16 or BF16); residual, x: [n_rows][dim] F32 (x may be
  * NULL: plain RMSNorm of residual); weight: [dim] F32. out must not alias residual or x.
  */
-pllm_status pllm_cuda_rmsnorm_residual(pllm_cuda_dev *dev, void *out, pllm_dtype out_dtype, float *residual,
-                                       const float *x, const float *weight, int32_t n_rows, int32_t dim, float eps);
+pllm_status pllm_cuda_rmsnorm_residual(pllm_cuda_dev *dev, void *out, pllm_dtype out_dtype,
+                                       float *residual, const float *x, const float *weight,
+                                       int32_t n_rows, int32_t dim, float eps);
 
 /*
  * Embedding gather (cuda/embedding.cu): out[t] = table[tokens[t]] as F32, for t < n_tokens.
@@ -30,8 +31,9 @@ pllm_status pllm_cuda_rmsnorm_residual(pllm_cuda_dev *dev, void *out, pllm_dtype
  * [n_tokens] int32, each in [0, n_vocab) (an id outside traps: the device reports a launch
  * failure, as the engine validates ids before).
  */
-pllm_status pllm_cuda_embedding(pllm_cuda_dev *dev, float *out, const void *table, pllm_dtype table_dtype,
-                                const int32_t *tokens, int32_t n_tokens, int32_t dim, int32_t n_vocab);
+pllm_status pllm_cuda_embedding(pllm_cuda_dev *dev, float *out, const void *table,
+                                pllm_dtype table_dtype, const int32_t *tokens, int32_t n_tokens,
+                                int32_t dim, int32_t n_vocab);
 
 #ifdef __cplusplus
 }

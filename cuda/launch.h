@@ -21,21 +21,23 @@
 
 #if defined(__CUDACC__)
 
-#define PLLM_LAUNCH(kernel, grid, block, shmem, stream) kernel<<<(grid), (block), (shmem), (stream)>>>
-#define PLLM_SHARED(T, name, n) __shared__ T name[n]
+#define PLLM_LAUNCH(kernel, grid, block, shmem, stream)                                            \
+    kernel<<<(grid), (block), (shmem), (stream)>>>
+#define PLLM_SHARED(T, name, n)             __shared__ T name[n]
 #define PLLM_SHARED_2D(T, name, rows, cols) __shared__ T name[rows][cols]
-#define PLLM_SHARED_VAR(T, name) __shared__ T name
+#define PLLM_SHARED_VAR(T, name)            __shared__ T name
 #define PLLM_DYNAMIC_SHARED(T, name)                                                               \
     extern __shared__ __align__(16) unsigned char name##_pllm_dyn_[];                              \
     T *const name = reinterpret_cast<T *>(name##_pllm_dyn_)
 
 #elif defined(PLLM_CUDA_EMU)
 
-#define PLLM_LAUNCH(kernel, grid, block, shmem, stream) CUEMU_LAUNCH_(kernel, grid, block, shmem, stream)
-#define PLLM_SHARED(T, name, n) CUEMU_SHARED_(T, name, n)
+#define PLLM_LAUNCH(kernel, grid, block, shmem, stream)                                            \
+    CUEMU_LAUNCH_(kernel, grid, block, shmem, stream)
+#define PLLM_SHARED(T, name, n)             CUEMU_SHARED_(T, name, n)
 #define PLLM_SHARED_2D(T, name, rows, cols) CUEMU_SHARED_2D_(T, name, rows, cols)
-#define PLLM_SHARED_VAR(T, name) CUEMU_SHARED_VAR_(T, name)
-#define PLLM_DYNAMIC_SHARED(T, name) CUEMU_DYNAMIC_SHARED_(T, name)
+#define PLLM_SHARED_VAR(T, name)            CUEMU_SHARED_VAR_(T, name)
+#define PLLM_DYNAMIC_SHARED(T, name)        CUEMU_DYNAMIC_SHARED_(T, name)
 
 #else
 #error "compile .cu files with nvcc, or as C++ with -include cuda/emu/cuda_emu.h (the emulator)"

@@ -5,7 +5,8 @@
 #include "cuda/device_impl.h"
 #include "cuda/kernels.h"
 
-namespace {
+namespace
+{
 
 /*
  * rmsnorm_residual_kernel
@@ -24,8 +25,9 @@ namespace {
  */
 template <typename OutT>
 __global__ void __launch_bounds__(1024)
-    rmsnorm_residual_kernel(OutT *__restrict__ out, float *__restrict__ residual, const float *__restrict__ x,
-                            const float *__restrict__ w, int dim, float eps)
+    rmsnorm_residual_kernel(OutT *__restrict__ out, float *__restrict__ residual,
+                            const float *__restrict__ x, const float *__restrict__ w, int dim,
+                            float eps)
 {
     const size_t row = blockIdx.x;
     float *res = residual + row * (size_t)dim;
@@ -42,24 +44,27 @@ __global__ void __launch_bounds__(1024)
     ss = pllm_cuda::block_sum(ss);
     const float inv = rsqrtf(ss / (float)dim + eps);
     OutT *o = out + row * (size_t)dim;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = pllm_cuda::from_float<OutT>(res[i] * inv * w[i]);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        o[i] = pllm_cuda::from_float<OutT>(res[i] * inv * w[i]);
 }
 
 template <typename OutT>
-pllm_status launch(pllm_cuda_dev *dev, OutT *out, float *residual, const float *x, const float *w, int32_t n_rows,
-                   int32_t dim, float eps)
+pllm_status launch(pllm_cuda_dev *dev, OutT *out, float *residual, const float *x, const float *w,
+                   int32_t n_rows, int32_t dim, float eps)
 {
     unsigned threads = ((unsigned)dim + 31) / 32 * 32;
     if (threads > 1024) threads = 1024;
-    PLLM_LAUNCH(rmsnorm_residual_kernel<OutT>, dim3((unsigned)n_rows), dim3(threads), 0, pllm_cuda_dev_stream(dev))
+    PLLM_LAUNCH(rmsnorm_residual_kernel<OutT>, dim3((unsigned)n_rows), dim3(threads), 0,
+                pllm_cuda_dev_stream(dev))
     (out, residual, x, w, (int)dim, eps);
     return PLLM_CUDA_LAUNCHED("rmsnorm_residual_kernel");
 }
 
 } /* namespace */
 
-extern "C" pllm_status pllm_cuda_rmsnorm_residual(pllm_cuda_dev *dev, void *out, pllm_dtype out_dtype,
-                                                  float *residual, const float *x, const float *weight,
+extern "C" pllm_status pllm_cuda_rmsnorm_residual(pllm_cuda_dev *dev, void *out,
+                                                  pllm_dtype out_dtype, float *residual,
+                                                  const float *x, const float *weight,
                                                   int32_t n_rows, int32_t dim, float eps)
 {
     if (n_rows < 0 || dim < 1)
@@ -67,9 +72,12 @@ extern "C" pllm_status pllm_cuda_rmsnorm_residual(pllm_cuda_dev *dev, void *out,
     if (!(eps >= 0.0f)) return pllm_errorf(PLLM_ERR_INVALID, "rmsnorm: eps %g", (double)eps);
     if (n_rows == 0) return PLLM_OK;
     switch (out_dtype) {
-    case PLLM_DTYPE_F32: return launch(dev, (float *)out, residual, x, weight, n_rows, dim, eps);
-    case PLLM_DTYPE_F16: return launch(dev, (__half *)out, residual, x, weight, n_rows, dim, eps);
-    case PLLM_DTYPE_BF16: return launch(dev, (__nv_bfloat16 *)out, residual, x, weight, n_rows, dim, eps);
+    case PLLM_DTYPE_F32:
+        return launch(dev, (float *)out, residual, x, weight, n_rows, dim, eps);
+    case PLLM_DTYPE_F16:
+        return launch(dev, (__half *)out, residual, x, weight, n_rows, dim, eps);
+    case PLLM_DTYPE_BF16:
+        return launch(dev, (__nv_bfloat16 *)out, residual, x, weight, n_rows, dim, eps);
     default:
         return pllm_errorf(PLLM_ERR_UNSUPPORTED, "rmsnorm: output type %s (need F32, F16 or BF16)",
                            pllm_dtype_name(out_dtype));

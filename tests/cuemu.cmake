@@ -10,8 +10,11 @@ if(TARGET pllm_cuda_emu)
   target_link_libraries(cuemu_kernels PRIVATE pllm_cuda_emu)
   pllm_add_c_test(cuemu_device SOURCES cuemu_device.c LABELS cuda)
   target_link_libraries(cuemu_device PRIVATE pllm_cuda_emu)
+  # what the emulator does not provide must fail to compile or link
+  pllm_add_py_test(cuemu_unemulated cuemu_unemulated.py LABELS cuda
+                   ARGS ${CMAKE_CXX_COMPILER} ${PLLM_CUDA_INCLUDE_DIR} ${CMAKE_SOURCE_DIR} $<TARGET_FILE:pllm_cuda_emu>)
 else()
-  foreach(t cuemu_selftest cuemu_kernels cuemu_device)
+  foreach(t cuemu_selftest cuemu_kernels cuemu_device cuemu_unemulated)
     add_test(NAME ${t} COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: CUDA toolkit headers (cuda_fp16.h) not found")
     set_tests_properties(${t} PROPERTIES LABELS cuda SKIP_REGULAR_EXPRESSION "SKIPPED")
   endforeach()

@@ -17,9 +17,12 @@
 
 static void put(void *p, pllm_dtype t, size_t i, float v)
 {
-    if (t == PLLM_DTYPE_F16) ((uint16_t *)p)[i] = pllm_fp32_to_fp16(v);
-    else if (t == PLLM_DTYPE_BF16) ((uint16_t *)p)[i] = pllm_fp32_to_bf16(v);
-    else ((float *)p)[i] = v;
+    if (t == PLLM_DTYPE_F16)
+        ((uint16_t *)p)[i] = pllm_fp32_to_fp16(v);
+    else if (t == PLLM_DTYPE_BF16)
+        ((uint16_t *)p)[i] = pllm_fp32_to_bf16(v);
+    else
+        ((float *)p)[i] = v;
 }
 
 static float get(const void *p, pllm_dtype t, size_t i)
@@ -33,17 +36,19 @@ typedef struct gemm_case {
     int m, n, k, batch;
     bool ta, tb;
     pllm_dtype in, out;
-    int pad;            /* extra leading-dimension elements */
-    bool broadcast_b;   /* stride_b = 0 */
+    int pad;          /* extra leading-dimension elements */
+    bool broadcast_b; /* stride_b = 0 */
     float beta;
 } gemm_case;
 
 static void test_gemm(pllm_cuda_dev *dev, uint64_t *rng, const gemm_case *c)
 {
-    int64_t lda = (c->ta ? c->m : c->k) + c->pad, ldb = (c->tb ? c->k : c->n) + c->pad, ldc = c->n + c->pad;
+    int64_t lda = (c->ta ? c->m : c->k) + c->pad, ldb = (c->tb ? c->k : c->n) + c->pad,
+            ldc = c->n + c->pad;
     int64_t a_rows = c->ta ? c->k : c->m, b_rows = c->tb ? c->n : c->k;
     int64_t sa = a_rows * lda, sb = c->broadcast_b ? 0 : b_rows * ldb, sc = (int64_t)c->m * ldc;
-    size_t na = (size_t)(sa * c->batch), nb = (size_t)(c->broadcast_b ? b_rows * ldb : sb * c->batch),
+    size_t na = (size_t)(sa * c->batch),
+           nb = (size_t)(c->broadcast_b ? b_rows * ldb : sb * c->batch),
            nc = (size_t)(sc * c->batch);
     size_t ei = pllm_dtype_block_bytes(c->in), eo = pllm_dtype_block_bytes(c->out);
     void *a = malloc(na * ei), *b = malloc(nb * ei), *cc = malloc(nc * eo), *res = malloc(nc * eo);
@@ -57,12 +62,15 @@ static void test_gemm(pllm_cuda_dev *dev, uint64_t *rng, const gemm_case *c)
             for (int j = 0; j < c->n; j++) {
                 double acc = 0;
                 for (int l = 0; l < c->k; l++) {
-                    size_t ai = (size_t)(bi * sa + (c->ta ? (int64_t)l * lda + i : (int64_t)i * lda + l));
-                    size_t bj = (size_t)(bi * sb + (c->tb ? (int64_t)j * ldb + l : (int64_t)l * ldb + j));
+                    size_t ai =
+                        (size_t)(bi * sa + (c->ta ? (int64_t)l * lda + i : (int64_t)i * lda + l));
+                    size_t bj =
+                        (size_t)(bi * sb + (c->tb ? (int64_t)j * ldb + l : (int64_t)l * ldb + j));
                     acc += (double)get(a, c->in, ai) * get(b, c->in, bj);
                 }
                 size_t ci = (size_t)(bi * sc + (int64_t)i * ldc + j);
-                ref[ci] = (float)(alpha * acc + (c->beta != 0 ? c->beta * (double)get(cc, c->out, ci) : 0));
+                ref[ci] = (float)(alpha * acc +
+                                  (c->beta != 0 ? c->beta * (double)get(cc, c->out, ci) : 0));
             }
     void *da = NULL, *db = NULL, *dc = NULL;
     CHECK_OK(pllm_cuda_alloc(dev, &da, na * ei));
@@ -70,14 +78,31 @@ static void test_gemm(pllm_cuda_dev *dev, uint64_t *rng, const gemm_case *c)
     CHECK_OK(pllm_cuda_alloc(dev, &dc, nc * eo));
     CHECK_OK(pllm_cuda_upload(dev, da, a, na * ei));
     CHECK_OK(pllm_cuda_upload(dev, db, b, nb * ei));
-    if (c->beta != 0) CHECK_OK(pllm_cuda_upload(dev, dc, cc, nc * eo));
-    else CHECK_OK(pllm_cuda_memset(dev, dc, 0xff, nc * eo)); /* NaN: C must not be read */
+    if (c->beta != 0)
+        CHECK_OK(pllm_cuda_upload(dev, dc, cc, nc * eo));
+    else
+        CHECK_OK(pllm_cuda_memset(dev, dc, 0xff, nc * eo)); /* NaN: C must not be read */
     pllm_cuda_gemm_args g = {
-        .m = c->m, .n = c->n, .k = c->k, .batch = c->batch,
-        .a = da, .a_dtype = c->in, .lda = lda, .stride_a = sa, .trans_a = c->ta,
-        .b = db, .b_dtype = c->in, .ldb = ldb, .stride_b = sb, .trans_b = c->tb,
-        .c = dc, .c_dtype = c->out, .ldc = ldc, .stride_c = sc,
-        .alpha = alpha, .beta = c->beta,
+        .m = c->m,
+        .n = c->n,
+        .k = c->k,
+        .batch = c->batch,
+        .a = da,
+        .a_dtype = c->in,
+        .lda = lda,
+        .stride_a = sa,
+        .trans_a = c->ta,
+        .b = db,
+        .b_dtype = c->in,
+        .ldb = ldb,
+        .stride_b = sb,
+        .trans_b = c->tb,
+        .c = dc,
+        .c_dtype = c->out,
+        .ldc = ldc,
+        .stride_c = sc,
+        .alpha = alpha,
+        .beta = c->beta,
     };
     CHECK_OK(pllm_cuda_gemm(dev, &g));
     CHECK_OK(pllm_cuda_download(dev, res, dc, nc * eo));
@@ -93,9 +118,12 @@ static void test_gemm(pllm_cuda_dev *dev, uint64_t *rng, const gemm_case *c)
             }
     double max_abs, rel = pllm_test_rel_err(got, ref, n_cmp, &max_abs);
     double tol = c->out == PLLM_DTYPE_F32 ? (c->in == PLLM_DTYPE_F32 ? 1e-5 : 1e-5) : 1e-2;
-    fprintf(stderr, "  gemm %3dx%3dx%3d batch %d %c%c in=%-4s out=%-4s pad %d%s beta %.1f: max abs err %.3g, rel %.3g\n",
-            c->m, c->n, c->k, c->batch, c->ta ? 'T' : 'N', c->tb ? 'T' : 'N', pllm_dtype_name(c->in),
-            pllm_dtype_name(c->out), c->pad, c->broadcast_b ? " bcastB" : "", (double)c->beta, max_abs, rel);
+    fprintf(stderr,
+            "  gemm %3dx%3dx%3d batch %d %c%c in=%-4s out=%-4s pad %d%s beta %.1f: max abs err "
+            "%.3g, rel %.3g\n",
+            c->m, c->n, c->k, c->batch, c->ta ? 'T' : 'N', c->tb ? 'T' : 'N',
+            pllm_dtype_name(c->in), pllm_dtype_name(c->out), c->pad,
+            c->broadcast_b ? " bcastB" : "", (double)c->beta, max_abs, rel);
     CHECK(rel <= tol);
     pllm_cuda_free(dev, da), pllm_cuda_free(dev, db), pllm_cuda_free(dev, dc);
     free(a), free(b), free(cc), free(res), free(ref), free(got);
@@ -105,8 +133,8 @@ static void test_copies_and_graph(pllm_cuda_dev *dev, uint64_t *rng)
 {
     const int rows = 5, dim = 200;
     size_t n = (size_t)rows * dim;
-    float *h_res = malloc(n * 4), *h_x = malloc(n * 4), *h_w = malloc(dim * 4), *h_out = malloc(n * 4),
-          *h_copy = malloc(n * 4);
+    float *h_res = malloc(n * 4), *h_x = malloc(n * 4), *h_w = malloc(dim * 4),
+          *h_out = malloc(n * 4), *h_copy = malloc(n * 4);
     void *res = NULL, *res0 = NULL, *x = NULL, *w = NULL, *out = NULL;
     CHECK_OK(pllm_cuda_alloc(dev, &res, n * 4));
     CHECK_OK(pllm_cuda_alloc(dev, &res0, n * 4));
@@ -169,8 +197,8 @@ static void test_copies_and_graph(pllm_cuda_dev *dev, uint64_t *rng)
         CHECK(worst < 1e-5);
     }
     pllm_cuda_graph_free(g);
-    pllm_cuda_free(dev, res), pllm_cuda_free(dev, res0), pllm_cuda_free(dev, x), pllm_cuda_free(dev, w),
-        pllm_cuda_free(dev, out);
+    pllm_cuda_free(dev, res), pllm_cuda_free(dev, res0), pllm_cuda_free(dev, x),
+        pllm_cuda_free(dev, w), pllm_cuda_free(dev, out);
     free(h_res), free(h_x), free(h_w), free(h_out), free(h_copy);
 }
 
@@ -179,8 +207,19 @@ static void test_validation(pllm_cuda_dev *dev)
     pllm_cuemu_set_verbose(0);
     void *a = NULL;
     CHECK_OK(pllm_cuda_alloc(dev, &a, 64 * 4));
-    pllm_cuda_gemm_args g = {.m = 4, .n = 4, .k = 4, .batch = 1, .a = a, .a_dtype = PLLM_DTYPE_F32, .lda = 4,
-                             .b = a, .b_dtype = PLLM_DTYPE_F32, .ldb = 4, .c = a, .c_dtype = PLLM_DTYPE_F32, .ldc = 4,
+    pllm_cuda_gemm_args g = {.m = 4,
+                             .n = 4,
+                             .k = 4,
+                             .batch = 1,
+                             .a = a,
+                             .a_dtype = PLLM_DTYPE_F32,
+                             .lda = 4,
+                             .b = a,
+                             .b_dtype = PLLM_DTYPE_F32,
+                             .ldb = 4,
+                             .c = a,
+                             .c_dtype = PLLM_DTYPE_F32,
+                             .ldc = 4,
                              .alpha = 1.0f};
     g.lda = 3;
     CHECK(pllm_cuda_gemm(dev, &g) == PLLM_ERR_INVALID);
@@ -194,7 +233,8 @@ static void test_validation(pllm_cuda_dev *dev)
     float h[8];
     CHECK(pllm_cuda_upload(dev, (float *)a + 60, h, 8 * 4) != PLLM_OK);
     fprintf(stderr, "  upload past the end: %s\n", pllm_errmsg());
-    CHECK(pllm_cuda_rmsnorm_residual(dev, a, PLLM_DTYPE_Q8_0, a, NULL, a, 1, 4, 1e-5f) == PLLM_ERR_UNSUPPORTED);
+    CHECK(pllm_cuda_rmsnorm_residual(dev, a, PLLM_DTYPE_Q8_0, a, NULL, a, 1, 4, 1e-5f) ==
+          PLLM_ERR_UNSUPPORTED);
     pllm_cuda_free(dev, a);
     pllm_cuemu_set_verbose(1);
 }
@@ -203,7 +243,8 @@ int main(void)
 {
     uint64_t seed = strtoull(pllm_test_env("PLLM_TEST_SEED", "0"), NULL, 10);
     if (!seed) seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    fprintf(stderr, "cuemu_device: seed %llu (PLLM_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    fprintf(stderr, "cuemu_device: seed %llu (PLLM_TEST_SEED to repeat)\n",
+            (unsigned long long)seed);
     uint64_t rng = seed;
     CHECK(pllm_cuda_device_count() == 1);
     pllm_cuda_dev *dev = NULL;
@@ -211,8 +252,8 @@ int main(void)
     if (!dev) return pllm_test_finish("cuemu_device");
     pllm_cuda_dev_info info;
     CHECK_OK(pllm_cuda_dev_info_get(dev, &info));
-    fprintf(stderr, "  device: %s, sm_%d%d, %zu MiB, emulated %d\n", info.name, info.sm_major, info.sm_minor,
-            info.total_bytes >> 20, info.emulated);
+    fprintf(stderr, "  device: %s, sm_%d%d, %zu MiB, emulated %d\n", info.name, info.sm_major,
+            info.sm_minor, info.total_bytes >> 20, info.emulated);
     CHECK(info.emulated);
 
     static const pllm_dtype ins[] = {PLLM_DTYPE_F32, PLLM_DTYPE_F16, PLLM_DTYPE_BF16};
@@ -220,13 +261,27 @@ int main(void)
     for (size_t ti = 0; ti < PLLM_ARRAY_LEN(ins); ti++)
         for (int tr = 0; tr < 4; tr++, k++) {
             gemm_case c = {
-                .m = 1 + (k * 7) % 19, .n = 3 + (k * 5) % 37, .k = 1 + (k * 11) % 45, .batch = 1 + k % 3,
-                .ta = tr & 1, .tb = tr >> 1, .in = ins[ti], .out = k % 2 ? ins[ti] : PLLM_DTYPE_F32,
-                .pad = k % 3, .broadcast_b = k % 4 == 3, .beta = k % 5 == 2 ? 0.5f : 0.0f,
+                .m = 1 + (k * 7) % 19,
+                .n = 3 + (k * 5) % 37,
+                .k = 1 + (k * 11) % 45,
+                .batch = 1 + k % 3,
+                .ta = tr & 1,
+                .tb = tr >> 1,
+                .in = ins[ti],
+                .out = k % 2 ? ins[ti] : PLLM_DTYPE_F32,
+                .pad = k % 3,
+                .broadcast_b = k % 4 == 3,
+                .beta = k % 5 == 2 ? 0.5f : 0.0f,
             };
             test_gemm(dev, &rng, &c);
         }
-    gemm_case big = {.m = 37, .n = 129, .k = 576, .batch = 1, .ta = false, .tb = true, .in = PLLM_DTYPE_F16,
+    gemm_case big = {.m = 37,
+                     .n = 129,
+                     .k = 576,
+                     .batch = 1,
+                     .ta = false,
+                     .tb = true,
+                     .in = PLLM_DTYPE_F16,
                      .out = PLLM_DTYPE_F32};
     test_gemm(dev, &rng, &big);
     test_copies_and_graph(dev, &rng);

@@ -18,14 +18,18 @@
 static float load_out(const void *p, pllm_dtype t, size_t i)
 {
     switch (t) {
-    case PLLM_DTYPE_F16: return pllm_fp16_to_fp32(((const uint16_t *)p)[i]);
-    case PLLM_DTYPE_BF16: return pllm_bf16_to_fp32(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
+    case PLLM_DTYPE_F16:
+        return pllm_fp16_to_fp32(((const uint16_t *)p)[i]);
+    case PLLM_DTYPE_BF16:
+        return pllm_bf16_to_fp32(((const uint16_t *)p)[i]);
+    default:
+        return ((const float *)p)[i];
     }
 }
 
 /* Reference: residual += x (float, as the kernel adds), then out = r / rms(r) * w in double. */
-static void ref_rmsnorm(float *out, float *res, const float *x, const float *w, int rows, int dim, float eps)
+static void ref_rmsnorm(float *out, float *res, const float *x, const float *w, int rows, int dim,
+                        float eps)
 {
     for (int r = 0; r < rows; r++) {
         float *rr = res + (size_t)r * dim;
@@ -38,14 +42,16 @@ static void ref_rmsnorm(float *out, float *res, const float *x, const float *w, 
     }
 }
 
-static void test_rmsnorm(pllm_cuda_dev *dev, uint64_t *rng, int rows, int dim, pllm_dtype ot, bool with_x)
+static void test_rmsnorm(pllm_cuda_dev *dev, uint64_t *rng, int rows, int dim, pllm_dtype ot,
+                         bool with_x)
 {
     size_t n = (size_t)rows * dim, osz = pllm_dtype_block_bytes(ot);
-    float *res = malloc(n * 4), *x = malloc(n * 4), *w = malloc((size_t)dim * 4), *ref = malloc(n * 4),
-          *got = malloc(n * 4), *res_got = malloc(n * 4);
+    float *res = malloc(n * 4), *x = malloc(n * 4), *w = malloc((size_t)dim * 4),
+          *ref = malloc(n * 4), *got = malloc(n * 4), *res_got = malloc(n * 4);
     void *out_h = malloc(n * osz);
     float scale = 1.0f + 10.0f * (pllm_test_randf(rng) + 1.0f); /* magnitudes vary per case */
-    for (size_t i = 0; i < n; i++) res[i] = scale * pllm_test_randf(rng), x[i] = pllm_test_randf(rng);
+    for (size_t i = 0; i < n; i++)
+        res[i] = scale * pllm_test_randf(rng), x[i] = pllm_test_randf(rng);
     for (int i = 0; i < dim; i++) w[i] = 1.0f + 0.5f * pllm_test_randf(rng);
     float eps = 1e-5f;
     void *d_out = NULL, *d_res = NULL, *d_x = NULL, *d_w = NULL;
@@ -56,7 +62,8 @@ static void test_rmsnorm(pllm_cuda_dev *dev, uint64_t *rng, int rows, int dim, p
     CHECK_OK(pllm_cuda_upload(dev, d_res, res, n * 4));
     CHECK_OK(pllm_cuda_upload(dev, d_x, x, n * 4));
     CHECK_OK(pllm_cuda_upload(dev, d_w, w, (size_t)dim * 4));
-    CHECK_OK(pllm_cuda_rmsnorm_residual(dev, d_out, ot, d_res, with_x ? d_x : NULL, d_w, rows, dim, eps));
+    CHECK_OK(pllm_cuda_rmsnorm_residual(dev, d_out, ot, d_res, with_x ? d_x : NULL, d_w, rows, dim,
+                                        eps));
     CHECK_OK(pllm_cuda_download(dev, out_h, d_out, n * osz));
     CHECK_OK(pllm_cuda_download(dev, res_got, d_res, n * 4));
     CHECK_OK(pllm_cuda_sync(dev));
@@ -66,15 +73,19 @@ static void test_rmsnorm(pllm_cuda_dev *dev, uint64_t *rng, int rows, int dim, p
     double tol = ot == PLLM_DTYPE_F32 ? 1e-5 : ot == PLLM_DTYPE_F16 ? 2e-3 : 1e-2;
     size_t res_bad = 0;
     for (size_t i = 0; i < n; i++) res_bad += memcmp(&res_got[i], &res[i], 4) != 0;
-    fprintf(stderr, "  rmsnorm rows=%-3d dim=%-5d out=%-4s x=%d: max abs err %.3g, rel err %.3g (tol %.0e), residual %s\n",
+    fprintf(stderr,
+            "  rmsnorm rows=%-3d dim=%-5d out=%-4s x=%d: max abs err %.3g, rel err %.3g (tol "
+            "%.0e), residual %s\n",
             rows, dim, pllm_dtype_name(ot), with_x, max_abs, rel, tol, res_bad ? "WRONG" : "exact");
     CHECK(rel <= tol);
     CHECK(res_bad == 0);
-    pllm_cuda_free(dev, d_out), pllm_cuda_free(dev, d_res), pllm_cuda_free(dev, d_x), pllm_cuda_free(dev, d_w);
+    pllm_cuda_free(dev, d_out), pllm_cuda_free(dev, d_res), pllm_cuda_free(dev, d_x),
+        pllm_cuda_free(dev, d_w);
     free(res), free(x), free(w), free(ref), free(got), free(res_got), free(out_h);
 }
 
-static void test_embedding(pllm_cuda_dev *dev, uint64_t *rng, int n_vocab, int dim, int n_tok, pllm_dtype tt)
+static void test_embedding(pllm_cuda_dev *dev, uint64_t *rng, int n_vocab, int dim, int n_tok,
+                           pllm_dtype tt)
 {
     size_t tn = (size_t)n_vocab * dim, esz = pllm_dtype_block_bytes(tt);
     void *table = malloc(tn * esz);
@@ -82,9 +93,12 @@ static void test_embedding(pllm_cuda_dev *dev, uint64_t *rng, int n_vocab, int d
     float *got = malloc((size_t)n_tok * dim * 4);
     for (size_t i = 0; i < tn; i++) {
         float v = 4.0f * pllm_test_randf(rng);
-        if (tt == PLLM_DTYPE_F16) ((uint16_t *)table)[i] = pllm_fp32_to_fp16(v);
-        else if (tt == PLLM_DTYPE_BF16) ((uint16_t *)table)[i] = pllm_fp32_to_bf16(v);
-        else ((float *)table)[i] = v;
+        if (tt == PLLM_DTYPE_F16)
+            ((uint16_t *)table)[i] = pllm_fp32_to_fp16(v);
+        else if (tt == PLLM_DTYPE_BF16)
+            ((uint16_t *)table)[i] = pllm_fp32_to_bf16(v);
+        else
+            ((float *)table)[i] = v;
     }
     for (int t = 0; t < n_tok; t++) tok[t] = (int32_t)(pllm_test_rand(rng) % (uint64_t)n_vocab);
     tok[0] = n_vocab - 1; /* the edges */
@@ -104,8 +118,9 @@ static void test_embedding(pllm_cuda_dev *dev, uint64_t *rng, int n_vocab, int d
             float want = load_out(table, tt, (size_t)tok[t] * dim + i);
             bad += memcmp(&got[(size_t)t * dim + i], &want, 4) != 0;
         }
-    fprintf(stderr, "  embedding vocab=%-4d dim=%-4d tokens=%-3d table=%-4s: %zu of %zu values differ\n", n_vocab, dim,
-            n_tok, pllm_dtype_name(tt), bad, (size_t)n_tok * dim);
+    fprintf(stderr,
+            "  embedding vocab=%-4d dim=%-4d tokens=%-3d table=%-4s: %zu of %zu values differ\n",
+            n_vocab, dim, n_tok, pllm_dtype_name(tt), bad, (size_t)n_tok * dim);
     CHECK(bad == 0);
     pllm_cuda_free(dev, d_table), pllm_cuda_free(dev, d_tok), pllm_cuda_free(dev, d_out);
     free(table), free(tok), free(got);
@@ -115,7 +130,8 @@ int main(void)
 {
     uint64_t seed = strtoull(pllm_test_env("PLLM_TEST_SEED", "0"), NULL, 10);
     if (!seed) seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    fprintf(stderr, "cuemu_kernels: seed %llu (PLLM_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    fprintf(stderr, "cuemu_kernels: seed %llu (PLLM_TEST_SEED to repeat)\n",
+            (unsigned long long)seed);
     uint64_t rng = seed;
     pllm_cuda_dev *dev = NULL;
     CHECK_OK(pllm_cuda_dev_init(&dev, 0));
@@ -153,9 +169,10 @@ int main(void)
 
     pllm_cuemu_stats s;
     pllm_cuemu_get_stats(&s);
-    fprintf(stderr, "cuemu_kernels: %llu launches, %llu blocks, %llu threads, %llu switches in %.2f s\n",
-            (unsigned long long)s.launches, (unsigned long long)s.blocks, (unsigned long long)s.threads,
-            (unsigned long long)s.switches, pllm_now() - t0);
+    fprintf(stderr,
+            "cuemu_kernels: %llu launches, %llu blocks, %llu threads, %llu switches in %.2f s\n",
+            (unsigned long long)s.launches, (unsigned long long)s.blocks,
+            (unsigned long long)s.threads, (unsigned long long)s.switches, pllm_now() - t0);
     pllm_cuda_dev_free(dev);
     return pllm_test_finish("cuemu_kernels");
 }

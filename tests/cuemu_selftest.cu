@@ -54,7 +54,8 @@ __global__ void k_shfl_types(double *d, long long *ll, __half *h, float *f)
 }
 
 /* Votes over a predicate pattern; the second pair uses two disjoint half-warp masks at once. */
-__global__ void k_vote(unsigned *ballot, int *any, int *all, unsigned *half_ballot, unsigned pattern)
+__global__ void k_vote(unsigned *ballot, int *any, int *all, unsigned *half_ballot,
+                       unsigned pattern)
 {
     const int lane = threadIdx.x;
     const int pred = (pattern >> lane) & 1;
@@ -69,7 +70,8 @@ __global__ void k_vote(unsigned *ballot, int *any, int *all, unsigned *half_ball
 }
 
 /* Warp reductions and the __syncthreads variants. */
-__global__ void k_reduce(unsigned *radd, int *rmin, int *rmax, unsigned *rxor, int *cnt, int *band, int *bor)
+__global__ void k_reduce(unsigned *radd, int *rmin, int *rmax, unsigned *rxor, int *cnt, int *band,
+                         int *bor)
 {
     const int t = threadIdx.x, lane = t % 32;
     const int v = (lane * 37) % 23 - 11;
@@ -83,8 +85,8 @@ __global__ void k_reduce(unsigned *radd, int *rmin, int *rmax, unsigned *rxor, i
 }
 
 /* Contended atomics across many blocks; the CAS loop counts its own retries. */
-__global__ void k_atomics(int *ctr, float *fsum, unsigned *umax, int *cas_ctr, int *retries, unsigned long long *u64,
-                          int *imin)
+__global__ void k_atomics(int *ctr, float *fsum, unsigned *umax, int *cas_ctr, int *retries,
+                          unsigned long long *u64, int *imin)
 {
     const unsigned g = blockIdx.x * blockDim.x + threadIdx.x;
     atomicAdd(ctr, 1);
@@ -248,6 +250,14 @@ __global__ void k_wild_read(float *out, const float *p, long long off)
     out[threadIdx.x] = p[off];
 }
 
+/* A missing barrier: each thread reads the slot its predecessor wrote, with no __syncthreads. */
+__global__ void k_racy(int *out)
+{
+    PLLM_SHARED(int, s, 256);
+    s[threadIdx.x] = (int)threadIdx.x + 1;
+    out[blockIdx.x * blockDim.x + threadIdx.x] = threadIdx.x ? s[threadIdx.x - 1] : 0;
+}
+
 /* ---- test driver (emulated build only) ------------------------------------------------------ */
 #ifdef PLLM_CUDA_EMU
 
@@ -272,8 +282,8 @@ extern "C" {
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
         if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_), \
-                    pllm_cuemu_error_detail());                                                    \
+            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call,                      \
+                    cudaGetErrorName(e_), pllm_cuemu_error_detail());                              \
             pllm_test_failures++;                                                                  \
         }                                                                                          \
     } while (0)
@@ -298,8 +308,8 @@ static void expect_failure(const char *what, cudaError_t want, const char *needl
     cudaError_t got = cudaGetLastError();
     std::string detail = pllm_cuemu_error_detail();
     if (got != want) {
-        fprintf(stderr, "%s: expected %s, got %s (%s)\n", what, cudaGetErrorName(want), cudaGetErrorName(got),
-                detail.c_str());
+        fprintf(stderr, "%s: expected %s, got %s (%s)\n", what, cudaGetErrorName(want),
+                cudaGetErrorName(got), detail.c_str());
         pllm_test_failures++;
     } else if (detail.find(needle) == std::string::npos) {
         fprintf(stderr, "%s: diagnostic lacks '%s': %s\n", what, needle, detail.c_str());
@@ -307,7 +317,8 @@ static void expect_failure(const char *what, cudaError_t want, const char *needl
     } else {
         fprintf(stderr, "  caught (%s): %s\n", what, detail.c_str());
     }
-    if (cudaGetLastError() != want && want != cudaErrorInvalidConfiguration && want != cudaErrorInvalidValue) {
+    if (cudaGetLastError() != want && want != cudaErrorInvalidConfiguration &&
+        want != cudaErrorInvalidValue) {
         fprintf(stderr, "%s: a kernel fault must be sticky\n", what);
         pllm_test_failures++;
     }
@@ -325,7 +336,8 @@ static void test_barrier(void)
         int bad = 0;
         for (int t = 0; t < n; t++) {
             int want = 0;
-            for (int r = 0; r < rounds; r++) want += (((t + 1 + r) % n) * 131 + r) - (((t + n - 1) % n) * 131 + r);
+            for (int r = 0; r < rounds; r++)
+                want += (((t + 1 + r) % n) * 131 + r) - (((t + n - 1) % n) * 131 + r);
             bad += h[(size_t)t] != want;
         }
         CHECK(bad == 0);
@@ -334,7 +346,10 @@ static void test_barrier(void)
 }
 
 /* Expected shuffle results, from the CUDA programming guide's definitions. */
-static int lane_val(int t, int block) { return (t / 32) * 100000 + (t % 32) * 1000 + block; }
+static int lane_val(int t, int block)
+{
+    return (t / 32) * 100000 + (t % 32) * 1000 + block;
+}
 
 static void test_shuffles(void)
 {
@@ -345,7 +360,8 @@ static void test_shuffles(void)
         for (int param = 0; param < 40; param++) {
             PLLM_LAUNCH(k_shfl, nb, nt, 0, 0)(idx, up, down, xr, param, width);
             CUDA_OK(cudaGetLastError());
-            std::vector<int> hi = fetch(idx, n), hu = fetch(up, n), hd = fetch(down, n), hx = fetch(xr, n);
+            std::vector<int> hi = fetch(idx, n), hu = fetch(up, n), hd = fetch(down, n),
+                             hx = fetch(xr, n);
             const int p = param & 31; /* lane operands are 5 bits wide (PTX shfl.sync) */
             for (int b = 0; b < nb; b++)
                 for (int t = 0; t < nt; t++) {
@@ -359,16 +375,22 @@ static void test_shuffles(void)
                     const int w_down = pos + p < width ? lane_val(t + p, b) : lane_val(t, b);
                     const int xl = lane ^ p;
                     const int w_xor = xl < seg + width ? lane_val(wbase + xl, b) : lane_val(t, b);
-                    int wrong = (hi[g] != w_idx) + (hu[g] != w_up) + (hd[g] != w_down) + (hx[g] != w_xor);
+                    int wrong =
+                        (hi[g] != w_idx) + (hu[g] != w_up) + (hd[g] != w_down) + (hx[g] != w_xor);
                     if (wrong && bad < 5)
-                        fprintf(stderr, "shfl width %d param %d thread %d: idx %d/%d up %d/%d down %d/%d xor %d/%d\n",
-                                width, param, t, hi[g], w_idx, hu[g], w_up, hd[g], w_down, hx[g], w_xor);
+                        fprintf(stderr,
+                                "shfl width %d param %d thread %d: idx %d/%d up %d/%d down %d/%d "
+                                "xor %d/%d\n",
+                                width, param, t, hi[g], w_idx, hu[g], w_up, hd[g], w_down, hx[g],
+                                w_xor);
                     bad += wrong;
                     checked += 4;
                 }
         }
-    fprintf(stderr, "  shuffles: %d results checked (widths 1..32, lane operands 0..39, 2 warps x 2 blocks)\n",
-            checked);
+    fprintf(
+        stderr,
+        "  shuffles: %d results checked (widths 1..32, lane operands 0..39, 2 warps x 2 blocks)\n",
+        checked);
     CHECK(bad == 0);
     cudaFree(idx), cudaFree(up), cudaFree(down), cudaFree(xr);
 
@@ -417,13 +439,13 @@ static void test_votes(uint64_t *rng)
 
     const int n = 1024;
     unsigned *radd = dalloc<unsigned>(n), *rxor = dalloc<unsigned>(n);
-    int *rmin = dalloc<int>(n), *rmax = dalloc<int>(n), *cnt = dalloc<int>(n), *band = dalloc<int>(n),
-        *bor = dalloc<int>(n);
+    int *rmin = dalloc<int>(n), *rmax = dalloc<int>(n), *cnt = dalloc<int>(n),
+        *band = dalloc<int>(n), *bor = dalloc<int>(n);
     PLLM_LAUNCH(k_reduce, 1, n, 0, 0)(radd, rmin, rmax, rxor, cnt, band, bor);
     CUDA_OK(cudaGetLastError());
     std::vector<unsigned> ha = fetch(radd, n), hx = fetch(rxor, n);
-    std::vector<int> hmin = fetch(rmin, n), hmax = fetch(rmax, n), hc = fetch(cnt, n), hand = fetch(band, n),
-                     hor = fetch(bor, n);
+    std::vector<int> hmin = fetch(rmin, n), hmax = fetch(rmax, n), hc = fetch(cnt, n),
+                     hand = fetch(band, n), hor = fetch(bor, n);
     int wmin = 1 << 30, wmax = -(1 << 30), wcnt = 0;
     unsigned wx = 0;
     for (int l = 0; l < 32; l++) {
@@ -435,16 +457,19 @@ static void test_votes(uint64_t *rng)
     for (int t = 0; t < n; t++) wcnt += t % 3 == 0;
     bad = 0;
     for (int t = 0; t < n; t++)
-        bad += ha[(size_t)t] != 528u || hmin[(size_t)t] != wmin || hmax[(size_t)t] != wmax || hx[(size_t)t] != wx ||
-               hc[(size_t)t] != wcnt || hand[(size_t)t] != 1 || hor[(size_t)t] != 1;
+        bad += ha[(size_t)t] != 528u || hmin[(size_t)t] != wmin || hmax[(size_t)t] != wmax ||
+               hx[(size_t)t] != wx || hc[(size_t)t] != wcnt || hand[(size_t)t] != 1 ||
+               hor[(size_t)t] != 1;
     CHECK(bad == 0);
-    cudaFree(radd), cudaFree(rxor), cudaFree(rmin), cudaFree(rmax), cudaFree(cnt), cudaFree(band), cudaFree(bor);
+    cudaFree(radd), cudaFree(rxor), cudaFree(rmin), cudaFree(rmax), cudaFree(cnt), cudaFree(band),
+        cudaFree(bor);
 }
 
 static void test_atomics(void)
 {
     const int nb = 6, nt = 1024, total = nb * nt;
-    int *ctr = dalloc<int>(1), *cas = dalloc<int>(1), *retries = dalloc<int>(1), *imin = dalloc<int>(1);
+    int *ctr = dalloc<int>(1), *cas = dalloc<int>(1), *retries = dalloc<int>(1),
+        *imin = dalloc<int>(1);
     float *fsum = dalloc<float>(1);
     unsigned *umax = dalloc<unsigned>(1);
     unsigned long long *u64 = dalloc<unsigned long long>(1);
@@ -457,7 +482,8 @@ static void test_atomics(void)
     CUDA_OK(cudaMemset(u64, 0, 8));
     PLLM_LAUNCH(k_atomics, nb, nt, 0, 0)(ctr, fsum, umax, cas, retries, u64, imin);
     CUDA_OK(cudaGetLastError());
-    int hc = fetch(ctr, 1)[0], hcas = fetch(cas, 1)[0], hr = fetch(retries, 1)[0], hmin = fetch(imin, 1)[0];
+    int hc = fetch(ctr, 1)[0], hcas = fetch(cas, 1)[0], hr = fetch(retries, 1)[0],
+        hmin = fetch(imin, 1)[0];
     float hf = fetch(fsum, 1)[0];
     unsigned hm = fetch(umax, 1)[0];
     unsigned long long h64 = fetch(u64, 1)[0];
@@ -469,7 +495,8 @@ static void test_atomics(void)
         int m = -(int)((g * 40503u) % 100000u);
         wmin = m < wmin ? m : wmin;
     }
-    fprintf(stderr, "  atomics: %d threads, CAS loop retried %d times under contention\n", total, hr);
+    fprintf(stderr, "  atomics: %d threads, CAS loop retried %d times under contention\n", total,
+            hr);
     CHECK(hc == total);
     CHECK(hcas == total);
     CHECK(hf == 0.5f * (float)total);
@@ -477,7 +504,8 @@ static void test_atomics(void)
     CHECK(hmin == wmin);
     CHECK(h64 == (unsigned long long)total * (total - 1) / 2);
     CHECK(hr > 0); /* the yields at atomics must interleave threads */
-    cudaFree(ctr), cudaFree(cas), cudaFree(retries), cudaFree(fsum), cudaFree(umax), cudaFree(u64), cudaFree(imin);
+    cudaFree(ctr), cudaFree(cas), cudaFree(retries), cudaFree(fsum), cudaFree(umax), cudaFree(u64),
+        cudaFree(imin);
 }
 
 static void test_indices(void)
@@ -497,7 +525,8 @@ static void test_indices(void)
                         for (int tx = 0; tx < 8; tx++) {
                             int b = bx + 3 * (by + 2 * bz), t = tx + 8 * (ty + 4 * tz);
                             const int *o = &h[(size_t)(b * nt + t) * 6];
-                            bad += o[0] != tx || o[1] != ty || o[2] != tz || o[3] != bx || o[4] != by || o[5] != bz;
+                            bad += o[0] != tx || o[1] != ty || o[2] != tz || o[3] != bx ||
+                                   o[4] != by || o[5] != bz;
                         }
     CHECK(bad == 0);
     cudaFree(d);
@@ -507,7 +536,8 @@ static void test_block_sum(uint64_t *rng)
 {
     const int nb = 3, nt = 1024, n = nb * nt;
     std::vector<float> in((size_t)n);
-    for (float &x : in) x = (float)(int)(pllm_test_randf(rng) * 1000.0f); /* integers: the sum is exact */
+    for (float &x : in)
+        x = (float)(int)(pllm_test_randf(rng) * 1000.0f); /* integers: the sum is exact */
     float *din = dalloc<float>(n), *dout = dalloc<float>(n);
     CUDA_OK(cudaMemcpy(din, in.data(), (size_t)n * 4, cudaMemcpyHostToDevice));
     PLLM_LAUNCH(k_block_sum, nb, nt, 0, 0)(dout, din);
@@ -546,7 +576,8 @@ static void test_dynamic_shared(uint64_t *rng)
     PLLM_LAUNCH(k_dyn_reverse, 1, 256, (size_t)big * 4, 0)(dout, din, big);
     CHECK(cudaGetLastError() == cudaErrorInvalidValue);
     pllm_cuemu_set_verbose(1);
-    CUDA_OK(cudaFuncSetAttribute((const void *)k_dyn_reverse, cudaFuncAttributeMaxDynamicSharedMemorySize, big * 4));
+    CUDA_OK(cudaFuncSetAttribute((const void *)k_dyn_reverse,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, big * 4));
     PLLM_LAUNCH(k_dyn_reverse, 1, 256, (size_t)big * 4, 0)(dout, din, big);
     CUDA_OK(cudaGetLastError());
     cudaFree(din), cudaFree(dout);
@@ -588,7 +619,8 @@ static void test_errors(void)
     {
         int *d = dalloc<int>(64);
         PLLM_LAUNCH(k_shared_oob, 1, 64, 0, 0)(d, 32);
-        expect_failure("shared out of bounds", cudaErrorIllegalAddress, "index 32 out of bounds [0, 32)");
+        expect_failure("shared out of bounds", cudaErrorIllegalAddress,
+                       "index 32 out of bounds [0, 32)");
     }
     {
         int *d = dalloc<int>(64);
@@ -608,7 +640,8 @@ static void test_errors(void)
     {
         int *d = dalloc<int>(64);
         PLLM_LAUNCH(k_two_barriers, 1, 64, 0, 0)(d);
-        expect_failure("different barriers", cudaErrorLaunchFailure, "must meet at the same barrier");
+        expect_failure("different barriers", cudaErrorLaunchFailure,
+                       "must meet at the same barrier");
     }
     {
         int *d = dalloc<int>(32);
@@ -618,7 +651,8 @@ static void test_errors(void)
     {
         int *d = dalloc<int>(32);
         PLLM_LAUNCH(k_mismatched_warp_calls, 1, 32, 0, 0)(d);
-        expect_failure("mismatched warp calls", cudaErrorLaunchFailure, "must all make that same call");
+        expect_failure("mismatched warp calls", cudaErrorLaunchFailure,
+                       "must all make that same call");
     }
     {
         int *d = dalloc<int>(64);
@@ -628,12 +662,14 @@ static void test_errors(void)
     {
         int *d = dalloc<int>(32);
         PLLM_LAUNCH(k_mask_without_self, 1, 32, 0, 0)(d);
-        expect_failure("mask without the caller", cudaErrorLaunchFailure, "does not include the calling lane");
+        expect_failure("mask without the caller", cudaErrorLaunchFailure,
+                       "does not include the calling lane");
     }
     {
         float *d = dalloc<float>(100);
         PLLM_LAUNCH(k_global_overrun, 1, 100, 0, 0)(d, 100);
-        expect_failure("device buffer overrun", cudaErrorIllegalAddress, "past the end of the 400-byte allocation");
+        expect_failure("device buffer overrun", cudaErrorIllegalAddress,
+                       "past the end of the 400-byte allocation");
     }
     {
         int *d = dalloc<int>(64);
@@ -648,7 +684,8 @@ static void test_errors(void)
     {
         int *d = dalloc<int>(2048);
         PLLM_LAUNCH(k_trap, 1, 1025, 0, 0)(d, -1);
-        expect_failure("1025 threads", cudaErrorInvalidConfiguration, "invalid launch configuration");
+        expect_failure("1025 threads", cudaErrorInvalidConfiguration,
+                       "invalid launch configuration");
         d = dalloc<int>(64);
         PLLM_LAUNCH(k_trap, 1, 64, 0, 0)(d, -1); /* a configuration error is not sticky */
         CUDA_OK(cudaGetLastError());
@@ -657,8 +694,10 @@ static void test_errors(void)
     {
         int *d = dalloc<int>(16);
         std::vector<int> h(32);
-        CHECK(cudaMemcpy(h.data(), d, 32 * sizeof(int), cudaMemcpyDeviceToHost) == cudaErrorInvalidValue);
-        CHECK(cudaMemcpy(d, h.data(), 16 * sizeof(int), cudaMemcpyDeviceToHost) == cudaErrorInvalidValue);
+        CHECK(cudaMemcpy(h.data(), d, 32 * sizeof(int), cudaMemcpyDeviceToHost) ==
+              cudaErrorInvalidValue);
+        CHECK(cudaMemcpy(d, h.data(), 16 * sizeof(int), cudaMemcpyDeviceToHost) ==
+              cudaErrorInvalidValue);
         CHECK(cudaMemset(d + 8, 0, 9 * sizeof(int)) == cudaErrorInvalidValue);
         CHECK(cudaFree(h.data()) == cudaErrorInvalidValue);
         cudaDeviceReset();
@@ -692,8 +731,8 @@ static void expect_death(const char *what, void (*body)(void), const char *needl
     waitpid(pid, &status, 0);
     bool died = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
     if (!died || out.find(needle) == std::string::npos) {
-        fprintf(stderr, "%s: expected the child to die reporting '%s'; status %d, stderr:\n%s\n", what, needle, status,
-                out.c_str());
+        fprintf(stderr, "%s: expected the child to die reporting '%s'; status %d, stderr:\n%s\n",
+                what, needle, status, out.c_str());
         pllm_test_failures++;
     } else {
         size_t nl = out.find('\n', out.find(needle));
@@ -767,6 +806,22 @@ static void test_graphs_and_streams(uint64_t *rng)
     CUDA_OK(cudaStreamDestroy(s));
 }
 
+/* The emulator alternates the thread order between blocks, so a race shows in one of them. */
+static void test_race_exposed(void)
+{
+    int *d = dalloc<int>(512);
+    PLLM_LAUNCH(k_racy, 2, 256, 0, 0)(d);
+    CUDA_OK(cudaGetLastError());
+    std::vector<int> h = fetch(d, 512);
+    int wrong[2] = {0, 0};
+    for (int b = 0; b < 2; b++)
+        for (int t = 1; t < 256; t++) wrong[b] += h[(size_t)(b * 256 + t)] != t;
+    fprintf(stderr, "  missing barrier: %d and %d of 255 reads wrong in blocks 0 and 1\n", wrong[0],
+            wrong[1]);
+    CHECK(wrong[0] + wrong[1] > 0);
+    cudaFree(d);
+}
+
 static void test_poison(void)
 {
     /* fresh device memory reads as NaN; memset clears it */
@@ -783,7 +838,8 @@ int main(void)
 {
     uint64_t seed = strtoull(pllm_test_env("PLLM_TEST_SEED", "0"), nullptr, 10);
     if (!seed) seed = (uint64_t)time(nullptr) ^ ((uint64_t)getpid() << 32);
-    fprintf(stderr, "cuemu_selftest: seed %llu (PLLM_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    fprintf(stderr, "cuemu_selftest: seed %llu (PLLM_TEST_SEED to repeat)\n",
+            (unsigned long long)seed);
     uint64_t rng = seed;
     double t0 = pllm_now();
     test_barrier();
@@ -796,16 +852,20 @@ int main(void)
     test_partial_warp();
     test_graphs_and_streams(&rng);
     test_poison();
+    test_race_exposed();
     test_errors();
     expect_death("fiber stack overflow", deep_stack_body, "fiber stack overflow");
-    expect_death("read just past a device buffer", wild_read_body, "0 bytes past the end of the 256-byte device allocation");
+    expect_death("read just past a device buffer", wild_read_body,
+                 "0 bytes past the end of the 256-byte device allocation");
     pllm_cuemu_stats st;
     pllm_cuemu_get_stats(&st);
     fprintf(stderr,
-            "cuemu_selftest: %llu launches, %llu blocks, %llu threads, %llu switches, %llu barriers, %llu warp "
+            "cuemu_selftest: %llu launches, %llu blocks, %llu threads, %llu switches, %llu "
+            "barriers, %llu warp "
             "collectives in %.2f s\n",
-            (unsigned long long)st.launches, (unsigned long long)st.blocks, (unsigned long long)st.threads,
-            (unsigned long long)st.switches, (unsigned long long)st.barriers, (unsigned long long)st.warp_collectives,
+            (unsigned long long)st.launches, (unsigned long long)st.blocks,
+            (unsigned long long)st.threads, (unsigned long long)st.switches,
+            (unsigned long long)st.barriers, (unsigned long long)st.warp_collectives,
             pllm_now() - t0);
     return pllm_test_finish("cuemu_selftest");
 }

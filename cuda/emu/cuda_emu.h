@@ -36,8 +36,8 @@
  *   __shared__ / __constant__ / __managed__ written directly (use the PLLM_ macros), texture and
  *   surface memory, cooperative groups, __activemask, __match_*_sync, clusters, inline PTX,
  *   tensor-core intrinsics (wmma/mma), cp.async, dynamic parallelism, the CUDA runtime calls
- *   and cuBLAS calls the cuda/emu/ sources do not implement (link error). Kernels must not branch on
- *   __CUDA_ARCH__ for anything that changes results (it is not defined here).
+ *   and cuBLAS calls the cuda/emu/ sources do not implement (link error). Kernels must not
+ *   branch on __CUDA_ARCH__ for anything that changes results (it is not defined here).
  *
  * Execution model
  *   A launch runs synchronously on the calling host thread. Blocks run one after another in
@@ -49,16 +49,23 @@
  *       call (same file:line and kind); the last to arrive releases the others. A thread that
  *       has returned while others wait (or arrive) at a barrier is an error, as are threads
  *       waiting at different barriers: CUDA leaves both undefined.
- *     - a warp collective (shuffle, vote, __syncwarp) collects the value of every lane of the
- *       warp in the per-warp buffer; it completes when every non-exited lane named in the mask
- *       has arrived with the same operation and mask; the last arriver computes every lane's
- *       result into a per-lane slot and releases the others (so one barrier suffices: results
- *       never alias the inputs of the next collective). Exited lanes may be named in the mask
- *       (CUDA allows it), but reading the value of a lane that did not take part is an error,
- *       as are a mask without the caller's own lane and lanes disagreeing on op or mask.
+ *     - a warp collective (shuffle, vote, __syncwarp) collects the value of every lane in the
+ *       per-warp buffer; it completes when every non-exited lane named in the mask has arrived
+ *       with the same operation, mask and width; the last arriver computes every lane's result
+ *       into a per-lane slot and releases the others (so one barrier suffices: results never
+ *       alias the inputs of the next collective). Lanes may wait in different collectives at
+ *       once (disjoint masks, or lanes already at a full-warp call while others finish a
+ *       half-warp one). Exited lanes may be named in the mask (CUDA allows it), but reading the
+ *       value of a lane that did not take part is an error, as is a mask without the caller's
+ *       own lane; lanes named in a mask that never make the same call leave it incomplete,
+ *       which ends as a reported deadlock.
  *     - an atomic yields before its read-modify-write, so that the other fibers of the block
  *       interleave with it (CAS loops really retry); there is no preemption, so every atomic is
  *       trivially atomic.
+ *   Fibers start, and leave barriers, in thread order in even blocks and in reverse order in
+ *   odd ones (PLLM_CUEMU_ORDER=forward|reverse|alternate): correct kernels do not care, and a
+ *   missing barrier -- a thread reading what another wrote with no __syncthreads/__syncwarp in
+ *   between -- gives wrong results in one of the two orders instead of passing by luck.
  *   When no fiber can run and some have not finished, the block is deadlocked: the report says
  *   which threads wait where. Any error stops the kernel: the emulator prints a diagnostic
  *   naming the kernel, block, thread and source line to stderr, the launch fails with a sticky
@@ -66,16 +73,19 @@
  *   every later synchronising call, and pllm_cuemu_error_detail() returns the message.
  *   cudaDeviceReset() clears it (and frees every allocation), as on a real device.
  *
- * Device memory (see cuemu_runtime.cpp): every cudaMalloc block is 256-byte aligned, filled with
- * 0xff bytes (NaN) so reading uninitialised memory shows, surrounded by canary bytes checked
- * after every kernel and copy, and placed against a guard page so that running off its end
- * faults. Copies and cuBLAS calls check that their device ranges lie inside one allocation.
+ * Device memory (see cuemu_runtime.cpp): PLLM_CUEMU_MEM_MB (default 1024) MiB of it. Every
+ * cudaMalloc block is 256-byte aligned, filled with 0xff bytes (NaN) so reading uninitialised
+ * memory shows, surrounded by canary bytes checked after every kernel and copy, and placed
+ * against a guard page so that running off its end faults (reported with the kernel, block,
+ * thread and the offset past the buffer). Copies and cuBLAS calls check that their device
+ * ranges lie inside one allocation.
  *
- * Not detected: races between threads between barriers (the interleaving is deterministic),
- * reads before a buffer's start that stay within its canary zone, infinite spin loops (a kernel
- * spinning on a value another block writes hangs, as it may on a GPU). The ambient state the
- * CUDA programming model needs (the current fiber, the emulated device) lives in thread-local
- * and process-wide objects inside the library; nothing else is global.
+ * Not detected: races that both thread orders happen to tolerate, reads before a buffer's start
+ * that stay within its canary zone, writes through raw pointers far outside shared arrays,
+ * infinite spin loops (a kernel spinning on a value another block writes hangs, as it may on a
+ * GPU). __device__ variables are plain host globals. The ambient state the CUDA programming
+ * model needs (the current fiber, the emulated device) lives in thread-local and process-wide
+ * objects inside the library; nothing else is global.
  */
 #pragma once
 
@@ -130,23 +140,24 @@
     static_assert(false, "cuemu: declare shared memory with PLLM_SHARED / PLLM_SHARED_VAR / "      \
                          "PLLM_SHARED_2D / PLLM_DYNAMIC_SHARED from cuda/launch.h");
 #define __constant__ static_assert(false, "cuemu: __constant__ memory is not emulated");
-#define __managed__ static_assert(false, "cuemu: __managed__ memory is not emulated");
+#define __managed__  static_assert(false, "cuemu: __managed__ memory is not emulated");
 
 static constexpr int warpSize = 32;
 
-namespace cuemu {
+namespace cuemu
+{
 
 /* The part of a fiber and of a block the inline accessors read. */
 struct thread_ctx {
-    uint3 tid;         /* threadIdx */
-    unsigned linear;   /* x + y*bdim.x + z*bdim.x*bdim.y */
-    unsigned warp;     /* linear / 32 */
-    unsigned lane;     /* linear % 32 */
+    uint3 tid;       /* threadIdx */
+    unsigned linear; /* x + y*bdim.x + z*bdim.x*bdim.y */
+    unsigned warp;   /* linear / 32 */
+    unsigned lane;   /* linear % 32 */
 };
 struct block_ctx {
-    uint3 bid;         /* blockIdx */
-    dim3 bdim, gdim;   /* blockDim, gridDim */
-    thread_ctx *cur;   /* the running fiber */
+    uint3 bid;       /* blockIdx */
+    dim3 bdim, gdim; /* blockDim, gridDim */
+    thread_ctx *cur; /* the running fiber */
 };
 
 /* A source location of a shared-memory declaration (a constexpr static per declaration). */
@@ -156,7 +167,8 @@ struct shared_site {
     int line;
 };
 
-namespace detail {
+namespace detail
+{
 
 extern thread_local block_ctx *t_block;
 
@@ -210,8 +222,9 @@ enum class bar_kind : uint8_t { plain, count, and_, or_ };
 int block_barrier(bar_kind kind, int pred, const char *file, int line);
 void atomic_point(const char *what);
 
-template <class T> inline T shfl(wop op, unsigned mask, T var, int param, int width, const char *name,
-                                 const char *file, int line)
+template <class T>
+inline T shfl(wop op, unsigned mask, T var, int param, int width, const char *name,
+              const char *file, int line)
 {
     static_assert(sizeof(T) <= 8, "shuffle type"); /* the overloads below list the types */
     uint64_t v = 0;
@@ -279,7 +292,8 @@ template <class... P> struct launcher {
 
 template <class... P>
 inline detail::launcher<P...> make_launch(void (*k)(P...), const char *name, dim3 grid, dim3 block,
-                                          size_t shmem, cudaStream_t stream, const char *file, int line)
+                                          size_t shmem, cudaStream_t stream, const char *file,
+                                          int line)
 {
     return detail::launcher<P...>{k, {name, file, line}, grid, block, shmem, stream};
 }
@@ -288,10 +302,13 @@ inline detail::launcher<P...> make_launch(void (*k)(P...), const char *name, dim
 
 /* A checked pointer into shared memory: indexing and arithmetic stay within [0, n]. Converts
  * to a plain T* (unchecked from then on) so it can be passed to device functions. */
-template <class T> class shared_ptr_checked {
+template <class T> class shared_ptr_checked
+{
   public:
     shared_ptr_checked(T *base, size_t n, ptrdiff_t off, const shared_site *site)
-        : base_(base), n_(n), off_(off), site_(site) {}
+        : base_(base), n_(n), off_(off), site_(site)
+    {
+    }
     template <class I, class = typename std::enable_if<std::is_integral<I>::value>::type>
     T &operator[](I i) const
     {
@@ -308,7 +325,10 @@ template <class T> class shared_ptr_checked {
         return shared_ptr_checked(base_, n_, (ptrdiff_t)k, site_);
     }
     template <class I, class = typename std::enable_if<std::is_integral<I>::value>::type>
-    shared_ptr_checked operator-(I i) const { return *this + -(long long)i; }
+    shared_ptr_checked operator-(I i) const
+    {
+        return *this + -(long long)i;
+    }
     operator T *() const { return base_ + off_; }
     size_t size() const { return n_ - (size_t)off_; }
 
@@ -320,11 +340,15 @@ template <class T> class shared_ptr_checked {
 };
 
 /* PLLM_SHARED(T, name, N): a per-block T[N]. */
-template <class T, size_t N> class shared_array {
+template <class T, size_t N> class shared_array
+{
   public:
     explicit shared_array(const shared_site *site)
-        : p_(static_cast<T *>(detail::shared_static(site, sizeof(T) * N, alignof(T) < 16 ? 16 : alignof(T)))),
-          site_(site) {}
+        : p_(static_cast<T *>(
+              detail::shared_static(site, sizeof(T) * N, alignof(T) < 16 ? 16 : alignof(T)))),
+          site_(site)
+    {
+    }
     template <class I, class = typename std::enable_if<std::is_integral<I>::value>::type>
     T &operator[](I i) const
     {
@@ -332,7 +356,10 @@ template <class T, size_t N> class shared_array {
         return p_[i];
     }
     template <class I, class = typename std::enable_if<std::is_integral<I>::value>::type>
-    shared_ptr_checked<T> operator+(I i) const { return shared_ptr_checked<T>(p_, N, 0, site_) + i; }
+    shared_ptr_checked<T> operator+(I i) const
+    {
+        return shared_ptr_checked<T>(p_, N, 0, site_) + i;
+    }
     operator T *() const { return p_; }
 
   private:
@@ -341,11 +368,15 @@ template <class T, size_t N> class shared_array {
 };
 
 /* PLLM_SHARED_2D(T, name, R, C): a per-block T[R][C]; both indices are checked. */
-template <class T, size_t R, size_t C> class shared_array2 {
+template <class T, size_t R, size_t C> class shared_array2
+{
   public:
     explicit shared_array2(const shared_site *site)
-        : p_(static_cast<T *>(detail::shared_static(site, sizeof(T) * R * C, alignof(T) < 16 ? 16 : alignof(T)))),
-          site_(site) {}
+        : p_(static_cast<T *>(
+              detail::shared_static(site, sizeof(T) * R * C, alignof(T) < 16 ? 16 : alignof(T)))),
+          site_(site)
+    {
+    }
     template <class I, class = typename std::enable_if<std::is_integral<I>::value>::type>
     shared_ptr_checked<T> operator[](I i) const
     {
@@ -368,12 +399,17 @@ template <class T> inline shared_ptr_checked<T> dynamic_shared(const shared_site
 
 template <class T> inline T &shared_var(const shared_site *site)
 {
-    return *static_cast<T *>(detail::shared_static(site, sizeof(T), alignof(T) < 16 ? 16 : alignof(T)));
+    return *static_cast<T *>(
+        detail::shared_static(site, sizeof(T), alignof(T) < 16 ? 16 : alignof(T)));
 }
 
 } /* namespace cuemu */
 
-#define CUEMU_SITE_(name) static constexpr ::cuemu::shared_site name##_cuemu_site_{#name, __FILE__, __LINE__}
+#define CUEMU_SITE_(name)                                                                          \
+    static constexpr ::cuemu::shared_site name##_cuemu_site_                                       \
+    {                                                                                              \
+#name, __FILE__, __LINE__                                                                  \
+    }
 #define CUEMU_SHARED_(T, name, n)                                                                  \
     CUEMU_SITE_(name);                                                                             \
     const ::cuemu::shared_array<T, (n)> name(&name##_cuemu_site_)
@@ -391,36 +427,47 @@ template <class T> inline T &shared_var(const shared_site *site)
 
 /* ---- builtin variables ------------------------------------------------------------------ */
 #define threadIdx (static_cast<const uint3 &>(::cuemu::detail::cur_thread("threadIdx").tid))
-#define blockIdx (static_cast<const uint3 &>(::cuemu::detail::cur_block("blockIdx").bid))
-#define blockDim (static_cast<const dim3 &>(::cuemu::detail::cur_block("blockDim").bdim))
-#define gridDim (static_cast<const dim3 &>(::cuemu::detail::cur_block("gridDim").gdim))
+#define blockIdx  (static_cast<const uint3 &>(::cuemu::detail::cur_block("blockIdx").bid))
+#define blockDim  (static_cast<const dim3 &>(::cuemu::detail::cur_block("blockDim").bdim))
+#define gridDim   (static_cast<const dim3 &>(::cuemu::detail::cur_block("gridDim").gdim))
 
 /* ---- synchronisation -------------------------------------------------------------------- */
 inline void __syncthreads(const char *file = __builtin_FILE(), int line = __builtin_LINE())
 {
     ::cuemu::detail::block_barrier(::cuemu::detail::bar_kind::plain, 0, file, line);
 }
-inline int __syncthreads_count(int pred, const char *file = __builtin_FILE(), int line = __builtin_LINE())
+inline int __syncthreads_count(int pred, const char *file = __builtin_FILE(),
+                               int line = __builtin_LINE())
 {
     return ::cuemu::detail::block_barrier(::cuemu::detail::bar_kind::count, pred != 0, file, line);
 }
-inline int __syncthreads_and(int pred, const char *file = __builtin_FILE(), int line = __builtin_LINE())
+inline int __syncthreads_and(int pred, const char *file = __builtin_FILE(),
+                             int line = __builtin_LINE())
 {
     return ::cuemu::detail::block_barrier(::cuemu::detail::bar_kind::and_, pred != 0, file, line);
 }
-inline int __syncthreads_or(int pred, const char *file = __builtin_FILE(), int line = __builtin_LINE())
+inline int __syncthreads_or(int pred, const char *file = __builtin_FILE(),
+                            int line = __builtin_LINE())
 {
     return ::cuemu::detail::block_barrier(::cuemu::detail::bar_kind::or_, pred != 0, file, line);
 }
-inline void __syncwarp(unsigned mask = 0xffffffffu, const char *file = __builtin_FILE(), int line = __builtin_LINE())
+inline void __syncwarp(unsigned mask = 0xffffffffu, const char *file = __builtin_FILE(),
+                       int line = __builtin_LINE())
 {
-    ::cuemu::detail::warp_op(::cuemu::detail::wop::syncwarp, mask, 0, 0, 32, "__syncwarp", file, line);
+    ::cuemu::detail::warp_op(::cuemu::detail::wop::syncwarp, mask, 0, 0, 32, "__syncwarp", file,
+                             line);
 }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 inline void __threadfence_system() {}
-inline void __nanosleep(unsigned) { ::cuemu::detail::atomic_point("__nanosleep"); }
-[[noreturn]] inline void __trap() { ::cuemu::detail::kernel_fail("__trap() called"); }
+inline void __nanosleep(unsigned)
+{
+    ::cuemu::detail::atomic_point("__nanosleep");
+}
+[[noreturn]] inline void __trap()
+{
+    ::cuemu::detail::kernel_fail("__trap() called");
+}
 
 /* ---- warp shuffles and votes ------------------------------------------------------------ */
 #define CUEMU_DEF_SHFL_(T)                                                                         \
@@ -433,19 +480,19 @@ inline void __nanosleep(unsigned) { ::cuemu::detail::atomic_point("__nanosleep")
     inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32,                  \
                             const char *file = __builtin_FILE(), int line = __builtin_LINE())      \
     {                                                                                              \
-        return ::cuemu::detail::shfl<T>(::cuemu::detail::wop::shfl_up, mask, var, (int)delta,     \
+        return ::cuemu::detail::shfl<T>(::cuemu::detail::wop::shfl_up, mask, var, (int)delta,      \
                                         width, "__shfl_up_sync", file, line);                      \
     }                                                                                              \
     inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32,                \
                               const char *file = __builtin_FILE(), int line = __builtin_LINE())    \
     {                                                                                              \
-        return ::cuemu::detail::shfl<T>(::cuemu::detail::wop::shfl_down, mask, var, (int)delta,   \
+        return ::cuemu::detail::shfl<T>(::cuemu::detail::wop::shfl_down, mask, var, (int)delta,    \
                                         width, "__shfl_down_sync", file, line);                    \
     }                                                                                              \
     inline T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width = 32,                   \
                              const char *file = __builtin_FILE(), int line = __builtin_LINE())     \
     {                                                                                              \
-        return ::cuemu::detail::shfl<T>(::cuemu::detail::wop::shfl_xor, mask, var, laneMask,      \
+        return ::cuemu::detail::shfl<T>(::cuemu::detail::wop::shfl_xor, mask, var, laneMask,       \
                                         width, "__shfl_xor_sync", file, line);                     \
     }
 CUEMU_DEF_SHFL_(int)
@@ -527,9 +574,9 @@ CUEMU_ATOMIC_(long long, atomicMax, long long, val > old ? val : old)
 CUEMU_ATOMIC_(unsigned long long, atomicMax, unsigned long long, val > old ? val : old)
 CUEMU_ATOMIC_(unsigned, atomicInc, unsigned, old >= val ? 0u : old + 1u)
 CUEMU_ATOMIC_(unsigned, atomicDec, unsigned, (old == 0u || old > val) ? val : old - 1u)
-CUEMU_ATOMIC_(int, atomicAnd, int, old & val)
-CUEMU_ATOMIC_(unsigned, atomicAnd, unsigned, old & val)
-CUEMU_ATOMIC_(unsigned long long, atomicAnd, unsigned long long, old & val)
+CUEMU_ATOMIC_(int, atomicAnd, int, old &val)
+CUEMU_ATOMIC_(unsigned, atomicAnd, unsigned, old &val)
+CUEMU_ATOMIC_(unsigned long long, atomicAnd, unsigned long long, old &val)
 CUEMU_ATOMIC_(int, atomicOr, int, old | val)
 CUEMU_ATOMIC_(unsigned, atomicOr, unsigned, old | val)
 CUEMU_ATOMIC_(unsigned long long, atomicOr, unsigned long long, old | val)
@@ -553,59 +600,224 @@ CUEMU_CAS_(unsigned short)
 #undef CUEMU_CAS_
 
 /* ---- loads and stores with cache hints ---------------------------------------------------- */
-template <class T> inline T __ldg(const T *p) { return *p; }
-template <class T> inline T __ldcg(const T *p) { return *p; }
-template <class T> inline T __ldca(const T *p) { return *p; }
-template <class T> inline T __ldcs(const T *p) { return *p; }
-template <class T> inline T __ldlu(const T *p) { return *p; }
-template <class T> inline T __ldcv(const T *p) { return *p; }
-template <class T> inline void __stwb(T *p, T v) { *p = v; }
-template <class T> inline void __stcg(T *p, T v) { *p = v; }
-template <class T> inline void __stcs(T *p, T v) { *p = v; }
-template <class T> inline void __stwt(T *p, T v) { *p = v; }
+template <class T> inline T __ldg(const T *p)
+{
+    return *p;
+}
+template <class T> inline T __ldcg(const T *p)
+{
+    return *p;
+}
+template <class T> inline T __ldca(const T *p)
+{
+    return *p;
+}
+template <class T> inline T __ldcs(const T *p)
+{
+    return *p;
+}
+template <class T> inline T __ldlu(const T *p)
+{
+    return *p;
+}
+template <class T> inline T __ldcv(const T *p)
+{
+    return *p;
+}
+template <class T> inline void __stwb(T *p, T v)
+{
+    *p = v;
+}
+template <class T> inline void __stcg(T *p, T v)
+{
+    *p = v;
+}
+template <class T> inline void __stcs(T *p, T v)
+{
+    *p = v;
+}
+template <class T> inline void __stwt(T *p, T v)
+{
+    *p = v;
+}
 
 /* ---- math intrinsics (exact host versions) ------------------------------------------------ */
-inline float __expf(float x) { return expf(x); }
-inline float __exp10f(float x) { return exp10f(x); }
-inline float __logf(float x) { return logf(x); }
-inline float __log2f(float x) { return log2f(x); }
-inline float __log10f(float x) { return log10f(x); }
-inline float __powf(float x, float y) { return powf(x, y); }
-inline float __sinf(float x) { return sinf(x); }
-inline float __cosf(float x) { return cosf(x); }
-inline float __tanf(float x) { return tanf(x); }
-inline void __sincosf(float x, float *s, float *c) { *s = sinf(x), *c = cosf(x); }
-inline float __fdividef(float x, float y) { return x / y; }
-inline float __fdiv_rn(float x, float y) { return x / y; }
-inline float __frcp_rn(float x) { return 1.0f / x; }
-inline float __fsqrt_rn(float x) { return sqrtf(x); }
-inline float __fadd_rn(float x, float y) { return x + y; }
-inline float __fsub_rn(float x, float y) { return x - y; }
-inline float __fmul_rn(float x, float y) { return x * y; }
-inline float __fmaf_rn(float x, float y, float z) { return fmaf(x, y, z); }
-inline float __saturatef(float x) { return x != x ? 0.0f : fminf(fmaxf(x, 0.0f), 1.0f); }
-inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-inline double rsqrt(double x) { return 1.0 / sqrt(x); }
-inline float rcbrtf(float x) { return 1.0f / cbrtf(x); }
-inline float __int_as_float(int x) { float f; memcpy(&f, &x, 4); return f; }
-inline int __float_as_int(float x) { int i; memcpy(&i, &x, 4); return i; }
-inline float __uint_as_float(unsigned x) { float f; memcpy(&f, &x, 4); return f; }
-inline unsigned __float_as_uint(float x) { unsigned i; memcpy(&i, &x, 4); return i; }
-inline double __longlong_as_double(long long x) { double d; memcpy(&d, &x, 8); return d; }
-inline long long __double_as_longlong(double x) { long long i; memcpy(&i, &x, 8); return i; }
-inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
-inline int __float2int_rz(float x) { return (int)truncf(x); }
-inline int __float2int_rd(float x) { return (int)floorf(x); }
-inline int __float2int_ru(float x) { return (int)ceilf(x); }
-inline unsigned __float2uint_rn(float x) { return (unsigned)nearbyintf(x); }
-inline float __int2float_rn(int x) { return (float)x; }
-inline float __uint2float_rn(unsigned x) { return (float)x; }
-inline int __popc(unsigned x) { return __builtin_popcount(x); }
-inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
-inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
-inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
-inline int __ffs(int x) { return __builtin_ffs(x); }
-inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+inline float __expf(float x)
+{
+    return expf(x);
+}
+inline float __exp10f(float x)
+{
+    return exp10f(x);
+}
+inline float __logf(float x)
+{
+    return logf(x);
+}
+inline float __log2f(float x)
+{
+    return log2f(x);
+}
+inline float __log10f(float x)
+{
+    return log10f(x);
+}
+inline float __powf(float x, float y)
+{
+    return powf(x, y);
+}
+inline float __sinf(float x)
+{
+    return sinf(x);
+}
+inline float __cosf(float x)
+{
+    return cosf(x);
+}
+inline float __tanf(float x)
+{
+    return tanf(x);
+}
+inline void __sincosf(float x, float *s, float *c)
+{
+    *s = sinf(x), *c = cosf(x);
+}
+inline float __fdividef(float x, float y)
+{
+    return x / y;
+}
+inline float __fdiv_rn(float x, float y)
+{
+    return x / y;
+}
+inline float __frcp_rn(float x)
+{
+    return 1.0f / x;
+}
+inline float __fsqrt_rn(float x)
+{
+    return sqrtf(x);
+}
+inline float __fadd_rn(float x, float y)
+{
+    return x + y;
+}
+inline float __fsub_rn(float x, float y)
+{
+    return x - y;
+}
+inline float __fmul_rn(float x, float y)
+{
+    return x * y;
+}
+inline float __fmaf_rn(float x, float y, float z)
+{
+    return fmaf(x, y, z);
+}
+inline float __saturatef(float x)
+{
+    return x != x ? 0.0f : fminf(fmaxf(x, 0.0f), 1.0f);
+}
+inline float rsqrtf(float x)
+{
+    return 1.0f / sqrtf(x);
+}
+inline double rsqrt(double x)
+{
+    return 1.0 / sqrt(x);
+}
+inline float rcbrtf(float x)
+{
+    return 1.0f / cbrtf(x);
+}
+inline float __int_as_float(int x)
+{
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+inline int __float_as_int(float x)
+{
+    int i;
+    memcpy(&i, &x, 4);
+    return i;
+}
+inline float __uint_as_float(unsigned x)
+{
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+inline unsigned __float_as_uint(float x)
+{
+    unsigned i;
+    memcpy(&i, &x, 4);
+    return i;
+}
+inline double __longlong_as_double(long long x)
+{
+    double d;
+    memcpy(&d, &x, 8);
+    return d;
+}
+inline long long __double_as_longlong(double x)
+{
+    long long i;
+    memcpy(&i, &x, 8);
+    return i;
+}
+inline int __float2int_rn(float x)
+{
+    return (int)nearbyintf(x);
+}
+inline int __float2int_rz(float x)
+{
+    return (int)truncf(x);
+}
+inline int __float2int_rd(float x)
+{
+    return (int)floorf(x);
+}
+inline int __float2int_ru(float x)
+{
+    return (int)ceilf(x);
+}
+inline unsigned __float2uint_rn(float x)
+{
+    return (unsigned)nearbyintf(x);
+}
+inline float __int2float_rn(int x)
+{
+    return (float)x;
+}
+inline float __uint2float_rn(unsigned x)
+{
+    return (float)x;
+}
+inline int __popc(unsigned x)
+{
+    return __builtin_popcount(x);
+}
+inline int __popcll(unsigned long long x)
+{
+    return __builtin_popcountll(x);
+}
+inline int __clz(int x)
+{
+    return x == 0 ? 32 : __builtin_clz((unsigned)x);
+}
+inline int __clzll(long long x)
+{
+    return x == 0 ? 64 : __builtin_clzll((unsigned long long)x);
+}
+inline int __ffs(int x)
+{
+    return __builtin_ffs(x);
+}
+inline int __ffsll(long long x)
+{
+    return __builtin_ffsll(x);
+}
 inline unsigned __brev(unsigned x)
 {
     unsigned r = 0;
@@ -616,20 +828,41 @@ inline unsigned long long __brevll(unsigned long long x)
 {
     return ((unsigned long long)__brev((unsigned)x) << 32) | __brev((unsigned)(x >> 32));
 }
-inline int __mul24(int x, int y) { return (int)((long long)((x << 8) >> 8) * ((y << 8) >> 8)); }
-inline unsigned __umul24(unsigned x, unsigned y) { return (x & 0xffffffu) * (y & 0xffffffu); }
-inline int __mulhi(int x, int y) { return (int)(((long long)x * y) >> 32); }
-inline unsigned __umulhi(unsigned x, unsigned y) { return (unsigned)(((unsigned long long)x * y) >> 32); }
+inline int __mul24(int x, int y)
+{
+    return (int)((long long)((x << 8) >> 8) * ((y << 8) >> 8));
+}
+inline unsigned __umul24(unsigned x, unsigned y)
+{
+    return (x & 0xffffffu) * (y & 0xffffffu);
+}
+inline int __mulhi(int x, int y)
+{
+    return (int)(((long long)x * y) >> 32);
+}
+inline unsigned __umulhi(unsigned x, unsigned y)
+{
+    return (unsigned)(((unsigned long long)x * y) >> 32);
+}
 inline unsigned long long __umul64hi(unsigned long long x, unsigned long long y)
 {
     return (unsigned long long)(((unsigned __int128)x * y) >> 64);
 }
-inline long long __mul64hi(long long x, long long y) { return (long long)(((__int128)x * y) >> 64); }
+inline long long __mul64hi(long long x, long long y)
+{
+    return (long long)(((__int128)x * y) >> 64);
+}
 
 /* CUDA's global min/max overloads. */
 #define CUEMU_MINMAX_(T)                                                                           \
-    inline T min(T a, T b) { return a < b ? a : b; }                                               \
-    inline T max(T a, T b) { return a > b ? a : b; }
+    inline T min(T a, T b)                                                                         \
+    {                                                                                              \
+        return a < b ? a : b;                                                                      \
+    }                                                                                              \
+    inline T max(T a, T b)                                                                         \
+    {                                                                                              \
+        return a > b ? a : b;                                                                      \
+    }
 CUEMU_MINMAX_(int)
 CUEMU_MINMAX_(unsigned int)
 CUEMU_MINMAX_(long)
@@ -637,11 +870,35 @@ CUEMU_MINMAX_(unsigned long)
 CUEMU_MINMAX_(long long)
 CUEMU_MINMAX_(unsigned long long)
 #undef CUEMU_MINMAX_
-inline unsigned min(int a, unsigned b) { return min((unsigned)a, b); }
-inline unsigned min(unsigned a, int b) { return min(a, (unsigned)b); }
-inline unsigned max(int a, unsigned b) { return max((unsigned)a, b); }
-inline unsigned max(unsigned a, int b) { return max(a, (unsigned)b); }
-inline float min(float a, float b) { return fminf(a, b); }
-inline float max(float a, float b) { return fmaxf(a, b); }
-inline double min(double a, double b) { return fmin(a, b); }
-inline double max(double a, double b) { return fmax(a, b); }
+inline unsigned min(int a, unsigned b)
+{
+    return min((unsigned)a, b);
+}
+inline unsigned min(unsigned a, int b)
+{
+    return min(a, (unsigned)b);
+}
+inline unsigned max(int a, unsigned b)
+{
+    return max((unsigned)a, b);
+}
+inline unsigned max(unsigned a, int b)
+{
+    return max(a, (unsigned)b);
+}
+inline float min(float a, float b)
+{
+    return fminf(a, b);
+}
+inline float max(float a, float b)
+{
+    return fmaxf(a, b);
+}
+inline double min(double a, double b)
+{
+    return fmin(a, b);
+}
+inline double max(double a, double b)
+{
+    return fmax(a, b);
+}

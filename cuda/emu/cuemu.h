@@ -22,12 +22,12 @@ void pllm_cuemu_set_stack_size(size_t bytes);
 
 /* Work done by the emulator in this process (for test reports). */
 typedef struct pllm_cuemu_stats {
-    uint64_t launches;        /* kernel launches executed (graph replays included) */
-    uint64_t blocks;          /* thread blocks run */
-    uint64_t threads;         /* fibers run */
-    uint64_t switches;        /* fiber context switches */
-    uint64_t barriers;        /* __syncthreads completed */
-    uint64_t warp_collectives;/* shuffles, votes, __syncwarp completed */
+    uint64_t launches;         /* kernel launches executed (graph replays included) */
+    uint64_t blocks;           /* thread blocks run */
+    uint64_t threads;          /* fibers run */
+    uint64_t switches;         /* fiber context switches */
+    uint64_t barriers;         /* __syncthreads completed */
+    uint64_t warp_collectives; /* shuffles, votes, __syncwarp completed */
 } pllm_cuemu_stats;
 void pllm_cuemu_get_stats(pllm_cuemu_stats *out);
 

@@ -70,22 +70,25 @@ __asm__(".text\n"
         ".size cuemu_switch,.-cuemu_switch\n");
 #endif
 
-namespace cuemu {
-namespace detail {
+namespace cuemu
+{
+namespace detail
+{
 
 thread_local block_ctx *t_block = nullptr;
 
-namespace {
+namespace
+{
 
 enum class fst : uint8_t { runnable, running, bar_wait, warp_wait, done };
 
 struct fiber {
     thread_ctx ctx;
     fst st;
-    char *stack_lo;      /* lowest usable byte; the guard page is just below */
+    char *stack_lo; /* lowest usable byte; the guard page is just below */
     size_t stack_size;
 #ifdef CUEMU_ASM_SWITCH
-    void *sp;            /* saved stack pointer while switched out */
+    void *sp; /* saved stack pointer while switched out */
 #else
     ucontext_t uc;
 #endif
@@ -108,8 +111,8 @@ struct warp_group {
 };
 
 struct warp_state {
-    unsigned exists;  /* lanes that exist (the last warp of a block may be partial) */
-    unsigned live;    /* existing lanes that have not returned */
+    unsigned exists; /* lanes that exist (the last warp of a block may be partial) */
+    unsigned live;   /* existing lanes that have not returned */
     unsigned n_groups;
     warp_group groups[32];
     uint64_t in[32], out[32]; /* per lane */
@@ -170,8 +173,12 @@ struct block_exec : block_ctx {
     size_t sched_size = 0;
 #endif
     uint64_t switches = 0, barriers = 0, warp_ops = 0;
+    bool reverse = false; /* run this block's fibers in reverse order */
 
-    fiber *cur_fiber() { return reinterpret_cast<fiber *>(cur); } /* ctx is fiber's first member */
+    fiber *cur_fiber()
+    {
+        return reinterpret_cast<fiber *>(cur);
+    } /* ctx is fiber's first member */
 };
 
 static_assert(offsetof(fiber, ctx) == 0, "fiber::ctx must come first");
@@ -180,7 +187,10 @@ thread_local stack_pool *t_pool = nullptr;
 thread_local size_t t_stack_bytes = 0; /* 0: default */
 std::atomic<bool> g_verbose{true};
 
-size_t page_size() { return (size_t)sysconf(_SC_PAGESIZE); }
+size_t page_size()
+{
+    return (size_t)sysconf(_SC_PAGESIZE);
+}
 
 size_t default_stack_bytes()
 {
@@ -193,7 +203,11 @@ size_t default_stack_bytes()
 struct sigaction g_old_segv, g_old_bus;
 std::once_flag g_handler_once;
 
-void write_str(const char *s) { ssize_t r = write(2, s, strlen(s)); (void)r; }
+void write_str(const char *s)
+{
+    ssize_t r = write(2, s, strlen(s));
+    (void)r;
+}
 
 void on_fault(int sig, siginfo_t *si, void *uctx)
 {
@@ -219,7 +233,8 @@ void on_fault(int sig, siginfo_t *si, void *uctx)
         else {
             char what[256];
             if (!rt::describe_address(addr, what, sizeof what))
-                snprintf(what, sizeof what, "not near any device allocation: a host or wild pointer");
+                snprintf(what, sizeof what,
+                         "not near any device allocation: a host or wild pointer");
             snprintf(msg, sizeof msg,
                      "cuemu: kernel '%s' (launched at %s:%d), block (%u,%u,%u), thread (%u,%u,%u): "
                      "invalid memory access at %p (%s)\n",
@@ -276,9 +291,11 @@ stack_pool *get_pool()
     p->slot = want + pg;
     p->n = CUEMU_MAX_THREADS;
     p->map_len = p->slot * p->n;
-    void *m = mmap(nullptr, p->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *m = mmap(nullptr, p->map_len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) {
-        fprintf(stderr, "cuemu: cannot map %zu bytes of fiber stacks: %s\n", p->map_len, strerror(errno));
+        fprintf(stderr, "cuemu: cannot map %zu bytes of fiber stacks: %s\n", p->map_len,
+                strerror(errno));
         abort();
     }
     p->base = static_cast<char *>(m);
@@ -287,7 +304,8 @@ stack_pool *get_pool()
     stack_t cur;
     if (sigaltstack(nullptr, &cur) == 0 && (cur.ss_flags & SS_DISABLE)) {
         p->altstack_len = 64 * 1024;
-        void *a = mmap(nullptr, p->altstack_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void *a = mmap(nullptr, p->altstack_len, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (a != MAP_FAILED) {
             stack_t ss;
             memset(&ss, 0, sizeof ss);
@@ -304,7 +322,11 @@ stack_pool *get_pool()
 }
 
 struct pool_reaper {
-    ~pool_reaper() { delete t_pool; t_pool = nullptr; }
+    ~pool_reaper()
+    {
+        delete t_pool;
+        t_pool = nullptr;
+    }
 };
 thread_local pool_reaper t_reaper;
 
@@ -319,11 +341,11 @@ void init_stack(fiber *f)
     uint32_t csr[2];
     __asm__ volatile("stmxcsr %0" : "=m"(csr[0]));
     __asm__ volatile("fnstcw %0" : "=m"(csr[1]));
-    *--s = 0;                           /* fake return address of fiber_entry (rsp % 16 == 8) */
+    *--s = 0; /* fake return address of fiber_entry (rsp % 16 == 8) */
     *--s = (uint64_t)(uintptr_t)&fiber_entry; /* popped by `ret` */
-    for (int i = 0; i < 6; i++) *--s = 0; /* rbp rbx r12 r13 r14 r15 */
+    for (int i = 0; i < 6; i++) *--s = 0;     /* rbp rbx r12 r13 r14 r15 */
     --s;
-    memcpy(s, csr, 8);                  /* mxcsr | x87 control word */
+    memcpy(s, csr, 8); /* mxcsr | x87 control word */
     f->sp = s;
 }
 #else
@@ -337,7 +359,10 @@ void init_stack(fiber *f)
 }
 #endif
 
-block_exec *cur_exec() { return static_cast<block_exec *>(t_block); }
+block_exec *cur_exec()
+{
+    return static_cast<block_exec *>(t_block);
+}
 
 /* Scheduler -> fiber; returns when the fiber yields, finishes or fails. */
 void resume(block_exec *b, fiber *f)
@@ -410,10 +435,11 @@ fiber *pop(block_exec *b)
 std::string where(block_exec *b, const thread_ctx *t)
 {
     char buf[512];
-    int n = snprintf(buf, sizeof buf, "kernel '%s' (launched at %s:%d), block (%u,%u,%u)", b->site->kernel,
-                     b->site->file, b->site->line, b->bid.x, b->bid.y, b->bid.z);
+    int n = snprintf(buf, sizeof buf, "kernel '%s' (launched at %s:%d), block (%u,%u,%u)",
+                     b->site->kernel, b->site->file, b->site->line, b->bid.x, b->bid.y, b->bid.z);
     if (t && n > 0 && (size_t)n < sizeof buf)
-        snprintf(buf + n, sizeof buf - (size_t)n, ", thread (%u,%u,%u)", t->tid.x, t->tid.y, t->tid.z);
+        snprintf(buf + n, sizeof buf - (size_t)n, ", thread (%u,%u,%u)", t->tid.x, t->tid.y,
+                 t->tid.z);
     return buf;
 }
 
@@ -437,7 +463,8 @@ void block_fail(block_exec *b, cudaError_t err, const thread_ctx *t, const std::
     leave(b, f);
 }
 
-[[noreturn]] void fiber_failf(cudaError_t err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+[[noreturn]] void fiber_failf(cudaError_t err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 void fiber_failf(cudaError_t err, const char *fmt, ...)
 {
     va_list ap;
@@ -448,10 +475,14 @@ void fiber_failf(cudaError_t err, const char *fmt, ...)
 const char *bar_name(bar_kind k)
 {
     switch (k) {
-    case bar_kind::plain: return "__syncthreads";
-    case bar_kind::count: return "__syncthreads_count";
-    case bar_kind::and_: return "__syncthreads_and";
-    case bar_kind::or_: return "__syncthreads_or";
+    case bar_kind::plain:
+        return "__syncthreads";
+    case bar_kind::count:
+        return "__syncthreads_count";
+    case bar_kind::and_:
+        return "__syncthreads_and";
+    case bar_kind::or_:
+        return "__syncthreads_or";
     }
     return "?";
 }
@@ -500,7 +531,8 @@ void complete_warp(block_exec *b, warp_state &w, unsigned gi)
     fiber *me = b->cur_fiber();
     size_t warp_base = (size_t)me->ctx.warp * 32;
     unsigned arrived = g.arrived;
-    bool is_shfl = g.op == wop::shfl_idx || g.op == wop::shfl_up || g.op == wop::shfl_down || g.op == wop::shfl_xor;
+    bool is_shfl = g.op == wop::shfl_idx || g.op == wop::shfl_up || g.op == wop::shfl_down ||
+                   g.op == wop::shfl_xor;
     uint64_t res = 0;
     if (!is_shfl) {
         /* votes and reductions: one result for every participant */
@@ -511,19 +543,42 @@ void complete_warp(block_exec *b, warp_state &w, unsigned gi)
             uint32_t u = (uint32_t)w.in[l];
             int32_t v = (int32_t)u;
             switch (g.op) {
-            case wop::ballot: acc |= (uint64_t)(u != 0) << l; break;
-            case wop::any: acc |= (u != 0); break;
-            case wop::all: acc = first ? (u != 0) : (acc && u != 0); break;
+            case wop::ballot:
+                acc |= (uint64_t)(u != 0) << l;
+                break;
+            case wop::any:
+                acc |= (u != 0);
+                break;
+            case wop::all:
+                acc = first ? (u != 0) : (acc && u != 0);
+                break;
             case wop::reduce_add_u:
-            case wop::reduce_add_i: acc = (uint32_t)(acc + u); break;
-            case wop::reduce_min_u: acc = first || u < (uint32_t)acc ? u : acc; break;
-            case wop::reduce_max_u: acc = first || u > (uint32_t)acc ? u : acc; break;
-            case wop::reduce_min_i: acc = first || v < (int32_t)(uint32_t)acc ? u : acc; break;
-            case wop::reduce_max_i: acc = first || v > (int32_t)(uint32_t)acc ? u : acc; break;
-            case wop::reduce_and: acc = first ? u : (acc & u); break;
-            case wop::reduce_or: acc |= u; break;
-            case wop::reduce_xor: acc ^= u; break;
-            default: break;
+            case wop::reduce_add_i:
+                acc = (uint32_t)(acc + u);
+                break;
+            case wop::reduce_min_u:
+                acc = first || u < (uint32_t)acc ? u : acc;
+                break;
+            case wop::reduce_max_u:
+                acc = first || u > (uint32_t)acc ? u : acc;
+                break;
+            case wop::reduce_min_i:
+                acc = first || v < (int32_t)(uint32_t)acc ? u : acc;
+                break;
+            case wop::reduce_max_i:
+                acc = first || v > (int32_t)(uint32_t)acc ? u : acc;
+                break;
+            case wop::reduce_and:
+                acc = first ? u : (acc & u);
+                break;
+            case wop::reduce_or:
+                acc |= u;
+                break;
+            case wop::reduce_xor:
+                acc ^= u;
+                break;
+            default:
+                break;
             }
             first = false;
         }
@@ -545,23 +600,38 @@ void complete_warp(block_exec *b, warp_state &w, unsigned gi)
         int j = (int)l;
         bool ok = true;
         switch (g.op) {
-        case wop::shfl_up: j = (int)l - (int)bval; ok = j >= (int)max_lane; break;
-        case wop::shfl_down: j = (int)(l + bval); ok = j <= (int)max_lane; break;
-        case wop::shfl_xor: j = (int)(l ^ bval); ok = j <= (int)max_lane; break;
-        case wop::shfl_idx: j = (int)(min_lane | (bval & ~segmask)); ok = j <= (int)max_lane; break;
-        default: break;
+        case wop::shfl_up:
+            j = (int)l - (int)bval;
+            ok = j >= (int)max_lane;
+            break;
+        case wop::shfl_down:
+            j = (int)(l + bval);
+            ok = j <= (int)max_lane;
+            break;
+        case wop::shfl_xor:
+            j = (int)(l ^ bval);
+            ok = j <= (int)max_lane;
+            break;
+        case wop::shfl_idx:
+            j = (int)(min_lane | (bval & ~segmask));
+            ok = j <= (int)max_lane;
+            break;
+        default:
+            break;
         }
         if (!ok) j = (int)l;
         if (!(arrived >> j & 1)) {
-            const char *why = !(w.exists >> j & 1) ? "does not exist (the block's last warp is partial)"
+            const char *why = !(w.exists >> j & 1)
+                                  ? "does not exist (the block's last warp is partial)"
                               : !(w.live >> j & 1) ? "has returned"
                               : !(g.mask >> j & 1) ? "is not in the mask"
                                                    : "did not take part";
             char buf[512];
-            snprintf(buf, sizeof buf,
-                     "%s(mask 0x%08x, width %d) at %s:%d: lane %u reads lane %d, which %s; its value is "
-                     "undefined on a GPU",
-                     g.name, g.mask, g.width, g.file, g.line, l, j, why);
+            snprintf(
+                buf, sizeof buf,
+                "%s(mask 0x%08x, width %d) at %s:%d: lane %u reads lane %d, which %s; its value is "
+                "undefined on a GPU",
+                g.name, g.mask, g.width, g.file, g.line, l, j, why);
             block_fail(b, cudaErrorLaunchFailure, &b->fibers[warp_base + l].ctx, buf);
             me->st = fst::done;
             leave(b, me);
@@ -569,7 +639,8 @@ void complete_warp(block_exec *b, warp_state &w, unsigned gi)
         w.out[l] = w.in[j];
     }
     /* release the waiting lanes (the completing lane, if it took part, carries on) */
-    for (unsigned l = 0; l < 32; l++) {
+    for (unsigned i = 0; i < 32; i++) {
+        unsigned l = b->reverse ? 31 - i : i;
         if (!(arrived >> l & 1)) continue;
         fiber *f = &b->fibers[warp_base + l];
         if (f != me && f->st == fst::warp_wait) push(b, f);
@@ -583,7 +654,8 @@ void complete_warp(block_exec *b, warp_state &w, unsigned gi)
 
 void outside_kernel(const char *what)
 {
-    fprintf(stderr, "cuemu: %s used outside an emulated kernel (call kernels through PLLM_LAUNCH)\n", what);
+    fprintf(stderr,
+            "cuemu: %s used outside an emulated kernel (call kernels through PLLM_LAUNCH)\n", what);
     abort();
 }
 
@@ -604,18 +676,21 @@ uint64_t warp_op(wop op, unsigned mask, uint64_t value, int param, int width, co
     unsigned lane = f->ctx.lane, bit = 1u << lane;
     warp_state &w = b->warps[f->ctx.warp];
     if (!(mask & bit))
-        fiber_failf(cudaErrorLaunchFailure, "%s(mask 0x%08x) at %s:%d: the mask does not include the calling lane %u",
-                    name, mask, file, line, lane);
+        fiber_failf(cudaErrorLaunchFailure,
+                    "%s(mask 0x%08x) at %s:%d: the mask does not include the calling lane %u", name,
+                    mask, file, line, lane);
     if (width < 1 || width > 32 || (width & (width - 1)))
-        fiber_failf(cudaErrorLaunchFailure, "%s at %s:%d: width %d is not a power of two in [1, 32]", name, file,
-                    line, width);
+        fiber_failf(cudaErrorLaunchFailure,
+                    "%s at %s:%d: width %d is not a power of two in [1, 32]", name, file, line,
+                    width);
     /* Join the pending collective of the same kind and mask, or start one. Lanes may wait in
      * different collectives at once (disjoint masks, or lanes that reach a full-warp call while
      * others still finish a half-warp one); lanes named in a mask that never make the same call
      * leave the collective incomplete, which the scheduler reports as a deadlock. */
     unsigned gi = 0;
     for (; gi < w.n_groups; gi++)
-        if (w.groups[gi].op == op && w.groups[gi].mask == mask && w.groups[gi].width == width) break;
+        if (w.groups[gi].op == op && w.groups[gi].mask == mask && w.groups[gi].width == width)
+            break;
     if (gi == w.n_groups) w.groups[w.n_groups++] = warp_group{op, mask, 0, width, name, file, line};
     warp_group &g = w.groups[gi];
     w.in[lane] = value;
@@ -642,12 +717,16 @@ int block_barrier(bar_kind kind, int pred, const char *file, int line)
     if (b->n_done > 0) {
         const fiber *gone = nullptr;
         for (const fiber &x : b->fibers)
-            if (x.st == fst::done) { gone = &x; break; }
-        fiber_failf(cudaErrorLaunchFailure,
-                    "waits at %s() at %s:%d but thread (%u,%u,%u) (and %u other(s)) already returned; "
-                    "every thread of the block must reach each barrier (CUDA leaves this undefined)",
-                    bar_name(kind), file, line, gone ? gone->ctx.tid.x : 0, gone ? gone->ctx.tid.y : 0,
-                    gone ? gone->ctx.tid.z : 0, b->n_done - 1);
+            if (x.st == fst::done) {
+                gone = &x;
+                break;
+            }
+        fiber_failf(
+            cudaErrorLaunchFailure,
+            "waits at %s() at %s:%d but thread (%u,%u,%u) (and %u other(s)) already returned; "
+            "every thread of the block must reach each barrier (CUDA leaves this undefined)",
+            bar_name(kind), file, line, gone ? gone->ctx.tid.x : 0, gone ? gone->ctx.tid.y : 0,
+            gone ? gone->ctx.tid.z : 0, b->n_done - 1);
     }
     if (b->bar_arrived == 0) {
         b->bar_k = kind;
@@ -655,24 +734,35 @@ int block_barrier(bar_kind kind, int pred, const char *file, int line)
         b->bar_line = line;
         b->bar_acc = kind == bar_kind::and_ ? 1 : 0;
     } else if (b->bar_k != kind || b->bar_line != line || strcmp(b->bar_file, file) != 0) {
-        fiber_failf(cudaErrorLaunchFailure,
-                    "waits at %s() at %s:%d while %u thread(s) wait at %s() at %s:%d; threads of a block "
-                    "must meet at the same barrier",
-                    bar_name(kind), file, line, b->bar_arrived, bar_name(b->bar_k), b->bar_file, b->bar_line);
+        fiber_failf(
+            cudaErrorLaunchFailure,
+            "waits at %s() at %s:%d while %u thread(s) wait at %s() at %s:%d; threads of a block "
+            "must meet at the same barrier",
+            bar_name(kind), file, line, b->bar_arrived, bar_name(b->bar_k), b->bar_file,
+            b->bar_line);
     }
     switch (kind) {
-    case bar_kind::plain: break;
-    case bar_kind::count: b->bar_acc += pred; break;
-    case bar_kind::and_: b->bar_acc = b->bar_acc && pred; break;
-    case bar_kind::or_: b->bar_acc = b->bar_acc || pred; break;
+    case bar_kind::plain:
+        break;
+    case bar_kind::count:
+        b->bar_acc += pred;
+        break;
+    case bar_kind::and_:
+        b->bar_acc = b->bar_acc && pred;
+        break;
+    case bar_kind::or_:
+        b->bar_acc = b->bar_acc || pred;
+        break;
     }
     b->bar_arrived++;
     if (b->bar_arrived == b->n_threads) {
         b->bar_result = b->bar_acc;
         b->bar_arrived = 0;
         b->barriers++;
-        for (fiber &x : b->fibers)
+        for (unsigned i = 0; i < b->n_threads; i++) {
+            fiber &x = b->fibers[b->reverse ? b->n_threads - 1 - i : i];
             if (x.st == fst::bar_wait) push(b, &x);
+        }
     } else {
         f->st = fst::bar_wait;
         f->wait_name = bar_name(kind);
@@ -700,13 +790,15 @@ void *shared_static(const shared_site *site, size_t bytes, size_t align)
     for (const static_alloc &a : b->statics)
         if (a.site == site) return b->arena + a.off;
     if (b->statics.size() >= kMaxStaticAllocs)
-        fiber_failf(cudaErrorLaunchFailure, "more than %zu shared arrays in one kernel", kMaxStaticAllocs);
+        fiber_failf(cudaErrorLaunchFailure, "more than %zu shared arrays in one kernel",
+                    kMaxStaticAllocs);
     if (b->static_used + bytes > b->static_limit)
         fiber_failf(cudaErrorInvalidValue,
-                    "shared array '%s' (%s:%d, %zu bytes) takes static shared memory to %zu bytes, over the "
+                    "shared array '%s' (%s:%d, %zu bytes) takes static shared memory to %zu bytes, "
+                    "over the "
                     "%zu-byte limit (%zu bytes of dynamic shared memory are also in use)",
-                    site->name, site->file, site->line, bytes, b->static_used + bytes, b->static_limit,
-                    b->dyn_bytes);
+                    site->name, site->file, site->line, bytes, b->static_used + bytes,
+                    b->static_limit, b->dyn_bytes);
     size_t start = (b->dyn_bytes + kCanaryBytes + 15) / 16 * 16; /* static area */
     size_t off = start;
     if (!b->statics.empty()) {
@@ -735,20 +827,36 @@ void *shared_dynamic(size_t *bytes)
 void shared_oob(const shared_site *site, long long index, size_t bound, int dim)
 {
     if (!t_block || !t_block->cur) outside_kernel("shared memory");
-    fiber_failf(cudaErrorIllegalAddress, "shared memory '%s' (declared at %s:%d): %sindex %lld out of bounds [0, %zu)",
+    fiber_failf(cudaErrorIllegalAddress,
+                "shared memory '%s' (declared at %s:%d): %sindex %lld out of bounds [0, %zu)",
                 site->name, site->file, site->line, dim ? "row " : "", index, bound);
 }
 
-namespace {
+namespace
+{
 
 /* ---- blocks and grids ------------------------------------------------------------------ */
+/* The order in which a block's fibers start and are released from barriers. Correct kernels do
+ * not depend on it; alternating it between blocks makes a missing barrier (a thread reading
+ * what another writes with no __syncthreads/__syncwarp between) give wrong results in every
+ * other block instead of passing by luck. PLLM_CUEMU_ORDER=forward|reverse|alternate. */
+enum class order_mode { forward, reverse, alternate };
+
+order_mode thread_order()
+{
+    const char *e = getenv("PLLM_CUEMU_ORDER");
+    if (e && !strcmp(e, "forward")) return order_mode::forward;
+    if (e && !strcmp(e, "reverse")) return order_mode::reverse;
+    return order_mode::alternate;
+}
+
 std::string deadlock_report(block_exec *b)
 {
     std::string r = "deadlock: no thread can proceed.";
     char buf[512];
     if (b->bar_arrived) {
-        snprintf(buf, sizeof buf, " %u of %u thread(s) wait at %s() at %s:%d.", b->bar_arrived, b->n_threads,
-                 bar_name(b->bar_k), b->bar_file, b->bar_line);
+        snprintf(buf, sizeof buf, " %u of %u thread(s) wait at %s() at %s:%d.", b->bar_arrived,
+                 b->n_threads, bar_name(b->bar_k), b->bar_file, b->bar_line);
         r += buf;
     }
     int shown = 0;
@@ -760,10 +868,12 @@ std::string deadlock_report(block_exec *b)
             int ml = missing ? __builtin_ctz(missing) : 0;
             const fiber &mf = b->fibers[wi * 32 + (size_t)ml];
             snprintf(buf, sizeof buf,
-                     " Warp %zu: lanes 0x%08x wait in %s(mask 0x%08x) at %s:%d for lanes 0x%08x (lane %d waits in %s "
+                     " Warp %zu: lanes 0x%08x wait in %s(mask 0x%08x) at %s:%d for lanes 0x%08x "
+                     "(lane %d waits in %s "
                      "at %s:%d).",
-                     wi, g.arrived, g.name, g.mask, g.file, g.line, missing, ml, mf.wait_name ? mf.wait_name : "?",
-                     mf.wait_file ? mf.wait_file : "?", mf.wait_line);
+                     wi, g.arrived, g.name, g.mask, g.file, g.line, missing, ml,
+                     mf.wait_name ? mf.wait_name : "?", mf.wait_file ? mf.wait_file : "?",
+                     mf.wait_line);
             r += buf;
         }
     }
@@ -787,7 +897,9 @@ void check_shared_canaries(block_exec *b)
     for (const static_alloc &a : b->statics)
         if (bad(b->arena + a.off + a.bytes)) {
             char buf[256];
-            snprintf(buf, sizeof buf, "shared array '%s' (declared at %s:%d, %zu bytes) was written past its end (through a raw pointer)",
+            snprintf(buf, sizeof buf,
+                     "shared array '%s' (declared at %s:%d, %zu bytes) was written past its end "
+                     "(through a raw pointer)",
                      a.site->name, a.site->file, a.site->line, a.bytes);
             block_fail(b, cudaErrorIllegalAddress, nullptr, buf);
             return;
@@ -813,8 +925,8 @@ bool run_block(block_exec *b, stack_pool *pool)
 #endif
         init_stack(&f);
         f.st = fst::runnable;
-        b->queue[i] = &f;
     }
+    for (unsigned i = 0; i < n; i++) b->queue[i] = &b->fibers[b->reverse ? n - 1 - i : i];
     for (size_t wi = 0; wi < b->warps.size(); wi++) {
         warp_state &w = b->warps[wi];
         unsigned lanes = n - (unsigned)wi * 32 >= 32 ? 32 : n - (unsigned)wi * 32;
@@ -827,7 +939,8 @@ bool run_block(block_exec *b, stack_pool *pool)
     b->n_done = 0;
     b->bar_arrived = 0;
     /* shared memory: poison what the previous block used, re-arm the dynamic canary */
-    size_t hi = b->static_hi > b->dyn_bytes + kCanaryBytes ? b->static_hi : b->dyn_bytes + kCanaryBytes;
+    size_t hi =
+        b->static_hi > b->dyn_bytes + kCanaryBytes ? b->static_hi : b->dyn_bytes + kCanaryBytes;
     memset(b->arena, kPoison, hi);
     memset(b->arena + b->dyn_bytes, kCanary, kCanaryBytes);
     b->statics.clear();
@@ -836,37 +949,44 @@ bool run_block(block_exec *b, stack_pool *pool)
     t_block = b;
     while (b->q_count && !b->failed) resume(b, pop(b));
     t_block = nullptr;
-    if (!b->failed && b->n_done != n) block_fail(b, cudaErrorLaunchFailure, nullptr, deadlock_report(b));
+    if (!b->failed && b->n_done != n)
+        block_fail(b, cudaErrorLaunchFailure, nullptr, deadlock_report(b));
     if (!b->failed) check_shared_canaries(b);
 #ifdef CUEMU_ASAN
     if (b->failed) /* abandoned fibers leave poisoned frames behind: clean their stacks */
-        for (unsigned i = 0; i < n; i++) ASAN_UNPOISON_MEMORY_REGION(b->fibers[i].stack_lo, b->fibers[i].stack_size);
+        for (unsigned i = 0; i < n; i++)
+            ASAN_UNPOISON_MEMORY_REGION(b->fibers[i].stack_lo, b->fibers[i].stack_size);
 #endif
     return !b->failed;
 }
 
-cudaError_t run_launch(const launch_site &site, const void *kernel_id, dim3 grid, dim3 block, size_t shmem,
-                       const std::shared_ptr<kernel_body> &body, const std::string &bad_arg)
+cudaError_t run_launch(const launch_site &site, const void *kernel_id, dim3 grid, dim3 block,
+                       size_t shmem, const std::shared_ptr<kernel_body> &body,
+                       const std::string &bad_arg)
 {
-    if (cudaError_t s = rt::sticky()) return rt::fail(s, false, "launch of kernel '%s' at %s:%d refused: an earlier error is sticky",
-                                                      site.kernel, site.file, site.line);
+    if (cudaError_t s = rt::sticky())
+        return rt::fail(s, false,
+                        "launch of kernel '%s' at %s:%d refused: an earlier error is sticky",
+                        site.kernel, site.file, site.line);
     unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
     if (block.x == 0 || block.y == 0 || block.z == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
-        block.x > 1024 || block.y > 1024 || block.z > 64 || nt > CUEMU_MAX_THREADS || grid.x > 0x7fffffffu ||
-        grid.y > 65535 || grid.z > 65535)
-        return rt::fail(cudaErrorInvalidConfiguration, false,
-                        "kernel '%s' at %s:%d: invalid launch configuration grid (%u,%u,%u) block (%u,%u,%u)",
-                        site.kernel, site.file, site.line, grid.x, grid.y, grid.z, block.x, block.y, block.z);
+        block.x > 1024 || block.y > 1024 || block.z > 64 || nt > CUEMU_MAX_THREADS ||
+        grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+        return rt::fail(
+            cudaErrorInvalidConfiguration, false,
+            "kernel '%s' at %s:%d: invalid launch configuration grid (%u,%u,%u) block (%u,%u,%u)",
+            site.kernel, site.file, site.line, grid.x, grid.y, grid.z, block.x, block.y, block.z);
     int optin = rt::max_dynamic_smem(kernel_id);
     size_t dyn_limit = optin > 0 ? (size_t)optin : CUEMU_STATIC_SMEM;
     if (shmem > dyn_limit)
         return rt::fail(cudaErrorInvalidValue, false,
-                        "kernel '%s' at %s:%d: %zu bytes of dynamic shared memory exceed the %zu allowed (over %d "
+                        "kernel '%s' at %s:%d: %zu bytes of dynamic shared memory exceed the %zu "
+                        "allowed (over %d "
                         "bytes needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize))",
                         site.kernel, site.file, site.line, shmem, dyn_limit, CUEMU_STATIC_SMEM);
     if (!bad_arg.empty())
-        return rt::fail(cudaErrorIllegalAddress, true, "kernel '%s' (launched at %s:%d): %s", site.kernel, site.file,
-                        site.line, bad_arg.c_str());
+        return rt::fail(cudaErrorIllegalAddress, true, "kernel '%s' (launched at %s:%d): %s",
+                        site.kernel, site.file, site.line, bad_arg.c_str());
 
     stack_pool *pool = get_pool();
     block_exec b;
@@ -881,17 +1001,22 @@ cudaError_t run_launch(const launch_site &site, const void *kernel_id, dim3 grid
     b.queue.resize(nt);
     b.dyn_bytes = shmem;
     size_t total_limit = optin > 0 ? CUEMU_OPTIN_SMEM : CUEMU_STATIC_SMEM;
-    b.static_limit = CUEMU_STATIC_SMEM < total_limit - shmem ? CUEMU_STATIC_SMEM : total_limit - shmem;
-    b.arena_cap = (shmem + kCanaryBytes + 15) / 16 * 16 + CUEMU_STATIC_SMEM + kMaxStaticAllocs * (kCanaryBytes + 16);
+    b.static_limit =
+        CUEMU_STATIC_SMEM < total_limit - shmem ? CUEMU_STATIC_SMEM : total_limit - shmem;
+    b.arena_cap = (shmem + kCanaryBytes + 15) / 16 * 16 + CUEMU_STATIC_SMEM +
+                  kMaxStaticAllocs * (kCanaryBytes + 16);
     std::vector<unsigned char> arena(b.arena_cap);
     b.arena = arena.data();
 
     bool ok = true;
     uint64_t nblocks = 0;
+    const order_mode order = thread_order();
     for (unsigned z = 0; z < grid.z && ok; z++)
         for (unsigned y = 0; y < grid.y && ok; y++)
             for (unsigned x = 0; x < grid.x && ok; x++) {
                 b.bid = make_uint3(x, y, z);
+                b.reverse = order == order_mode::reverse ||
+                            (order == order_mode::alternate && (nblocks & 1));
                 ok = run_block(&b, pool);
                 nblocks++;
             }
@@ -904,17 +1029,22 @@ cudaError_t run_launch(const launch_site &site, const void *kernel_id, dim3 grid
     c.warp_ops += b.warp_ops;
     if (!ok) return rt::fail(b.err, true, "%s", b.error.c_str());
     char after[512];
-    snprintf(after, sizeof after, "kernel '%s' (launched at %s:%d)", site.kernel, site.file, site.line);
+    snprintf(after, sizeof after, "kernel '%s' (launched at %s:%d)", site.kernel, site.file,
+             site.line);
     if (!rt::check_canaries(after)) return rt::sticky();
     return cudaSuccess;
 }
 
 } /* namespace */
 
-bool device_pointer_ok(const void *p) { return p == nullptr || rt::is_device_pointer(p); }
+bool device_pointer_ok(const void *p)
+{
+    return p == nullptr || rt::is_device_pointer(p);
+}
 
-cudaError_t launch_grid(const launch_site &site, const void *kernel_id, dim3 grid, dim3 block, size_t shmem,
-                        cudaStream_t stream, std::shared_ptr<kernel_body> body, const char *bad_arg_msg)
+cudaError_t launch_grid(const launch_site &site, const void *kernel_id, dim3 grid, dim3 block,
+                        size_t shmem, cudaStream_t stream, std::shared_ptr<kernel_body> body,
+                        const char *bad_arg_msg)
 {
     launch_site s = site;
     std::string bad = bad_arg_msg ? bad_arg_msg : "";
@@ -942,6 +1072,12 @@ extern "C" void pllm_cuemu_get_stats(pllm_cuemu_stats *out)
     out->warp_collectives = c.warp_ops;
 }
 
-extern "C" void pllm_cuemu_set_verbose(int on) { cuemu::detail::g_verbose = on != 0; }
+extern "C" void pllm_cuemu_set_verbose(int on)
+{
+    cuemu::detail::g_verbose = on != 0;
+}
 
-bool cuemu::rt::verbose() { return cuemu::detail::g_verbose; }
+bool cuemu::rt::verbose()
+{
+    return cuemu::detail::g_verbose;
+}

@@ -23,7 +23,8 @@ struct cublasContext {
     cublasMath_t math = CUBLAS_DEFAULT_MATH;
 };
 
-namespace {
+namespace
+{
 
 std::mutex g_mu;
 std::set<cublasContext *> &handles()
@@ -55,36 +56,50 @@ cublasStatus_t bad(cublasStatus_t st, const char *fmt, ...)
 size_t type_size(cudaDataType t)
 {
     switch (t) {
-    case CUDA_R_32F: return 4;
+    case CUDA_R_32F:
+        return 4;
     case CUDA_R_16F:
-    case CUDA_R_16BF: return 2;
-    default: return 0;
+    case CUDA_R_16BF:
+        return 2;
+    default:
+        return 0;
     }
 }
 
 float load(const void *p, cudaDataType t, long long i)
 {
     switch (t) {
-    case CUDA_R_32F: return static_cast<const float *>(p)[i];
-    case CUDA_R_16F: return __half2float(static_cast<const __half *>(p)[i]);
-    case CUDA_R_16BF: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
-    default: return 0;
+    case CUDA_R_32F:
+        return static_cast<const float *>(p)[i];
+    case CUDA_R_16F:
+        return __half2float(static_cast<const __half *>(p)[i]);
+    case CUDA_R_16BF:
+        return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+    default:
+        return 0;
     }
 }
 
 void store(void *p, cudaDataType t, long long i, float v)
 {
     switch (t) {
-    case CUDA_R_32F: static_cast<float *>(p)[i] = v; break;
-    case CUDA_R_16F: static_cast<__half *>(p)[i] = __float2half_rn(v); break;
-    case CUDA_R_16BF: static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v); break;
-    default: break;
+    case CUDA_R_32F:
+        static_cast<float *>(p)[i] = v;
+        break;
+    case CUDA_R_16F:
+        static_cast<__half *>(p)[i] = __float2half_rn(v);
+        break;
+    case CUDA_R_16BF:
+        static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v);
+        break;
+    default:
+        break;
     }
 }
 
 /* The bytes [lo, hi) a strided batch of column-major rows x cols matrices touches. */
-bool extent_ok(const void *base, size_t esize, long long rows, long long cols, long long ld, long long stride,
-               int batch)
+bool extent_ok(const void *base, size_t esize, long long rows, long long cols, long long ld,
+               long long stride, int batch)
 {
     long long last = (cols - 1) * ld + rows - 1; /* last element of one matrix */
     long long b0 = 0, b1 = (long long)(batch - 1) * stride;
@@ -103,10 +118,11 @@ float dot(const float *a, const float *b, int k)
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
-                    const void *A, cudaDataType at, int lda, long long sa, const void *B, cudaDataType bt, int ldb,
-                    long long sb, float beta, void *C, cudaDataType ct, int ldc, long long sc, int batch,
-                    cublasComputeType_t compute, const char *api)
+cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                    int k, float alpha, const void *A, cudaDataType at, int lda, long long sa,
+                    const void *B, cudaDataType bt, int ldb, long long sb, float beta, void *C,
+                    cudaDataType ct, int ldc, long long sc, int batch, cublasComputeType_t compute,
+                    const char *api)
 {
     if (!live(h)) return bad(CUBLAS_STATUS_NOT_INITIALIZED, "%s: not a live cuBLAS handle", api);
     if (ta != CUBLAS_OP_N && ta != CUBLAS_OP_T && ta != CUBLAS_OP_C)
@@ -115,27 +131,36 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
         return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: bad transb %d", api, (int)tb);
     bool tra = ta != CUBLAS_OP_N, trb = tb != CUBLAS_OP_N; /* C == T for real types */
     if (m < 0 || n < 0 || k < 0 || batch < 0)
-        return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: negative size m=%d n=%d k=%d batch=%d", api, m, n, k, batch);
+        return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: negative size m=%d n=%d k=%d batch=%d", api, m,
+                   n, k, batch);
     int a_rows = tra ? k : m, b_rows = trb ? n : k;
     if (lda < (a_rows > 1 ? a_rows : 1))
-        return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: lda %d < %d (rows of A as stored)", api, lda, a_rows);
+        return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: lda %d < %d (rows of A as stored)", api, lda,
+                   a_rows);
     if (ldb < (b_rows > 1 ? b_rows : 1))
-        return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: ldb %d < %d (rows of B as stored)", api, ldb, b_rows);
-    if (ldc < (m > 1 ? m : 1)) return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: ldc %d < m %d", api, ldc, m);
+        return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: ldb %d < %d (rows of B as stored)", api, ldb,
+                   b_rows);
+    if (ldc < (m > 1 ? m : 1))
+        return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: ldc %d < m %d", api, ldc, m);
     if (at != bt || !type_size(at) || !type_size(ct) || (ct != CUDA_R_32F && ct != at))
-        return bad(CUBLAS_STATUS_NOT_SUPPORTED, "%s: type combination A=%d B=%d C=%d is not emulated", api, (int)at,
-                   (int)bt, (int)ct);
+        return bad(CUBLAS_STATUS_NOT_SUPPORTED,
+                   "%s: type combination A=%d B=%d C=%d is not emulated", api, (int)at, (int)bt,
+                   (int)ct);
     if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_PEDANTIC)
-        return bad(CUBLAS_STATUS_NOT_SUPPORTED, "%s: compute type %d is not emulated (only CUBLAS_COMPUTE_32F)", api,
+        return bad(CUBLAS_STATUS_NOT_SUPPORTED,
+                   "%s: compute type %d is not emulated (only CUBLAS_COMPUTE_32F)", api,
                    (int)compute);
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     size_t ea = type_size(at), ec = type_size(ct);
     if (k > 0 && !extent_ok(A, ea, a_rows, tra ? m : k, lda, sa, batch))
-        return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: A (%p) runs outside its device allocation", api, A);
+        return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: A (%p) runs outside its device allocation",
+                   api, A);
     if (k > 0 && !extent_ok(B, ea, b_rows, trb ? k : n, ldb, sb, batch))
-        return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: B (%p) runs outside its device allocation", api, B);
+        return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: B (%p) runs outside its device allocation",
+                   api, B);
     if (!extent_ok(C, ec, m, n, ldc, sc, batch))
-        return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: C (%p) runs outside its device allocation", api, C);
+        return bad(CUBLAS_STATUS_INVALID_VALUE, "%s: C (%p) runs outside its device allocation",
+                   api, C);
 
     cudaError_t e = cuemu::rt::submit(h->stream, [=]() {
         std::vector<float> af((size_t)m * k), bf((size_t)n * k);
@@ -145,10 +170,12 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
             char *c = static_cast<char *>(C) + (long long)bi * sc * (long long)ec;
             for (int i = 0; i < m; i++) /* af[i][l] = op(A)[i][l] */
                 for (int l = 0; l < k; l++)
-                    af[(size_t)i * k + l] = load(a, at, tra ? l + (long long)i * lda : i + (long long)l * lda);
+                    af[(size_t)i * k + l] =
+                        load(a, at, tra ? l + (long long)i * lda : i + (long long)l * lda);
             for (int j = 0; j < n; j++) /* bf[j][l] = op(B)[l][j] */
                 for (int l = 0; l < k; l++)
-                    bf[(size_t)j * k + l] = load(b, bt, trb ? j + (long long)l * ldb : l + (long long)j * ldb);
+                    bf[(size_t)j * k + l] =
+                        load(b, bt, trb ? j + (long long)l * ldb : l + (long long)j * ldb);
             for (int j = 0; j < n; j++)
                 for (int i = 0; i < m; i++) {
                     long long ci = i + (long long)j * ldc;
@@ -213,63 +240,83 @@ cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void *workspace, siz
 {
     if (!live(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (bytes && !cuemu::rt::device_range(workspace, bytes))
-        return bad(CUBLAS_STATUS_INVALID_VALUE, "cublasSetWorkspace: workspace is not device memory");
+        return bad(CUBLAS_STATUS_INVALID_VALUE,
+                   "cublasSetWorkspace: workspace is not device memory");
     return CUBLAS_STATUS_SUCCESS;
 }
 
 const char *cublasGetStatusString(cublasStatus_t status)
 {
     switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    case CUBLAS_STATUS_SUCCESS:
+        return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+        return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+        return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+        return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+        return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+        return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+        return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+        return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+        return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR:
+        return "CUBLAS_STATUS_LICENSE_ERROR";
     }
     return "CUBLAS_STATUS_UNKNOWN";
 }
 
-cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-                            int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
-                            cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
-                            cublasComputeType_t computeType, cublasGemmAlgo_t algo)
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void *alpha,
+                            const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C,
+                            cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
+                            cublasGemmAlgo_t algo)
 {
     (void)algo;
-    return gemm(handle, transa, transb, m, n, k, *static_cast<const float *>(alpha), A, Atype, lda, 0, B, Btype, ldb,
-                0, *static_cast<const float *>(beta), C, Ctype, ldc, 0, 1, computeType, "cublasGemmEx");
+    return gemm(handle, transa, transb, m, n, k, *static_cast<const float *>(alpha), A, Atype, lda,
+                0, B, Btype, ldb, 0, *static_cast<const float *>(beta), C, Ctype, ldc, 0, 1,
+                computeType, "cublasGemmEx");
 }
 
-cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
-                                          int m, int n, int k, const void *alpha, const void *A, cudaDataType Atype,
-                                          int lda, long long int strideA, const void *B, cudaDataType Btype, int ldb,
-                                          long long int strideB, const void *beta, void *C, cudaDataType Ctype,
-                                          int ldc, long long int strideC, int batchCount,
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void *B,
+                                          cudaDataType Btype, int ldb, long long int strideB,
+                                          const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                          long long int strideC, int batchCount,
                                           cublasComputeType_t computeType, cublasGemmAlgo_t algo)
 {
     (void)algo;
-    return gemm(handle, transa, transb, m, n, k, *static_cast<const float *>(alpha), A, Atype, lda, strideA, B, Btype,
-                ldb, strideB, *static_cast<const float *>(beta), C, Ctype, ldc, strideC, batchCount, computeType,
-                "cublasGemmStridedBatchedEx");
+    return gemm(handle, transa, transb, m, n, k, *static_cast<const float *>(alpha), A, Atype, lda,
+                strideA, B, Btype, ldb, strideB, *static_cast<const float *>(beta), C, Ctype, ldc,
+                strideC, batchCount, computeType, "cublasGemmStridedBatchedEx");
 }
 
-cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-                              int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
-                              const float *beta, float *C, int ldc)
+cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
+                              cublasOperation_t transb, int m, int n, int k, const float *alpha,
+                              const float *A, int lda, const float *B, int ldb, const float *beta,
+                              float *C, int ldc)
 {
-    return gemm(handle, transa, transb, m, n, k, *alpha, A, CUDA_R_32F, lda, 0, B, CUDA_R_32F, ldb, 0, *beta, C,
-                CUDA_R_32F, ldc, 0, 1, CUBLAS_COMPUTE_32F, "cublasSgemm");
+    return gemm(handle, transa, transb, m, n, k, *alpha, A, CUDA_R_32F, lda, 0, B, CUDA_R_32F, ldb,
+                0, *beta, C, CUDA_R_32F, ldc, 0, 1, CUBLAS_COMPUTE_32F, "cublasSgemm");
 }
 
-cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
-                                         int m, int n, int k, const float *alpha, const float *A, int lda,
-                                         long long int strideA, const float *B, int ldb, long long int strideB,
-                                         const float *beta, float *C, int ldc, long long int strideC, int batchCount)
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const float *alpha, const float *A, int lda,
+                                         long long int strideA, const float *B, int ldb,
+                                         long long int strideB, const float *beta, float *C,
+                                         int ldc, long long int strideC, int batchCount)
 {
-    return gemm(handle, transa, transb, m, n, k, *alpha, A, CUDA_R_32F, lda, strideA, B, CUDA_R_32F, ldb, strideB,
-                *beta, C, CUDA_R_32F, ldc, strideC, batchCount, CUBLAS_COMPUTE_32F, "cublasSgemmStridedBatched");
+    return gemm(handle, transa, transb, m, n, k, *alpha, A, CUDA_R_32F, lda, strideA, B, CUDA_R_32F,
+                ldb, strideB, *beta, C, CUDA_R_32F, ldc, strideC, batchCount, CUBLAS_COMPUTE_32F,
+                "cublasSgemmStridedBatched");
 }

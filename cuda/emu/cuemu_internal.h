@@ -11,8 +11,10 @@
 #include <functional>
 #include <string>
 
-namespace cuemu {
-namespace rt {
+namespace cuemu
+{
+namespace rt
+{
 
 /* An operation submitted to a stream: runs now, or is recorded when the stream is capturing
  * (and runs at each cudaGraphLaunch). Returns its status. */
@@ -22,7 +24,8 @@ cudaError_t submit(cudaStream_t stream, op_fn op);
 /* Record an error: sets this thread's last error; a sticky one also poisons the device until
  * cudaDeviceReset() (every later call returns it). Prints "cuemu: msg" to stderr when verbose.
  * Returns err. */
-cudaError_t fail(cudaError_t err, bool sticky, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+cudaError_t fail(cudaError_t err, bool sticky, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Record a detailed message for this thread without an error code (cuBLAS failures). */
 void note(const char *msg);
 /* The sticky error, or cudaSuccess. */
@@ -55,5 +58,5 @@ bool verbose();
 
 /* Limits of the emulated device: those of sm_80 (the smaller of the two targets). */
 #define CUEMU_MAX_THREADS 1024
-#define CUEMU_STATIC_SMEM (48 * 1024)       /* static shared memory, and dynamic without opt-in */
-#define CUEMU_OPTIN_SMEM (163 * 1024)       /* sharedMemPerBlockOptin of sm_80 */
+#define CUEMU_STATIC_SMEM (48 * 1024)  /* static shared memory, and dynamic without opt-in */
+#define CUEMU_OPTIN_SMEM  (163 * 1024) /* sharedMemPerBlockOptin of sm_80 */

@@ -49,12 +49,15 @@ struct CUgraphExec_st {
     std::vector<cuemu::rt::op_fn> ops;
 };
 
-namespace cuemu {
-namespace rt {
-namespace {
+namespace cuemu
+{
+namespace rt
+{
+namespace
+{
 
 constexpr size_t kAlign = 256;
-constexpr size_t kFront = 256;       /* canary bytes checked before each buffer */
+constexpr size_t kFront = 256; /* canary bytes checked before each buffer */
 constexpr unsigned char kCanary = 0xa5;
 constexpr unsigned char kPoison = 0xff;
 
@@ -63,7 +66,7 @@ struct alloc_rec {
     size_t map_len;
     char *user;
     size_t size;
-    size_t tail;   /* canary bytes between user + size and the guard page */
+    size_t tail; /* canary bytes between user + size and the guard page */
 };
 
 struct device {
@@ -155,7 +158,8 @@ cudaError_t capture_conflict(const char *api)
     for (CUstream_st *s : d.streams)
         if (s->capturing) s->invalidated = true;
     t_last = cudaErrorStreamCaptureImplicit;
-    t_detail = std::string(api) + ": not allowed while a stream is capturing (the capture is now invalidated)";
+    t_detail = std::string(api) +
+               ": not allowed while a stream is capturing (the capture is now invalidated)";
     if (verbose()) fprintf(stderr, "cuemu: %s\n", t_detail.c_str());
     return cudaErrorStreamCaptureImplicit;
 }
@@ -172,13 +176,17 @@ cudaError_t copy_checked(void *dst, const void *src, size_t n, cudaMemcpyKind ki
     if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
         return fail(cudaErrorInvalidMemcpyDirection, false, "%s: invalid kind %d", api, (int)kind);
     if (want_dd && !device_range(dst, n))
-        return fail(cudaErrorInvalidValue, false, "%s: destination [%p, +%zu) is not inside one device allocation", api, dst, n);
+        return fail(cudaErrorInvalidValue, false,
+                    "%s: destination [%p, +%zu) is not inside one device allocation", api, dst, n);
     if (!want_dd && dd)
-        return fail(cudaErrorInvalidValue, false, "%s: destination %p is device memory but the copy kind says host", api, dst);
+        return fail(cudaErrorInvalidValue, false,
+                    "%s: destination %p is device memory but the copy kind says host", api, dst);
     if (want_sd && !device_range(src, n))
-        return fail(cudaErrorInvalidValue, false, "%s: source [%p, +%zu) is not inside one device allocation", api, src, n);
+        return fail(cudaErrorInvalidValue, false,
+                    "%s: source [%p, +%zu) is not inside one device allocation", api, src, n);
     if (!want_sd && sd)
-        return fail(cudaErrorInvalidValue, false, "%s: source %p is device memory but the copy kind says host", api, src);
+        return fail(cudaErrorInvalidValue, false,
+                    "%s: source %p is device memory but the copy kind says host", api, src);
     const char *s = static_cast<const char *>(src);
     char *t = static_cast<char *>(dst);
     if (s < t + n && t < s + n)
@@ -189,7 +197,10 @@ cudaError_t copy_checked(void *dst, const void *src, size_t n, cudaMemcpyKind ki
 
 } /* namespace */
 
-counters &stats() { return dev().stats; }
+counters &stats()
+{
+    return dev().stats;
+}
 
 cudaError_t fail(cudaError_t err, bool sticky_err, const char *fmt, ...)
 {
@@ -230,7 +241,8 @@ bool device_range(const void *p, size_t n)
     device &d = dev();
     std::lock_guard<std::mutex> lk(d.mu);
     const alloc_rec *r = find_locked(d, p);
-    return r && (uintptr_t)p + n <= (uintptr_t)r->user + r->size && (uintptr_t)p + n >= (uintptr_t)p;
+    return r && (uintptr_t)p + n <= (uintptr_t)r->user + r->size &&
+           (uintptr_t)p + n >= (uintptr_t)p;
 }
 
 bool is_device_pointer(const void *p)
@@ -252,16 +264,21 @@ bool check_canaries(const char *after)
             if (!canary_ok(r.user - kFront, kFront)) {
                 size_t i = kFront;
                 while (i > 0 && (unsigned char)r.user[-(ptrdiff_t)i] == kCanary) i--;
-                snprintf(buf, sizeof buf, "device memory before the start of the %zu-byte allocation at %p was written "
-                         "(farthest damaged byte: start - %zu)", r.size, (void *)r.user, i);
+                snprintf(
+                    buf, sizeof buf,
+                    "device memory before the start of the %zu-byte allocation at %p was written "
+                    "(farthest damaged byte: start - %zu)",
+                    r.size, (void *)r.user, i);
                 msg = buf;
                 break;
             }
             if (!canary_ok(r.user + r.size, r.tail)) {
                 size_t i = 0;
                 while (i < r.tail && (unsigned char)r.user[r.size + i] == kCanary) i++;
-                snprintf(buf, sizeof buf, "device memory past the end of the %zu-byte allocation at %p was written "
-                         "(first damaged byte: end + %zu)", r.size, (void *)r.user, i);
+                snprintf(buf, sizeof buf,
+                         "device memory past the end of the %zu-byte allocation at %p was written "
+                         "(first damaged byte: end + %zu)",
+                         r.size, (void *)r.user, i);
                 msg = buf;
                 break;
             }
@@ -288,7 +305,8 @@ bool describe_address(const void *addr, char *buf, size_t cap)
             snprintf(buf, cap, "%zu bytes before the start of the %zu-byte device allocation at %p",
                      (size_t)(r.user - a), r.size, (void *)r.user);
         else
-            snprintf(buf, cap, "inside the %zu-byte device allocation at %p", r.size, (void *)r.user);
+            snprintf(buf, cap, "inside the %zu-byte device allocation at %p", r.size,
+                     (void *)r.user);
         found = true;
         break;
     }
@@ -308,14 +326,17 @@ cudaError_t submit(cudaStream_t stream, op_fn op)
 {
     bool ok;
     CUstream_st *s = resolve(stream, &ok);
-    if (!ok) return fail(cudaErrorInvalidResourceHandle, false, "stream %p is not a live stream", (void *)stream);
+    if (!ok)
+        return fail(cudaErrorInvalidResourceHandle, false, "stream %p is not a live stream",
+                    (void *)stream);
     device &d = dev();
     {
         std::unique_lock<std::mutex> lk(d.mu);
         if (s->capturing) {
             if (s->invalidated) {
                 lk.unlock();
-                return fail(cudaErrorStreamCaptureInvalidated, false, "the stream's capture was invalidated");
+                return fail(cudaErrorStreamCaptureInvalidated, false,
+                            "the stream's capture was invalidated");
             }
             s->graph->ops.push_back(std::move(op));
             return cudaSuccess;
@@ -360,40 +381,63 @@ cudaError_t cudaPeekAtLastError(void)
 const char *cudaGetErrorName(cudaError_t e)
 {
     switch (e) {
-#define N_(x) case x: return #x;
-        N_(cudaSuccess) N_(cudaErrorInvalidValue) N_(cudaErrorMemoryAllocation) N_(cudaErrorInvalidConfiguration)
-        N_(cudaErrorInvalidMemcpyDirection) N_(cudaErrorNoDevice) N_(cudaErrorInvalidDevice)
-        N_(cudaErrorInvalidResourceHandle) N_(cudaErrorNotReady) N_(cudaErrorIllegalAddress) N_(cudaErrorAssert)
-        N_(cudaErrorLaunchFailure) N_(cudaErrorNotSupported) N_(cudaErrorStreamCaptureUnsupported)
-        N_(cudaErrorStreamCaptureInvalidated) N_(cudaErrorStreamCaptureImplicit) N_(cudaErrorStreamCaptureUnmatched)
-        N_(cudaErrorIllegalState) N_(cudaErrorInvalidDevicePointer)
+#define N_(x)                                                                                      \
+    case x:                                                                                        \
+        return #x;
+        N_(cudaSuccess)
+        N_(cudaErrorInvalidValue) N_(cudaErrorMemoryAllocation) N_(cudaErrorInvalidConfiguration)
+            N_(cudaErrorInvalidMemcpyDirection) N_(cudaErrorNoDevice) N_(cudaErrorInvalidDevice)
+                N_(cudaErrorInvalidResourceHandle) N_(cudaErrorNotReady) N_(cudaErrorIllegalAddress)
+                    N_(cudaErrorAssert) N_(cudaErrorLaunchFailure) N_(cudaErrorNotSupported)
+                        N_(cudaErrorStreamCaptureUnsupported) N_(cudaErrorStreamCaptureInvalidated)
+                            N_(cudaErrorStreamCaptureImplicit) N_(cudaErrorStreamCaptureUnmatched)
+                                N_(cudaErrorIllegalState) N_(cudaErrorInvalidDevicePointer)
 #undef N_
-    default: return "cudaErrorUnknown";
+                                    default : return "cudaErrorUnknown";
     }
 }
 
 const char *cudaGetErrorString(cudaError_t e)
 {
     switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorNotReady: return "device not ready";
-    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
-    case cudaErrorNotSupported: return "operation not supported";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorAssert: return "device-side assert triggered";
-    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
-    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
-    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
-    case cudaErrorStreamCaptureUnmatched: return "the capture was not initiated in this stream";
-    case cudaErrorIllegalState: return "the operation is not permitted in the current state";
-    default: return "unknown error (emulated device)";
+    case cudaSuccess:
+        return "no error";
+    case cudaErrorInvalidValue:
+        return "invalid argument";
+    case cudaErrorMemoryAllocation:
+        return "out of memory";
+    case cudaErrorInvalidConfiguration:
+        return "invalid configuration argument";
+    case cudaErrorInvalidMemcpyDirection:
+        return "invalid copy direction for memcpy";
+    case cudaErrorInvalidResourceHandle:
+        return "invalid resource handle";
+    case cudaErrorNotReady:
+        return "device not ready";
+    case cudaErrorIllegalAddress:
+        return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure:
+        return "unspecified launch failure";
+    case cudaErrorNotSupported:
+        return "operation not supported";
+    case cudaErrorInvalidDevice:
+        return "invalid device ordinal";
+    case cudaErrorNoDevice:
+        return "no CUDA-capable device is detected";
+    case cudaErrorAssert:
+        return "device-side assert triggered";
+    case cudaErrorStreamCaptureUnsupported:
+        return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+        return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+        return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorStreamCaptureUnmatched:
+        return "the capture was not initiated in this stream";
+    case cudaErrorIllegalState:
+        return "the operation is not permitted in the current state";
+    default:
+        return "unknown error (emulated device)";
     }
 }
 
@@ -405,7 +449,9 @@ cudaError_t cudaGetDeviceCount(int *count)
 
 cudaError_t cudaSetDevice(int device_id)
 {
-    if (device_id != 0) return fail(cudaErrorInvalidDevice, false, "cudaSetDevice(%d): the emulator has device 0 only", device_id);
+    if (device_id != 0)
+        return fail(cudaErrorInvalidDevice, false,
+                    "cudaSetDevice(%d): the emulator has device 0 only", device_id);
     return cudaSuccess;
 }
 
@@ -429,7 +475,9 @@ cudaError_t cudaRuntimeGetVersion(int *v)
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device_id)
 {
-    if (device_id != 0) return fail(cudaErrorInvalidDevice, false, "cudaGetDeviceProperties(%d): no such device", device_id);
+    if (device_id != 0)
+        return fail(cudaErrorInvalidDevice, false, "cudaGetDeviceProperties(%d): no such device",
+                    device_id);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "pllm cuemu (emulated sm_80, no GPU)");
     p->totalGlobalMem = dev().total;
@@ -456,16 +504,34 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device_id)
 
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device_id)
 {
-    if (device_id != 0) return fail(cudaErrorInvalidDevice, false, "cudaDeviceGetAttribute: no device %d", device_id);
+    if (device_id != 0)
+        return fail(cudaErrorInvalidDevice, false, "cudaDeviceGetAttribute: no device %d",
+                    device_id);
     switch (attr) {
-    case cudaDevAttrMultiProcessorCount: *value = 1; break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = CUEMU_OPTIN_SMEM; break;
-    case cudaDevAttrMaxSharedMemoryPerBlock: *value = CUEMU_STATIC_SMEM; break;
-    case cudaDevAttrComputeCapabilityMajor: *value = 8; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
-    case cudaDevAttrMaxThreadsPerBlock: *value = CUEMU_MAX_THREADS; break;
-    case cudaDevAttrWarpSize: *value = 32; break;
-    default: return fail(cudaErrorNotSupported, false, "cudaDeviceGetAttribute(%d) is not emulated", (int)attr);
+    case cudaDevAttrMultiProcessorCount:
+        *value = 1;
+        break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+        *value = CUEMU_OPTIN_SMEM;
+        break;
+    case cudaDevAttrMaxSharedMemoryPerBlock:
+        *value = CUEMU_STATIC_SMEM;
+        break;
+    case cudaDevAttrComputeCapabilityMajor:
+        *value = 8;
+        break;
+    case cudaDevAttrComputeCapabilityMinor:
+        *value = 0;
+        break;
+    case cudaDevAttrMaxThreadsPerBlock:
+        *value = CUEMU_MAX_THREADS;
+        break;
+    case cudaDevAttrWarpSize:
+        *value = 32;
+        break;
+    default:
+        return fail(cudaErrorNotSupported, false, "cudaDeviceGetAttribute(%d) is not emulated",
+                    (int)attr);
     }
     return cudaSuccess;
 }
@@ -512,7 +578,8 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
 {
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
         if (value < 0 || value > CUEMU_OPTIN_SMEM)
-            return fail(cudaErrorInvalidValue, false, "cudaFuncSetAttribute: MaxDynamicSharedMemorySize %d outside [0, %d]",
+            return fail(cudaErrorInvalidValue, false,
+                        "cudaFuncSetAttribute: MaxDynamicSharedMemorySize %d outside [0, %d]",
                         value, CUEMU_OPTIN_SMEM);
         device &d = dev();
         std::lock_guard<std::mutex> lk(d.mu);
@@ -520,7 +587,8 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
         return cudaSuccess;
     }
     if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) return cudaSuccess;
-    return fail(cudaErrorNotSupported, false, "cudaFuncSetAttribute(%d) is not emulated", (int)attr);
+    return fail(cudaErrorNotSupported, false, "cudaFuncSetAttribute(%d) is not emulated",
+                (int)attr);
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -545,7 +613,8 @@ cudaError_t cudaMalloc(void **ptr, size_t size)
         }
     }
     void *m = mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) return fail(cudaErrorMemoryAllocation, false, "cudaMalloc(%zu): mmap failed", size);
+    if (m == MAP_FAILED)
+        return fail(cudaErrorMemoryAllocation, false, "cudaMalloc(%zu): mmap failed", size);
     char *base = static_cast<char *>(m);
     mprotect(base, pg, PROT_NONE);
     mprotect(base + pg + body, pg, PROT_NONE);
@@ -621,7 +690,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
     return copy_checked(dst, src, count, kind, "cudaMemcpy");
 }
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                            cudaStream_t stream)
 {
     return submit(stream, [=]() { return copy_checked(dst, src, count, kind, "cudaMemcpyAsync"); });
 }
@@ -630,7 +700,8 @@ static cudaError_t memset_checked(void *p, int value, size_t count, const char *
 {
     if (count == 0) return cudaSuccess;
     if (!device_range(p, count))
-        return fail(cudaErrorInvalidValue, false, "%s: [%p, +%zu) is not inside one device allocation", api, p, count);
+        return fail(cudaErrorInvalidValue, false,
+                    "%s: [%p, +%zu) is not inside one device allocation", api, p, count);
     memset(p, value, count);
     return cudaSuccess;
 }
@@ -660,7 +731,10 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    return cudaStreamCreateWithFlags(s, cudaStreamDefault);
+}
 
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
@@ -680,7 +754,9 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
     bool ok;
     CUstream_st *s = resolve(stream, &ok);
-    if (!ok) return fail(cudaErrorInvalidResourceHandle, false, "cudaStreamSynchronize: not a live stream");
+    if (!ok)
+        return fail(cudaErrorInvalidResourceHandle, false,
+                    "cudaStreamSynchronize: not a live stream");
     if (s->capturing) {
         s->invalidated = true;
         return fail(cudaErrorStreamCaptureUnsupported, false,
@@ -696,7 +772,8 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
     bool ok;
     resolve(stream, &ok);
-    if (!ok) return fail(cudaErrorInvalidResourceHandle, false, "cudaStreamQuery: not a live stream");
+    if (!ok)
+        return fail(cudaErrorInvalidResourceHandle, false, "cudaStreamQuery: not a live stream");
     return refuse_if_sticky("cudaStreamQuery");
 }
 
@@ -721,7 +798,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
     CUstream_st *s = resolve(stream, &ok);
     device &d = dev();
     if (!ok || s == &d.legacy)
-        return fail(cudaErrorStreamCaptureUnsupported, false, "cudaStreamBeginCapture: needs a stream made by cudaStreamCreate");
+        return fail(cudaErrorStreamCaptureUnsupported, false,
+                    "cudaStreamBeginCapture: needs a stream made by cudaStreamCreate");
     std::lock_guard<std::mutex> lk(d.mu);
     if (s->capturing) {
         t_last = cudaErrorIllegalState;
@@ -743,7 +821,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph)
     *graph = nullptr;
     device &d = dev();
     if (!ok || !s->capturing)
-        return fail(cudaErrorIllegalState, false, "cudaStreamEndCapture: the stream is not capturing");
+        return fail(cudaErrorIllegalState, false,
+                    "cudaStreamEndCapture: the stream is not capturing");
     std::unique_lock<std::mutex> lk(d.mu);
     s->capturing = false;
     d.n_capturing--;
@@ -752,7 +831,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph)
     if (s->invalidated) {
         delete g;
         lk.unlock();
-        return fail(cudaErrorStreamCaptureInvalidated, false, "cudaStreamEndCapture: the capture was invalidated");
+        return fail(cudaErrorStreamCaptureInvalidated, false,
+                    "cudaStreamEndCapture: the capture was invalidated");
     }
     *graph = g;
     return cudaSuccess;
@@ -762,8 +842,10 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
 {
     bool ok;
     CUstream_st *s = resolve(stream, &ok);
-    if (!ok) return fail(cudaErrorInvalidResourceHandle, false, "cudaStreamIsCapturing: not a live stream");
-    *status = !s->capturing ? cudaStreamCaptureStatusNone
+    if (!ok)
+        return fail(cudaErrorInvalidResourceHandle, false,
+                    "cudaStreamIsCapturing: not a live stream");
+    *status = !s->capturing    ? cudaStreamCaptureStatusNone
               : s->invalidated ? cudaStreamCaptureStatusInvalidated
                                : cudaStreamCaptureStatusActive;
     return cudaSuccess;
@@ -782,7 +864,10 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
     return cudaSuccess;
 }
 
-cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    return cudaEventCreateWithFlags(e, cudaEventDefault);
+}
 
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
@@ -830,9 +915,11 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
     if ((start->flags | end->flags) & cudaEventDisableTiming)
-        return fail(cudaErrorInvalidResourceHandle, false, "cudaEventElapsedTime: an event was created with DisableTiming");
+        return fail(cudaErrorInvalidResourceHandle, false,
+                    "cudaEventElapsedTime: an event was created with DisableTiming");
     if (!start->recorded || !end->recorded)
-        return fail(cudaErrorInvalidResourceHandle, false, "cudaEventElapsedTime: an event was never recorded");
+        return fail(cudaErrorInvalidResourceHandle, false,
+                    "cudaEventElapsedTime: an event was never recorded");
     *ms = (float)(end->t - start->t);
     return cudaSuccess;
 }
