@@ -1,0 +1,171 @@
+/*
+ * engine_cpu_model: the engine on the real CPU backend and the default model
+ * ($PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf). Greedy output must be identical with
+ * prefix caching on and off, for any token budget (chunked prefill), sequence cap and KV size
+ * (preemption), and for n > 1 completions sharing a prompt; sampled output with a seed must
+ * not depend on the batching either. The first configuration's outputs are also checked
+ * against each prompt run alone.
+ */
+#include "cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "tests/testutil.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define N_PROMPTS 6
+#define MAX_OUT 12
+
+static const char *k_prompts[N_PROMPTS] = {
+    "Printing changed how knowledge spread across Europe. The history of the printing press begins in "
+    "the fifteenth century, when Johannes Gutenberg",
+    "Printing changed how knowledge spread across Europe. The history of the printing press begins in "
+    "the fifteenth century, when a goldsmith named",
+    "Printing changed how knowledge spread across Europe. The history of the printing press begins in "
+    "the fifteenth century, when Johannes Gutenberg",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Paris is the capital of France. Berlin is the capital of",
+    "Q: What is 12 times 7?\nA:",
+};
+
+typedef struct outputs {
+    int32_t tokens[N_PROMPTS + 2][MAX_OUT];
+    int32_t n[N_PROMPTS + 2];
+    char text[N_PROMPTS + 2][512];
+    int32_t cached_total;
+} outputs;
+
+static void on_done(const pllm_completion *c, void *arg)
+{
+    outputs *o = arg;
+    int32_t slot = (int32_t)(intptr_t)c->user + c->index;
+    CHECK(slot >= 0 && slot < N_PROMPTS + 2 && c->n_tokens <= MAX_OUT && c->finish != PLLM_FINISH_ERROR);
+    if (slot < 0 || slot >= N_PROMPTS + 2) return;
+    o->n[slot] = PLLM_MIN(c->n_tokens, MAX_OUT);
+    memcpy(o->tokens[slot], c->token_ids, (size_t)o->n[slot] * sizeof(int32_t));
+    snprintf(o->text[slot], sizeof o->text[slot], "%.*s", (int)c->text_len, c->text);
+    o->cached_total += c->cached_tokens;
+}
+
+typedef struct config {
+    const char *name;
+    bool prefix_cache;
+    int32_t budget, max_seqs, n_blocks, block_size;
+    int32_t only; /* run only this prompt (-1: all) */
+} config;
+
+static void run(const pllm_model *m, const pllm_tokenizer *tok, pllm_tokens *prompts, const config *cf, outputs *o,
+                pllm_engine_stats *st)
+{
+    pllm_cpu_params cp;
+    pllm_cpu_params_defaults(&cp);
+    cp.n_threads = 2;
+    pllm_backend be = {0};
+    CHECK_OK(pllm_cpu_backend_create(&be, m, &cp));
+    pllm_engine_params ep;
+    pllm_engine_params_defaults(&ep);
+    ep.no_prefix_cache = !cf->prefix_cache;
+    ep.max_batched_tokens = cf->budget;
+    ep.max_seqs = cf->max_seqs;
+    ep.n_blocks = cf->n_blocks;
+    ep.block_size = cf->block_size;
+    ep.max_model_len = 512;
+    pllm_engine *e = NULL;
+    CHECK_OK(pllm_engine_create(&e, m, &be, tok, &ep));
+    if (!e) {
+        pllm_backend_free(&be);
+        return;
+    }
+    pllm_request_params p;
+    pllm_request_params_defaults(&p);
+    p.max_tokens = MAX_OUT;
+    for (int32_t i = 0; i < N_PROMPTS; i++) {
+        if (cf->only >= 0 && cf->only != i) continue;
+        CHECK_OK(pllm_engine_add(e, prompts[i].ids, (int32_t)prompts[i].n, &p, (void *)(intptr_t)i, NULL));
+    }
+    /* a seeded, sampled request with n = 2 (slots N_PROMPTS, N_PROMPTS + 1) */
+    if (cf->only < 0) {
+        pllm_request_params q = p;
+        q.n = 2;
+        q.has_seed = true;
+        q.sampling.seed = 42;
+        q.sampling.temperature = 0.8f;
+        q.sampling.top_p = 0.95f;
+        CHECK_OK(pllm_engine_add(e, prompts[0].ids, (int32_t)prompts[0].n, &q, (void *)(intptr_t)N_PROMPTS, NULL));
+    }
+    while (pllm_engine_has_work(e)) {
+        pllm_status s = pllm_engine_step(e, on_done, o);
+        CHECK_OK(s);
+        if (s != PLLM_OK) break;
+    }
+    pllm_engine_get_stats(e, st);
+    pllm_engine_free(e);
+    pllm_backend_free(&be);
+}
+
+int main(void)
+{
+    const char *home = pllm_test_env("PLLM_HOME", NULL);
+    char path[4096];
+    if (home) snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
+    else snprintf(path, sizeof path, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf", pllm_test_env("HOME", "."));
+    pllm_model *m = NULL;
+    if (pllm_model_load(&m, path) != PLLM_OK) {
+        fprintf(stderr, "engine_cpu_model: FAIL: cannot load the default model (%s); run scripts/setup.sh or set PLLM_HOME\n",
+                pllm_errmsg());
+        return 1;
+    }
+    pllm_tokenizer *tok = NULL;
+    CHECK_OK(pllm_tokenizer_from_gguf(&tok, m->gguf));
+    if (!tok) return pllm_test_finish("engine_cpu_model");
+    pllm_tokens prompts[N_PROMPTS] = {{0}};
+    pllm_encode_opts eo = {.add_special = true, .parse_special = true};
+    for (int32_t i = 0; i < N_PROMPTS; i++)
+        CHECK_OK(pllm_tokenizer_encode(tok, k_prompts[i], strlen(k_prompts[i]), &eo, &prompts[i]));
+
+    static const config configs[] = {
+        {"cache, big budget", true, 2048, 64, 256, 16, -1},
+        {"no cache, budget 13 (chunked prefill), 3 seqs", false, 13, 3, 256, 16, -1},
+        {"cache, budget 11, block size 4, 4 seqs", true, 11, 4, 512, 4, -1},
+        {"cache, 14 blocks of 8 (preemption)", true, 64, 8, 14, 8, -1},
+        {"no cache, 14 blocks of 8 (preemption)", false, 64, 8, 14, 8, -1},
+    };
+    int32_t n_cfg = (int32_t)PLLM_ARRAY_LEN(configs);
+    outputs *out = pllm_calloc((size_t)n_cfg + N_PROMPTS, sizeof *out);
+    double t0 = pllm_now();
+    for (int32_t c = 0; c < n_cfg; c++) {
+        pllm_engine_stats st;
+        run(m, tok, prompts, &configs[c], &out[c], &st);
+        fprintf(stderr, "  %-48s %3lld steps, %2lld preemptions, %4lld prompt tokens computed, %3lld cached\n", configs[c].name,
+                (long long)st.steps, (long long)st.preemptions, (long long)st.prompt_tokens_computed,
+                (long long)st.prompt_tokens_cached);
+        if (c == 3) CHECK(st.preemptions > 0);
+        if (c == 0) CHECK(st.prompt_tokens_cached > 0); /* prompts 0 and 2 are identical, 1 shares a prefix */
+        for (int32_t i = 0; i < N_PROMPTS + 2; i++) {
+            CHECK(out[c].n[i] > 0);
+            bool same = out[c].n[i] == out[0].n[i] && !memcmp(out[c].tokens[i], out[0].tokens[i], (size_t)out[0].n[i] * 4) &&
+                        !strcmp(out[c].text[i], out[0].text[i]);
+            if (!same) {
+                fprintf(stderr, "  config '%s', output %d differs from config '%s'\n", configs[c].name, i, configs[0].name);
+                pllm_test_failures++;
+            }
+        }
+    }
+    /* each prompt alone */
+    for (int32_t i = 0; i < N_PROMPTS; i++) {
+        config solo = {"alone", true, 2048, 64, 256, 16, i};
+        pllm_engine_stats st;
+        run(m, tok, prompts, &solo, &out[n_cfg + i], &st);
+        CHECK(out[n_cfg + i].n[i] == out[0].n[i] && !memcmp(out[n_cfg + i].tokens[i], out[0].tokens[i], (size_t)out[0].n[i] * 4));
+    }
+    CHECK(!memcmp(out[0].tokens[0], out[0].tokens[2], sizeof out[0].tokens[0])); /* same prompt, same greedy output */
+    CHECK(memcmp(out[0].tokens[N_PROMPTS], out[0].tokens[N_PROMPTS + 1], MAX_OUT * 4) != 0); /* two seed streams */
+    for (int32_t i = 0; i < N_PROMPTS; i++) fprintf(stderr, "  [%d] %s|%s\n", i, k_prompts[i], out[0].text[i]);
+    fprintf(stderr, "  %d configurations + %d solo runs in %.1f s\n", n_cfg, N_PROMPTS, pllm_now() - t0);
+    for (int32_t i = 0; i < N_PROMPTS; i++) pllm_tokens_free(&prompts[i]);
+    free(out);
+    pllm_tokenizer_free(tok);
+    pllm_model_free(m);
+    return pllm_test_finish("engine_cpu_model");
+}
