@@ -3,6 +3,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+
+/* F16C (CPUID.1:ECX bit 29): GCC's __builtin_cpu_supports knows it, clang 14's does not. */
+static bool has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 static const char *g_isa_names[PLLM_CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
 
 const char *pllm_cpu_isa_name(pllm_cpu_isa isa) { return (unsigned)isa < PLLM_CPU_ISA_COUNT ? g_isa_names[isa] : "?"; }
@@ -14,7 +25,7 @@ bool pllm_cpu_isa_available(pllm_cpu_isa isa)
         return true;
 #if defined(__x86_64__)
     case PLLM_CPU_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case PLLM_CPU_ISA_AVX512:
         return pllm_cpu_isa_available(PLLM_CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
