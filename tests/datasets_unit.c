@@ -180,7 +180,7 @@ static void test_records(void)
     json_decref(o);
     free(s);
 
-    pllm_completion c = {.finish = PLLM_FINISH_STOP, .text = "ok \xff\xfe tail", .text_len = 11, .prompt_tokens = 3,
+    pllm_completion c = {.finish = PLLM_FINISH_STOP, .text = "ok \xff\xfe tail", .text_len = 10, .prompt_tokens = 3,
                          .n_tokens = 2, .token_ids = (const int32_t[]){5, 6}, .t_arrival = 1.0, .t_first_token = 1.5,
                          .t_finish = 2.0};
     pllm_output_opts oo = {.echo_prompt = true, .token_ids = true};
