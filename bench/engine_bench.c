@@ -20,7 +20,8 @@
 static pllm_status null_layout(void *c, int32_t bs, pllm_kv_layout *out)
 {
     (void)c;
-    *out = (pllm_kv_layout){.n_layer = 1, .n_head_kv = 1, .head_dim = 1, .block_size = bs, .dtype = PLLM_DTYPE_F32};
+    *out = (pllm_kv_layout){
+        .n_layer = 1, .n_head_kv = 1, .head_dim = 1, .block_size = bs, .dtype = PLLM_DTYPE_F32};
     return PLLM_OK;
 }
 static pllm_status null_avail(void *c, size_t *b)
@@ -40,14 +41,22 @@ static pllm_status null_step(void *c, const pllm_batch_plan *pl, pllm_step_out *
     for (int32_t k = 0; k < pl->n_samples; k++) {
         const pllm_seq_plan *s = &pl->seqs[pl->samples[k].seq];
         int32_t last = pl->tokens[s->token_start + s->n_new - 1];
-        out->tokens[k] = (int32_t)(((uint32_t)last * 2654435761u + (uint32_t)s->n_ctx) % (VOCAB - 1)) + 1;
+        out->tokens[k] =
+            (int32_t)(((uint32_t)last * 2654435761u + (uint32_t)s->n_ctx) % (VOCAB - 1)) + 1;
     }
     return PLLM_OK;
 }
-static void null_destroy(void *c) { (void)c; }
+static void null_destroy(void *c)
+{
+    (void)c;
+}
 static const pllm_backend_iface null_iface = {
-    .name = "null", .kv_layout = null_layout, .kv_available = null_avail, .kv_init = null_init,
-    .step = null_step, .destroy = null_destroy,
+    .name = "null",
+    .kv_layout = null_layout,
+    .kv_available = null_avail,
+    .kv_init = null_init,
+    .step = null_step,
+    .destroy = null_destroy,
 };
 
 static uint64_t rng(uint64_t *s)
@@ -86,13 +95,14 @@ int main(int argc, char **argv)
         return 1;
     }
     uint64_t s = 12345;
-    int32_t (*prefix)[512] = malloc((size_t)n_groups * sizeof *prefix);
+    int32_t(*prefix)[512] = malloc((size_t)n_groups * sizeof *prefix);
     for (int32_t g = 0; g < n_groups; g++)
         for (int32_t i = 0; i < 512; i++) prefix[g][i] = (int32_t)(rng(&s) % VOCAB);
     int32_t prompt[1024];
     double t0 = pllm_now();
     for (int32_t r = 0; r < n_req; r++) {
-        int32_t g = (int32_t)(rng(&s) % (uint64_t)n_groups), n = 512 + 32 + (int32_t)(rng(&s) % 256);
+        int32_t g = (int32_t)(rng(&s) % (uint64_t)n_groups),
+                n = 512 + 32 + (int32_t)(rng(&s) % 256);
         memcpy(prompt, prefix[g], sizeof prefix[g]);
         for (int32_t i = 512; i < n; i++) prompt[i] = (int32_t)(rng(&s) % VOCAB);
         pllm_request_params p;
@@ -115,15 +125,18 @@ int main(int argc, char **argv)
     double t2 = pllm_now();
     pllm_engine_stats st;
     pllm_engine_get_stats(e, &st);
-    printf("engine_bench: %d requests, %d blocks of %d, %d groups, max_bypass %d, %lld grouped\n", n_req, st.n_blocks,
-           st.block_size, n_groups, ep.max_bypass, (long long)pllm_sched_n_grouped(pllm_engine_sched(e)));
+    printf("engine_bench: %d requests, %d blocks of %d, %d groups, max_bypass %d, %lld grouped\n",
+           n_req, st.n_blocks, st.block_size, n_groups, ep.max_bypass,
+           (long long)pllm_sched_n_grouped(pllm_engine_sched(e)));
     printf("  add: %.3f s (%.1f us/request)\n", t1 - t0, (t1 - t0) * 1e6 / n_req);
-    printf("  run: %.3f s, %lld steps, %.1f us/step, %lld completions\n", t2 - t1, (long long)st.steps,
-           (t2 - t1) * 1e6 / (double)st.steps, (long long)done);
-    printf("  prompt tokens %lld: cached %lld (hit rate %.1f%%), computed %lld; output %lld; preemptions %lld; peak blocks %d\n",
+    printf("  run: %.3f s, %lld steps, %.1f us/step, %lld completions\n", t2 - t1,
+           (long long)st.steps, (t2 - t1) * 1e6 / (double)st.steps, (long long)done);
+    printf("  prompt tokens %lld: cached %lld (hit rate %.1f%%), computed %lld; output %lld; "
+           "preemptions %lld; peak blocks %d\n",
            (long long)st.prompt_tokens, (long long)st.prompt_tokens_cached,
-           100.0 * (double)st.prompt_tokens_cached / (double)st.prompt_tokens, (long long)st.prompt_tokens_computed,
-           (long long)st.output_tokens, (long long)st.preemptions, st.peak_blocks_used);
+           100.0 * (double)st.prompt_tokens_cached / (double)st.prompt_tokens,
+           (long long)st.prompt_tokens_computed, (long long)st.output_tokens,
+           (long long)st.preemptions, st.peak_blocks_used);
     pllm_engine_free(e);
     free(prefix);
     return 0;

@@ -7,11 +7,11 @@
 
 typedef struct pool_block {
     int32_t ref;
-    bool queued;        /* in the free queue (iff ref == 0) */
-    bool indexed;       /* in the prefix-cache index */
-    uint64_t key;       /* valid when indexed */
-    int32_t parent;     /* indexed parent block, -1 for a first block; valid when indexed */
-    int32_t h_prev;     /* bucket chain; -1 ends */
+    bool queued;    /* in the free queue (iff ref == 0) */
+    bool indexed;   /* in the prefix-cache index */
+    uint64_t key;   /* valid when indexed */
+    int32_t parent; /* indexed parent block, -1 for a first block; valid when indexed */
+    int32_t h_prev; /* bucket chain; -1 ends */
     int32_t h_next;
     int32_t child_head; /* first indexed child, -1 when none */
     int32_t sib_prev;   /* siblings under the same parent */
@@ -49,14 +49,15 @@ pllm_status pllm_block_pool_init(pllm_block_pool **out, const pllm_block_pool_pa
 {
     *out = NULL;
     if (prm->n_blocks < 1)
-        return pllm_errorf(PLLM_ERR_INVALID, "block pool: n_blocks must be >= 1, got %d", prm->n_blocks);
+        return pllm_errorf(PLLM_ERR_INVALID, "block pool: n_blocks must be >= 1, got %d",
+                           prm->n_blocks);
     if (prm->block_size < 1)
         return pllm_errorf(PLLM_ERR_INVALID, "block pool: block_size must be >= 1, got %d",
                            prm->block_size);
     size_t n_tok;
     if (!pllm_mul_size((size_t)prm->n_blocks, (size_t)prm->block_size, &n_tok) || n_tok > INT32_MAX)
-        return pllm_errorf(PLLM_ERR_RANGE, "block pool: %d blocks of %d tokens overflow", prm->n_blocks,
-                           prm->block_size);
+        return pllm_errorf(PLLM_ERR_RANGE, "block pool: %d blocks of %d tokens overflow",
+                           prm->n_blocks, prm->block_size);
     pllm_block_pool *p = pllm_calloc(1, sizeof *p);
     if (!p) return PLLM_ERR_NOMEM;
     p->n_blocks = prm->n_blocks;
@@ -73,7 +74,8 @@ pllm_status pllm_block_pool_init(pllm_block_pool **out, const pllm_block_pool_pa
     p->q_next = pllm_malloc(((size_t)p->n_blocks + 1) * sizeof *p->q_next);
     p->buckets = pllm_malloc((size_t)n_buckets * sizeof *p->buckets);
     p->tokens = prm->enable_cache ? pllm_calloc(n_tok, sizeof *p->tokens) : NULL;
-    if (!p->blocks || !p->q_prev || !p->q_next || !p->buckets || (prm->enable_cache && !p->tokens)) {
+    if (!p->blocks || !p->q_prev || !p->q_next || !p->buckets ||
+        (prm->enable_cache && !p->tokens)) {
         pllm_block_pool_free(p);
         return PLLM_ERR_NOMEM;
     }
@@ -105,10 +107,22 @@ void pllm_block_pool_free(pllm_block_pool *p)
     free(p);
 }
 
-int32_t pllm_block_pool_n_blocks(const pllm_block_pool *p) { return p->n_blocks; }
-int32_t pllm_block_pool_block_size(const pllm_block_pool *p) { return p->block_size; }
-bool pllm_block_pool_caching(const pllm_block_pool *p) { return p->enable_cache; }
-int32_t pllm_block_pool_n_free(const pllm_block_pool *p) { return p->n_free; }
+int32_t pllm_block_pool_n_blocks(const pllm_block_pool *p)
+{
+    return p->n_blocks;
+}
+int32_t pllm_block_pool_block_size(const pllm_block_pool *p)
+{
+    return p->block_size;
+}
+bool pllm_block_pool_caching(const pllm_block_pool *p)
+{
+    return p->enable_cache;
+}
+int32_t pllm_block_pool_n_free(const pllm_block_pool *p)
+{
+    return p->n_free;
+}
 
 int32_t pllm_block_pool_ref_count(const pllm_block_pool *p, int32_t id)
 {
@@ -176,14 +190,18 @@ static void unindex_one(pllm_block_pool *p, int32_t id)
     pool_block *b = &p->blocks[id];
     PLLM_ASSERT(b->indexed);
     /* bucket chain */
-    if (b->h_prev >= 0) p->blocks[b->h_prev].h_next = b->h_next;
-    else p->buckets[bucket_of(p, b->key)] = b->h_next;
+    if (b->h_prev >= 0)
+        p->blocks[b->h_prev].h_next = b->h_next;
+    else
+        p->buckets[bucket_of(p, b->key)] = b->h_next;
     if (b->h_next >= 0) p->blocks[b->h_next].h_prev = b->h_prev;
     /* parent's child list */
     if (b->parent >= 0) {
         pool_block *par = &p->blocks[b->parent];
-        if (b->sib_prev >= 0) p->blocks[b->sib_prev].sib_next = b->sib_next;
-        else par->child_head = b->sib_next;
+        if (b->sib_prev >= 0)
+            p->blocks[b->sib_prev].sib_next = b->sib_next;
+        else
+            par->child_head = b->sib_next;
         if (b->sib_next >= 0) p->blocks[b->sib_next].sib_prev = b->sib_prev;
         par->n_children--;
     }
@@ -232,7 +250,8 @@ int32_t pllm_block_pool_cache(pllm_block_pool *p, int32_t id, uint64_t key, int3
     b->indexed = true;
     b->key = key;
     b->parent = parent;
-    memcpy(p->tokens + (size_t)id * (size_t)p->block_size, tokens, (size_t)p->block_size * sizeof *tokens);
+    memcpy(p->tokens + (size_t)id * (size_t)p->block_size, tokens,
+           (size_t)p->block_size * sizeof *tokens);
     uint64_t h = bucket_of(p, key);
     b->h_prev = -1;
     b->h_next = p->buckets[h];
@@ -256,8 +275,8 @@ pllm_status pllm_block_pool_alloc(pllm_block_pool *p, int32_t n, int32_t *ids)
 {
     if (n < 0) return pllm_errorf(PLLM_ERR_INVALID, "block pool: alloc of %d blocks", n);
     if (n > p->n_free)
-        return pllm_errorf(PLLM_ERR_NOMEM, "block pool: %d blocks wanted, %d free of %d", n, p->n_free,
-                           p->n_blocks);
+        return pllm_errorf(PLLM_ERR_NOMEM, "block pool: %d blocks wanted, %d free of %d", n,
+                           p->n_free, p->n_blocks);
     int32_t s = p->n_blocks;
     for (int32_t i = 0; i < n; i++) {
         int32_t id = p->q_next[s];
@@ -315,7 +334,8 @@ pllm_status pllm_block_pool_check(const pllm_block_pool *p, bool tail_first)
         if (id < 0 || id >= p->n_blocks || ++guard > p->n_blocks)
             return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: free queue corrupt at %d", id);
         if (p->q_prev[p->q_next[id]] != id)
-            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: queue back link broken at block %d", id);
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: queue back link broken at block %d",
+                               id);
         if (!p->blocks[id].queued || p->blocks[id].ref != 0)
             return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d queued with ref %d", id,
                                p->blocks[id].ref);
@@ -323,37 +343,42 @@ pllm_status pllm_block_pool_check(const pllm_block_pool *p, bool tail_first)
     }
     for (int32_t id = 0; id < p->n_blocks; id++) {
         const pool_block *b = &p->blocks[id];
-        if (b->ref < 0) return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d ref %d", id, b->ref);
+        if (b->ref < 0)
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d ref %d", id, b->ref);
         if (b->ref == 0) n_zero++;
         if ((b->ref == 0) != b->queued)
-            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d ref %d but queued=%d", id, b->ref,
-                               (int)b->queued);
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d ref %d but queued=%d", id,
+                               b->ref, (int)b->queued);
         if (!b->indexed) {
             if (b->child_head >= 0 || b->n_children)
-                return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: unindexed block %d has children", id);
+                return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: unindexed block %d has children",
+                                   id);
             continue;
         }
         n_indexed++;
         if (!p->enable_cache)
-            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d indexed with caching off", id);
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d indexed with caching off",
+                               id);
         if (b->parent >= 0 && !p->blocks[b->parent].indexed)
-            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d's parent %d is not indexed", id,
-                               b->parent);
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d's parent %d is not indexed",
+                               id, b->parent);
         /* findable under its own key */
         if (pllm_block_pool_lookup(p, b->key, b->parent, block_tokens(p, id)) != id)
-            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: indexed block %d not found by lookup", id);
+            return pllm_errorf(PLLM_ERR_INTERNAL,
+                               "block pool: indexed block %d not found by lookup", id);
         int32_t nc = 0;
         for (int32_t c = b->child_head; c >= 0; c = p->blocks[c].sib_next) {
             if (p->blocks[c].parent != id || !p->blocks[c].indexed || ++nc > p->n_blocks)
-                return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: child list of block %d corrupt", id);
+                return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: child list of block %d corrupt",
+                                   id);
         }
         if (nc != b->n_children)
-            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d counts %d children, has %d", id,
-                               b->n_children, nc);
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d counts %d children, has %d",
+                               id, b->n_children, nc);
     }
     if (n_queued != n_zero || n_queued != p->n_free)
-        return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: %d queued, %d at ref 0, n_free %d", n_queued,
-                           n_zero, p->n_free);
+        return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: %d queued, %d at ref 0, n_free %d",
+                           n_queued, n_zero, p->n_free);
     if (n_indexed != p->n_indexed)
         return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: %d indexed, counter says %d", n_indexed,
                            p->n_indexed);
@@ -370,12 +395,13 @@ pllm_status pllm_block_pool_check(const pllm_block_pool *p, bool tail_first)
         const pool_block *b = &p->blocks[id];
         if (!b->indexed || b->parent < 0) continue;
         if (b->ref > 0 && p->blocks[b->parent].ref == 0)
-            st = pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d held (ref %d) but its parent %d is free",
-                             id, b->ref, b->parent);
+            st = pllm_errorf(PLLM_ERR_INTERNAL,
+                             "block pool: block %d held (ref %d) but its parent %d is free", id,
+                             b->ref, b->parent);
         else if (b->ref == 0 && pos[b->parent] >= 0 && pos[b->parent] < pos[id])
             st = pllm_errorf(PLLM_ERR_INTERNAL,
-                             "block pool: parent %d precedes its cached child %d in the free queue", b->parent,
-                             id);
+                             "block pool: parent %d precedes its cached child %d in the free queue",
+                             b->parent, id);
     }
     free(pos);
     return st;

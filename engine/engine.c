@@ -27,8 +27,8 @@
 #include <string.h>
 
 #define PLLM_KV_DEFAULT_CAP ((size_t)4 << 30)
-#define PLLM_MAX_N 1024
-#define PLLM_MAX_LOGPROBS 20
+#define PLLM_MAX_N          1024
+#define PLLM_MAX_LOGPROBS   20
 
 struct pllm_engine {
     pllm_engine_params p;
@@ -37,28 +37,28 @@ struct pllm_engine {
     const pllm_tokenizer *tok;
     pllm_kv_layout layout;
     int32_t n_vocab;
-    int32_t ctx_limit;          /* min(max_model_len, KV capacity) */
-    const int32_t *eos_ids;     /* tokenizer's stop ids (borrowed) */
+    int32_t ctx_limit;      /* min(max_model_len, KV capacity) */
+    const int32_t *eos_ids; /* tokenizer's stop ids (borrowed) */
     int32_t n_eos_ids;
     pllm_kv_manager *kv;
     pllm_sched *sched;
     pllm_sched_out plan_out;
     uint64_t next_id, next_arrival;
-    pllm_status broken;         /* a failed backend step leaves the engine unusable */
+    pllm_status broken; /* a failed backend step leaves the engine unusable */
 
     /* batch plan buffers */
-    int32_t *tokens;            /* [max_batched_tokens] */
-    int32_t *positions;         /* [max_batched_tokens] */
-    int32_t *slots;             /* [max_batched_tokens] */
-    pllm_seq_plan *seqs;        /* [max_seqs] */
-    int32_t *tables;            /* [tables_cap] */
+    int32_t *tokens;     /* [max_batched_tokens] */
+    int32_t *positions;  /* [max_batched_tokens] */
+    int32_t *slots;      /* [max_batched_tokens] */
+    pllm_seq_plan *seqs; /* [max_seqs] */
+    int32_t *tables;     /* [tables_cap] */
     int32_t tables_cap;
-    pllm_sample_req *samples;   /* [max_seqs] */
-    int32_t *sample_entry;      /* [max_seqs]: plan entry of each sample */
-    int32_t *out_tokens;        /* [max_seqs] */
-    float *out_logprobs;        /* [max_seqs] */
-    int32_t *out_top_ids;       /* [max_seqs][PLLM_MAX_LOGPROBS] */
-    float *out_top_logprobs;    /* [max_seqs][PLLM_MAX_LOGPROBS] */
+    pllm_sample_req *samples; /* [max_seqs] */
+    int32_t *sample_entry;    /* [max_seqs]: plan entry of each sample */
+    int32_t *out_tokens;      /* [max_seqs] */
+    float *out_logprobs;      /* [max_seqs] */
+    int32_t *out_top_ids;     /* [max_seqs][PLLM_MAX_LOGPROBS] */
+    float *out_top_logprobs;  /* [max_seqs][PLLM_MAX_LOGPROBS] */
 
     pllm_engine_stats stats;
 };
@@ -87,22 +87,27 @@ pllm_status pllm_request_params_validate(const pllm_request_params *p)
 {
     PLLM_TRY(pllm_sampling_validate(&p->sampling));
     if (p->sampling.logprobs > PLLM_MAX_LOGPROBS)
-        return pllm_errorf(PLLM_ERR_INVALID, "logprobs must be <= %d, got %d", PLLM_MAX_LOGPROBS, p->sampling.logprobs);
-    if (p->max_tokens < 1) return pllm_errorf(PLLM_ERR_INVALID, "max_tokens must be >= 1, got %d", p->max_tokens);
-    if (p->min_tokens < 0) return pllm_errorf(PLLM_ERR_INVALID, "min_tokens must be >= 0, got %d", p->min_tokens);
+        return pllm_errorf(PLLM_ERR_INVALID, "logprobs must be <= %d, got %d", PLLM_MAX_LOGPROBS,
+                           p->sampling.logprobs);
+    if (p->max_tokens < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "max_tokens must be >= 1, got %d", p->max_tokens);
+    if (p->min_tokens < 0)
+        return pllm_errorf(PLLM_ERR_INVALID, "min_tokens must be >= 0, got %d", p->min_tokens);
     if (p->min_tokens > p->max_tokens)
-        return pllm_errorf(PLLM_ERR_INVALID, "min_tokens (%d) must be <= max_tokens (%d)", p->min_tokens,
-                           p->max_tokens);
+        return pllm_errorf(PLLM_ERR_INVALID, "min_tokens (%d) must be <= max_tokens (%d)",
+                           p->min_tokens, p->max_tokens);
     if (p->n < 1 || p->n > PLLM_MAX_N)
         return pllm_errorf(PLLM_ERR_INVALID, "n must be in [1, %d], got %d", PLLM_MAX_N, p->n);
     if (p->n_stop_ids < 0 || p->n_stop_ids > PLLM_MAX_STOP)
-        return pllm_errorf(PLLM_ERR_INVALID, "stop_token_ids: at most %d allowed, got %d", PLLM_MAX_STOP,
-                           p->n_stop_ids);
+        return pllm_errorf(PLLM_ERR_INVALID, "stop_token_ids: at most %d allowed, got %d",
+                           PLLM_MAX_STOP, p->n_stop_ids);
     for (int32_t i = 0; i < p->n_stop_ids; i++)
         if (p->stop_ids[i] < 0)
-            return pllm_errorf(PLLM_ERR_INVALID, "stop_token_ids[%d] must be >= 0, got %d", i, p->stop_ids[i]);
+            return pllm_errorf(PLLM_ERR_INVALID, "stop_token_ids[%d] must be >= 0, got %d", i,
+                               p->stop_ids[i]);
     if (p->n_stop < 0 || p->n_stop > PLLM_MAX_STOP)
-        return pllm_errorf(PLLM_ERR_INVALID, "stop: at most %d strings allowed, got %d", PLLM_MAX_STOP, p->n_stop);
+        return pllm_errorf(PLLM_ERR_INVALID, "stop: at most %d strings allowed, got %d",
+                           PLLM_MAX_STOP, p->n_stop);
     for (int32_t i = 0; i < p->n_stop; i++)
         if (!p->stop[i] || !p->stop[i][0])
             return pllm_errorf(PLLM_ERR_INVALID, "stop[%d] must be a non-empty string", i);
@@ -112,9 +117,12 @@ pllm_status pllm_request_params_validate(const pllm_request_params *p)
 const char *pllm_finish_reason_str(pllm_finish_reason r)
 {
     switch (r) {
-    case PLLM_FINISH_STOP: return "stop";
-    case PLLM_FINISH_LENGTH: return "length";
-    case PLLM_FINISH_ERROR: return "error";
+    case PLLM_FINISH_STOP:
+        return "stop";
+    case PLLM_FINISH_LENGTH:
+        return "length";
+    case PLLM_FINISH_ERROR:
+        return "error";
     }
     return "unknown";
 }
@@ -125,24 +133,31 @@ static pllm_status choose_n_blocks(pllm_engine *e, int32_t *n_blocks)
 {
     const pllm_engine_params *p = &e->p;
     size_t block_bytes = pllm_kv_block_bytes(&e->layout);
-    if (block_bytes == 0) return pllm_errorf(PLLM_ERR_INTERNAL, "backend %s: KV block of 0 bytes", e->backend->iface->name);
+    if (block_bytes == 0)
+        return pllm_errorf(PLLM_ERR_INTERNAL, "backend %s: KV block of 0 bytes",
+                           e->backend->iface->name);
     size_t n;
     if (p->n_blocks > 0) {
         n = (size_t)p->n_blocks;
     } else if (p->kv_bytes > 0) {
         n = p->kv_bytes / block_bytes;
         if (n == 0)
-            return pllm_errorf(PLLM_ERR_NOMEM, "kv_bytes %zu holds no %d-token KV block (%zu bytes)", p->kv_bytes,
+            return pllm_errorf(PLLM_ERR_NOMEM,
+                               "kv_bytes %zu holds no %d-token KV block (%zu bytes)", p->kv_bytes,
                                p->block_size, block_bytes);
     } else {
         size_t avail = 0;
         PLLM_TRY(e->backend->iface->kv_available(e->backend->ctx, &avail));
         size_t budget = PLLM_MIN(avail / 2, PLLM_KV_DEFAULT_CAP);
-        size_t full = (size_t)p->max_seqs * (((size_t)p->max_model_len + (size_t)p->block_size - 1) / (size_t)p->block_size);
+        size_t full =
+            (size_t)p->max_seqs *
+            (((size_t)p->max_model_len + (size_t)p->block_size - 1) / (size_t)p->block_size);
         n = PLLM_MIN(budget / block_bytes, full);
         if (n == 0)
-            return pllm_errorf(PLLM_ERR_NOMEM, "backend %s: %zu bytes available for the KV cache, a %d-token block needs %zu",
-                               e->backend->iface->name, avail, p->block_size, block_bytes);
+            return pllm_errorf(
+                PLLM_ERR_NOMEM,
+                "backend %s: %zu bytes available for the KV cache, a %d-token block needs %zu",
+                e->backend->iface->name, avail, p->block_size, block_bytes);
     }
     size_t max_blocks = (size_t)INT32_MAX / (size_t)p->block_size;
     *n_blocks = (int32_t)PLLM_MIN(n, max_blocks);
@@ -155,8 +170,9 @@ pllm_status pllm_engine_create(pllm_engine **out, const pllm_model *model, pllm_
     return pllm_engine_create_hooked(out, model, backend, tok, params, NULL);
 }
 
-pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model, pllm_backend *backend,
-                                      const pllm_tokenizer *tok, const pllm_engine_params *params,
+pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model,
+                                      pllm_backend *backend, const pllm_tokenizer *tok,
+                                      const pllm_engine_params *params,
                                       const pllm_engine_hooks *hooks)
 {
     *out = NULL;
@@ -169,16 +185,23 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     if (p.max_seqs == 0) p.max_seqs = 64;
     if (p.max_model_len == 0) p.max_model_len = model->cfg.n_ctx_train;
     if (p.block_size < 1 || p.block_size > 4096)
-        return pllm_errorf(PLLM_ERR_INVALID, "block_size must be in [1, 4096], got %d", p.block_size);
-    if (p.n_blocks < 0) return pllm_errorf(PLLM_ERR_INVALID, "n_blocks must be >= 0, got %d", p.n_blocks);
+        return pllm_errorf(PLLM_ERR_INVALID, "block_size must be in [1, 4096], got %d",
+                           p.block_size);
+    if (p.n_blocks < 0)
+        return pllm_errorf(PLLM_ERR_INVALID, "n_blocks must be >= 0, got %d", p.n_blocks);
     if (p.max_batched_tokens < 1)
-        return pllm_errorf(PLLM_ERR_INVALID, "max_batched_tokens must be >= 1, got %d", p.max_batched_tokens);
-    if (p.max_seqs < 1) return pllm_errorf(PLLM_ERR_INVALID, "max_seqs must be >= 1, got %d", p.max_seqs);
-    if (p.max_bypass < 0) return pllm_errorf(PLLM_ERR_INVALID, "max_bypass must be >= 0, got %d", p.max_bypass);
+        return pllm_errorf(PLLM_ERR_INVALID, "max_batched_tokens must be >= 1, got %d",
+                           p.max_batched_tokens);
+    if (p.max_seqs < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "max_seqs must be >= 1, got %d", p.max_seqs);
+    if (p.max_bypass < 0)
+        return pllm_errorf(PLLM_ERR_INVALID, "max_bypass must be >= 0, got %d", p.max_bypass);
     if (p.max_model_len < 2)
-        return pllm_errorf(PLLM_ERR_INVALID, "max_model_len must be >= 2, got %d (model n_ctx_train %d)", p.max_model_len,
-                           model->cfg.n_ctx_train);
-    if (model->cfg.n_vocab < 1) return pllm_errorf(PLLM_ERR_INVALID, "engine: model has n_vocab %d", model->cfg.n_vocab);
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "max_model_len must be >= 2, got %d (model n_ctx_train %d)",
+                           p.max_model_len, model->cfg.n_ctx_train);
+    if (model->cfg.n_vocab < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "engine: model has n_vocab %d", model->cfg.n_vocab);
 
     pllm_engine *e = pllm_calloc(1, sizeof *e);
     if (!e) return PLLM_ERR_NOMEM;
@@ -225,8 +248,8 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     e->out_logprobs = pllm_malloc(ns * sizeof *e->out_logprobs);
     e->out_top_ids = pllm_malloc(ns * PLLM_MAX_LOGPROBS * sizeof *e->out_top_ids);
     e->out_top_logprobs = pllm_malloc(ns * PLLM_MAX_LOGPROBS * sizeof *e->out_top_logprobs);
-    if (!e->tokens || !e->positions || !e->slots || !e->seqs || !e->samples || !e->sample_entry || !e->out_tokens ||
-        !e->out_logprobs || !e->out_top_ids || !e->out_top_logprobs) {
+    if (!e->tokens || !e->positions || !e->slots || !e->seqs || !e->samples || !e->sample_entry ||
+        !e->out_tokens || !e->out_logprobs || !e->out_top_ids || !e->out_top_logprobs) {
         st = PLLM_ERR_NOMEM;
         goto fail;
     }
@@ -284,24 +307,29 @@ static uint64_t splitmix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-pllm_status pllm_engine_add(pllm_engine *e, const int32_t *prompt, int32_t n_prompt, const pllm_request_params *p,
-                            void *user, uint64_t *req_id)
+pllm_status pllm_engine_add(pllm_engine *e, const int32_t *prompt, int32_t n_prompt,
+                            const pllm_request_params *p, void *user, uint64_t *req_id)
 {
     PLLM_TRY(pllm_request_params_validate(p));
     if (n_prompt < 1) return pllm_errorf(PLLM_ERR_INVALID, "prompt is empty");
     for (int32_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= e->n_vocab)
-            return pllm_errorf(PLLM_ERR_RANGE, "prompt token %d is %d, outside the vocabulary [0, %d)", i, prompt[i],
-                               e->n_vocab);
+            return pllm_errorf(PLLM_ERR_RANGE,
+                               "prompt token %d is %d, outside the vocabulary [0, %d)", i,
+                               prompt[i], e->n_vocab);
     for (int32_t i = 0; i < p->n_stop_ids; i++)
         if (p->stop_ids[i] >= e->n_vocab)
-            return pllm_errorf(PLLM_ERR_RANGE, "stop_token_ids[%d] is %d, outside the vocabulary [0, %d)", i,
+            return pllm_errorf(PLLM_ERR_RANGE,
+                               "stop_token_ids[%d] is %d, outside the vocabulary [0, %d)", i,
                                p->stop_ids[i], e->n_vocab);
     if (n_prompt + 1 > e->p.max_model_len)
-        return pllm_errorf(PLLM_ERR_RANGE, "prompt of %d tokens leaves no room to generate: max_model_len is %d",
+        return pllm_errorf(PLLM_ERR_RANGE,
+                           "prompt of %d tokens leaves no room to generate: max_model_len is %d",
                            n_prompt, e->p.max_model_len);
     if (n_prompt + 1 > e->ctx_limit)
-        return pllm_errorf(PLLM_ERR_RANGE, "prompt of %d tokens leaves no room to generate: the KV cache holds %d tokens (%d blocks of %d)",
+        return pllm_errorf(PLLM_ERR_RANGE,
+                           "prompt of %d tokens leaves no room to generate: the KV cache holds %d "
+                           "tokens (%d blocks of %d)",
                            n_prompt, e->ctx_limit, e->stats.n_blocks, e->p.block_size);
 
     uint64_t id = e->next_id;
@@ -357,7 +385,10 @@ bool pllm_engine_has_work(const pllm_engine *e)
     return pllm_sched_n_waiting(e->sched) + pllm_sched_n_running(e->sched) > 0;
 }
 
-void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out) { *out = e->stats; }
+void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out)
+{
+    *out = e->stats;
+}
 
 /* ---- one step ---- */
 
@@ -402,20 +433,22 @@ static pllm_status build_plan(pllm_engine *e, pllm_batch_plan *plan, int32_t *to
         e->samples[ns] = (pllm_sample_req){
             .seq = i,
             .params = &r->sampling,
-            .ctx = {
-                .prompt = r->tokens.ids,
-                .n_prompt = r->n_prompt,
-                .output = r->tokens.ids + r->n_prompt,
-                .n_output = n_out,
-                .banned = ban ? r->stop_ids : NULL,
-                .n_banned = ban ? r->n_stop_ids : 0,
-            },
+            .ctx =
+                {
+                    .prompt = r->tokens.ids,
+                    .n_prompt = r->n_prompt,
+                    .output = r->tokens.ids + r->n_prompt,
+                    .n_output = n_out,
+                    .banned = ban ? r->stop_ids : NULL,
+                    .n_banned = ban ? r->n_stop_ids : 0,
+                },
         };
         e->sample_entry[ns] = i;
         *top_n = PLLM_MAX(*top_n, r->sampling.logprobs);
         ns++;
     }
-    PLLM_ASSERT(nt == o->n_tokens && nt <= e->p.max_batched_tokens && o->n_entries <= e->p.max_seqs);
+    PLLM_ASSERT(nt == o->n_tokens && nt <= e->p.max_batched_tokens &&
+                o->n_entries <= e->p.max_seqs);
     *plan = (pllm_batch_plan){
         .n_tokens = nt,
         .tokens = e->tokens,
@@ -430,7 +463,8 @@ static pllm_status build_plan(pllm_engine *e, pllm_batch_plan *plan, int32_t *to
     return PLLM_OK;
 }
 
-static void emit_completion(pllm_engine *e, pllm_req *r, const char *error, pllm_engine_emit_fn emit, void *arg)
+static void emit_completion(pllm_engine *e, pllm_req *r, const char *error,
+                            pllm_engine_emit_fn emit, void *arg)
 {
     r->t_finish = pllm_now();
     int32_t n_out = pllm_req_n_output(r);
@@ -464,8 +498,8 @@ static void emit_completion(pllm_engine *e, pllm_req *r, const char *error, pllm
 }
 
 /* Append a sampled token and decide whether the request is done. */
-static pllm_status accept_token(pllm_engine *e, pllm_req *r, int32_t token, float logprob, const int32_t *top_ids,
-                                const float *top_lps, bool *done)
+static pllm_status accept_token(pllm_engine *e, pllm_req *r, int32_t token, float logprob,
+                                const int32_t *top_ids, const float *top_lps, bool *done)
 {
     *done = false;
     PLLM_TRY(pllm_req_append(r, token, logprob, top_ids, top_lps));
@@ -503,14 +537,16 @@ static pllm_status accept_token(pllm_engine *e, pllm_req *r, int32_t token, floa
 
 pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg)
 {
-    if (e->broken != PLLM_OK) return pllm_errorf(e->broken, "engine: a previous step failed; the engine cannot continue");
+    if (e->broken != PLLM_OK)
+        return pllm_errorf(e->broken, "engine: a previous step failed; the engine cannot continue");
     pllm_sched_out *o = &e->plan_out;
     pllm_status st = pllm_sched_schedule(e->sched, o);
     if (st != PLLM_OK) goto broken;
     e->stats.preemptions += o->n_preempted;
     if (o->n_entries == 0) {
         if (!pllm_engine_has_work(e)) return PLLM_OK;
-        st = pllm_errorf(PLLM_ERR_INTERNAL, "engine: %d waiting, %d running, but nothing could be scheduled",
+        st = pllm_errorf(PLLM_ERR_INTERNAL,
+                         "engine: %d waiting, %d running, but nothing could be scheduled",
                          pllm_sched_n_waiting(e->sched), pllm_sched_n_running(e->sched));
         goto broken;
     }
@@ -539,14 +575,15 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
         pllm_req *r = o->entries[e->sample_entry[k]].req;
         int32_t tok = so.tokens[k];
         if (tok < 0 || tok >= e->n_vocab) {
-            st = pllm_errorf(PLLM_ERR_INTERNAL, "backend %s sampled token %d outside [0, %d)", e->backend->iface->name,
-                             tok, e->n_vocab);
+            st = pllm_errorf(PLLM_ERR_INTERNAL, "backend %s sampled token %d outside [0, %d)",
+                             e->backend->iface->name, tok, e->n_vocab);
             goto broken;
         }
         bool done = false;
         st = accept_token(e, r, tok, so.logprobs ? so.logprobs[k] : 0.0f,
                           so.top_ids ? so.top_ids + (size_t)k * (size_t)top_n : NULL,
-                          so.top_logprobs ? so.top_logprobs + (size_t)k * (size_t)top_n : NULL, &done);
+                          so.top_logprobs ? so.top_logprobs + (size_t)k * (size_t)top_n : NULL,
+                          &done);
         if (st != PLLM_OK) goto broken;
         if (!done) continue;
         o->entries[e->sample_entry[k]].req = NULL; /* freed below */
@@ -562,7 +599,19 @@ broken:
 
 /* ---- internal accessors (engine_internal.h) ---- */
 
-const pllm_sched_out *pllm_engine_last_plan(const pllm_engine *e) { return &e->plan_out; }
-pllm_kv_manager *pllm_engine_kv(pllm_engine *e) { return e->kv; }
-pllm_sched *pllm_engine_sched(pllm_engine *e) { return e->sched; }
-int32_t pllm_engine_ctx_limit(const pllm_engine *e) { return e->ctx_limit; }
+const pllm_sched_out *pllm_engine_last_plan(const pllm_engine *e)
+{
+    return &e->plan_out;
+}
+pllm_kv_manager *pllm_engine_kv(pllm_engine *e)
+{
+    return e->kv;
+}
+pllm_sched *pllm_engine_sched(pllm_engine *e)
+{
+    return e->sched;
+}
+int32_t pllm_engine_ctx_limit(const pllm_engine *e)
+{
+    return e->ctx_limit;
+}

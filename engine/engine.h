@@ -87,7 +87,9 @@ typedef struct pllm_completion {
     const int32_t *top_ids;     /* [n_tokens][top_n] */
     const float *top_logprobs;  /* [n_tokens][top_n] */
     int32_t prompt_tokens;
-    int32_t cached_tokens;      /* prompt tokens served from the prefix cache */
+    int32_t cached_tokens;      /* prompt tokens served from the prefix cache at admission
+                                   (for completions 1..n-1: the full prompt blocks they share
+                                   with completion 0, with or without the prefix cache) */
     double t_arrival, t_first_token, t_finish; /* pllm_now() seconds */
 } pllm_completion;
 

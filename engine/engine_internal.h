@@ -23,6 +23,7 @@ typedef struct pllm_engine_hooks {
     void *block_hash_arg;
 } pllm_engine_hooks;
 
-pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model, pllm_backend *backend,
-                                      const pllm_tokenizer *tok, const pllm_engine_params *params,
+pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model,
+                                      pllm_backend *backend, const pllm_tokenizer *tok,
+                                      const pllm_engine_params *params,
                                       const pllm_engine_hooks *hooks);

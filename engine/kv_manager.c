@@ -45,9 +45,18 @@ void pllm_kv_manager_free(pllm_kv_manager *kv)
     free(kv);
 }
 
-pllm_block_pool *pllm_kv_pool(pllm_kv_manager *kv) { return kv->pool; }
-const pllm_block_pool *pllm_kv_pool_c(const pllm_kv_manager *kv) { return kv->pool; }
-int32_t pllm_kv_block_size(const pllm_kv_manager *kv) { return kv->block_size; }
+pllm_block_pool *pllm_kv_pool(pllm_kv_manager *kv)
+{
+    return kv->pool;
+}
+const pllm_block_pool *pllm_kv_pool_c(const pllm_kv_manager *kv)
+{
+    return kv->pool;
+}
+int32_t pllm_kv_block_size(const pllm_kv_manager *kv)
+{
+    return kv->block_size;
+}
 
 static pllm_status table_reserve(pllm_kv_table *t, int32_t need)
 {
@@ -92,7 +101,8 @@ pllm_status pllm_kv_find_cached(pllm_kv_manager *kv, pllm_key_chain *c, const in
     PLLM_TRY(pllm_kv_keys_extend(kv, c, tokens, max_blocks * bs));
     int32_t parent = -1, n = 0;
     for (; n < max_blocks; n++) {
-        int32_t id = pllm_block_pool_lookup(kv->pool, c->keys[n], parent, tokens + (size_t)n * (size_t)bs);
+        int32_t id =
+            pllm_block_pool_lookup(kv->pool, c->keys[n], parent, tokens + (size_t)n * (size_t)bs);
         if (id < 0) break;
         hit[n] = id;
         parent = id;
@@ -120,8 +130,8 @@ bool pllm_kv_can_allocate(const pllm_kv_manager *kv, const pllm_kv_table *t, con
     return need <= pllm_block_pool_n_free(kv->pool) - free_hits;
 }
 
-pllm_status pllm_kv_allocate(pllm_kv_manager *kv, pllm_kv_table *t, const int32_t *hit, int32_t n_hit,
-                             int32_t n_tokens)
+pllm_status pllm_kv_allocate(pllm_kv_manager *kv, pllm_kv_table *t, const int32_t *hit,
+                             int32_t n_hit, int32_t n_tokens)
 {
     PLLM_ASSERT(n_hit == 0 || t->n == 0);
     if (!pllm_kv_can_allocate(kv, t, hit, n_hit, n_tokens))
@@ -141,8 +151,8 @@ pllm_status pllm_kv_allocate(pllm_kv_manager *kv, pllm_kv_table *t, const int32_
     return PLLM_OK;
 }
 
-pllm_status pllm_kv_commit(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain *c, const int32_t *tokens,
-                           int32_t n_computed)
+pllm_status pllm_kv_commit(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain *c,
+                           const int32_t *tokens, int32_t n_computed)
 {
     int32_t bs = kv->block_size, n_full = PLLM_MIN(n_computed / bs, t->n);
     if (n_full <= t->n_committed) return PLLM_OK;
@@ -153,7 +163,8 @@ pllm_status pllm_kv_commit(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain
     PLLM_TRY(pllm_kv_keys_extend(kv, c, tokens, n_full * bs));
     for (int32_t i = t->n_committed; i < n_full; i++) {
         int32_t id = t->ids[i], parent = i == 0 ? -1 : t->ids[i - 1];
-        int32_t got = pllm_block_pool_cache(kv->pool, id, c->keys[i], parent, tokens + (size_t)i * (size_t)bs);
+        int32_t got = pllm_block_pool_cache(kv->pool, id, c->keys[i], parent,
+                                            tokens + (size_t)i * (size_t)bs);
         if (got < 0) break; /* parent not indexed: nothing after it can be */
         if (got != id) {
             /* an identical block is already indexed: share it, drop our copy */

@@ -30,7 +30,7 @@
 #include "engine/common.h"
 
 typedef struct pllm_kv_table {
-    int32_t *ids;        /* [n] block ids */
+    int32_t *ids; /* [n] block ids */
     int32_t n, cap;
     int32_t n_committed; /* leading blocks already offered to the index */
 } pllm_kv_table;
@@ -41,7 +41,7 @@ typedef struct pllm_key_chain {
     int32_t n, cap;
 } pllm_key_chain;
 
-void pllm_kv_table_free(pllm_kv_table *t);  /* frees the array; blocks must be released */
+void pllm_kv_table_free(pllm_kv_table *t); /* frees the array; blocks must be released */
 void pllm_key_chain_free(pllm_key_chain *c);
 
 typedef struct pllm_kv_manager pllm_kv_manager;
@@ -71,11 +71,11 @@ bool pllm_kv_can_allocate(const pllm_kv_manager *kv, const pllm_kv_table *t, con
 /* Grow t to hold n_tokens positions: first append the hits (only into an empty table; they
  * become its committed prefix), then fresh blocks. PLLM_ERR_NOMEM, changing nothing, when the
  * pool is short. */
-pllm_status pllm_kv_allocate(pllm_kv_manager *kv, pllm_kv_table *t, const int32_t *hit, int32_t n_hit,
-                             int32_t n_tokens);
+pllm_status pllm_kv_allocate(pllm_kv_manager *kv, pllm_kv_table *t, const int32_t *hit,
+                             int32_t n_hit, int32_t n_tokens);
 /* Index t's full blocks within tokens[0 .. n_computed) (whose K/V are now written). */
-pllm_status pllm_kv_commit(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain *c, const int32_t *tokens,
-                           int32_t n_computed);
+pllm_status pllm_kv_commit(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain *c,
+                           const int32_t *tokens, int32_t n_computed);
 /* Release every block of t, tail first; t becomes empty (its array is kept). */
 void pllm_kv_free(pllm_kv_manager *kv, pllm_kv_table *t);
 /* Leading blocks of t that are in the index (they survive a free until evicted). */

@@ -24,7 +24,8 @@ pllm_status pllm_req_create(pllm_req **out, const pllm_req_init *ini)
     r->sampling.seed = ini->seed;
     r->tok = ini->tok;
     r->finish = PLLM_FINISH_LENGTH;
-    pllm_status st = pllm_tokens_reserve(&r->tokens, (size_t)ini->n_prompt + (size_t)PLLM_MIN(p->max_tokens, 64));
+    pllm_status st = pllm_tokens_reserve(&r->tokens, (size_t)ini->n_prompt +
+                                                         (size_t)PLLM_MIN(p->max_tokens, 64));
     if (st == PLLM_OK) st = pllm_tokens_append(&r->tokens, ini->prompt, (size_t)ini->n_prompt);
     if (st != PLLM_OK) goto fail;
     /* stop strings: own copies */
@@ -103,10 +104,14 @@ pllm_status pllm_req_append(pllm_req *r, int32_t token, float logprob, const int
         PLLM_TRY(grow_outputs(r, k + 1));
         size_t n = (size_t)r->sampling.logprobs;
         r->logprobs[k] = logprob;
-        if (top_ids) memcpy(r->top_ids + (size_t)k * n, top_ids, n * sizeof *top_ids);
-        else for (size_t i = 0; i < n; i++) r->top_ids[(size_t)k * n + i] = -1;
-        if (top_logprobs) memcpy(r->top_logprobs + (size_t)k * n, top_logprobs, n * sizeof *top_logprobs);
-        else for (size_t i = 0; i < n; i++) r->top_logprobs[(size_t)k * n + i] = 0.0f;
+        if (top_ids)
+            memcpy(r->top_ids + (size_t)k * n, top_ids, n * sizeof *top_ids);
+        else
+            for (size_t i = 0; i < n; i++) r->top_ids[(size_t)k * n + i] = -1;
+        if (top_logprobs)
+            memcpy(r->top_logprobs + (size_t)k * n, top_logprobs, n * sizeof *top_logprobs);
+        else
+            for (size_t i = 0; i < n; i++) r->top_logprobs[(size_t)k * n + i] = 0.0f;
     }
     return pllm_tokens_push(&r->tokens, token);
 }
@@ -118,7 +123,8 @@ bool pllm_req_is_stop_id(const pllm_req *r, int32_t token)
     return false;
 }
 
-int64_t pllm_stop_find(const char *text, size_t len, size_t from, const char *const *stops, int32_t n_stops)
+int64_t pllm_stop_find(const char *text, size_t len, size_t from, const char *const *stops,
+                       int32_t n_stops)
 {
     int64_t best = -1;
     for (int32_t i = 0; i < n_stops; i++) {

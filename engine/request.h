@@ -40,22 +40,22 @@ static inline bool pllm_order_lt(pllm_order a, pllm_order b)
 
 /* The n completions of one request. */
 typedef struct pllm_req_group {
-    pllm_req *leader;   /* index 0 while it is alive, else NULL */
-    int32_t n_alive;    /* completions not yet freed */
+    pllm_req *leader; /* index 0 while it is alive, else NULL */
+    int32_t n_alive;  /* completions not yet freed */
 } pllm_req_group;
 
 struct pllm_req {
     uint64_t id;
-    int32_t index;             /* 0 .. n-1 */
+    int32_t index; /* 0 .. n-1 */
     void *user;
-    uint64_t arrival;          /* add order (completions of a request in index order) */
+    uint64_t arrival; /* add order (completions of a request in index order) */
     pllm_req_group *group;
 
-    pllm_tokens tokens;        /* prompt ++ output */
+    pllm_tokens tokens; /* prompt ++ output */
     int32_t n_prompt;
-    int32_t n_computed;        /* tokens whose K/V are in the cache */
+    int32_t n_computed; /* tokens whose K/V are in the cache */
     pllm_kv_table table;
-    pllm_key_chain keys;       /* block keys of tokens (prefix cache) */
+    pllm_key_chain keys; /* block keys of tokens (prefix cache) */
 
     /* scheduler */
     pllm_req_state state;
@@ -67,30 +67,33 @@ struct pllm_req {
                                   current wait (reset on admission) */
     int32_t n_preempted;
     bool admitted_once;
-    int32_t cached_tokens;     /* prompt tokens found in the cache at first admission */
+    int32_t cached_tokens; /* prompt tokens found in the cache at first admission */
 
     /* parameters */
-    pllm_request_params params;     /* stop[] point into stop_store */
+    pllm_request_params params; /* stop[] point into stop_store */
     char *stop_store[PLLM_MAX_STOP];
     size_t max_stop_len;
-    pllm_sampling_params sampling;  /* with this completion's seed */
-    int32_t *stop_ids;              /* ids that end generation (EOS unless ignore_eos, request
-                                       ids); also the ids banned while output < min_tokens */
+    pllm_sampling_params sampling; /* with this completion's seed */
+    int32_t *stop_ids;             /* ids that end generation (EOS unless ignore_eos, request
+                                      ids); also the ids banned while output < min_tokens */
     int32_t n_stop_ids;
 
     /* output */
-    const pllm_tokenizer *tok;      /* NULL: no text, no stop strings */
+    const pllm_tokenizer *tok; /* NULL: no text, no stop strings */
     pllm_detok detok;
     pllm_buf text;
-    float *logprobs;           /* [n_output] when sampling.logprobs > 0 */
-    int32_t *top_ids;          /* [n_output][sampling.logprobs] */
-    float *top_logprobs;       /* [n_output][sampling.logprobs] */
+    float *logprobs;     /* [n_output] when sampling.logprobs > 0 */
+    int32_t *top_ids;    /* [n_output][sampling.logprobs] */
+    float *top_logprobs; /* [n_output][sampling.logprobs] */
     int32_t out_cap;
     pllm_finish_reason finish;
     double t_arrival, t_first_token, t_finish;
 };
 
-static inline int32_t pllm_req_n_output(const pllm_req *r) { return (int32_t)r->tokens.n - r->n_prompt; }
+static inline int32_t pllm_req_n_output(const pllm_req *r)
+{
+    return (int32_t)r->tokens.n - r->n_prompt;
+}
 
 typedef struct pllm_req_init {
     uint64_t id;
@@ -120,4 +123,5 @@ bool pllm_req_is_stop_id(const pllm_req *r, int32_t token);
 
 /* Start of the earliest occurrence of any of the stop strings in text[0 .. len) that ends at
  * or after offset `from` (the start of newly appended text), or -1. */
-int64_t pllm_stop_find(const char *text, size_t len, size_t from, const char *const *stops, int32_t n_stops);
+int64_t pllm_stop_find(const char *text, size_t len, size_t from, const char *const *stops,
+                       int32_t n_stops);

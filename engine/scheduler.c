@@ -17,18 +17,18 @@ struct pllm_sched {
     int32_t bs;
     pllm_req *w_head, *w_tail; /* waiting queue, by order */
     int32_t n_waiting;
-    pllm_req **running;        /* [max_seqs], by order */
+    pllm_req **running; /* [max_seqs], by order */
     int32_t n_running;
     int64_t n_preemptions;
-    pllm_req **skipped;        /* [scan_limit]: deferred in the current admission scan */
-    pllm_req **prefilling;     /* [max_seqs]: running requests still computing their prompt */
-    int32_t *hit;              /* [hit_cap]: cache hits of the candidate */
+    pllm_req **skipped;    /* [scan_limit]: deferred in the current admission scan */
+    pllm_req **prefilling; /* [max_seqs]: running requests still computing their prompt */
+    int32_t *hit;          /* [hit_cap]: cache hits of the candidate */
     int32_t hit_cap;
     /* prefix grouping: prompt block key -> the latest waiting request with that block */
-    group_slot *gmap;          /* [gmask + 1], linear probing, r == NULL: empty */
+    group_slot *gmap; /* [gmask + 1], linear probing, r == NULL: empty */
     uint64_t gmask;
     int64_t gcount;
-    int64_t n_grouped;         /* requests placed next to their group */
+    int64_t n_grouped; /* requests placed next to their group */
 };
 
 void pllm_sched_out_free(pllm_sched_out *o)
@@ -43,10 +43,14 @@ pllm_status pllm_sched_init(pllm_sched **out, const pllm_sched_params *p, pllm_k
 {
     *out = NULL;
     if (p->max_batched_tokens < 1)
-        return pllm_errorf(PLLM_ERR_INVALID, "max_batched_tokens must be >= 1, got %d", p->max_batched_tokens);
-    if (p->max_seqs < 1) return pllm_errorf(PLLM_ERR_INVALID, "max_seqs must be >= 1, got %d", p->max_seqs);
-    if (p->max_bypass < 0) return pllm_errorf(PLLM_ERR_INVALID, "max_bypass must be >= 0, got %d", p->max_bypass);
-    if (p->scan_limit < 1) return pllm_errorf(PLLM_ERR_INVALID, "scan_limit must be >= 1, got %d", p->scan_limit);
+        return pllm_errorf(PLLM_ERR_INVALID, "max_batched_tokens must be >= 1, got %d",
+                           p->max_batched_tokens);
+    if (p->max_seqs < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "max_seqs must be >= 1, got %d", p->max_seqs);
+    if (p->max_bypass < 0)
+        return pllm_errorf(PLLM_ERR_INVALID, "max_bypass must be >= 0, got %d", p->max_bypass);
+    if (p->scan_limit < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "scan_limit must be >= 1, got %d", p->scan_limit);
     pllm_sched *s = pllm_calloc(1, sizeof *s);
     if (!s) return PLLM_ERR_NOMEM;
     s->p = *p;
@@ -74,11 +78,26 @@ void pllm_sched_free(pllm_sched *s)
     free(s);
 }
 
-int32_t pllm_sched_n_waiting(const pllm_sched *s) { return s->n_waiting; }
-int32_t pllm_sched_n_running(const pllm_sched *s) { return s->n_running; }
-int64_t pllm_sched_n_preemptions(const pllm_sched *s) { return s->n_preemptions; }
-int64_t pllm_sched_n_grouped(const pllm_sched *s) { return s->n_grouped; }
-pllm_req *pllm_sched_waiting_head(const pllm_sched *s) { return s->w_head; }
+int32_t pllm_sched_n_waiting(const pllm_sched *s)
+{
+    return s->n_waiting;
+}
+int32_t pllm_sched_n_running(const pllm_sched *s)
+{
+    return s->n_running;
+}
+int64_t pllm_sched_n_preemptions(const pllm_sched *s)
+{
+    return s->n_preemptions;
+}
+int64_t pllm_sched_n_grouped(const pllm_sched *s)
+{
+    return s->n_grouped;
+}
+pllm_req *pllm_sched_waiting_head(const pllm_sched *s)
+{
+    return s->w_head;
+}
 pllm_req *const *pllm_sched_running(const pllm_sched *s, int32_t *n)
 {
     *n = s->n_running;
@@ -97,7 +116,8 @@ static void waiting_insert(pllm_sched *s, pllm_req *r)
     } else if (r->state == PLLM_REQ_RUNNING) {
         /* preempted: old, search from the head */
         after = NULL;
-        for (pllm_req *x = s->w_head; x && pllm_order_lt(x->order, r->order); x = x->w_next) after = x;
+        for (pllm_req *x = s->w_head; x && pllm_order_lt(x->order, r->order); x = x->w_next)
+            after = x;
     } else {
         /* new, joining a group near the tail */
         after = s->w_tail;
@@ -105,10 +125,14 @@ static void waiting_insert(pllm_sched *s, pllm_req *r)
     }
     r->w_prev = after;
     r->w_next = after ? after->w_next : s->w_head;
-    if (r->w_next) r->w_next->w_prev = r;
-    else s->w_tail = r;
-    if (after) after->w_next = r;
-    else s->w_head = r;
+    if (r->w_next)
+        r->w_next->w_prev = r;
+    else
+        s->w_tail = r;
+    if (after)
+        after->w_next = r;
+    else
+        s->w_head = r;
     s->n_waiting++;
     r->state = PLLM_REQ_WAITING;
     r->n_bypassed = 0;
@@ -116,10 +140,14 @@ static void waiting_insert(pllm_sched *s, pllm_req *r)
 
 static void waiting_remove(pllm_sched *s, pllm_req *r)
 {
-    if (r->w_prev) r->w_prev->w_next = r->w_next;
-    else s->w_head = r->w_next;
-    if (r->w_next) r->w_next->w_prev = r->w_prev;
-    else s->w_tail = r->w_prev;
+    if (r->w_prev)
+        r->w_prev->w_next = r->w_next;
+    else
+        s->w_head = r->w_next;
+    if (r->w_next)
+        r->w_next->w_prev = r->w_prev;
+    else
+        s->w_tail = r->w_prev;
     r->w_prev = r->w_next = NULL;
     s->n_waiting--;
 }
@@ -139,7 +167,8 @@ static void running_insert(pllm_sched *s, pllm_req *r)
 
 static void running_remove_at(pllm_sched *s, int32_t i)
 {
-    memmove(&s->running[i], &s->running[i + 1], (size_t)(s->n_running - i - 1) * sizeof *s->running);
+    memmove(&s->running[i], &s->running[i + 1],
+            (size_t)(s->n_running - i - 1) * sizeof *s->running);
     s->n_running--;
 }
 
@@ -152,7 +181,10 @@ static int32_t running_index(const pllm_sched *s, const pllm_req *r)
 
 /* ---- prefix grouping ---- */
 
-static uint64_t gmap_home(const pllm_sched *s, uint64_t key) { return (key ^ (key >> 31)) & s->gmask; }
+static uint64_t gmap_home(const pllm_sched *s, uint64_t key)
+{
+    return (key ^ (key >> 31)) & s->gmask;
+}
 
 static pllm_req *gmap_get(const pllm_sched *s, uint64_t key)
 {
@@ -231,7 +263,8 @@ static pllm_req *find_group(const pllm_sched *s, const pllm_req *r)
         pllm_req *g = gmap_get(s, r->keys.keys[i]);
         /* keys can collide (even across depths): verify the tokens */
         if (g && g != r && g->state == PLLM_REQ_WAITING && g->n_prompt >= (i + 1) * s->bs &&
-            memcmp(g->tokens.ids, r->tokens.ids, (size_t)(i + 1) * (size_t)s->bs * sizeof(int32_t)) == 0)
+            memcmp(g->tokens.ids, r->tokens.ids,
+                   (size_t)(i + 1) * (size_t)s->bs * sizeof(int32_t)) == 0)
             return g;
     }
     return NULL;
@@ -255,7 +288,8 @@ pllm_status pllm_sched_add(pllm_sched *s, pllm_req *r)
         bool ok = true;
         /* only worth it when the work queued behind the group would evict the shared prefix
          * before r runs: more than half the cache's tokens (prompt + max_tokens each) */
-        int64_t work = 0, enough = (int64_t)pllm_block_pool_n_blocks(pllm_kv_pool(s->kv)) * s->bs / 2;
+        int64_t work = 0,
+                enough = (int64_t)pllm_block_pool_n_blocks(pllm_kv_pool(s->kv)) * s->bs / 2;
         pllm_req *x = s->w_tail;
         for (; x && pllm_order_lt(want, x->order) && ok; x = x->w_prev) {
             ok = x->n_bypassed < s->p.max_bypass && ++n_jump <= GROUP_JUMP_LIMIT;
@@ -294,7 +328,8 @@ void pllm_sched_remove(pllm_sched *s, pllm_req *r)
 
 /* ---- plan output ---- */
 
-static pllm_status out_push(pllm_sched_out *o, pllm_req *r, int32_t n_new, bool admitted, int32_t n_hit)
+static pllm_status out_push(pllm_sched_out *o, pllm_req *r, int32_t n_new, bool admitted,
+                            int32_t n_hit)
 {
     if (o->n_entries == o->cap_entries) {
         int32_t cap = o->cap_entries ? o->cap_entries * 2 : 16;
@@ -406,7 +441,8 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
     /* running requests still in their prompt: the only ones a shared prefix can be in flight in */
     int32_t n_prefilling = 0;
     for (int32_t i = 0; i < s->n_running; i++)
-        if (s->running[i]->n_computed < s->running[i]->n_prompt) s->prefilling[n_prefilling++] = s->running[i];
+        if (s->running[i]->n_computed < s->running[i]->n_prompt)
+            s->prefilling[n_prefilling++] = s->running[i];
     pllm_req *next;
     for (pllm_req *r = s->w_head; r && *budget > 0 && s->n_running < s->p.max_seqs; r = next) {
         /* every admission needs at least one fresh block (the last token is never a hit) */

@@ -43,10 +43,10 @@
  * admitted while it waits, or a later request is queued ahead of it by grouping. A request
  * overtaken max_bypass times is never jumped by grouping again, and when admission skips it
  * (for any of the reasons above) the scan stops there: nothing behind it is admitted until it
- * is. (Its deferrals end by themselves: the requests it waits for are running.) So every request is admitted after at most max_bypass requests that arrived
- * after it. max_bypass = 0 is strict FCFS (no grouping, no skipping). (Running requests are
- * never skipped in favour of waiting ones; every running request gets tokens when the budget
- * reaches it.)
+ * is. (Its deferrals end by themselves: the requests it waits for are running.) So every request is
+ * admitted after at most max_bypass requests that arrived after it. max_bypass = 0 is strict FCFS
+ * (no grouping, no skipping). (Running requests are never skipped in favour of waiting ones; every
+ * running request gets tokens when the budget reaches it.)
  *
  * Requests that can never run (prompt + 1 > KV capacity or max_model_len) are refused by the
  * engine before they reach the scheduler, so with nothing running the queue's head always
@@ -88,7 +88,7 @@ typedef struct pllm_sched_victim {
 typedef struct pllm_sched_out {
     pllm_sched_entry *entries; /* running first (queue order), then admitted */
     int32_t n_entries;
-    int32_t n_tokens;          /* sum of n_new */
+    int32_t n_tokens; /* sum of n_new */
     pllm_sched_victim *preempted;
     int32_t n_preempted;
     int32_t cap_entries, cap_preempted;

@@ -25,7 +25,8 @@ static uint64_t twobit_hash(uint64_t parent, const int32_t *t, int32_t n, uint64
 
 static pllm_block_pool *make_pool(int32_t n, int32_t bs, pllm_block_hash_fn h)
 {
-    pllm_block_pool_params pp = {.n_blocks = n, .block_size = bs, .enable_cache = true, .extra = 42, .hash = h};
+    pllm_block_pool_params pp = {
+        .n_blocks = n, .block_size = bs, .enable_cache = true, .extra = 42, .hash = h};
     pllm_block_pool *p = NULL;
     CHECK_OK(pllm_block_pool_init(&p, &pp));
     return p;
@@ -172,27 +173,29 @@ static void test_collisions(void)
 
 /* ---- random run against an independent model ---- */
 
-#define NB 14
-#define BS 2
+#define NB   14
+#define BS   2
 #define MAXB 6
 
 typedef struct model_entry {
     bool used;
-    int32_t len;                 /* prefix length in tokens (a multiple of BS) */
-    int32_t prefix[MAXB * BS];   /* the full token prefix the block completes */
+    int32_t len;               /* prefix length in tokens (a multiple of BS) */
+    int32_t prefix[MAXB * BS]; /* the full token prefix the block completes */
 } model_entry;
 
 typedef struct model {
     int32_t ref[NB];
     int32_t queue[NB];
     int32_t n_queue;
-    model_entry idx[NB];         /* by block id */
+    model_entry idx[NB]; /* by block id */
 } model;
 
 static int32_t model_find(const model *m, const int32_t *prefix, int32_t len)
 {
     for (int32_t b = 0; b < NB; b++)
-        if (m->idx[b].used && m->idx[b].len == len && !memcmp(m->idx[b].prefix, prefix, (size_t)len * 4)) return b;
+        if (m->idx[b].used && m->idx[b].len == len &&
+            !memcmp(m->idx[b].prefix, prefix, (size_t)len * 4))
+            return b;
     return -1;
 }
 
@@ -232,7 +235,8 @@ static int32_t model_alloc_one(model *m)
         /* drop it and every entry whose prefix extends it */
         model_entry e = m->idx[id];
         for (int32_t b = 0; b < NB; b++)
-            if (m->idx[b].used && m->idx[b].len >= e.len && !memcmp(m->idx[b].prefix, e.prefix, (size_t)e.len * 4))
+            if (m->idx[b].used && m->idx[b].len >= e.len &&
+                !memcmp(m->idx[b].prefix, e.prefix, (size_t)e.len * 4))
                 m->idx[b].used = false;
     }
     m->ref[id] = 1;
@@ -260,7 +264,8 @@ static void random_run(pllm_block_hash_fn h, uint64_t seed, int32_t n_ops, bool 
         if (!s->live) {
             /* a new sequence from a 2-letter alphabet: prefixes are shared often */
             s->n_blocks = 1 + (int32_t)(pllm_test_rand(&rs) % MAXB);
-            for (int32_t i = 0; i < s->n_blocks * BS; i++) s->tok[i] = (int32_t)(pllm_test_rand(&rs) % 2);
+            for (int32_t i = 0; i < s->n_blocks * BS; i++)
+                s->tok[i] = (int32_t)(pllm_test_rand(&rs) % 2);
             /* longest cached prefix, via the pool and via the model */
             int32_t parent = -1, n_hit = 0;
             uint64_t key = PLLM_BLOCK_ROOT_KEY;
@@ -297,7 +302,8 @@ static void random_run(pllm_block_hash_fn h, uint64_t seed, int32_t n_ops, bool 
                 int32_t par = i ? s->ids[i - 1] : -1;
                 int32_t got = pllm_block_pool_cache(p, s->ids[i], key, par, s->tok + i * BS);
                 int32_t want;
-                if (par >= 0 && !m.idx[par].used) want = -1;
+                if (par >= 0 && !m.idx[par].used)
+                    want = -1;
                 else if ((want = model_find(&m, s->tok, (i + 1) * BS)) < 0) {
                     want = s->ids[i];
                     m.idx[want].used = true;
@@ -334,7 +340,8 @@ static void random_run(pllm_block_hash_fn h, uint64_t seed, int32_t n_ops, bool 
         }
         CHECK_OK(pllm_block_pool_check(p, tail_first));
         if (pllm_test_failures) {
-            fprintf(stderr, "random_run: first failure at op %d (seed %llu)\n", op, (unsigned long long)seed);
+            fprintf(stderr, "random_run: first failure at op %d (seed %llu)\n", op,
+                    (unsigned long long)seed);
             break;
         }
     }
@@ -345,11 +352,16 @@ static void random_run(pllm_block_hash_fn h, uint64_t seed, int32_t n_ops, bool 
     CHECK(hits > 0 && evicts > 0); /* the run exercised both */
     for (int32_t i = 0; i < 6; i++)
         if (seqs[i].live)
-            for (int32_t k = seqs[i].n_blocks - 1; k >= 0; k--) pllm_block_pool_release(p, &seqs[i].ids[k], 1);
+            for (int32_t k = seqs[i].n_blocks - 1; k >= 0; k--)
+                pllm_block_pool_release(p, &seqs[i].ids[k], 1);
     CHECK(pllm_block_pool_n_free(p) == NB);
-    fprintf(stderr, "  random run (%s, %s): %d ops, %lld block hits, %lld evictions, %lld orphan drops\n",
-            h == NULL ? "xxh3" : h == const_hash ? "constant hash" : "2-bit hash", tail_first ? "tail first" : "any order",
-            n_ops, (long long)hits, (long long)evicts, (long long)st.n_orphan_drops);
+    fprintf(stderr,
+            "  random run (%s, %s): %d ops, %lld block hits, %lld evictions, %lld orphan drops\n",
+            h == NULL         ? "xxh3"
+            : h == const_hash ? "constant hash"
+                              : "2-bit hash",
+            tail_first ? "tail first" : "any order", n_ops, (long long)hits, (long long)evicts,
+            (long long)st.n_orphan_drops);
     pllm_block_pool_free(p);
 }
 

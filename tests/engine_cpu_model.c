@@ -15,14 +15,17 @@
 #include <string.h>
 
 #define N_PROMPTS 6
-#define MAX_OUT 12
+#define MAX_OUT   12
 
 static const char *k_prompts[N_PROMPTS] = {
-    "Printing changed how knowledge spread across Europe. The history of the printing press begins in "
+    "Printing changed how knowledge spread across Europe. The history of the printing press begins "
+    "in "
     "the fifteenth century, when Johannes Gutenberg",
-    "Printing changed how knowledge spread across Europe. The history of the printing press begins in "
+    "Printing changed how knowledge spread across Europe. The history of the printing press begins "
+    "in "
     "the fifteenth century, when a goldsmith named",
-    "Printing changed how knowledge spread across Europe. The history of the printing press begins in "
+    "Printing changed how knowledge spread across Europe. The history of the printing press begins "
+    "in "
     "the fifteenth century, when Johannes Gutenberg",
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
     "Paris is the capital of France. Berlin is the capital of",
@@ -40,7 +43,8 @@ static void on_done(const pllm_completion *c, void *arg)
 {
     outputs *o = arg;
     int32_t slot = (int32_t)(intptr_t)c->user + c->index;
-    CHECK(slot >= 0 && slot < N_PROMPTS + 2 && c->n_tokens <= MAX_OUT && c->finish != PLLM_FINISH_ERROR);
+    CHECK(slot >= 0 && slot < N_PROMPTS + 2 && c->n_tokens <= MAX_OUT &&
+          c->finish != PLLM_FINISH_ERROR);
     if (slot < 0 || slot >= N_PROMPTS + 2) return;
     o->n[slot] = PLLM_MIN(c->n_tokens, MAX_OUT);
     memcpy(o->tokens[slot], c->token_ids, (size_t)o->n[slot] * sizeof(int32_t));
@@ -55,8 +59,8 @@ typedef struct config {
     int32_t only; /* run only this prompt (-1: all) */
 } config;
 
-static void run(const pllm_model *m, const pllm_tokenizer *tok, pllm_tokens *prompts, const config *cf, outputs *o,
-                pllm_engine_stats *st)
+static void run(const pllm_model *m, const pllm_tokenizer *tok, pllm_tokens *prompts,
+                const config *cf, outputs *o, pllm_engine_stats *st)
 {
     pllm_cpu_params cp;
     pllm_cpu_params_defaults(&cp);
@@ -82,7 +86,8 @@ static void run(const pllm_model *m, const pllm_tokenizer *tok, pllm_tokens *pro
     p.max_tokens = MAX_OUT;
     for (int32_t i = 0; i < N_PROMPTS; i++) {
         if (cf->only >= 0 && cf->only != i) continue;
-        CHECK_OK(pllm_engine_add(e, prompts[i].ids, (int32_t)prompts[i].n, &p, (void *)(intptr_t)i, NULL));
+        CHECK_OK(pllm_engine_add(e, prompts[i].ids, (int32_t)prompts[i].n, &p, (void *)(intptr_t)i,
+                                 NULL));
     }
     /* a seeded, sampled request with n = 2 (slots N_PROMPTS, N_PROMPTS + 1) */
     if (cf->only < 0) {
@@ -92,7 +97,8 @@ static void run(const pllm_model *m, const pllm_tokenizer *tok, pllm_tokens *pro
         q.sampling.seed = 42;
         q.sampling.temperature = 0.8f;
         q.sampling.top_p = 0.95f;
-        CHECK_OK(pllm_engine_add(e, prompts[0].ids, (int32_t)prompts[0].n, &q, (void *)(intptr_t)N_PROMPTS, NULL));
+        CHECK_OK(pllm_engine_add(e, prompts[0].ids, (int32_t)prompts[0].n, &q,
+                                 (void *)(intptr_t)N_PROMPTS, NULL));
     }
     while (pllm_engine_has_work(e)) {
         pllm_status s = pllm_engine_step(e, on_done, o);
@@ -108,11 +114,16 @@ int main(void)
 {
     const char *home = pllm_test_env("PLLM_HOME", NULL);
     char path[4096];
-    if (home) snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
-    else snprintf(path, sizeof path, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf", pllm_test_env("HOME", "."));
+    if (home)
+        snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
+    else
+        snprintf(path, sizeof path, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 pllm_test_env("HOME", "."));
     pllm_model *m = NULL;
     if (pllm_model_load(&m, path) != PLLM_OK) {
-        fprintf(stderr, "engine_cpu_model: FAIL: cannot load the default model (%s); run scripts/setup.sh or set PLLM_HOME\n",
+        fprintf(stderr,
+                "engine_cpu_model: FAIL: cannot load the default model (%s); run scripts/setup.sh "
+                "or set PLLM_HOME\n",
                 pllm_errmsg());
         return 1;
     }
@@ -137,17 +148,23 @@ int main(void)
     for (int32_t c = 0; c < n_cfg; c++) {
         pllm_engine_stats st;
         run(m, tok, prompts, &configs[c], &out[c], &st);
-        fprintf(stderr, "  %-48s %3lld steps, %2lld preemptions, %4lld prompt tokens computed, %3lld cached\n", configs[c].name,
-                (long long)st.steps, (long long)st.preemptions, (long long)st.prompt_tokens_computed,
-                (long long)st.prompt_tokens_cached);
+        fprintf(
+            stderr,
+            "  %-48s %3lld steps, %2lld preemptions, %4lld prompt tokens computed, %3lld cached\n",
+            configs[c].name, (long long)st.steps, (long long)st.preemptions,
+            (long long)st.prompt_tokens_computed, (long long)st.prompt_tokens_cached);
         if (c == 3) CHECK(st.preemptions > 0);
-        if (c == 0) CHECK(st.prompt_tokens_cached > 0); /* prompts 0 and 2 are identical, 1 shares a prefix */
+        if (c == 0)
+            CHECK(st.prompt_tokens_cached >
+                  0); /* prompts 0 and 2 are identical, 1 shares a prefix */
         for (int32_t i = 0; i < N_PROMPTS + 2; i++) {
             CHECK(out[c].n[i] > 0);
-            bool same = out[c].n[i] == out[0].n[i] && !memcmp(out[c].tokens[i], out[0].tokens[i], (size_t)out[0].n[i] * 4) &&
+            bool same = out[c].n[i] == out[0].n[i] &&
+                        !memcmp(out[c].tokens[i], out[0].tokens[i], (size_t)out[0].n[i] * 4) &&
                         !strcmp(out[c].text[i], out[0].text[i]);
             if (!same) {
-                fprintf(stderr, "  config '%s', output %d differs from config '%s'\n", configs[c].name, i, configs[0].name);
+                fprintf(stderr, "  config '%s', output %d differs from config '%s'\n",
+                        configs[c].name, i, configs[0].name);
                 pllm_test_failures++;
             }
         }
@@ -157,12 +174,17 @@ int main(void)
         config solo = {"alone", true, 2048, 64, 256, 16, i};
         pllm_engine_stats st;
         run(m, tok, prompts, &solo, &out[n_cfg + i], &st);
-        CHECK(out[n_cfg + i].n[i] == out[0].n[i] && !memcmp(out[n_cfg + i].tokens[i], out[0].tokens[i], (size_t)out[0].n[i] * 4));
+        CHECK(out[n_cfg + i].n[i] == out[0].n[i] &&
+              !memcmp(out[n_cfg + i].tokens[i], out[0].tokens[i], (size_t)out[0].n[i] * 4));
     }
-    CHECK(!memcmp(out[0].tokens[0], out[0].tokens[2], sizeof out[0].tokens[0])); /* same prompt, same greedy output */
-    CHECK(memcmp(out[0].tokens[N_PROMPTS], out[0].tokens[N_PROMPTS + 1], MAX_OUT * 4) != 0); /* two seed streams */
-    for (int32_t i = 0; i < N_PROMPTS; i++) fprintf(stderr, "  [%d] %s|%s\n", i, k_prompts[i], out[0].text[i]);
-    fprintf(stderr, "  %d configurations + %d solo runs in %.1f s\n", n_cfg, N_PROMPTS, pllm_now() - t0);
+    CHECK(!memcmp(out[0].tokens[0], out[0].tokens[2],
+                  sizeof out[0].tokens[0])); /* same prompt, same greedy output */
+    CHECK(memcmp(out[0].tokens[N_PROMPTS], out[0].tokens[N_PROMPTS + 1], MAX_OUT * 4) !=
+          0); /* two seed streams */
+    for (int32_t i = 0; i < N_PROMPTS; i++)
+        fprintf(stderr, "  [%d] %s|%s\n", i, k_prompts[i], out[0].text[i]);
+    fprintf(stderr, "  %d configurations + %d solo runs in %.1f s\n", n_cfg, N_PROMPTS,
+            pllm_now() - t0);
     for (int32_t i = 0; i < N_PROMPTS; i++) pllm_tokens_free(&prompts[i]);
     free(out);
     pllm_tokenizer_free(tok);

@@ -9,16 +9,16 @@ typedef struct fake_ctx {
     fake_backend_params p;
     pllm_kv_layout layout;
     int32_t n_slots;
-    int32_t *kv_tok;     /* [n_slots] */
-    int32_t *kv_pos;     /* [n_slots]: -1 never written */
-    int64_t *kv_step;    /* [n_slots]: step that last wrote the slot */
+    int32_t *kv_tok;  /* [n_slots] */
+    int32_t *kv_pos;  /* [n_slots]: -1 never written */
+    int64_t *kv_step; /* [n_slots]: step that last wrote the slot */
     int32_t *ctx_buf;
     int32_t ctx_cap;
     fake_backend_stats st;
 } fake_ctx;
 
-int32_t fake_next_token(const int32_t *ctx, int32_t n, uint64_t seed, const int32_t *banned, int32_t n_banned,
-                        int32_t n_vocab, float *logprob)
+int32_t fake_next_token(const int32_t *ctx, int32_t n, uint64_t seed, const int32_t *banned,
+                        int32_t n_banned, int32_t n_vocab, float *logprob)
 {
     uint64_t h = XXH3_64bits_withSeed(ctx, (size_t)n * sizeof *ctx, seed);
     int32_t t = (int32_t)(h % (uint64_t)n_vocab);
@@ -43,8 +43,11 @@ void fake_top(int32_t token, float logprob, int32_t k, int32_t n_vocab, int32_t 
 static pllm_status fake_kv_layout(void *vctx, int32_t block_size, pllm_kv_layout *out)
 {
     const fake_ctx *c = vctx;
-    *out = (pllm_kv_layout){.n_layer = c->p.n_layer ? c->p.n_layer : 1, .n_head_kv = 1, .head_dim = 1,
-                            .block_size = block_size, .dtype = PLLM_DTYPE_F32};
+    *out = (pllm_kv_layout){.n_layer = c->p.n_layer ? c->p.n_layer : 1,
+                            .n_head_kv = 1,
+                            .head_dim = 1,
+                            .block_size = block_size,
+                            .dtype = PLLM_DTYPE_F32};
     return PLLM_OK;
 }
 
@@ -78,20 +81,25 @@ static pllm_status fake_step(void *vctx, const pllm_batch_plan *pl, pllm_step_ou
     long long step = (long long)c->st.steps + 1;
     int32_t bs = c->layout.block_size;
     if (!c->kv_tok) FAIL("no kv_init", step);
-    if (pl->n_tokens < 1 || pl->n_seqs < 1) FAIL("empty plan (%d tokens, %d seqs)", step, pl->n_tokens, pl->n_seqs);
+    if (pl->n_tokens < 1 || pl->n_seqs < 1)
+        FAIL("empty plan (%d tokens, %d seqs)", step, pl->n_tokens, pl->n_seqs);
     if (c->p.max_batched_tokens && pl->n_tokens > c->p.max_batched_tokens)
         FAIL("%d tokens > budget %d", step, pl->n_tokens, c->p.max_batched_tokens);
-    if (c->p.max_seqs && pl->n_seqs > c->p.max_seqs) FAIL("%d seqs > max_seqs %d", step, pl->n_seqs, c->p.max_seqs);
-    if (pl->n_samples < 0 || pl->n_samples > pl->n_seqs) FAIL("%d samples for %d seqs", step, pl->n_samples, pl->n_seqs);
+    if (c->p.max_seqs && pl->n_seqs > c->p.max_seqs)
+        FAIL("%d seqs > max_seqs %d", step, pl->n_seqs, c->p.max_seqs);
+    if (pl->n_samples < 0 || pl->n_samples > pl->n_seqs)
+        FAIL("%d samples for %d seqs", step, pl->n_samples, pl->n_seqs);
 
     /* 1. plan structure and writes */
     int32_t t = 0;
     for (int32_t s = 0; s < pl->n_seqs; s++) {
         const pllm_seq_plan *sp = &pl->seqs[s];
-        if (sp->token_start != t || sp->n_new < 1 || sp->n_ctx < sp->n_new || t + sp->n_new > pl->n_tokens)
-            FAIL("seq %d: token_start %d n_new %d n_ctx %d (expected start %d)", step, s, sp->token_start, sp->n_new,
-                 sp->n_ctx, t);
-        if ((int64_t)sp->n_blocks * bs < sp->n_ctx) FAIL("seq %d: %d blocks for %d positions", step, s, sp->n_blocks, sp->n_ctx);
+        if (sp->token_start != t || sp->n_new < 1 || sp->n_ctx < sp->n_new ||
+            t + sp->n_new > pl->n_tokens)
+            FAIL("seq %d: token_start %d n_new %d n_ctx %d (expected start %d)", step, s,
+                 sp->token_start, sp->n_new, sp->n_ctx, t);
+        if ((int64_t)sp->n_blocks * bs < sp->n_ctx)
+            FAIL("seq %d: %d blocks for %d positions", step, s, sp->n_blocks, sp->n_ctx);
         for (int32_t b = 0; b < sp->n_blocks; b++) {
             int32_t id = pl->block_tables[sp->block_start + b];
             if (id < 0 || id >= c->layout.n_blocks) FAIL("seq %d: block %d is %d", step, s, b, id);
@@ -99,9 +107,13 @@ static pllm_status fake_step(void *vctx, const pllm_batch_plan *pl, pllm_step_ou
         for (int32_t j = 0; j < sp->n_new; j++, t++) {
             int32_t pos = sp->n_ctx - sp->n_new + j;
             int32_t want = pl->block_tables[sp->block_start + pos / bs] * bs + pos % bs;
-            if (pl->positions[t] != pos) FAIL("seq %d token %d: position %d, expected %d", step, s, j, pl->positions[t], pos);
-            if (pl->slots[t] != want) FAIL("seq %d pos %d: slot %d, table says %d", step, s, pos, pl->slots[t], want);
-            if (pl->tokens[t] < 0 || pl->tokens[t] >= c->p.n_vocab) FAIL("seq %d pos %d: token %d", step, s, pos, pl->tokens[t]);
+            if (pl->positions[t] != pos)
+                FAIL("seq %d token %d: position %d, expected %d", step, s, j, pl->positions[t],
+                     pos);
+            if (pl->slots[t] != want)
+                FAIL("seq %d pos %d: slot %d, table says %d", step, s, pos, pl->slots[t], want);
+            if (pl->tokens[t] < 0 || pl->tokens[t] >= c->p.n_vocab)
+                FAIL("seq %d pos %d: token %d", step, s, pos, pl->tokens[t]);
             if (c->kv_step[want] == step) FAIL("slot %d written twice in one step", step, want);
             c->kv_step[want] = step;
             c->kv_tok[want] = pl->tokens[t];
@@ -116,7 +128,8 @@ static pllm_status fake_step(void *vctx, const pllm_batch_plan *pl, pllm_step_ou
         for (int32_t pos = 0; pos < sp->n_ctx; pos++) {
             int32_t slot = pl->block_tables[sp->block_start + pos / bs] * bs + pos % bs;
             if (c->kv_pos[slot] != pos)
-                FAIL("seq %d pos %d: slot %d holds position %d", step, s, pos, slot, c->kv_pos[slot]);
+                FAIL("seq %d pos %d: slot %d holds position %d", step, s, pos, slot,
+                     c->kv_pos[slot]);
         }
     }
 
@@ -124,12 +137,14 @@ static pllm_status fake_step(void *vctx, const pllm_batch_plan *pl, pllm_step_ou
     int32_t prev_seq = -1;
     for (int32_t k = 0; k < pl->n_samples; k++) {
         const pllm_sample_req *sr = &pl->samples[k];
-        if (sr->seq <= prev_seq || sr->seq >= pl->n_seqs) FAIL("sample %d: seq %d after %d", step, k, sr->seq, prev_seq);
+        if (sr->seq <= prev_seq || sr->seq >= pl->n_seqs)
+            FAIL("sample %d: seq %d after %d", step, k, sr->seq, prev_seq);
         prev_seq = sr->seq;
         const pllm_seq_plan *sp = &pl->seqs[sr->seq];
         int32_t n = sp->n_ctx;
         if (sr->ctx.n_prompt + sr->ctx.n_output != n)
-            FAIL("sample %d: history %d + %d != n_ctx %d", step, k, sr->ctx.n_prompt, sr->ctx.n_output, n);
+            FAIL("sample %d: history %d + %d != n_ctx %d", step, k, sr->ctx.n_prompt,
+                 sr->ctx.n_output, n);
         if (n > c->ctx_cap) {
             int32_t *b = pllm_realloc(c->ctx_buf, (size_t)n * 2 * sizeof *b);
             if (!b) return PLLM_ERR_NOMEM;
@@ -139,18 +154,21 @@ static pllm_status fake_step(void *vctx, const pllm_batch_plan *pl, pllm_step_ou
         for (int32_t pos = 0; pos < n; pos++) {
             int32_t slot = pl->block_tables[sp->block_start + pos / bs] * bs + pos % bs;
             c->ctx_buf[pos] = c->kv_tok[slot];
-            int32_t truth = pos < sr->ctx.n_prompt ? sr->ctx.prompt[pos] : sr->ctx.output[pos - sr->ctx.n_prompt];
+            int32_t truth = pos < sr->ctx.n_prompt ? sr->ctx.prompt[pos]
+                                                   : sr->ctx.output[pos - sr->ctx.n_prompt];
             if (c->ctx_buf[pos] != truth)
-                FAIL("sample %d (seq %d) pos %d: cache holds token %d, history says %d", step, k, sr->seq, pos,
-                     c->ctx_buf[pos], truth);
+                FAIL("sample %d (seq %d) pos %d: cache holds token %d, history says %d", step, k,
+                     sr->seq, pos, c->ctx_buf[pos], truth);
         }
         float lp;
-        int32_t tok = fake_next_token(c->ctx_buf, n, sr->params->seed, sr->ctx.banned, sr->ctx.n_banned, c->p.n_vocab, &lp);
+        int32_t tok = fake_next_token(c->ctx_buf, n, sr->params->seed, sr->ctx.banned,
+                                      sr->ctx.n_banned, c->p.n_vocab, &lp);
         out->tokens[k] = tok;
         int32_t want_top = sr->params->logprobs;
         if (want_top > 0) {
             if (!out->logprobs || !out->top_ids || !out->top_logprobs || out->top_n < want_top)
-                FAIL("sample %d wants %d logprobs; out has top_n %d", step, k, want_top, out->top_n);
+                FAIL("sample %d wants %d logprobs; out has top_n %d", step, k, want_top,
+                     out->top_n);
             out->logprobs[k] = lp;
             fake_top(tok, lp, want_top, c->p.n_vocab, out->top_ids + (size_t)k * (size_t)out->top_n,
                      out->top_logprobs + (size_t)k * (size_t)out->top_n);
@@ -197,4 +215,7 @@ pllm_status fake_backend_create(pllm_backend *out, const fake_backend_params *p)
     return PLLM_OK;
 }
 
-void fake_backend_get_stats(const pllm_backend *b, fake_backend_stats *out) { *out = ((const fake_ctx *)b->ctx)->st; }
+void fake_backend_get_stats(const pllm_backend *b, fake_backend_stats *out)
+{
+    *out = ((const fake_ctx *)b->ctx)->st;
+}

@@ -19,15 +19,15 @@ typedef struct fake_backend_params {
     int32_t n_vocab;
     int32_t max_batched_tokens; /* limits the plan must respect (0: unchecked) */
     int32_t max_seqs;
-    size_t kv_available;        /* what kv_available reports */
-    int32_t n_layer;            /* layers the layout claims (block bytes = 8 * block_size *
-                                   n_layer); 0: 1. Only sizes the budget; the fake stores one
-                                   token per slot. */
+    size_t kv_available; /* what kv_available reports */
+    int32_t n_layer;     /* layers the layout claims (block bytes = 8 * block_size *
+                            n_layer); 0: 1. Only sizes the budget; the fake stores one
+                            token per slot. */
 } fake_backend_params;
 
 typedef struct fake_backend_stats {
     int64_t steps;
-    int64_t tokens;             /* computed */
+    int64_t tokens; /* computed */
     int64_t samples;
     int32_t max_step_tokens;
     int32_t max_step_seqs;
@@ -38,7 +38,7 @@ pllm_status fake_backend_create(pllm_backend *out, const fake_backend_params *p)
 void fake_backend_get_stats(const pllm_backend *b, fake_backend_stats *out);
 
 /* The model itself, for references: the token after ctx[0 .. n) and its logprob. */
-int32_t fake_next_token(const int32_t *ctx, int32_t n, uint64_t seed, const int32_t *banned, int32_t n_banned,
-                        int32_t n_vocab, float *logprob);
+int32_t fake_next_token(const int32_t *ctx, int32_t n, uint64_t seed, const int32_t *banned,
+                        int32_t n_banned, int32_t n_vocab, float *logprob);
 /* Top-k entries the fake reports next to a sampled token. */
 void fake_top(int32_t token, float logprob, int32_t k, int32_t n_vocab, int32_t *ids, float *lps);

@@ -10,14 +10,16 @@
 
 static pllm_kv_manager *make_kv(int32_t n_blocks, int32_t bs, bool cache)
 {
-    pllm_block_pool_params pp = {.n_blocks = n_blocks, .block_size = bs, .enable_cache = cache, .extra = 5};
+    pllm_block_pool_params pp = {
+        .n_blocks = n_blocks, .block_size = bs, .enable_cache = cache, .extra = 5};
     pllm_kv_manager *kv = NULL;
     CHECK_OK(pllm_kv_manager_init(&kv, &pp));
     return kv;
 }
 
 /* Allocate and "compute" a whole sequence, then commit it; returns hit blocks. */
-static int32_t run_seq(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain *c, const int32_t *tok, int32_t n)
+static int32_t run_seq(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain *c, const int32_t *tok,
+                       int32_t n)
 {
     int32_t hit[64], n_hit = 0;
     CHECK_OK(pllm_kv_find_cached(kv, c, tok, n, hit, &n_hit));
@@ -104,7 +106,8 @@ static void test_prefix_hits(void)
     for (int32_t i = 0; i < 3; i++) CHECK(pllm_block_pool_ref_count(p, b.ids[i]) == 1);
     CHECK_OK(pllm_block_pool_check(p, true));
 
-    /* tail-first free: b's cached blocks go to the tail as 3, 2, 1, 0 -> the leaf is evicted first */
+    /* tail-first free: b's cached blocks go to the tail as 3, 2, 1, 0 -> the leaf is evicted first
+     */
     CHECK_OK(pllm_kv_commit(kv, &b, &cb, tok, 16));
     CHECK(b.n_committed == 4);
     int32_t bids[4];
@@ -138,7 +141,8 @@ static void test_duplicate_collapse(void)
     CHECK(pllm_block_pool_n_free(p) == 2);
     CHECK_OK(pllm_kv_commit(kv, &a, &ca, tok, 7));
     CHECK_OK(pllm_kv_commit(kv, &b, &cb, tok, 7));
-    for (int32_t i = 0; i < 3; i++) CHECK(b.ids[i] == a.ids[i] && pllm_block_pool_ref_count(p, a.ids[i]) == 2);
+    for (int32_t i = 0; i < 3; i++)
+        CHECK(b.ids[i] == a.ids[i] && pllm_block_pool_ref_count(p, a.ids[i]) == 2);
     CHECK(b.ids[3] != a.ids[3]); /* the partial blocks stay private */
     CHECK(pllm_block_pool_n_free(p) == 5);
     CHECK(pllm_kv_cached_prefix(kv, &b) == 3);

@@ -16,8 +16,8 @@
 #include <string.h>
 
 #define VOCAB 64
-#define MAXC 16
-#define MAXT 64
+#define MAXC  16
+#define MAXT  64
 
 typedef struct done {
     int32_t n;
@@ -65,7 +65,8 @@ typedef struct rig {
     pllm_engine *e;
 } rig;
 
-static bool rig_open(rig *g, pllm_engine_params *ep, const fake_backend_params *fp_in, const pllm_tokenizer *tok)
+static bool rig_open(rig *g, pllm_engine_params *ep, const fake_backend_params *fp_in,
+                     const pllm_tokenizer *tok)
 {
     memset(g, 0, sizeof *g);
     fake_backend_params fp = {.n_vocab = VOCAB, .kv_available = (size_t)1 << 30};
@@ -88,20 +89,23 @@ static void rig_close(rig *g)
     pllm_backend_free(&g->be);
 }
 
-static bool msg_has(const char *s) { return strstr(pllm_errmsg(), s) != NULL; }
+static bool msg_has(const char *s)
+{
+    return strstr(pllm_errmsg(), s) != NULL;
+}
 
 static void test_validation(void)
 {
     pllm_request_params p;
-#define BAD(mutate, field)                                                                                             \
-    do {                                                                                                               \
-        pllm_request_params_defaults(&p);                                                                              \
-        mutate;                                                                                                        \
-        CHECK(pllm_request_params_validate(&p) == PLLM_ERR_INVALID);                                                   \
-        if (!msg_has(field)) {                                                                                         \
-            fprintf(stderr, "message '%s' does not name '%s'\n", pllm_errmsg(), field);                                \
-            pllm_test_failures++;                                                                                      \
-        }                                                                                                              \
+#define BAD(mutate, field)                                                                         \
+    do {                                                                                           \
+        pllm_request_params_defaults(&p);                                                          \
+        mutate;                                                                                    \
+        CHECK(pllm_request_params_validate(&p) == PLLM_ERR_INVALID);                               \
+        if (!msg_has(field)) {                                                                     \
+            fprintf(stderr, "message '%s' does not name '%s'\n", pllm_errmsg(), field);            \
+            pllm_test_failures++;                                                                  \
+        }                                                                                          \
     } while (0)
     pllm_request_params_defaults(&p);
     CHECK(p.max_tokens == 256 && p.n == 1 && p.sampling.temperature == 0.0f);
@@ -121,7 +125,8 @@ static void test_validation(void)
     /* engine parameters */
     pllm_engine_params ep;
     pllm_engine_params_defaults(&ep);
-    CHECK(ep.block_size == 16 && ep.max_batched_tokens == 2048 && ep.max_seqs == 64 && ep.max_bypass == 1024);
+    CHECK(ep.block_size == 16 && ep.max_batched_tokens == 2048 && ep.max_seqs == 64 &&
+          ep.max_bypass == 1024);
     rig g;
     ep.max_seqs = -1;
     CHECK(!rig_open(&g, &ep, NULL, NULL) && msg_has("max_seqs"));
@@ -158,15 +163,19 @@ static void test_refusals(void)
     uint64_t id = 99;
     CHECK(pllm_engine_add(g.e, prompt, 0, &p, NULL, &id) == PLLM_ERR_INVALID && msg_has("prompt"));
     prompt[3] = VOCAB;
-    CHECK(pllm_engine_add(g.e, prompt, 5, &p, NULL, &id) == PLLM_ERR_RANGE && msg_has("prompt token 3"));
+    CHECK(pllm_engine_add(g.e, prompt, 5, &p, NULL, &id) == PLLM_ERR_RANGE &&
+          msg_has("prompt token 3"));
     prompt[3] = 3;
-    CHECK(pllm_engine_add(g.e, prompt, 20, &p, NULL, &id) == PLLM_ERR_RANGE && msg_has("KV cache holds 20"));
+    CHECK(pllm_engine_add(g.e, prompt, 20, &p, NULL, &id) == PLLM_ERR_RANGE &&
+          msg_has("KV cache holds 20"));
     p.n_stop_ids = 1;
     p.stop_ids[0] = VOCAB;
-    CHECK(pllm_engine_add(g.e, prompt, 4, &p, NULL, &id) == PLLM_ERR_RANGE && msg_has("stop_token_ids[0]"));
+    CHECK(pllm_engine_add(g.e, prompt, 4, &p, NULL, &id) == PLLM_ERR_RANGE &&
+          msg_has("stop_token_ids[0]"));
     p.n_stop_ids = 0;
     p.max_tokens = 0;
-    CHECK(pllm_engine_add(g.e, prompt, 4, &p, NULL, &id) == PLLM_ERR_INVALID && msg_has("max_tokens"));
+    CHECK(pllm_engine_add(g.e, prompt, 4, &p, NULL, &id) == PLLM_ERR_INVALID &&
+          msg_has("max_tokens"));
     CHECK(!pllm_engine_has_work(g.e) && id == 99);
     /* 19 tokens fit and leave room for exactly one generated token */
     p.max_tokens = 50;
@@ -180,7 +189,8 @@ static void test_refusals(void)
     ep.max_model_len = 10;
     if (!rig_open(&g, &ep, NULL, NULL)) return;
     CHECK(pllm_engine_ctx_limit(g.e) == 10);
-    CHECK(pllm_engine_add(g.e, prompt, 10, &p, NULL, &id) == PLLM_ERR_RANGE && msg_has("max_model_len is 10"));
+    CHECK(pllm_engine_add(g.e, prompt, 10, &p, NULL, &id) == PLLM_ERR_RANGE &&
+          msg_has("max_model_len is 10"));
     CHECK_OK(pllm_engine_add(g.e, prompt, 6, &p, NULL, &id));
     memset(&d, 0, sizeof d);
     while (pllm_engine_has_work(g.e)) CHECK_OK(pllm_engine_step(g.e, on_done, &d));
@@ -306,8 +316,8 @@ static void test_victim_rule(void)
 }
 
 /* The reference for one completion on the fake model (no stop ids, greedy lengths). */
-static int32_t simulate(const int32_t *prompt, int32_t n_prompt, uint64_t seed, int32_t max_tokens, int32_t ctx_limit,
-                        int32_t *out)
+static int32_t simulate(const int32_t *prompt, int32_t n_prompt, uint64_t seed, int32_t max_tokens,
+                        int32_t ctx_limit, int32_t *out)
 {
     int32_t ctx[256];
     memcpy(ctx, prompt, (size_t)n_prompt * sizeof *ctx);
@@ -351,12 +361,14 @@ static void test_n_completions(void)
             CHECK(d.c[i].n_tokens == nw && !memcmp(d.c[i].tokens, want, (size_t)nw * 4));
             /* completion 0 computes the prompt; the others share its two full blocks */
             CHECK(d.c[i].cached == (k == 0 ? 0 : 8) && d.c[i].prompt == 10);
-            if (k > 0 && memcmp(d.c[i].tokens, d.c[find_done(&d, id, 0)].tokens, 6 * 4)) all_same = false;
+            if (k > 0 && memcmp(d.c[i].tokens, d.c[find_done(&d, id, 0)].tokens, 6 * 4))
+                all_same = false;
         }
         CHECK(!all_same); /* distinct seed streams */
         pllm_engine_stats st;
         pllm_engine_get_stats(g.e, &st);
-        CHECK(st.prompt_tokens == 30 && st.prompt_tokens_cached == 16 && st.prompt_tokens_computed == 14);
+        CHECK(st.prompt_tokens == 30 && st.prompt_tokens_cached == 16 &&
+              st.prompt_tokens_computed == 14);
         CHECK(st.output_tokens == 18 && st.requests_finished == 3);
         rig_close(&g);
     }
@@ -377,7 +389,8 @@ static void run_seedless(uint64_t run_seed, int32_t budget, int32_t out[4][8])
     pllm_request_params p;
     pllm_request_params_defaults(&p);
     p.max_tokens = 8;
-    for (int32_t r = 0; r < 4; r++) CHECK_OK(pllm_engine_add(g.e, (int32_t[]){7, 7, 7, 7, 7}, 5, &p, NULL, NULL));
+    for (int32_t r = 0; r < 4; r++)
+        CHECK_OK(pllm_engine_add(g.e, (int32_t[]){7, 7, 7, 7, 7}, 5, &p, NULL, NULL));
     done d = {0};
     while (pllm_engine_has_work(g.e)) CHECK_OK(pllm_engine_step(g.e, on_done, &d));
     for (int32_t r = 0; r < 4; r++) {
@@ -505,11 +518,16 @@ static void test_text(void)
 {
     const char *home = pllm_test_env("PLLM_HOME", NULL);
     char path[4096];
-    if (home) snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
-    else snprintf(path, sizeof path, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf", pllm_test_env("HOME", "."));
+    if (home)
+        snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
+    else
+        snprintf(path, sizeof path, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 pllm_test_env("HOME", "."));
     pllm_gguf *gg = NULL;
     if (pllm_gguf_open(&gg, path) != PLLM_OK) {
-        fprintf(stderr, "engine_loop: FAIL: cannot open the default model (%s); run scripts/setup.sh or set PLLM_HOME\n",
+        fprintf(stderr,
+                "engine_loop: FAIL: cannot open the default model (%s); run scripts/setup.sh or "
+                "set PLLM_HOME\n",
                 pllm_errmsg());
         pllm_test_failures++;
         return;
@@ -593,13 +611,15 @@ static void test_text(void)
         CHECK(sd.n == 1 && sd.c[0].finish == PLLM_FINISH_STOP && sd.c[0].n_tokens == first + 1);
         pllm_buf before = {0};
         CHECK_OK(pllm_tokenizer_decode(tok, ids, (size_t)first, true, &before));
-        CHECK(sd.c[0].text_len == before.n && !memcmp(sd.c[0].text, before.s ? before.s : "", before.n));
+        CHECK(sd.c[0].text_len == before.n &&
+              !memcmp(sd.c[0].text, before.s ? before.s : "", before.n));
         pllm_buf_free(&before);
         /* min_tokens past it: that occurrence is banned, so the output changes */
         q.min_tokens = first + 2;
         run_text(tok, &q, &sd);
         CHECK(sd.n == 1 && sd.c[0].n_tokens >= first + 2);
-        for (int32_t j = 0; j < first + 2 && j < sd.c[0].n_tokens; j++) CHECK(sd.c[0].tokens[j] != ids[5]);
+        for (int32_t j = 0; j < first + 2 && j < sd.c[0].n_tokens; j++)
+            CHECK(sd.c[0].tokens[j] != ids[5]);
         pllm_buf_free(&ref);
     }
     CHECK(tested_boundary >= 10);

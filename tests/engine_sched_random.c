@@ -29,10 +29,10 @@
 #include <math.h>
 #include <string.h>
 
-#define VOCAB 64
-#define MAX_REQ 12
-#define MAX_N 3
-#define MAX_OUT 32
+#define VOCAB      64
+#define MAX_REQ    12
+#define MAX_N      3
+#define MAX_OUT    32
 #define MAX_PROMPT 96
 
 typedef struct wreq {
@@ -66,7 +66,7 @@ typedef struct result {
 
 typedef struct run_state {
     const workload *w;
-    int32_t req_of_id[MAX_REQ];   /* workload request index by engine req_id */
+    int32_t req_of_id[MAX_REQ]; /* workload request index by engine req_id */
     result res[MAX_REQ][MAX_N];
     /* independent bypass model */
     bool waiting[MAX_REQ][MAX_N];
@@ -76,7 +76,8 @@ typedef struct run_state {
 } run_state;
 
 typedef struct totals {
-    int64_t workloads, runs, completions, steps, preemptions, refused, cached_tokens, forks, max_overtaken, grouped;
+    int64_t workloads, runs, completions, steps, preemptions, refused, cached_tokens, forks,
+        max_overtaken, grouped;
     int64_t finish_stop, finish_length;
 } totals;
 
@@ -103,7 +104,8 @@ static void on_done(const pllm_completion *c, void *arg)
     }
     r->prompt_tokens = c->prompt_tokens;
     r->cached_tokens = c->cached_tokens;
-    r->times_ok = c->t_arrival > 0 && c->t_arrival <= c->t_first_token && c->t_first_token <= c->t_finish;
+    r->times_ok =
+        c->t_arrival > 0 && c->t_arrival <= c->t_first_token && c->t_first_token <= c->t_finish;
     CHECK(c->text != NULL && c->text_len == 0); /* no tokenizer: no text */
     CHECK(c->error == NULL && c->finish != PLLM_FINISH_ERROR);
     rs->sum_prompt += c->prompt_tokens;
@@ -123,13 +125,14 @@ static void simulate(const wreq *q, int32_t index, int32_t ctx_limit, result *ou
         int32_t n_out = n - q->n_prompt;
         bool ban = n_out < p->min_tokens;
         float lp;
-        int32_t t = fake_next_token(ctx, n, p->sampling.seed + (uint64_t)index, ban ? p->stop_ids : NULL,
-                                    ban ? p->n_stop_ids : 0, VOCAB, &lp);
+        int32_t t = fake_next_token(ctx, n, p->sampling.seed + (uint64_t)index,
+                                    ban ? p->stop_ids : NULL, ban ? p->n_stop_ids : 0, VOCAB, &lp);
         ctx[n++] = t;
         out->tokens[n_out] = t;
         out->logprobs[n_out] = lp;
         if (p->sampling.logprobs > 0)
-            fake_top(t, lp, p->sampling.logprobs, VOCAB, out->top_ids + n_out * p->sampling.logprobs,
+            fake_top(t, lp, p->sampling.logprobs, VOCAB,
+                     out->top_ids + n_out * p->sampling.logprobs,
                      out->top_lps + n_out * p->sampling.logprobs);
         out->n_tokens = ++n_out;
         bool stop_id = false;
@@ -142,7 +145,10 @@ static void simulate(const wreq *q, int32_t index, int32_t ctx_limit, result *ou
     }
 }
 
-static uint64_t rnd(uint64_t *s, uint64_t n) { return pllm_test_rand(s) % n; }
+static uint64_t rnd(uint64_t *s, uint64_t n)
+{
+    return pllm_test_rand(s) % n;
+}
 
 static void make_workload(workload *w, uint64_t seed)
 {
@@ -215,10 +221,12 @@ static void snapshot(pllm_engine *e, run_state *rs, const bool *accepted)
         prev = x;
     }
     for (int32_t r = 0; r < rs->w->n_req; r++)
-        for (int32_t k = 0; accepted[r] && k < rs->w->reqs[r].params.n; k++) CHECK(seen[r][k] == rs->waiting[r][k]);
+        for (int32_t k = 0; accepted[r] && k < rs->w->reqs[r].params.n; k++)
+            CHECK(seen[r][k] == rs->waiting[r][k]);
 }
 
-static void overtake(run_state *rs, int32_t r, int32_t k, int32_t by, int32_t max_bypass, totals *tot)
+static void overtake(run_state *rs, int32_t r, int32_t k, int32_t by, int32_t max_bypass,
+                     totals *tot)
 {
     rs->overtaken[r][k] += by;
     CHECK(rs->overtaken[r][k] <= max_bypass);
@@ -237,7 +245,8 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     model.cfg.n_vocab = VOCAB;
     model.cfg.n_ctx_train = 1000;
     model.identity = 0xabcdef;
-    fake_backend_params fp = {.n_vocab = VOCAB, .max_batched_tokens = v->max_batched_tokens, .max_seqs = v->max_seqs};
+    fake_backend_params fp = {
+        .n_vocab = VOCAB, .max_batched_tokens = v->max_batched_tokens, .max_seqs = v->max_seqs};
     pllm_backend be = {0};
     CHECK_OK(fake_backend_create(&be, &fp));
     pllm_engine_params ep;
@@ -257,7 +266,8 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
         return;
     }
     int32_t ctx_limit = pllm_engine_ctx_limit(e);
-    CHECK(ctx_limit == PLLM_MIN(w->max_model_len ? w->max_model_len : 1000, w->n_blocks * w->block_size));
+    CHECK(ctx_limit ==
+          PLLM_MIN(w->max_model_len ? w->max_model_len : 1000, w->n_blocks * w->block_size));
     const pllm_block_pool *pool = pllm_kv_pool(pllm_engine_kv(e));
 
     run_state *rs = pllm_calloc(1, sizeof *rs);
@@ -293,7 +303,8 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
             for (int32_t x = 0; x < q->params.n; x++) {
                 for (int32_t r2 = 0; r2 < w->n_req; r2++)
                     for (int32_t k2 = 0; accepted[r2] && k2 < w->reqs[r2].params.n; k2++)
-                        if (rs->waiting[r2][k2] && !(r2 == r && k2 >= x) && pllm_order_lt(rs->order[r][x], rs->order[r2][k2]))
+                        if (rs->waiting[r2][k2] && !(r2 == r && k2 >= x) &&
+                            pllm_order_lt(rs->order[r][x], rs->order[r2][k2]))
                             overtake(rs, r2, k2, 1, v->max_bypass, tot);
             }
         }
@@ -341,8 +352,10 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
                     const pllm_sched_entry *en = &o->entries[i];
                     if (!en->admitted) continue;
                     int32_t r2 = rs->req_of_id[en->req_id], k2 = en->index;
-                    if (r2 == r && k2 == k) admitted_now = true;
-                    else if (pllm_order_lt(rs->order[r][k], rs->order[r2][k2])) over++;
+                    if (r2 == r && k2 == k)
+                        admitted_now = true;
+                    else if (pllm_order_lt(rs->order[r][k], rs->order[r2][k2]))
+                        over++;
                 }
                 if (!admitted_now) overtake(rs, r, k, over, v->max_bypass, tot);
             }
@@ -376,8 +389,9 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
                         !memcmp(got->tokens, want.tokens, (size_t)want.n_tokens * sizeof(int32_t));
             CHECK(same);
             if (!same) {
-                fprintf(stderr, "  workload %llu req %d.%d: got %d tokens (%s), want %d (%s)\n", (unsigned long long)seed, r,
-                        k, got->n_tokens, pllm_finish_reason_str(got->finish), want.n_tokens,
+                fprintf(stderr, "  workload %llu req %d.%d: got %d tokens (%s), want %d (%s)\n",
+                        (unsigned long long)seed, r, k, got->n_tokens,
+                        pllm_finish_reason_str(got->finish), want.n_tokens,
                         pllm_finish_reason_str(want.finish));
             }
             int32_t lp = q->params.sampling.logprobs;
@@ -385,14 +399,18 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
             if (lp > 0 && same) {
                 CHECK(got->top_n == lp);
                 CHECK(!memcmp(got->logprobs, want.logprobs, (size_t)want.n_tokens * sizeof(float)));
-                CHECK(!memcmp(got->top_ids, want.top_ids, (size_t)(want.n_tokens * lp) * sizeof(int32_t)));
-                CHECK(!memcmp(got->top_lps, want.top_lps, (size_t)(want.n_tokens * lp) * sizeof(float)));
+                CHECK(!memcmp(got->top_ids, want.top_ids,
+                              (size_t)(want.n_tokens * lp) * sizeof(int32_t)));
+                CHECK(!memcmp(got->top_lps, want.top_lps,
+                              (size_t)(want.n_tokens * lp) * sizeof(float)));
             }
             CHECK(got->prompt_tokens == q->n_prompt);
             CHECK(got->cached_tokens >= 0 && got->cached_tokens < q->n_prompt);
             CHECK(got->times_ok);
-            if (got->finish == PLLM_FINISH_STOP) tot->finish_stop++;
-            else tot->finish_length++;
+            if (got->finish == PLLM_FINISH_STOP)
+                tot->finish_stop++;
+            else
+                tot->finish_length++;
         }
     }
     tot->completions += n_completions;
@@ -400,9 +418,11 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     CHECK(es.requests_finished == n_completions && es.requests_failed == 0);
     CHECK(es.prompt_tokens == rs->sum_prompt && es.prompt_tokens_cached == rs->sum_cached);
     /* without preemption every prompt token is either cached at admission or computed once */
-    if (es.preemptions == 0) CHECK(es.prompt_tokens_computed + es.prompt_tokens_cached == es.prompt_tokens);
+    if (es.preemptions == 0)
+        CHECK(es.prompt_tokens_computed + es.prompt_tokens_cached == es.prompt_tokens);
     if (!v->prefix_cache) CHECK(rs->sum_cached == 0 || tot->forks > 0);
-    CHECK(es.peak_blocks_used <= w->n_blocks && es.n_blocks == w->n_blocks && es.block_size == w->block_size);
+    CHECK(es.peak_blocks_used <= w->n_blocks && es.n_blocks == w->n_blocks &&
+          es.block_size == w->block_size);
     /* the pool is whole */
     CHECK(!pllm_engine_has_work(e));
     CHECK(pllm_block_pool_n_free(pool) == w->n_blocks);
@@ -416,9 +436,11 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     CHECK(fs.max_step_tokens <= v->max_batched_tokens && fs.max_step_seqs <= v->max_seqs);
     CHECK(fs.steps == es.steps);
     if (pllm_test_failures)
-        fprintf(stderr, "  failing workload: seed %llu (bs %d, %d blocks, budget %d, seqs %d, bypass %d, cache %d)\n",
-                (unsigned long long)seed, w->block_size, w->n_blocks, v->max_batched_tokens, v->max_seqs, v->max_bypass,
-                (int)v->prefix_cache);
+        fprintf(stderr,
+                "  failing workload: seed %llu (bs %d, %d blocks, budget %d, seqs %d, bypass %d, "
+                "cache %d)\n",
+                (unsigned long long)seed, w->block_size, w->n_blocks, v->max_batched_tokens,
+                v->max_seqs, v->max_bypass, (int)v->prefix_cache);
     free(rs);
     pllm_engine_free(e);
     pllm_backend_free(&be);
@@ -451,13 +473,18 @@ int main(int argc, char **argv)
         if (pllm_test_failures) break;
     }
     fprintf(stderr,
-            "engine_sched_random: %lld workloads, %lld runs, %lld completions (%lld stop, %lld length), %lld steps, "
-            "%lld preemptions, %lld prompts refused, %lld cached prompt tokens, %lld forks without the cache, "
+            "engine_sched_random: %lld workloads, %lld runs, %lld completions (%lld stop, %lld "
+            "length), %lld steps, "
+            "%lld preemptions, %lld prompts refused, %lld cached prompt tokens, %lld forks without "
+            "the cache, "
             "%lld grouped, max overtaken %lld, %.2f s\n",
-            (long long)tot.workloads, (long long)tot.runs, (long long)tot.completions, (long long)tot.finish_stop,
-            (long long)tot.finish_length, (long long)tot.steps, (long long)tot.preemptions, (long long)tot.refused,
-            (long long)tot.cached_tokens, (long long)tot.forks, (long long)tot.grouped, (long long)tot.max_overtaken, pllm_now() - t0);
-    CHECK(tot.preemptions > 0 && tot.refused > 0 && tot.cached_tokens > 0 && tot.forks > 0 && tot.grouped > 0);
+            (long long)tot.workloads, (long long)tot.runs, (long long)tot.completions,
+            (long long)tot.finish_stop, (long long)tot.finish_length, (long long)tot.steps,
+            (long long)tot.preemptions, (long long)tot.refused, (long long)tot.cached_tokens,
+            (long long)tot.forks, (long long)tot.grouped, (long long)tot.max_overtaken,
+            pllm_now() - t0);
+    CHECK(tot.preemptions > 0 && tot.refused > 0 && tot.cached_tokens > 0 && tot.forks > 0 &&
+          tot.grouped > 0);
     CHECK(tot.finish_stop > 0 && tot.finish_length > 0);
     return pllm_test_finish("engine_sched_random");
 }
