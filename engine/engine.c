@@ -336,15 +336,12 @@ pllm_status pllm_engine_add(pllm_engine *e, const int32_t *prompt, int32_t n_pro
     uint64_t base = p->has_seed ? p->sampling.seed : splitmix64(e->p.seed ^ splitmix64(id));
     pllm_req_group *g = pllm_calloc(1, sizeof *g);
     if (!g) return PLLM_ERR_NOMEM;
+    g->n_alive = 1; /* this function's reference, dropped below */
     pllm_req **reqs = pllm_calloc((size_t)p->n, sizeof *reqs);
-    if (!reqs) {
-        free(g);
-        return PLLM_ERR_NOMEM;
-    }
+    pllm_status st = reqs ? PLLM_OK : PLLM_ERR_NOMEM;
     double now = pllm_now();
-    pllm_status st = PLLM_OK;
-    int32_t made = 0;
-    for (; made < p->n; made++) {
+    int32_t made = 0, added = 0;
+    for (; st == PLLM_OK && made < p->n; made++) {
         pllm_req_init ini = {
             .id = id,
             .index = made,
@@ -362,18 +359,17 @@ pllm_status pllm_engine_add(pllm_engine *e, const int32_t *prompt, int32_t n_pro
         if ((st = pllm_req_create(&reqs[made], &ini)) != PLLM_OK) break;
         reqs[made]->t_arrival = now;
     }
-    int32_t added = 0;
-    for (; st == PLLM_OK && added < made; added++) st = pllm_sched_add(e->sched, reqs[added]);
-    if (st != PLLM_OK) {
+    while (st == PLLM_OK && added < made)
+        if ((st = pllm_sched_add(e->sched, reqs[added])) == PLLM_OK) added++;
+    if (st != PLLM_OK && reqs) {
         for (int32_t i = 0; i < made; i++) {
             if (i < added) pllm_sched_remove(e->sched, reqs[i]);
             pllm_req_free(reqs[i]);
         }
-        if (made == 0) free(g);
-        free(reqs);
-        return st;
     }
     free(reqs);
+    if (--g->n_alive == 0) free(g);
+    if (st != PLLM_OK) return st;
     e->next_id++;
     e->next_arrival += (uint64_t)p->n;
     if (req_id) *req_id = id;

@@ -306,8 +306,14 @@ pllm_status pllm_sched_add(pllm_sched *s, pllm_req *r)
     if (caching) {
         /* register r as its blocks' latest waiting request (full prompt blocks only) */
         int32_t n = PLLM_MIN(r->n_prompt / s->bs, r->keys.n);
-        for (int32_t i = 0; i < n; i++) PLLM_TRY(gmap_put(s, r->keys.keys[i], r));
-        r->n_group_keys = n;
+        for (r->n_group_keys = 0; r->n_group_keys < n; r->n_group_keys++) {
+            pllm_status st = gmap_put(s, r->keys.keys[r->n_group_keys], r);
+            if (st != PLLM_OK) { /* leave no trace: r is not queued */
+                group_unregister(s, r);
+                waiting_remove(s, r);
+                return st;
+            }
+        }
     }
     return PLLM_OK;
 }
@@ -455,7 +461,7 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
         /* completion i > 0 of an n > 1 request: share completion 0's prompt */
         pllm_req *lead = r->group->leader;
         bool forked = false;
-        if (lead && lead != r && lead->state == PLLM_REQ_RUNNING) {
+        if (lead && lead != r && lead->state == PLLM_REQ_RUNNING && (n_tok - 1) / s->bs > 0) {
             if (lead->n_computed < lead->n_prompt) {
                 defer = true;
             } else {
@@ -508,7 +514,7 @@ pllm_status pllm_sched_schedule(pllm_sched *s, pllm_sched_out *o)
     o->n_preempted = 0;
     int32_t budget = s->p.max_batched_tokens;
 
-    /* 1. running requests, oldest first */
+    /* 1. running requests, in queue order */
     int32_t i = 0;
     while (i < s->n_running && budget > 0) {
         pllm_req *r = s->running[i];

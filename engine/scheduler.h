@@ -24,8 +24,9 @@
  *      budget; it is admitted when blocks for the rest of its first chunk are free. It is
  *      deferred instead (skipped this step) when
  *        - it is a completion i > 0 of an n > 1 request whose completion 0 is still running
- *          its prompt: once that prefill is done it takes completion 0's full prompt blocks
- *          (shared by reference count, with or without prefix caching);
+ *          its prompt (of at least one full block): once that prefill is done it takes
+ *          completion 0's full prompt blocks (shared by reference count, with or without
+ *          prefix caching) and computes only the rest;
  *        - prefix caching is on and a running request is computing the next block of its
  *          prompt right now (it waits for the block instead of computing it again);
  *        - its blocks do not fit.
@@ -102,7 +103,8 @@ pllm_status pllm_sched_init(pllm_sched **out, const pllm_sched_params *p, pllm_k
 /* Frees the scheduler only (not the requests it links). */
 void pllm_sched_free(pllm_sched *s);
 
-/* Queue a new request (state WAITING): at the tail, or behind its prefix group. */
+/* Queue a new request (state WAITING): at the tail, or behind its prefix group. On error r is
+ * not queued. */
 pllm_status pllm_sched_add(pllm_sched *s, pllm_req *r);
 /* Plan one step: allocates blocks, may preempt, admits. */
 pllm_status pllm_sched_schedule(pllm_sched *s, pllm_sched_out *out);
