@@ -151,6 +151,13 @@ __global__ void k_transpose(float *out, const float *in)
     out[y * 16 + x] = tile[x][y];
 }
 
+/* Fused half multiply-add, one result per element. */
+__global__ void k_hfma(__half *out, const __half *a, const __half *b, const __half *c, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __hfma(a[i], b[i], c[i]);
+}
+
 /* ---- kernels with bugs the emulator must catch -------------------------------------------- */
 
 __global__ void k_shared_oob(int *out, int bad_index)
@@ -806,6 +813,88 @@ static void test_graphs_and_streams(uint64_t *rng)
     CUDA_OK(cudaStreamDestroy(s));
 }
 
+/* An independent reference for __hfma: a, b, c are integers times 2^-24, so a*b + c is an exact
+ * integer times 2^-48 in 128 bits; the nearest half is chosen by exact distance, ties to even. */
+static uint16_t hbits(__half h)
+{
+    uint16_t u;
+    memcpy(&u, &h, 2);
+    return u;
+}
+static __half hfrom(uint16_t u)
+{
+    __half h;
+    memcpy(static_cast<void *>(&h), &u, 2);
+    return h;
+}
+static uint16_t ref_hfma(uint16_t a, uint16_t b, uint16_t c)
+{
+    auto units = [](uint16_t h) { return (long long)ldexp((double)__half2float(hfrom(h)), 24); };
+    const __int128 S = (__int128)units(a) * units(b) + (__int128)units(c) * ((__int128)1 << 24);
+    const __int128 lim = (__int128)65520 << 48; /* from here on, round to infinity */
+    if (S >= lim) return 0x7c00;
+    if (S <= -lim) return 0xfc00;
+    if (S == 0) { /* exact zero: -0 only for (-0) + (-0) */
+        bool pneg = ((a ^ b) & 0x8000) != 0;
+        return (pneg && (c & 0x8000)) ? 0x8000 : 0x0000;
+    }
+    uint16_t h0 = hbits(__double2half((double)S * 0x1p-48));
+    uint16_t cand[5] = {h0, (uint16_t)(h0 + 1), (uint16_t)(h0 - 1), 0x0001, 0x8001};
+    int best = -1;
+    __int128 best_d = 0;
+    for (int i = 0; i < 5; i++) {
+        if ((cand[i] & 0x7c00) == 0x7c00) continue; /* inf/nan */
+        __int128 d = S - (__int128)units(cand[i]) * ((__int128)1 << 24);
+        if (d < 0) d = -d;
+        if (best < 0 || d < best_d || (d == best_d && !(cand[i] & 1) && (cand[best] & 1)))
+            best = i, best_d = d;
+    }
+    return cand[best];
+}
+
+static void test_hfma(uint64_t *rng)
+{
+    const int n = 1 << 16;
+    std::vector<__half> a((size_t)n), b((size_t)n), c((size_t)n);
+    auto finite = [&](uint16_t mask) {
+        uint16_t u;
+        do u = (uint16_t)(pllm_test_rand(rng) & mask);
+        while ((u & 0x7c00) == 0x7c00);
+        return u;
+    };
+    for (int i = 0; i < n; i++) {
+        /* moderate exponents, and a tiny (subnormal) c in half the cases: the double-rounding trap
+         */
+        a[(size_t)i] =
+            hfrom((uint16_t)((finite(0x83ff) | 0x3800) ^ (pllm_test_rand(rng) & 0x0400)));
+        b[(size_t)i] =
+            hfrom((uint16_t)((finite(0x83ff) | 0x3c00) ^ (pllm_test_rand(rng) & 0x0c00)));
+        c[(size_t)i] = hfrom(i % 2 ? finite(0x83ff) : finite(0xffff));
+    }
+    __half *da = dalloc<__half>(n), *db = dalloc<__half>(n), *dc = dalloc<__half>(n),
+           *dout = dalloc<__half>(n);
+    CUDA_OK(cudaMemcpy(da, a.data(), (size_t)n * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(db, b.data(), (size_t)n * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dc, c.data(), (size_t)n * 2, cudaMemcpyHostToDevice));
+    PLLM_LAUNCH(k_hfma, (n + 255) / 256, 256, 0, 0)(dout, da, db, dc, n);
+    CUDA_OK(cudaGetLastError());
+    std::vector<__half> h = fetch(dout, (size_t)n);
+    int bad = 0, naive_off = 0;
+    for (int i = 0; i < n; i++) {
+        uint16_t want = ref_hfma(hbits(a[(size_t)i]), hbits(b[(size_t)i]), hbits(c[(size_t)i]));
+        uint16_t naive = hbits(__float2half(fmaf(
+            __half2float(a[(size_t)i]), __half2float(b[(size_t)i]), __half2float(c[(size_t)i]))));
+        naive_off += naive != want;
+        if (hbits(h[(size_t)i]) != want && bad++ < 3)
+            fprintf(stderr, "__hfma(%04x, %04x, %04x) = %04x, want %04x\n", hbits(a[(size_t)i]),
+                    hbits(b[(size_t)i]), hbits(c[(size_t)i]), hbits(h[(size_t)i]), want);
+    }
+    fprintf(stderr, "  __hfma: %d random cases exact (float fma then rounding would miss %d)\n",
+            n - bad, naive_off);
+    CHECK(bad == 0);
+    cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dout);
+}
+
 /* The emulator alternates the thread order between blocks, so a race shows in one of them. */
 static void test_race_exposed(void)
 {
@@ -853,6 +942,7 @@ int main(void)
     test_graphs_and_streams(&rng);
     test_poison();
     test_race_exposed();
+    test_hfma(&rng);
     test_errors();
     expect_death("fiber stack overflow", deep_stack_body, "fiber stack overflow");
     expect_death("read just past a device buffer", wild_read_body,

@@ -28,7 +28,10 @@
  *   - math: the host libm for the standard functions (expf, tanhf, ...); the fast intrinsics
  *     (__expf, __fdividef, rsqrtf, ...) are computed exactly, which is within the GPU's stated
  *     error bounds of them; integer intrinsics (__popc, __clz, __ffs, __brev, min/max, ...);
- *     half/bfloat16 through the toolkit's cuda_fp16.h / cuda_bf16.h host code (exact rounding);
+ *     half/bfloat16 through the toolkit's cuda_fp16.h / cuda_bf16.h host code (exact rounding),
+ *     plus what those define for device code only: __hfma/__hfma2 (one rounding, exact),
+ *     hexp/hlog/hsqrt/hrsqrt/hrcp/htanh/... and their h2 forms (computed in double, rounded
+ *     once);
  *   - launches (PLLM_LAUNCH) with CUDA's limits on grid/block/shared memory checked; kernel
  *     pointer arguments must be NULL or point into a live cudaMalloc allocation.
  *
@@ -851,6 +854,87 @@ inline unsigned long long __umul64hi(unsigned long long x, unsigned long long y)
 inline long long __mul64hi(long long x, long long y)
 {
     return (long long)(((__int128)x * y) >> 64);
+}
+
+/* ---- half / bfloat16 intrinsics the toolkit's headers define for device code only ---------- */
+namespace cuemu
+{
+namespace detail
+{
+/* x = s + e exactly (e from TwoSum): the double nearest x in round-to-odd, which then rounds
+ * correctly to any format of at most 51 bits (here 11 and 8), so a*b + c below is rounded once,
+ * as the hardware's fused multiply-add does. */
+inline double round_to_odd(double s, double e)
+{
+    if (e == 0.0 || !isfinite(s)) return s;
+    uint64_t u;
+    memcpy(&u, &s, 8);
+    if (u & 1) return s;
+    return nextafter(s, e > 0 ? INFINITY : -INFINITY);
+}
+inline double fma_odd(double a, double b, double c)
+{
+    const double p = a * b; /* exact: 11- or 8-bit significands */
+    const double s = p + c, bb = s - p, e = (p - (s - bb)) + (c - bb);
+    return round_to_odd(s, e);
+}
+} /* namespace detail */
+} /* namespace cuemu */
+
+inline __half __hfma(__half a, __half b, __half c)
+{
+    return __double2half(
+        ::cuemu::detail::fma_odd(__half2float(a), __half2float(b), __half2float(c)));
+}
+inline __nv_bfloat16 __hfma(__nv_bfloat16 a, __nv_bfloat16 b, __nv_bfloat16 c)
+{
+    return __double2bfloat16(
+        ::cuemu::detail::fma_odd(__bfloat162float(a), __bfloat162float(b), __bfloat162float(c)));
+}
+inline __half2 __hfma2(__half2 a, __half2 b, __half2 c)
+{
+    return __halves2half2(__hfma(__low2half(a), __low2half(b), __low2half(c)),
+                          __hfma(__high2half(a), __high2half(b), __high2half(c)));
+}
+inline __nv_bfloat162 __hfma2(__nv_bfloat162 a, __nv_bfloat162 b, __nv_bfloat162 c)
+{
+    return __halves2bfloat162(__hfma(__low2bfloat16(a), __low2bfloat16(b), __low2bfloat16(c)),
+                              __hfma(__high2bfloat16(a), __high2bfloat16(b), __high2bfloat16(c)));
+}
+/* Half-precision math: computed in double and rounded once (within the GPU's error bounds). */
+#define CUEMU_HMATH_(name, h2name, expr)                                                           \
+    inline __half name(__half a)                                                                   \
+    {                                                                                              \
+        const double x = __half2float(a);                                                          \
+        return __double2half(expr);                                                                \
+    }                                                                                              \
+    inline __nv_bfloat16 name(__nv_bfloat16 a)                                                     \
+    {                                                                                              \
+        const double x = __bfloat162float(a);                                                      \
+        return __double2bfloat16(expr);                                                            \
+    }                                                                                              \
+    inline __half2 h2name(__half2 a)                                                               \
+    {                                                                                              \
+        return __halves2half2(name(__low2half(a)), name(__high2half(a)));                          \
+    }                                                                                              \
+    inline __nv_bfloat162 h2name(__nv_bfloat162 a)                                                 \
+    {                                                                                              \
+        return __halves2bfloat162(name(__low2bfloat16(a)), name(__high2bfloat16(a)));              \
+    }
+CUEMU_HMATH_(hexp, h2exp, exp(x))
+CUEMU_HMATH_(hexp2, h2exp2, exp2(x))
+CUEMU_HMATH_(hlog, h2log, log(x))
+CUEMU_HMATH_(hlog2, h2log2, log2(x))
+CUEMU_HMATH_(hsqrt, h2sqrt, sqrt(x))
+CUEMU_HMATH_(hrsqrt, h2rsqrt, 1.0 / sqrt(x))
+CUEMU_HMATH_(hrcp, h2rcp, 1.0 / x)
+CUEMU_HMATH_(htanh, h2tanh, tanh(x))
+CUEMU_HMATH_(hsin, h2sin, sin(x))
+CUEMU_HMATH_(hcos, h2cos, cos(x))
+#undef CUEMU_HMATH_
+inline int __half2int_rn(__half a)
+{
+    return (int)nearbyintf(__half2float(a));
 }
 
 /* CUDA's global min/max overloads. */
