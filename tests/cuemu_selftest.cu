@@ -265,6 +265,13 @@ __global__ void k_racy(int *out)
     out[blockIdx.x * blockDim.x + threadIdx.x] = threadIdx.x ? s[threadIdx.x - 1] : 0;
 }
 
+#ifdef PLLM_CUDA_EMU /* nvcc would need relocatable device code for this one */
+__global__ void k_nested_launch(int *out)
+{
+    PLLM_LAUNCH(k_trap, 1, 32, 0, 0)(out, -1);
+}
+#endif
+
 /* ---- test driver (emulated build only) ------------------------------------------------------ */
 #ifdef PLLM_CUDA_EMU
 
@@ -682,6 +689,11 @@ static void test_errors(void)
         int *d = dalloc<int>(64);
         PLLM_LAUNCH(k_trap, 1, 64, 0, 0)(d, 9);
         expect_failure("__trap", cudaErrorLaunchFailure, "thread (9,0,0): __trap() called");
+    }
+    {
+        int *d = dalloc<int>(64);
+        PLLM_LAUNCH(k_nested_launch, 1, 1, 0, 0)(d);
+        expect_failure("launch from a kernel", cudaErrorLaunchFailure, "dynamic parallelism");
     }
     {
         std::vector<int> host(64);

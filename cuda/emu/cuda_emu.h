@@ -38,9 +38,10 @@
  * What is not emulated (using it fails to compile or to link, never silently):
  *   __shared__ / __constant__ / __managed__ written directly (use the PLLM_ macros), texture and
  *   surface memory, cooperative groups, __activemask, __match_*_sync, clusters, inline PTX,
- *   tensor-core intrinsics (wmma/mma), cp.async, dynamic parallelism, the CUDA runtime calls
- *   and cuBLAS calls the cuda/emu/ sources do not implement (link error). Kernels must not
- *   branch on __CUDA_ARCH__ for anything that changes results (it is not defined here).
+ *   tensor-core intrinsics (wmma/mma), cp.async, the CUDA runtime calls and cuBLAS calls the
+ *   cuda/emu/ sources do not implement (link error); a launch from inside a kernel (dynamic
+ *   parallelism) fails that kernel. Kernels must not branch on __CUDA_ARCH__ for anything that
+ *   changes results (it is not defined here).
  *
  * Execution model
  *   A launch runs synchronously on the calling host thread. Blocks run one after another in
@@ -85,8 +86,10 @@
  *
  * Not detected: races that both thread orders happen to tolerate, reads before a buffer's start
  * that stay within its canary zone, writes through raw pointers far outside shared arrays,
- * infinite spin loops (a kernel spinning on a value another block writes hangs, as it may on a
- * GPU). __device__ variables are plain host globals. The ambient state the CUDA programming
+ * infinite spin loops without an atomic or __nanosleep in them (a kernel spinning on a value
+ * another block writes hangs, as it may on a GPU), launches with more threads than the kernel's
+ * __launch_bounds__. __device__ variables are plain host globals; a device-side assert() is the
+ * host's (it aborts the process). The ambient state the CUDA programming
  * model needs (the current fiber, the emulated device) lives in thread-local and process-wide
  * objects inside the library; nothing else is global.
  */
@@ -250,6 +253,8 @@ struct launch_site {
 };
 /* Check a pointer argument (NULL or inside a live device allocation); false + message if not. */
 bool device_pointer_ok(const void *p);
+/* Fails the running kernel when called from one (a launch from device code). */
+void check_host_context(const launch_site &site);
 cudaError_t launch_grid(const launch_site &site, const void *kernel_id, dim3 grid, dim3 block,
                         size_t shmem, cudaStream_t stream, std::shared_ptr<kernel_body> body,
                         const char *bad_arg_msg);
@@ -282,6 +287,7 @@ template <class... P> struct launcher {
     cudaStream_t stream;
     void operator()(P... args) const
     {
+        check_host_context(site);
         char msg[256] = {0};
         int i = 0;
         (check_arg(args, i++, msg, sizeof msg), ...);

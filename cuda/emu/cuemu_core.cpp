@@ -1042,6 +1042,15 @@ bool device_pointer_ok(const void *p)
     return p == nullptr || rt::is_device_pointer(p);
 }
 
+void check_host_context(const launch_site &site)
+{
+    if (t_block && t_block->cur)
+        kernel_fail(
+            "launches kernel '%s' at %s:%d: launching from a kernel (dynamic parallelism) is "
+            "not emulated",
+            site.kernel, site.file, site.line);
+}
+
 cudaError_t launch_grid(const launch_site &site, const void *kernel_id, dim3 grid, dim3 block,
                         size_t shmem, cudaStream_t stream, std::shared_ptr<kernel_body> body,
                         const char *bad_arg_msg)

@@ -385,7 +385,8 @@ const char *cudaGetErrorName(cudaError_t e)
     case x:                                                                                        \
         return #x;
         N_(cudaSuccess)
-        N_(cudaErrorInvalidValue) N_(cudaErrorMemoryAllocation) N_(cudaErrorInvalidConfiguration)
+        N_(cudaErrorInvalidValue)
+        N_(cudaErrorMemoryAllocation) N_(cudaErrorInvalidConfiguration)
             N_(cudaErrorInvalidMemcpyDirection) N_(cudaErrorNoDevice) N_(cudaErrorInvalidDevice)
                 N_(cudaErrorInvalidResourceHandle) N_(cudaErrorNotReady) N_(cudaErrorIllegalAddress)
                     N_(cudaErrorAssert) N_(cudaErrorLaunchFailure) N_(cudaErrorNotSupported)
