@@ -175,10 +175,11 @@ struct block_exec : block_ctx {
     uint64_t switches = 0, barriers = 0, warp_ops = 0;
     bool reverse = false; /* run this block's fibers in reverse order */
 
+    /* the running fiber (its thread_ctx is the fiber's first member) */
     fiber *cur_fiber()
     {
         return reinterpret_cast<fiber *>(cur);
-    } /* ctx is fiber's first member */
+    }
 };
 
 static_assert(offsetof(fiber, ctx) == 0, "fiber::ctx must come first");
