@@ -919,7 +919,8 @@ static void test_race_exposed(void)
         for (int t = 1; t < 256; t++) wrong[b] += h[(size_t)(b * 256 + t)] != t;
     fprintf(stderr, "  missing barrier: %d and %d of 255 reads wrong in blocks 0 and 1\n", wrong[0],
             wrong[1]);
-    CHECK(wrong[0] + wrong[1] > 0);
+    if (strcmp(pllm_test_env("PLLM_CUEMU_ORDER", "alternate"), "forward") != 0) /* forward hides it */
+        CHECK(wrong[0] + wrong[1] > 0);
     cudaFree(d);
 }
 
