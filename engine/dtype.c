@@ -17,9 +17,9 @@ static const struct {
     [PLLM_DTYPE_Q4_1] = {"Q4_1", PLLM_QK, sizeof(pllm_block_q4_1), true},
     [PLLM_DTYPE_Q5_0] = {"Q5_0", PLLM_QK, sizeof(pllm_block_q5_0), true},
     [PLLM_DTYPE_Q5_1] = {"Q5_1", PLLM_QK, sizeof(pllm_block_q5_1), true},
-    [PLLM_DTYPE_Q4_K] = {"Q4_K", PLLM_QK_K, 144, false},
-    [PLLM_DTYPE_Q5_K] = {"Q5_K", PLLM_QK_K, 176, false},
-    [PLLM_DTYPE_Q6_K] = {"Q6_K", PLLM_QK_K, 210, false},
+    [PLLM_DTYPE_Q4_K] = {"Q4_K", PLLM_QK_K, sizeof(pllm_block_q4_k), true},
+    [PLLM_DTYPE_Q5_K] = {"Q5_K", PLLM_QK_K, sizeof(pllm_block_q5_k), true},
+    [PLLM_DTYPE_Q6_K] = {"Q6_K", PLLM_QK_K, sizeof(pllm_block_q6_k), true},
 };
 
 _Static_assert(sizeof(pllm_block_q8_0) == 34, "q8_0 layout");
@@ -27,6 +27,9 @@ _Static_assert(sizeof(pllm_block_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(pllm_block_q4_1) == 20, "q4_1 layout");
 _Static_assert(sizeof(pllm_block_q5_0) == 22, "q5_0 layout");
 _Static_assert(sizeof(pllm_block_q5_1) == 24, "q5_1 layout");
+_Static_assert(sizeof(pllm_block_q4_k) == 144, "q4_K layout");
+_Static_assert(sizeof(pllm_block_q5_k) == 176, "q5_K layout");
+_Static_assert(sizeof(pllm_block_q6_k) == 210, "q6_K layout");
 
 const char *pllm_dtype_name(pllm_dtype t) { return (unsigned)t < PLLM_DTYPE_COUNT ? g_dtypes[t].name : "?"; }
 bool pllm_dtype_is_quantized(pllm_dtype t) { return (unsigned)t < PLLM_DTYPE_COUNT && g_dtypes[t].block_elems > 1; }
@@ -105,6 +108,57 @@ uint16_t pllm_fp32_to_bf16(float f)
     return (uint16_t)(x >> 16);
 }
 
+/* Sub-block s (0..7) of a Q4_K/Q5_K super-block: its 6-bit scale and min (see dtype.h). */
+static void kq_scale_min(const uint8_t *scales, int s, int *sc, int *mn)
+{
+    if (s < 4) {
+        *sc = scales[s] & 63;
+        *mn = scales[s + 4] & 63;
+    } else {
+        *sc = (scales[s + 4] & 15) | (scales[s - 4] >> 6) << 4;
+        *mn = (scales[s + 4] >> 4) | (scales[s] >> 6) << 4;
+    }
+}
+
+/* Q4_K (qh == NULL) and Q5_K: 256 elements of one super-block. */
+static void dequant_q45_k(float *y, uint16_t d16, uint16_t dmin16, const uint8_t *scales, const uint8_t *qh, const uint8_t *qs)
+{
+    const float d = pllm_fp16_to_fp32(d16), dmin = pllm_fp16_to_fp32(dmin16);
+    for (int c = 0; c < 4; c++) { /* chunk of 64: sub-blocks 2c (low nibbles) and 2c+1 (high) */
+        int sc0, mn0, sc1, mn1;
+        kq_scale_min(scales, 2 * c, &sc0, &mn0);
+        kq_scale_min(scales, 2 * c + 1, &sc1, &mn1);
+        const float d0 = d * (float)sc0, m0 = dmin * (float)mn0, d1 = d * (float)sc1, m1 = dmin * (float)mn1;
+        for (int l = 0; l < 32; l++) {
+            int lo = qs[32 * c + l] & 15, hi = qs[32 * c + l] >> 4;
+            if (qh) {
+                lo |= (qh[l] >> (2 * c) & 1) << 4;
+                hi |= (qh[l] >> (2 * c + 1) & 1) << 4;
+            }
+            y[64 * c + l] = d0 * (float)lo - m0;
+            y[64 * c + 32 + l] = d1 * (float)hi - m1;
+        }
+    }
+}
+
+static void dequant_q6_k(float *y, const pllm_block_q6_k *b)
+{
+    const float d = pllm_fp16_to_fp32(b->d);
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+        const int8_t *sc = b->scales + 8 * h;
+        float *yh = y + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            int q[4] = {(ql[l] & 15) | (qh[l] & 3) << 4, (ql[32 + l] & 15) | (qh[l] >> 2 & 3) << 4,
+                        (ql[l] >> 4) | (qh[l] >> 4 & 3) << 4, (ql[32 + l] >> 4) | (qh[l] >> 6) << 4};
+            for (int k = 0; k < 4; k++) {
+                int e = 32 * k + l;
+                yh[e] = d * (float)sc[e / 16] * (float)(q[k] - 32);
+            }
+        }
+    }
+}
+
 void pllm_dequantize_row(float *dst, const void *src, pllm_dtype t, int64_t n)
 {
     switch (t) {
@@ -179,6 +233,23 @@ void pllm_dequantize_row(float *dst, const void *src, pllm_dtype t, int64_t n)
                 dst[i * PLLM_QK + j + 16] = d * (float)hi + m;
             }
         }
+        return;
+    }
+    case PLLM_DTYPE_Q4_K: {
+        const pllm_block_q4_k *b = src;
+        for (int64_t i = 0; i < n / PLLM_QK_K; i++)
+            dequant_q45_k(dst + i * PLLM_QK_K, b[i].d, b[i].dmin, b[i].scales, NULL, b[i].qs);
+        return;
+    }
+    case PLLM_DTYPE_Q5_K: {
+        const pllm_block_q5_k *b = src;
+        for (int64_t i = 0; i < n / PLLM_QK_K; i++)
+            dequant_q45_k(dst + i * PLLM_QK_K, b[i].d, b[i].dmin, b[i].scales, b[i].qh, b[i].qs);
+        return;
+    }
+    case PLLM_DTYPE_Q6_K: {
+        const pllm_block_q6_k *b = src;
+        for (int64_t i = 0; i < n / PLLM_QK_K; i++) dequant_q6_k(dst + i * PLLM_QK_K, &b[i]);
         return;
     }
     default:

@@ -1,27 +1,37 @@
 /*
  * model.h: the model description every backend computes from: hyperparameters (config) and
- * weights, loaded from a GGUF file (Hugging Face safetensors directories come in a later
- * loader that fills the same structs).
+ * weights, loaded from a GGUF file or a Hugging Face directory (config.json plus
+ * model.safetensors or a sharded model.safetensors.index.json; engine/hf_model.c). Both
+ * sources fill the same structs.
  *
- * Weights: matrices are pllm_tensor views into the memory-mapped file, never copied; a matrix
+ * Weights: matrices are pllm_tensor views into the memory-mapped files, never copied; a matrix
  * is n_rows rows of n_cols elements, row-major, each row row_bytes long, in the file's dtype.
  * For a projection y = W x, W has one row per output (n_rows = out, n_cols = in), which is
- * GGUF's layout (ne[0] = in, ne[1] = out). Small 1-D vectors (norm weights, biases) are
- * converted to owned float32 arrays at load.
+ * GGUF's layout (ne[0] = in, ne[1] = out) and safetensors' ([out, in]). Small 1-D vectors (norm
+ * weights, biases, RoPE frequency factors) are converted to owned float32 arrays at load.
  *
- * RoPE convention: PLLM_ROPE_NORM rotates adjacent pairs (x[2i], x[2i+1]), as GGUF llama files
- * store Q/K (llama.cpp permutes Hugging Face weights at conversion); PLLM_ROPE_NEOX rotates
- * (x[i], x[i + rope_dim/2]), as Hugging Face checkpoints and GGUF qwen2 do. Frequencies:
- * theta_i = pos * rope_theta^(-2i/rope_dim), i in [0, rope_dim/2).
+ * RoPE convention: PLLM_ROPE_NORM rotates adjacent pairs (x[2i], x[2i+1]), as GGUF llama and
+ * mistral files store Q/K (llama.cpp's converter permutes the Hugging Face Q/K rows so that
+ * pair (i, i + head_dim/2) becomes (2i, 2i+1)); PLLM_ROPE_NEOX rotates (x[i], x[i + rope_dim/2]),
+ * as Hugging Face checkpoints (all architectures) and GGUF qwen2 do. The loader sets rope_mode
+ * per source, so the same weights give the same logits from either format.
+ * Frequencies: theta_i = pos * rope_theta^(-2i/rope_dim) / ff_i, i in [0, rope_dim/2), where
+ *   ff_i = rope_freq_factors[i]   when rope_freq_factors != NULL (the complete per-pair
+ *                                 scaling: Llama-3 rope scaling from config.json's rope_scaling
+ *                                 or from GGUF's rope_freqs.weight; nothing else is applied),
+ *   ff_i = rope_factor            when rope_scaling == PLLM_ROPE_SCALING_LINEAR,
+ *   ff_i = 1                      otherwise.
  *
  * Ownership: pllm_model_load() returns a model freed with pllm_model_free(); the model owns its
- * GGUF handle (g), so the tokenizer can be built from the same file while the model lives.
+ * GGUF handle (gguf) or its safetensors files (hf), so the tokenizer can be built from the
+ * same GGUF file while the model lives.
  */
 #pragma once
 
 #include "engine/common.h"
 #include "engine/dtype.h"
 #include "engine/gguf.h"
+#include "engine/sampling.h"
 
 typedef enum pllm_arch {
     PLLM_ARCH_LLAMA = 0, /* Llama 2/3, TinyLlama, SmolLM, Mistral (same graph) */
@@ -36,9 +46,15 @@ typedef enum pllm_rope_mode {
 
 typedef enum pllm_rope_scaling {
     PLLM_ROPE_SCALING_NONE = 0,
-    PLLM_ROPE_SCALING_LINEAR,
-    PLLM_ROPE_SCALING_LLAMA3,
+    PLLM_ROPE_SCALING_LINEAR, /* theta_i / rope_factor */
+    PLLM_ROPE_SCALING_LLAMA3, /* per-pair factors: always given in pllm_model.rope_freq_factors */
 } pllm_rope_scaling;
+
+/* Where a model was loaded from. */
+typedef enum pllm_model_format {
+    PLLM_MODEL_GGUF = 0,
+    PLLM_MODEL_HF, /* a Hugging Face directory (config.json + safetensors) */
+} pllm_model_format;
 
 typedef struct pllm_model_config {
     pllm_arch arch;
@@ -55,7 +71,9 @@ typedef struct pllm_model_config {
     int32_t rope_dim;     /* rotated dims per head (== head_dim for llama) */
     pllm_rope_mode rope_mode;
     pllm_rope_scaling rope_scaling;
-    float rope_factor;             /* LINEAR and LLAMA3 */
+    /* LINEAR: the factor. LLAMA3: the parameters rope_freq_factors was computed from, for
+     * reports (0 when the source holds only the factors: GGUF rope_freqs.weight). */
+    float rope_factor;
     float rope_low_freq_factor;    /* LLAMA3 */
     float rope_high_freq_factor;   /* LLAMA3 */
     int32_t rope_orig_ctx;         /* LLAMA3: original max position embeddings */
@@ -69,7 +87,7 @@ typedef struct pllm_tensor {
     pllm_dtype dtype;
     int64_t n_rows, n_cols;
     size_t row_bytes;
-    const char *name;      /* for messages; owned by the model's GGUF handle */
+    const char *name;      /* for messages; owned by the model's GGUF or safetensors handle */
 } pllm_tensor;
 
 typedef struct pllm_layer_weights {
@@ -85,22 +103,75 @@ typedef struct pllm_layer_weights {
     pllm_tensor w_down;        /* [n_embd][n_ff] */
 } pllm_layer_weights;
 
+/*
+ * Generation defaults a model ships (Hugging Face generation_config.json; when that file is
+ * absent, the bos/eos ids of config.json, as transformers does), for a request that sets
+ * none. GGUF files carry their EOS ids in the tokenizer metadata (pllm_tokenizer_stop_ids)
+ * and may carry general.sampling.{temp,top_k,top_p,min_p,penalty_repeat}, read into the
+ * same fields. Each has_* flag says whether the file gave the value.
+ */
+typedef struct pllm_generation_defaults {
+    int32_t *eos_ids;          /* [n_eos], owned: eos_token_id (an int or a list) */
+    int32_t n_eos;
+    bool has_bos;
+    int32_t bos_id;
+    bool has_do_sample, do_sample;
+    bool has_temperature;
+    float temperature;
+    bool has_top_p;
+    float top_p;
+    bool has_top_k;
+    int32_t top_k;
+    bool has_min_p;
+    float min_p;
+    bool has_repetition_penalty;
+    float repetition_penalty;
+    bool has_max_new_tokens;
+    int32_t max_new_tokens;
+} pllm_generation_defaults;
+
+typedef struct pllm_hf_files pllm_hf_files; /* the open safetensors files of an HF directory */
+
 typedef struct pllm_model {
     pllm_model_config cfg;
+    pllm_model_format format;
+    const char *source_arch;   /* the architecture as the file names it: "llama", "mistral", "qwen2" */
     pllm_tensor tok_embd;      /* [n_vocab][n_embd] */
     const float *output_norm;  /* [n_embd] */
     pllm_tensor output;        /* [n_vocab][n_embd]; == tok_embd when tied */
     pllm_layer_weights *layers; /* [n_layer] */
-    char *name;                /* general.name, or the file's base name */
-    char *path;
-    uint64_t identity;         /* hash of the file's header: keys prefix-cache blocks */
+    const float *rope_freq_factors; /* [rope_dim/2] or NULL: per-pair divisors of theta_i
+                                      * (see the top of this file); set for LLAMA3 scaling */
+    pllm_generation_defaults gen;
+    char *name;                /* general.name, or the file's (directory's) base name */
+    char *path;                /* the GGUF file or the HF directory as given */
+    uint64_t identity;         /* hash of the headers (GGUF header; config.json + safetensors
+                                * headers): keys prefix-cache blocks */
     size_t weight_bytes;       /* bytes of all tensors */
-    pllm_gguf *gguf;           /* owned; NULL for non-GGUF sources */
+    pllm_gguf *gguf;           /* owned; NULL for HF directories */
+    pllm_hf_files *hf;         /* owned; NULL for GGUF */
     float *owned_f32;          /* backing store of the converted vectors */
 } pllm_model;
 
-/* Load a model from a GGUF file. Errors name the file, key or tensor, and offset. */
+/*
+ * Load a model from a GGUF file or a Hugging Face directory (path is a directory). Errors name
+ * the file, the key/field or tensor, and a byte offset where the format has one.
+ * Supported architectures: llama, mistral, qwen2 (GGUF general.architecture or config.json
+ * model_type); anything else is PLLM_ERR_UNSUPPORTED with that list.
+ */
 pllm_status pllm_model_load(pllm_model **out, const char *path);
 void pllm_model_free(pllm_model *m);
 
 const char *pllm_arch_name(pllm_arch a);
+const char *pllm_model_format_name(pllm_model_format f); /* "gguf", "hf" */
+
+/* Overlay the model's generation defaults onto p: each sampling field the model's files give
+ * (temperature, top_k, top_p, min_p, repetition_penalty) replaces p's; the rest of p is
+ * untouched. As vLLM does with generation_config.json, do_sample is not consulted (a file that
+ * sets temperature means it). Returns the number of fields set. */
+int pllm_model_apply_generation_defaults(const pllm_model *m, pllm_sampling_params *p);
+
+/* Append a one-line JSON description of the model to out (for `pllm info`): format, path,
+ * architecture, every hyperparameter, RoPE (mode, scaling, factors), tensor dtype counts,
+ * weight bytes, shard files and generation defaults. */
+pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out);

@@ -1,0 +1,375 @@
+/*
+ * hf_config.c: config.json and generation_config.json of a Hugging Face directory.
+ *
+ * Field rules follow transformers' LlamaConfig / MistralConfig / Qwen2Config: absent optional
+ * fields take those classes' defaults (rms_norm_eps 1e-6, rope_theta 10000, no KV grouping,
+ * untied embeddings, max_position_embeddings 2048); a JSON null counts as absent; a present
+ * field of the wrong JSON type, or out of range, is an error naming the file and the field.
+ */
+#include "engine/hf_model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define JSON_MAX_BYTES (64u << 20)
+
+pllm_status pllm_hf_read_json(const char *path, json_t **out)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return pllm_errorf(errno == ENOENT ? PLLM_ERR_NOT_FOUND : PLLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return pllm_errorf(PLLM_ERR_IO, "%s: not a readable regular file", path);
+    }
+    if ((uint64_t)sb.st_size > JSON_MAX_BYTES) {
+        fclose(f);
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: %lld bytes is too large for a JSON configuration file (limit %u)", path,
+                           (long long)sb.st_size, JSON_MAX_BYTES);
+    }
+    size_t n = (size_t)sb.st_size;
+    char *buf = pllm_malloc(n + 1);
+    if (!buf) {
+        fclose(f);
+        return PLLM_ERR_NOMEM;
+    }
+    size_t got = fread(buf, 1, n, f);
+    fclose(f);
+    if (got != n) {
+        free(buf);
+        return pllm_errorf(PLLM_ERR_IO, "%s: short read (%zu of %zu bytes)", path, got, n);
+    }
+    json_error_t jerr;
+    *out = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &jerr);
+    free(buf);
+    if (!*out)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: invalid JSON at line %d, column %d (byte offset %d): %s", path, jerr.line, jerr.column,
+                           jerr.position, jerr.text);
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: the top level must be a JSON object", path);
+    }
+    return PLLM_OK;
+}
+
+static const char *jtype(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+/* A field lookup in one object of one file; pre names the enclosing object in messages
+ * ("" or "rope_scaling."). */
+typedef struct jfile {
+    const char *path;
+    const json_t *obj;
+    const char *pre;
+} jfile;
+
+/* The value of key, or NULL when absent or null (an error when required). */
+static pllm_status jget(const jfile *j, const char *key, bool required, const json_t **out)
+{
+    const json_t *v = json_object_get(j->obj, key);
+    *out = v && !json_is_null(v) ? v : NULL;
+    if (!*out && required) return pllm_errorf(PLLM_ERR_FORMAT, "%s: missing field '%s%s'", j->path, j->pre, key);
+    return PLLM_OK;
+}
+
+static pllm_status jint(const jfile *j, const char *key, bool required, int64_t lo, int64_t hi, int64_t *out, bool *present)
+{
+    const json_t *v;
+    PLLM_TRY(jget(j, key, required, &v));
+    if (present) *present = v != NULL;
+    if (!v) return PLLM_OK;
+    if (!json_is_integer(v))
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be an integer, not %s", j->path, j->pre, key, jtype(v));
+    int64_t x = (int64_t)json_integer_value(v);
+    if (x < lo || x > hi)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' = %lld is out of range [%lld, %lld]", j->path, j->pre, key, (long long)x,
+                           (long long)lo, (long long)hi);
+    *out = x;
+    return PLLM_OK;
+}
+
+/* A number in [lo, hi] (open at lo when lo_open). */
+static pllm_status jnum(const jfile *j, const char *key, bool required, double lo, bool lo_open, double hi, double *out, bool *present)
+{
+    const json_t *v;
+    PLLM_TRY(jget(j, key, required, &v));
+    if (present) *present = v != NULL;
+    if (!v) return PLLM_OK;
+    if (!json_is_number(v))
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be a number, not %s", j->path, j->pre, key, jtype(v));
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || (lo_open && x == lo) || x > hi)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' = %g is out of range %s%g, %g]", j->path, j->pre, key, x, lo_open ? "(" : "[",
+                           lo, hi);
+    *out = x;
+    return PLLM_OK;
+}
+
+static pllm_status jbool(const jfile *j, const char *key, bool *out, bool *present)
+{
+    const json_t *v;
+    PLLM_TRY(jget(j, key, false, &v));
+    if (present) *present = v != NULL;
+    if (!v) return PLLM_OK;
+    if (!json_is_boolean(v))
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be a boolean, not %s", j->path, j->pre, key, jtype(v));
+    *out = json_is_true(v);
+    return PLLM_OK;
+}
+
+static pllm_status jstr(const jfile *j, const char *key, bool required, const char **out)
+{
+    const json_t *v;
+    PLLM_TRY(jget(j, key, required, &v));
+    if (!v) return PLLM_OK;
+    if (!json_is_string(v))
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be a string, not %s", j->path, j->pre, key, jtype(v));
+    *out = json_string_value(v);
+    return PLLM_OK;
+}
+
+/* A token id or a list of them (eos_token_id). */
+static pllm_status jids(const jfile *j, const char *key, int32_t *ids, int32_t cap, int32_t *n)
+{
+    const json_t *v;
+    PLLM_TRY(jget(j, key, false, &v));
+    *n = 0;
+    if (!v) return PLLM_OK;
+    if (json_is_integer(v)) {
+        int64_t x = (int64_t)json_integer_value(v);
+        if (x < 0 || x > INT32_MAX)
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s' = %lld is not a valid token id", j->path, key, (long long)x);
+        ids[(*n)++] = (int32_t)x;
+        return PLLM_OK;
+    }
+    if (!json_is_array(v))
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s' must be a token id or a list of token ids, not %s", j->path, key, jtype(v));
+    if (json_array_size(v) > (size_t)cap)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field '%s' lists %zu ids (at most %d)", j->path, key, json_array_size(v), cap);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *e = json_array_get(v, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX)
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s[%zu]' must be a token id (a non-negative integer), not %s", j->path, key, i,
+                               jtype(e));
+        ids[(*n)++] = (int32_t)json_integer_value(e);
+    }
+    return PLLM_OK;
+}
+
+static const struct {
+    const char *model_type;
+    pllm_arch arch;
+} g_hf_archs[] = {{"llama", PLLM_ARCH_LLAMA}, {"mistral", PLLM_ARCH_LLAMA}, {"qwen2", PLLM_ARCH_QWEN2}};
+
+/* rope_scaling (or transformers 5's rope_parameters) object: type and parameters. */
+static pllm_status parse_rope_scaling(const char *path, const json_t *rs, const char *field, pllm_model_config *c)
+{
+    if (!json_is_object(rs)) return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s' must be an object or null, not %s", path, field, jtype(rs));
+    char pre[64];
+    snprintf(pre, sizeof pre, "%s.", field);
+    jfile j = {path, rs, pre};
+    const char *type = NULL;
+    PLLM_TRY(jstr(&j, "type", false, &type));
+    PLLM_TRY(jstr(&j, "rope_type", false, &type)); /* the newer name wins */
+    double theta = c->rope_theta;
+    PLLM_TRY(jnum(&j, "rope_theta", false, 1, true, 1e12, &theta, NULL));
+    c->rope_theta = (float)theta;
+    if (!type || strcmp(type, "default") == 0) {
+        c->rope_scaling = PLLM_ROPE_SCALING_NONE;
+        return PLLM_OK;
+    }
+    double factor = 0, lo = 0, hi = 0;
+    int64_t orig = 0;
+    if (strcmp(type, "linear") == 0) {
+        PLLM_TRY(jnum(&j, "factor", true, 0, true, 1e6, &factor, NULL));
+        c->rope_scaling = PLLM_ROPE_SCALING_LINEAR;
+        c->rope_factor = (float)factor;
+        return PLLM_OK;
+    }
+    if (strcmp(type, "llama3") == 0) {
+        PLLM_TRY(jnum(&j, "factor", true, 0, true, 1e6, &factor, NULL));
+        PLLM_TRY(jnum(&j, "low_freq_factor", true, 0, true, 1e6, &lo, NULL));
+        PLLM_TRY(jnum(&j, "high_freq_factor", true, 0, true, 1e6, &hi, NULL));
+        PLLM_TRY(jint(&j, "original_max_position_embeddings", true, 1, INT32_MAX, &orig, NULL));
+        if (!(hi > lo))
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s.high_freq_factor' = %g must be greater than low_freq_factor = %g", path,
+                               field, hi, lo);
+        c->rope_scaling = PLLM_ROPE_SCALING_LLAMA3;
+        c->rope_factor = (float)factor;
+        c->rope_low_freq_factor = (float)lo;
+        c->rope_high_freq_factor = (float)hi;
+        c->rope_orig_ctx = (int32_t)orig;
+        return PLLM_OK;
+    }
+    return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field '%s.rope_type' = '%.32s' is not supported (supported: default, linear, llama3)", path,
+                       field, type);
+}
+
+pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_config *out)
+{
+    memset(out, 0, sizeof *out);
+    pllm_model_config *c = &out->cfg;
+    jfile j = {path, root, ""};
+
+    const char *mt = NULL;
+    PLLM_TRY(jstr(&j, "model_type", true, &mt));
+    bool found = false;
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(g_hf_archs) && !found; i++) {
+        if (strcmp(mt, g_hf_archs[i].model_type) == 0) {
+            c->arch = g_hf_archs[i].arch;
+            out->source_arch = g_hf_archs[i].model_type;
+            found = true;
+        }
+    }
+    if (!found)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field 'model_type' = '%.64s': architecture not supported (supported: llama, mistral, qwen2)",
+                           path, mt);
+    if (json_object_get(root, "quantization_config"))
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: field 'quantization_config': quantized Hugging Face checkpoints are not supported (use F32/F16/BF16 "
+                           "safetensors, or a GGUF file)",
+                           path);
+
+    int64_t hidden, n_layer, n_head, n_head_kv = 0, n_ff, n_vocab, head_dim = 0, n_ctx = 2048;
+    bool has_kv = false, has_hd = false;
+    PLLM_TRY(jint(&j, "hidden_size", true, 1, 65536, &hidden, NULL));
+    PLLM_TRY(jint(&j, "num_hidden_layers", true, 1, 1024, &n_layer, NULL));
+    PLLM_TRY(jint(&j, "num_attention_heads", true, 1, 1024, &n_head, NULL));
+    PLLM_TRY(jint(&j, "num_key_value_heads", false, 1, n_head, &n_head_kv, &has_kv));
+    PLLM_TRY(jint(&j, "intermediate_size", true, 1, 1 << 20, &n_ff, NULL));
+    PLLM_TRY(jint(&j, "vocab_size", true, 1, 1 << 24, &n_vocab, NULL));
+    PLLM_TRY(jint(&j, "head_dim", false, 2, 1024, &head_dim, &has_hd));
+    PLLM_TRY(jint(&j, "max_position_embeddings", false, 1, INT64_MAX, &n_ctx, NULL));
+    if (!has_kv) n_head_kv = n_head;
+    if (n_head % n_head_kv != 0)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'num_key_value_heads' = %lld does not divide num_attention_heads = %lld", path,
+                           (long long)n_head_kv, (long long)n_head);
+    if (!has_hd) {
+        if (hidden % n_head != 0)
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'num_attention_heads' = %lld does not divide hidden_size = %lld (and no head_dim)",
+                               path, (long long)n_head, (long long)hidden);
+        head_dim = hidden / n_head;
+    }
+    if (head_dim % 2 != 0 || head_dim > 1024)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: head dimension %lld (field '%s') must be even and at most 1024", path, (long long)head_dim,
+                           has_hd ? "head_dim" : "hidden_size / num_attention_heads");
+
+    double eps = 1e-6, theta = 10000, prf = 1;
+    PLLM_TRY(jnum(&j, "rms_norm_eps", false, 0, true, 0.5, &eps, NULL));
+    PLLM_TRY(jnum(&j, "rope_theta", false, 1, true, 1e12, &theta, NULL));
+    PLLM_TRY(jnum(&j, "partial_rotary_factor", false, 0, true, 1, &prf, NULL));
+    if (prf != 1)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field 'partial_rotary_factor' = %g is not supported for %s (only 1)", path, prf, mt);
+    bool tied = false, attn_bias = false, mlp_bias = false, use_sw = c->arch != PLLM_ARCH_QWEN2, has_use_sw = false;
+    PLLM_TRY(jbool(&j, "tie_word_embeddings", &tied, NULL));
+    PLLM_TRY(jbool(&j, "attention_bias", &attn_bias, NULL));
+    PLLM_TRY(jbool(&j, "mlp_bias", &mlp_bias, NULL));
+    if (attn_bias && c->arch != PLLM_ARCH_QWEN2)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field 'attention_bias' = true (biases on q/k/v/o projections) is not supported for %s",
+                           path, mt);
+    if (mlp_bias) return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field 'mlp_bias' = true is not supported", path);
+    const char *act = "silu";
+    PLLM_TRY(jstr(&j, "hidden_act", false, &act));
+    if (strcmp(act, "silu") != 0)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field 'hidden_act' = '%.32s' is not supported (only silu)", path, act);
+    /* Sliding-window attention is not implemented: the model is exact up to the window, so the
+     * usable context stops there. Qwen2 uses it only with use_sliding_window. */
+    int64_t window = 0;
+    bool has_window = false;
+    PLLM_TRY(jbool(&j, "use_sliding_window", &use_sw, &has_use_sw));
+    PLLM_TRY(jint(&j, "sliding_window", false, 1, INT64_MAX, &window, &has_window));
+    if (has_window && use_sw && window < n_ctx) n_ctx = window;
+
+    c->n_vocab = (int32_t)n_vocab;
+    c->n_embd = (int32_t)hidden;
+    c->n_layer = (int32_t)n_layer;
+    c->n_head = (int32_t)n_head;
+    c->n_head_kv = (int32_t)n_head_kv;
+    c->head_dim = (int32_t)head_dim;
+    c->n_ff = (int32_t)n_ff;
+    c->n_ctx_train = (int32_t)PLLM_MIN(n_ctx, (int64_t)INT32_MAX);
+    c->norm_eps = (float)eps;
+    c->rope_theta = (float)theta;
+    c->rope_dim = (int32_t)head_dim;
+    c->rope_mode = PLLM_ROPE_NEOX;
+    c->tied_embeddings = tied;
+    c->has_qkv_bias = c->arch == PLLM_ARCH_QWEN2;
+
+    const json_t *rs = json_object_get(root, "rope_scaling");
+    if (rs && !json_is_null(rs)) PLLM_TRY(parse_rope_scaling(path, rs, "rope_scaling", c));
+    const json_t *rp = json_object_get(root, "rope_parameters"); /* transformers >= 5 */
+    if (rp && !json_is_null(rp) && !(rs && !json_is_null(rs))) PLLM_TRY(parse_rope_scaling(path, rp, "rope_parameters", c));
+
+    int64_t bos = 0;
+    PLLM_TRY(jint(&j, "bos_token_id", false, 0, INT32_MAX, &bos, &out->has_bos));
+    out->bos_id = (int32_t)bos;
+    PLLM_TRY(jids(&j, "eos_token_id", out->eos_ids, (int32_t)PLLM_ARRAY_LEN(out->eos_ids), &out->n_eos));
+    return PLLM_OK;
+}
+
+pllm_status pllm_hf_parse_generation_config(const char *path, const json_t *root, pllm_generation_defaults *g)
+{
+    jfile j = {path, root, ""};
+    int32_t ids[64], n = 0;
+    PLLM_TRY(jids(&j, "eos_token_id", ids, (int32_t)PLLM_ARRAY_LEN(ids), &n));
+    if (n) {
+        g->eos_ids = pllm_malloc(sizeof(int32_t) * (size_t)n);
+        if (!g->eos_ids) return PLLM_ERR_NOMEM;
+        memcpy(g->eos_ids, ids, sizeof(int32_t) * (size_t)n);
+        g->n_eos = n;
+    }
+    int64_t v = 0;
+    double x = 0;
+    PLLM_TRY(jint(&j, "bos_token_id", false, 0, INT32_MAX, &v, &g->has_bos));
+    if (g->has_bos) g->bos_id = (int32_t)v;
+    PLLM_TRY(jbool(&j, "do_sample", &g->do_sample, &g->has_do_sample));
+    PLLM_TRY(jnum(&j, "temperature", false, 0, false, 1e6, &x, &g->has_temperature));
+    if (g->has_temperature) g->temperature = (float)x;
+    PLLM_TRY(jnum(&j, "top_p", false, 0, true, 1, &x, &g->has_top_p));
+    if (g->has_top_p) g->top_p = (float)x;
+    PLLM_TRY(jint(&j, "top_k", false, 0, INT32_MAX, &v, &g->has_top_k));
+    if (g->has_top_k) g->top_k = (int32_t)v;
+    PLLM_TRY(jnum(&j, "min_p", false, 0, false, 1, &x, &g->has_min_p));
+    if (g->has_min_p) g->min_p = (float)x;
+    PLLM_TRY(jnum(&j, "repetition_penalty", false, 0, true, 1e6, &x, &g->has_repetition_penalty));
+    if (g->has_repetition_penalty) g->repetition_penalty = (float)x;
+    PLLM_TRY(jint(&j, "max_new_tokens", false, 1, INT32_MAX, &v, &g->has_max_new_tokens));
+    if (g->has_max_new_tokens) g->max_new_tokens = (int32_t)v;
+    return PLLM_OK;
+}
+
+void pllm_rope_llama3_factors(float *ff, const pllm_model_config *c)
+{
+    /* transformers' _compute_llama3_parameters, as a divisor of each pair's frequency */
+    const double pi = 3.14159265358979323846;
+    const double lo_wl = c->rope_orig_ctx / (double)c->rope_low_freq_factor;
+    const double hi_wl = c->rope_orig_ctx / (double)c->rope_high_freq_factor;
+    for (int32_t i = 0; i < c->rope_dim / 2; i++) {
+        double freq = pow((double)c->rope_theta, -2.0 * i / (double)c->rope_dim), wl = 2 * pi / freq, f;
+        if (wl < hi_wl) {
+            f = 1;
+        } else if (wl > lo_wl) {
+            f = c->rope_factor;
+        } else {
+            double s = (c->rope_orig_ctx / wl - c->rope_low_freq_factor) / ((double)c->rope_high_freq_factor - c->rope_low_freq_factor);
+            f = 1 / ((1 - s) / c->rope_factor + s);
+        }
+        ff[i] = (float)f;
+    }
+}

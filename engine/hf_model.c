@@ -1,0 +1,318 @@
+/* hf_model.c: weights of a Hugging Face directory (see hf_model.h). */
+#include "engine/hf_model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+typedef struct hf_loader {
+    pllm_model *m;
+    const char *dir;
+    json_t *weight_map;        /* the index's weight_map, or NULL for a single file */
+    const char *index_path;
+    size_t f32_used, f32_cap;
+} hf_loader;
+
+static char *join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = pllm_malloc(n);
+    if (p) snprintf(p, n, "%s%s%s", dir, dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/", name);
+    return p;
+}
+
+void pllm_hf_files_free(pllm_hf_files *f)
+{
+    if (!f) return;
+    for (int32_t i = 0; i < f->n_files; i++) pllm_safetensors_close(f->files[i]);
+    free(f->files);
+    free(f->weights_file);
+    free(f);
+}
+
+/* Open (once) the shard called name, relative to the directory; *out receives it. */
+static pllm_status open_shard(hf_loader *L, const char *name, pllm_safetensors **out)
+{
+    pllm_hf_files *hf = L->m->hf;
+    for (int32_t i = 0; i < hf->n_files; i++) {
+        const char *p = hf->files[i]->path, *base = strrchr(p, '/');
+        if (strcmp(base ? base + 1 : p, name) == 0) {
+            *out = hf->files[i];
+            return PLLM_OK;
+        }
+    }
+    pllm_safetensors **nf = pllm_realloc(hf->files, sizeof *nf * (size_t)(hf->n_files + 1));
+    if (!nf) return PLLM_ERR_NOMEM;
+    hf->files = nf;
+    char *path = join(L->dir, name);
+    if (!path) return PLLM_ERR_NOMEM;
+    pllm_status st = pllm_safetensors_open(out, path);
+    free(path);
+    if (st != PLLM_OK) {
+        if (st == PLLM_ERR_NOT_FOUND && L->index_path)
+            return pllm_error_prefix(st, "%s: shard '%s' named in weight_map is missing: ", L->index_path, name);
+        return st;
+    }
+    hf->files[hf->n_files++] = *out;
+    return PLLM_OK;
+}
+
+/* Read model.safetensors.index.json: its weight_map, and every shard it names (opened and
+ * validated up front, so a missing or broken shard is reported whatever tensor needs it). */
+static pllm_status open_index(hf_loader *L, json_t *root)
+{
+    const char *ip = L->index_path;
+    json_t *wm = json_object_get(root, "weight_map");
+    if (!wm) return pllm_errorf(PLLM_ERR_FORMAT, "%s: missing field 'weight_map'", ip);
+    if (!json_is_object(wm)) return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'weight_map' must be an object", ip);
+    const char *key;
+    json_t *v;
+    json_object_foreach(wm, key, v) {
+        if (!json_is_string(v))
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'weight_map.%s' must be a file name (a string)", ip, key);
+        const char *f = json_string_value(v);
+        if (!f[0] || strchr(f, '/') || strcmp(f, ".") == 0 || strcmp(f, "..") == 0)
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'weight_map.%s' = '%.64s' must be a plain file name in the directory", ip, key, f);
+        pllm_safetensors *s;
+        PLLM_TRY(open_shard(L, f, &s));
+    }
+    L->weight_map = wm;
+    return PLLM_OK;
+}
+
+/* The tensor called name (NULL when absent and not required). */
+static pllm_status find(hf_loader *L, const char *name, bool required, const pllm_st_tensor **t, const pllm_safetensors **file)
+{
+    *t = NULL;
+    pllm_hf_files *hf = L->m->hf;
+    if (!L->weight_map) {
+        *file = hf->files[0];
+        *t = pllm_safetensors_find(hf->files[0], name);
+        if (!*t && required) return pllm_errorf(PLLM_ERR_NOT_FOUND, "%s: missing tensor '%s'", hf->files[0]->path, name);
+        return PLLM_OK;
+    }
+    const json_t *v = json_object_get(L->weight_map, name);
+    if (!v) {
+        if (required) return pllm_errorf(PLLM_ERR_NOT_FOUND, "%s: missing tensor '%s' (not in weight_map)", L->index_path, name);
+        return PLLM_OK;
+    }
+    pllm_safetensors *s;
+    PLLM_TRY(open_shard(L, json_string_value(v), &s));
+    *file = s;
+    *t = pllm_safetensors_find(s, name);
+    if (!*t)
+        return pllm_errorf(PLLM_ERR_NOT_FOUND, "%s: tensor '%s' is not in shard %s, where weight_map (%s) puts it", s->path, name, s->path,
+                           L->index_path);
+    return PLLM_OK;
+}
+
+static pllm_status check_dtype(const pllm_safetensors *s, const pllm_st_tensor *t)
+{
+    if (t->dtype == PLLM_DTYPE_F32 || t->dtype == PLLM_DTYPE_F16 || t->dtype == PLLM_DTYPE_BF16) return PLLM_OK;
+    return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: tensor '%s' (header entry at byte offset %zu): dtype %s is not supported (F32, F16, BF16)",
+                       s->path, t->name, t->entry_offset, t->dtype_name);
+}
+
+static void shape_str(char *buf, size_t n, const pllm_st_tensor *t)
+{
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < t->n_dims && k < n; d++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* A matrix of n_rows rows of n_cols elements: shape [n_rows, n_cols]. */
+static pllm_status load_matrix(hf_loader *L, const char *name, int64_t n_rows, int64_t n_cols, pllm_tensor *out)
+{
+    const pllm_st_tensor *t;
+    const pllm_safetensors *s;
+    PLLM_TRY(find(L, name, true, &t, &s));
+    if (t->n_dims != 2 || t->shape[0] != n_rows || t->shape[1] != n_cols) {
+        char sh[128];
+        shape_str(sh, sizeof sh, t);
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: tensor '%s' (header entry at byte offset %zu) has shape %s but config.json needs [%lld, %lld]", s->path, name,
+                           t->entry_offset, sh, (long long)n_rows, (long long)n_cols);
+    }
+    PLLM_TRY(check_dtype(s, t));
+    *out = (pllm_tensor){.data = t->data, .dtype = t->dtype, .n_rows = n_rows, .n_cols = n_cols,
+                         .row_bytes = pllm_dtype_row_bytes(t->dtype, n_cols), .name = t->name};
+    L->m->weight_bytes += t->nbytes;
+    return PLLM_OK;
+}
+
+/* A vector of n elements, converted to float32 into the owned store. */
+static pllm_status load_vector(hf_loader *L, const char *name, int64_t n, const float **out)
+{
+    const pllm_st_tensor *t;
+    const pllm_safetensors *s;
+    PLLM_TRY(find(L, name, true, &t, &s));
+    if (t->n_dims != 1 || t->shape[0] != n) {
+        char sh[128];
+        shape_str(sh, sizeof sh, t);
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: tensor '%s' (header entry at byte offset %zu) has shape %s but config.json needs [%lld]",
+                           s->path, name, t->entry_offset, sh, (long long)n);
+    }
+    PLLM_TRY(check_dtype(s, t));
+    PLLM_ASSERT(L->f32_used + (size_t)n <= L->f32_cap);
+    float *dst = L->m->owned_f32 + L->f32_used;
+    pllm_dequantize_row(dst, t->data, t->dtype, n);
+    L->f32_used += (size_t)n;
+    L->m->weight_bytes += t->nbytes;
+    *out = dst;
+    return PLLM_OK;
+}
+
+static pllm_status load_weights(hf_loader *L)
+{
+    pllm_model *m = L->m;
+    const pllm_model_config *c = &m->cfg;
+    const int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_head_kv * c->head_dim;
+    char name[160];
+
+    L->f32_cap = (size_t)c->n_layer * (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0)) + (size_t)c->n_embd +
+                 (size_t)c->rope_dim / 2;
+    m->owned_f32 = pllm_malloc(L->f32_cap * sizeof(float));
+    m->layers = pllm_calloc((size_t)c->n_layer, sizeof *m->layers);
+    if (!m->owned_f32 || !m->layers) return PLLM_ERR_NOMEM;
+
+    PLLM_TRY(load_matrix(L, "model.embed_tokens.weight", c->n_vocab, c->n_embd, &m->tok_embd));
+    PLLM_TRY(load_vector(L, "model.norm.weight", c->n_embd, &m->output_norm));
+    if (c->tied_embeddings) {
+        m->output = m->tok_embd; /* transformers ties lm_head to the embeddings, whatever the file holds */
+    } else {
+        const pllm_st_tensor *t;
+        const pllm_safetensors *s;
+        PLLM_TRY(find(L, "lm_head.weight", false, &t, &s));
+        if (!t)
+            return pllm_errorf(PLLM_ERR_NOT_FOUND, "%s: missing tensor 'lm_head.weight' (config.json has tie_word_embeddings false)",
+                               L->index_path ? L->index_path : m->hf->files[0]->path);
+        PLLM_TRY(load_matrix(L, "lm_head.weight", c->n_vocab, c->n_embd, &m->output));
+    }
+    for (int32_t i = 0; i < c->n_layer; i++) {
+        pllm_layer_weights *l = &m->layers[i];
+#define NAME(s) (snprintf(name, sizeof name, "model.layers.%d." s, (int)i), name)
+        PLLM_TRY(load_vector(L, NAME("input_layernorm.weight"), c->n_embd, &l->attn_norm));
+        PLLM_TRY(load_matrix(L, NAME("self_attn.q_proj.weight"), q_dim, c->n_embd, &l->wq));
+        PLLM_TRY(load_matrix(L, NAME("self_attn.k_proj.weight"), kv_dim, c->n_embd, &l->wk));
+        PLLM_TRY(load_matrix(L, NAME("self_attn.v_proj.weight"), kv_dim, c->n_embd, &l->wv));
+        PLLM_TRY(load_matrix(L, NAME("self_attn.o_proj.weight"), c->n_embd, q_dim, &l->wo));
+        if (c->has_qkv_bias) {
+            PLLM_TRY(load_vector(L, NAME("self_attn.q_proj.bias"), q_dim, &l->bq));
+            PLLM_TRY(load_vector(L, NAME("self_attn.k_proj.bias"), kv_dim, &l->bk));
+            PLLM_TRY(load_vector(L, NAME("self_attn.v_proj.bias"), kv_dim, &l->bv));
+        }
+        PLLM_TRY(load_vector(L, NAME("post_attention_layernorm.weight"), c->n_embd, &l->ffn_norm));
+        PLLM_TRY(load_matrix(L, NAME("mlp.gate_proj.weight"), c->n_ff, c->n_embd, &l->w_gate));
+        PLLM_TRY(load_matrix(L, NAME("mlp.up_proj.weight"), c->n_ff, c->n_embd, &l->w_up));
+        PLLM_TRY(load_matrix(L, NAME("mlp.down_proj.weight"), c->n_embd, c->n_ff, &l->w_down));
+#undef NAME
+    }
+    if (c->rope_scaling == PLLM_ROPE_SCALING_LLAMA3) {
+        float *ff = m->owned_f32 + L->f32_used;
+        pllm_rope_llama3_factors(ff, c);
+        L->f32_used += (size_t)c->rope_dim / 2;
+        m->rope_freq_factors = ff;
+    }
+    return PLLM_OK;
+}
+
+/* Token ids of the generation defaults must be in the vocabulary. */
+static pllm_status check_ids(const char *path, const pllm_generation_defaults *g, int32_t n_vocab)
+{
+    for (int32_t i = 0; i < g->n_eos; i++)
+        if (g->eos_ids[i] >= n_vocab)
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: eos_token_id %d is outside the vocabulary (vocab_size %d)", path, g->eos_ids[i], n_vocab);
+    if (g->has_bos && g->bos_id >= n_vocab)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: bos_token_id %d is outside the vocabulary (vocab_size %d)", path, g->bos_id, n_vocab);
+    return PLLM_OK;
+}
+
+pllm_status pllm_hf_load(pllm_model *m, const char *dir)
+{
+    pllm_status st;
+    json_t *config = NULL, *gen = NULL, *index = NULL;
+    char *config_path = join(dir, "config.json"), *gen_path = join(dir, "generation_config.json"),
+         *index_path = join(dir, "model.safetensors.index.json"), *single_path = join(dir, "model.safetensors");
+    hf_loader L = {.m = m, .dir = dir};
+    XXH64_hash_t h = 0;
+    if (!config_path || !gen_path || !index_path || !single_path) { st = PLLM_ERR_NOMEM; goto fail; }
+    m->format = PLLM_MODEL_HF;
+    if (!(m->hf = pllm_calloc(1, sizeof *m->hf))) { st = PLLM_ERR_NOMEM; goto fail; }
+
+    /* config.json */
+    if ((st = pllm_hf_read_json(config_path, &config)) != PLLM_OK) {
+        if (st == PLLM_ERR_NOT_FOUND) pllm_error_prefix(st, "%s is not a Hugging Face model directory: ", dir);
+        goto fail;
+    }
+    pllm_hf_config hc;
+    if ((st = pllm_hf_parse_config(config_path, config, &hc)) != PLLM_OK) goto fail;
+    m->cfg = hc.cfg;
+    m->source_arch = hc.source_arch;
+    {
+        char *s = json_dumps(config, JSON_SORT_KEYS | JSON_COMPACT);
+        if (!s) { st = pllm_errorf(PLLM_ERR_NOMEM, "out of memory"); goto fail; }
+        h = XXH3_64bits_withSeed(s, strlen(s), h);
+        free(s);
+    }
+
+    /* generation_config.json (optional); else config.json's bos/eos */
+    st = pllm_hf_read_json(gen_path, &gen);
+    if (st == PLLM_OK) {
+        if ((st = pllm_hf_parse_generation_config(gen_path, gen, &m->gen)) != PLLM_OK) goto fail;
+        if ((st = check_ids(gen_path, &m->gen, m->cfg.n_vocab)) != PLLM_OK) goto fail;
+    } else if (st == PLLM_ERR_NOT_FOUND) {
+        pllm_error_clear();
+        m->gen.has_bos = hc.has_bos;
+        m->gen.bos_id = hc.bos_id;
+        if (hc.n_eos) {
+            if (!(m->gen.eos_ids = pllm_malloc(sizeof(int32_t) * (size_t)hc.n_eos))) { st = PLLM_ERR_NOMEM; goto fail; }
+            memcpy(m->gen.eos_ids, hc.eos_ids, sizeof(int32_t) * (size_t)hc.n_eos);
+            m->gen.n_eos = hc.n_eos;
+        }
+        if ((st = check_ids(config_path, &m->gen, m->cfg.n_vocab)) != PLLM_OK) goto fail;
+    } else {
+        goto fail;
+    }
+
+    /* the weights: sharded (index) or one file */
+    if (access(index_path, F_OK) == 0) {
+        L.index_path = index_path;
+        if ((st = pllm_hf_read_json(index_path, &index)) != PLLM_OK) goto fail;
+        if ((st = open_index(&L, index)) != PLLM_OK) goto fail;
+        if (m->hf->n_files == 0) {
+            st = pllm_errorf(PLLM_ERR_FORMAT, "%s: weight_map names no tensors", index_path);
+            goto fail;
+        }
+        m->hf->weights_file = index_path;
+        index_path = NULL;
+    } else {
+        pllm_safetensors *s;
+        if ((st = open_shard(&L, "model.safetensors", &s)) != PLLM_OK) {
+            if (st == PLLM_ERR_NOT_FOUND)
+                pllm_errorf(st, "%s: no weights: neither model.safetensors nor model.safetensors.index.json (only safetensors are supported)",
+                            dir);
+            goto fail;
+        }
+        m->hf->weights_file = single_path;
+        single_path = NULL;
+    }
+    if ((st = load_weights(&L)) != PLLM_OK) goto fail;
+    for (int32_t i = 0; i < m->hf->n_files; i++) {
+        const pllm_safetensors *s = m->hf->files[i];
+        h = XXH3_64bits_withSeed(s->map, s->data_offset, h ^ (uint64_t)s->size);
+    }
+    m->identity = h;
+    st = PLLM_OK;
+fail:
+    json_decref(config);
+    json_decref(gen);
+    json_decref(index);
+    free(config_path);
+    free(gen_path);
+    free(index_path);
+    free(single_path);
+    return st;
+}

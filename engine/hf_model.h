@@ -1,0 +1,57 @@
+/*
+ * hf_model.h: the Hugging Face directory loader behind pllm_model_load() (internal to engine/;
+ * callers use model.h).
+ *
+ * A directory holds:
+ *   config.json                      architecture and hyperparameters (hf_config.c)
+ *   generation_config.json           optional: default EOS ids and sampling (hf_config.c)
+ *   model.safetensors                the weights, or
+ *   model.safetensors.index.json     {"weight_map": {tensor name: shard file name}} plus shards
+ * Tensor names (transformers' LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM):
+ *   model.embed_tokens.weight [vocab, hidden]      model.norm.weight [hidden]
+ *   lm_head.weight [vocab, hidden] (absent when tie_word_embeddings)
+ *   model.layers.N.input_layernorm.weight           model.layers.N.post_attention_layernorm.weight
+ *   model.layers.N.self_attn.{q,k,v,o}_proj.weight  model.layers.N.self_attn.{q,k,v}_proj.bias (qwen2)
+ *   model.layers.N.mlp.{gate,up,down}_proj.weight
+ * Other tensors in the files are ignored. Matrices stay in the mapping (F32, F16 or BF16);
+ * vectors are converted to float32 into the model's owned store. Q/K are used unpermuted
+ * with NEOX rotation.
+ */
+#pragma once
+
+#include "engine/model.h"
+#include "engine/safetensors.h"
+
+#include <jansson.h>
+
+struct pllm_hf_files {
+    char *weights_file;          /* model.safetensors or model.safetensors.index.json (full path) */
+    int32_t n_files;
+    pllm_safetensors **files;    /* [n_files]: the shards in the index's order of first mention */
+};
+
+/* Fill m (zeroed by the caller, path set) from the directory dir. */
+pllm_status pllm_hf_load(pllm_model *m, const char *dir);
+void pllm_hf_files_free(pllm_hf_files *f);
+
+/* hf_config.c ---------------------------------------------------------------------------- */
+
+/* config.json as the loader needs it. */
+typedef struct pllm_hf_config {
+    pllm_model_config cfg;       /* every field set; rope_mode NEOX */
+    const char *source_arch;     /* static: "llama", "mistral", "qwen2" */
+    bool has_bos;                /* config.json's own bos/eos, the fallback when there is no */
+    int32_t bos_id;              /* generation_config.json */
+    int32_t n_eos;
+    int32_t eos_ids[64];
+} pllm_hf_config;
+
+/* Read a JSON file of at most 64 MiB. A missing file is PLLM_ERR_NOT_FOUND (message set);
+ * bad JSON names the file, line, column and byte offset. */
+pllm_status pllm_hf_read_json(const char *path, json_t **out);
+/* Parse config.json (path is used in messages). */
+pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_config *out);
+/* Parse generation_config.json into g (eos_ids allocated; freed by the model). */
+pllm_status pllm_hf_parse_generation_config(const char *path, const json_t *root, pllm_generation_defaults *g);
+/* Llama-3 per-pair frequency factors ff[rope_dim/2] from c's LLAMA3 parameters. */
+void pllm_rope_llama3_factors(float *ff, const pllm_model_config *c);

@@ -1,0 +1,426 @@
+#!/usr/bin/env python3
+"""Random-weight test models written both as Hugging Face directories and as GGUF files.
+
+    gen_hf_models.py OUTDIR      writes every model below and OUTDIR/manifest.json
+
+One set of float32 weights per spec (Hugging Face naming and layout, [out, in] matrices, Q/K
+unpermuted), written as:
+  hf-<dtype>[-sharded]   config.json, optional generation_config.json, model.safetensors or
+                         model-0000i-of-0000n.safetensors + model.safetensors.index.json;
+                         F32, F16 or BF16 (BF16 by round-to-nearest-even, as torch does)
+  <name>.gguf            the same weights (the same rounded values) as llama.cpp's
+                         convert_hf_to_gguf.py lays them out: llama/mistral Q and K rows
+                         permuted per head (row 2i+j of a head <- HF row j*d/2 + i, so that
+                         NEOX pairs (i, i+d/2) become adjacent pairs), qwen2 unpermuted; norms
+                         and biases F32; Llama-3 rope scaling as a rope_freqs.weight tensor
+  <name>-q4km.gguf etc.  K-quant mixes like llama.cpp's Q4_K_M / Q5_K_M / Q6_K files: most
+                         matrices Q4_K (or Q5_K), attn_v / ffn_down / output Q6_K, quantized by
+                         this file's own simple K-quant packer (the gguf package implements no
+                         K-quant quantizer); each packed tensor is checked against
+                         gguf.quants.dequantize (error within half a quantization step).
+Safetensors files are written by this file's own writer (the safetensors package cannot write
+BF16 from numpy); F32/F16 files are read back with the safetensors package as a check.
+
+Specs:
+  llama-gqa  llama, GQA 8/2 heads, hidden 256, ff 512, untied, 2 layers (K-quant friendly sizes)
+  llama-mha  llama, 4/4 heads, hidden 128, tied, linear rope scaling (factor 2)
+  mistral    mistral, 4/1 heads, head_dim 48 != hidden/heads (explicit head_dim), untied
+  qwen2      qwen2 (q/k/v biases, NEOX in GGUF too), 4/2 heads, hidden 256, ff 512, tied
+  llama3     llama with Llama-3 rope scaling (factor 8, low 1, high 4, original context 64,
+             rope base 500000: head_dim 32 has high, medium and low frequency pairs)
+Deterministic per seed; weights std 1/sqrt(fan_in), embeddings std 1, norms 1 +- 0.1.
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+
+SPECS = {
+    "llama-gqa": dict(arch="llama", V=320, E=256, L=2, H=8, HKV=2, F=512, tied=False, theta=10000.0, eps=1e-5,
+                      gen=dict(bos_token_id=1, eos_token_id=[2, 5], do_sample=True, temperature=0.6, top_p=0.9)),
+    "llama-mha": dict(arch="llama", V=288, E=128, L=2, H=4, HKV=4, F=256, tied=True, theta=10000.0, eps=1e-6,
+                      rope_scaling=dict(type="linear", factor=2.0), bos=1, eos=2),
+    "mistral": dict(arch="mistral", V=300, E=128, L=2, H=4, HKV=1, F=192, tied=False, theta=1e6, eps=1e-5, head_dim=48,
+                    sliding_window=None, gen=dict(bos_token_id=1, eos_token_id=2)),
+    "qwen2": dict(arch="qwen2", V=352, E=256, L=2, H=4, HKV=2, F=512, tied=True, theta=1e6, eps=1e-6, bias=True,
+                  gen=dict(bos_token_id=3, eos_token_id=[7, 8], do_sample=True, temperature=0.7, top_p=0.8, top_k=20,
+                           repetition_penalty=1.05)),
+    "llama3": dict(arch="llama", V=256, E=128, L=2, H=4, HKV=2, F=256, tied=False, theta=500000.0, eps=1e-5,
+                   rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                     original_max_position_embeddings=64)),
+}
+
+# (spec, kind, options): what generate() writes
+OUTPUTS = [
+    ("llama-gqa", "hf", dict(dtype="F32")),
+    ("llama-gqa", "hf", dict(dtype="BF16", shards=3)),
+    ("llama-gqa", "gguf", dict(dtype="F32")),
+    ("llama-gqa", "gguf", dict(dtype="BF16")),
+    ("llama-gqa", "gguf", dict(mix="q4km")),
+    ("llama-gqa", "gguf", dict(mix="q5km")),
+    ("llama-gqa", "gguf", dict(mix="q6k")),
+    ("llama-mha", "hf", dict(dtype="F16")),
+    ("llama-mha", "gguf", dict(dtype="F16")),
+    ("mistral", "hf", dict(dtype="F32", shards=2)),
+    ("mistral", "gguf", dict(dtype="F32")),
+    ("qwen2", "hf", dict(dtype="F32")),
+    ("qwen2", "hf", dict(dtype="BF16", shards=2)),
+    ("qwen2", "gguf", dict(dtype="F32")),
+    ("qwen2", "gguf", dict(dtype="BF16")),
+    ("qwen2", "gguf", dict(mix="q4km")),
+    ("llama3", "hf", dict(dtype="F32")),
+    ("llama3", "gguf", dict(dtype="F32")),
+]
+
+
+def head_dim(s):
+    return s.get("head_dim") or s["E"] // s["H"]
+
+
+def make_weights(spec, seed):
+    """float32 weights in Hugging Face names and layout."""
+    s = SPECS[spec]
+    rng = np.random.default_rng(seed)
+    E, F, V, H, HKV, hd = s["E"], s["F"], s["V"], s["H"], s["HKV"], head_dim(s)
+
+    def mat(rows, cols, std):
+        return (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+
+    def vec(n, mean, std):
+        return (mean + std * rng.standard_normal(n)).astype(np.float32)
+    w = {"model.embed_tokens.weight": mat(V, E, 1.0), "model.norm.weight": vec(E, 1.0, 0.1)}
+    if not s["tied"]:
+        w["lm_head.weight"] = mat(V, E, 1 / math.sqrt(E))
+    for l in range(s["L"]):
+        p = f"model.layers.{l}."
+        w[p + "input_layernorm.weight"] = vec(E, 1.0, 0.1)
+        w[p + "self_attn.q_proj.weight"] = mat(H * hd, E, 1 / math.sqrt(E))
+        w[p + "self_attn.k_proj.weight"] = mat(HKV * hd, E, 1 / math.sqrt(E))
+        w[p + "self_attn.v_proj.weight"] = mat(HKV * hd, E, 1 / math.sqrt(E))
+        if s.get("bias"):
+            w[p + "self_attn.q_proj.bias"] = vec(H * hd, 0.0, 0.3)
+            w[p + "self_attn.k_proj.bias"] = vec(HKV * hd, 0.0, 0.3)
+            w[p + "self_attn.v_proj.bias"] = vec(HKV * hd, 0.0, 0.3)
+        w[p + "self_attn.o_proj.weight"] = mat(E, H * hd, 1 / math.sqrt(H * hd))
+        w[p + "post_attention_layernorm.weight"] = vec(E, 1.0, 0.1)
+        w[p + "mlp.gate_proj.weight"] = mat(F, E, 1 / math.sqrt(E))
+        w[p + "mlp.up_proj.weight"] = mat(F, E, 1 / math.sqrt(E))
+        w[p + "mlp.down_proj.weight"] = mat(E, F, 1 / math.sqrt(F))
+    return w
+
+
+# -- float formats ------------------------------------------------------------------------------
+
+def bf16_bits(x):
+    """float32 -> bfloat16 bits, round to nearest even (finite inputs)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def round_to(x, dtype):
+    """The float32 values x takes once stored as dtype."""
+    if dtype == "F32":
+        return x.astype(np.float32)
+    if dtype == "F16":
+        return x.astype(np.float16).astype(np.float32)
+    if dtype == "BF16":
+        return (bf16_bits(x).astype(np.uint32) << 16).view(np.float32)
+    raise ValueError(dtype)
+
+
+def encode(x, dtype):
+    """Little-endian bytes of x stored as dtype."""
+    if dtype == "F32":
+        return x.astype("<f4").tobytes()
+    if dtype == "F16":
+        return x.astype("<f2").tobytes()
+    if dtype == "BF16":
+        return bf16_bits(x).astype("<u2").tobytes()
+    raise ValueError(dtype)
+
+
+def write_safetensors(path, tensors, metadata=None, align=8):
+    """tensors: list of (name, dtype name, shape, bytes). Header padded with spaces to align."""
+    hdr, off = {}, 0
+    if metadata is not None:
+        hdr["__metadata__"] = metadata
+    for name, dt, shape, data in tensors:
+        hdr[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(data)]}
+        off += len(data)
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * ((-len(h)) % align)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for _, _, _, data in tensors:
+            f.write(data)
+
+
+def hf_config(spec):
+    s = SPECS[spec]
+    c = {"architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}[s["arch"]]],
+         "model_type": s["arch"], "hidden_size": s["E"], "intermediate_size": s["F"], "num_hidden_layers": s["L"],
+         "num_attention_heads": s["H"], "num_key_value_heads": s["HKV"], "vocab_size": s["V"], "rms_norm_eps": s["eps"],
+         "rope_theta": s["theta"], "max_position_embeddings": 512, "tie_word_embeddings": s["tied"], "hidden_act": "silu",
+         "torch_dtype": "float32", "rope_scaling": s.get("rope_scaling")}
+    if "head_dim" in s:
+        c["head_dim"] = s["head_dim"]
+    if "sliding_window" in s:
+        c["sliding_window"] = s["sliding_window"]
+    if s["arch"] == "qwen2":
+        c.update(use_sliding_window=False, sliding_window=4096, max_window_layers=2)
+    if "bos" in s:
+        c["bos_token_id"] = s["bos"]
+    if "eos" in s:
+        c["eos_token_id"] = s["eos"]
+    return c
+
+
+def write_hf(outdir, spec, w, dtype="F32", shards=1):
+    """A Hugging Face directory of weights w stored as dtype, in `shards` files."""
+    os.makedirs(outdir, exist_ok=True)
+    s = SPECS[spec]
+    with open(os.path.join(outdir, "config.json"), "w") as f:
+        json.dump(hf_config(spec), f, indent=2)
+    if s.get("gen"):
+        with open(os.path.join(outdir, "generation_config.json"), "w") as f:
+            json.dump(dict(s["gen"], transformers_version="4.45.0"), f, indent=2)
+    names = list(w)
+    items = [(n, dtype, w[n].shape, encode(w[n], dtype)) for n in names]
+    meta = {"format": "pt"}
+    if shards == 1:
+        write_safetensors(os.path.join(outdir, "model.safetensors"), items, meta)
+        files = ["model.safetensors"]
+    else:
+        per = math.ceil(len(items) / shards)
+        wmap, files = {}, []
+        for i in range(shards):
+            fn = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+            part = items[i * per:(i + 1) * per]
+            write_safetensors(os.path.join(outdir, fn), part, meta)
+            files.append(fn)
+            wmap.update({n: fn for n, _, _, _ in part})
+        with open(os.path.join(outdir, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": sum(len(d) for _, _, _, d in items)}, "weight_map": wmap}, f, indent=2)
+    if dtype != "BF16":  # read back with the safetensors package
+        from safetensors.numpy import load_file
+        got = {}
+        for fn in files:
+            got.update(load_file(os.path.join(outdir, fn)))
+        for n in names:
+            assert np.array_equal(got[n].astype(np.float32), round_to(w[n], dtype)), n
+    return outdir
+
+
+# -- K-quant packing (numpy; layouts as GGML defines them) ----------------------------------------
+
+def _f16(x):
+    return np.asarray(x, dtype=np.float32).astype(np.float16)
+
+
+def pack_q45_k(x, bits):
+    """Q4_K (bits 4) or Q5_K (bits 5) blocks of x [rows][cols], cols % 256 == 0 -> uint8 [rows][bytes]."""
+    rows, cols = x.shape
+    b = x.reshape(-1, 8, 32).astype(np.float64)           # [blocks][sub][32]
+    nmax = (1 << bits) - 1
+    lo = np.minimum(b.min(axis=2), 0.0)
+    hi = b.max(axis=2)
+    scale = (hi - lo) / nmax                               # [blocks][8]
+    mins = -lo
+    d = _f16(scale.max(axis=1) / 63)                       # [blocks]
+    dmin = _f16(mins.max(axis=1) / 63)
+    df, dmf = d.astype(np.float64)[:, None], dmin.astype(np.float64)[:, None]
+    sc = np.clip(np.rint(np.divide(scale, df, out=np.zeros_like(scale), where=df > 0)), 0, 63).astype(np.uint8)
+    mn = np.clip(np.rint(np.divide(mins, dmf, out=np.zeros_like(mins), where=dmf > 0)), 0, 63).astype(np.uint8)
+    # effective scale / min in float32, as the dequantizer computes them
+    deff = (d.astype(np.float32)[:, None] * sc.astype(np.float32)).astype(np.float64)
+    meff = (dmin.astype(np.float32)[:, None] * mn.astype(np.float32)).astype(np.float64)
+    q = np.rint(np.divide(b + meff[..., None], deff[..., None], out=np.zeros_like(b), where=deff[..., None] > 0))
+    q = np.clip(q, 0, nmax).astype(np.uint8).reshape(-1, 256)
+    scales = np.zeros((len(d), 12), dtype=np.uint8)
+    for j in range(4):
+        scales[:, j] = (sc[:, j] & 63) | ((sc[:, j + 4] >> 4) << 6)
+        scales[:, j + 4] = (mn[:, j] & 63) | ((mn[:, j + 4] >> 4) << 6)
+        scales[:, j + 8] = (sc[:, j + 4] & 15) | ((mn[:, j + 4] & 15) << 4)
+    qs = np.zeros((len(d), 128), dtype=np.uint8)
+    qh = np.zeros((len(d), 32), dtype=np.uint8)
+    for c in range(4):
+        lo_q, hi_q = q[:, 64 * c:64 * c + 32], q[:, 64 * c + 32:64 * c + 64]
+        qs[:, 32 * c:32 * c + 32] = (lo_q & 15) | ((hi_q & 15) << 4)
+        qh |= (((lo_q >> 4) & 1) << (2 * c)) | (((hi_q >> 4) & 1) << (2 * c + 1))
+    parts = [d.view(np.uint8).reshape(-1, 2), dmin.view(np.uint8).reshape(-1, 2), scales]
+    if bits == 5:
+        parts.append(qh)
+    parts.append(qs)
+    return np.concatenate(parts, axis=1).reshape(rows, -1)
+
+
+def pack_q6_k(x):
+    """Q6_K blocks of x [rows][cols] -> uint8 [rows][bytes]."""
+    rows, cols = x.shape
+    b = x.reshape(-1, 16, 16).astype(np.float64)
+    amax = np.abs(b).max(axis=2)
+    s = amax / 31
+    d = _f16(s.max(axis=1) / 127)
+    df = d.astype(np.float64)[:, None]
+    sc = np.clip(np.rint(np.divide(s, df, out=np.zeros_like(s), where=df > 0)), -128, 127).astype(np.int8)
+    deff = (d.astype(np.float32)[:, None] * sc.astype(np.float32)).astype(np.float64)
+    q = np.rint(np.divide(b, deff[..., None], out=np.zeros_like(b), where=deff[..., None] != 0))
+    q = (np.clip(q, -32, 31) + 32).astype(np.uint8).reshape(-1, 256)
+    nb = len(d)
+    ql = np.zeros((nb, 128), dtype=np.uint8)
+    qh = np.zeros((nb, 64), dtype=np.uint8)
+    for h in range(2):
+        e = q[:, 128 * h:128 * h + 128]
+        q0, q1, q2, q3 = e[:, 0:32], e[:, 32:64], e[:, 64:96], e[:, 96:128]
+        ql[:, 64 * h:64 * h + 32] = (q0 & 15) | ((q2 & 15) << 4)
+        ql[:, 64 * h + 32:64 * h + 64] = (q1 & 15) | ((q3 & 15) << 4)
+        qh[:, 32 * h:32 * h + 32] = (q0 >> 4) | ((q1 >> 4) << 2) | ((q2 >> 4) << 4) | ((q3 >> 4) << 6)
+    return np.concatenate([ql, qh, sc.view(np.uint8), d.view(np.uint8).reshape(-1, 2)], axis=1).reshape(rows, -1)
+
+
+def kquant(x, tname):
+    """Pack x as tname (Q4_K, Q5_K, Q6_K) and check it against gguf's dequantizer."""
+    from gguf import GGMLQuantizationType as Q
+    from gguf.quants import dequantize
+    packed = {"Q4_K": lambda: pack_q45_k(x, 4), "Q5_K": lambda: pack_q45_k(x, 5), "Q6_K": lambda: pack_q6_k(x)}[tname]()
+    back = dequantize(packed, Q[tname]).reshape(x.shape)
+    nmax = {"Q4_K": 15, "Q5_K": 31, "Q6_K": 63}[tname]
+    # every sub-block's step is at most (range / nmax) plus the 6/8-bit scale rounding: allow a
+    # generous bound per tensor (a packing bug gives errors of the order of the values)
+    err = np.abs(back - x).max()
+    bound = 2.5 * (x.max() - x.min()) / nmax
+    assert err <= bound, f"{tname} packing error {err} > {bound}"
+    return packed
+
+
+# -- GGUF -----------------------------------------------------------------------------------------
+
+def permute_qk(wt, n_head):
+    """llama.cpp's convert_hf_to_gguf permutation of HF Q/K rows (per head: halves -> pairs)."""
+    rows = wt.shape[0]
+    return wt.reshape(n_head, 2, rows // n_head // 2, *wt.shape[1:]).swapaxes(1, 2).reshape(wt.shape)
+
+
+MIXES = {  # GGUF tensor name suffix -> type; default for the rest
+    "q4km": dict(default="Q4_K", special="Q6_K"),
+    "q5km": dict(default="Q5_K", special="Q6_K"),
+    "q6k": dict(default="Q6_K", special="Q6_K"),
+}
+
+
+def write_gguf(path, spec, w, dtype="F32", mix=None):
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+    s = SPECS[spec]
+    arch, hd = s["arch"], head_dim(s)
+    g = gguf.GGUFWriter(path, arch)
+    g.add_name(f"pllm-test-{spec}-{mix or dtype}")
+    g.add_context_length(512)
+    g.add_embedding_length(s["E"])
+    g.add_block_count(s["L"])
+    g.add_feed_forward_length(s["F"])
+    g.add_head_count(s["H"])
+    g.add_head_count_kv(s["HKV"])
+    if "head_dim" in s:
+        g.add_key_length(hd)
+        g.add_value_length(hd)
+    g.add_rope_dimension_count(hd)
+    g.add_layer_norm_rms_eps(s["eps"])
+    g.add_rope_freq_base(s["theta"])
+    g.add_vocab_size(s["V"])
+    rs = s.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind == "linear":
+        g.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        g.add_rope_scaling_factor(rs["factor"])
+    permute = arch in ("llama", "mistral")
+
+    def put_mat(name, x, special=False):
+        if mix:
+            t = MIXES[mix]["special" if special else "default"]
+            g.add_tensor(name, kquant(x, t), raw_dtype=Q[t])
+        elif dtype == "F32":
+            g.add_tensor(name, x.astype(np.float32))
+        elif dtype == "F16":
+            g.add_tensor(name, x.astype(np.float16))
+        elif dtype == "BF16":
+            g.add_tensor(name, bf16_bits(x).reshape(x.shape[0], -1).view(np.uint8), raw_dtype=Q.BF16)
+        else:
+            raise ValueError(dtype)
+
+    def put_vec(name, x):
+        g.add_tensor(name, round_to(x, dtype if not mix else "F32"))
+
+    if kind == "llama3":
+        import ref_forward_hf as R  # the reference's factor formula (transformers' definition)
+        ff = R.llama3_factors(s["theta"], hd, rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"],
+                              rs["original_max_position_embeddings"])
+        g.add_tensor("rope_freqs.weight", ff.astype(np.float32))
+    put_mat("token_embd.weight", w["model.embed_tokens.weight"])
+    put_vec("output_norm.weight", w["model.norm.weight"])
+    if not s["tied"]:
+        put_mat("output.weight", w["lm_head.weight"], special=True)
+    for l in range(s["L"]):
+        p, h = f"blk.{l}.", f"model.layers.{l}."
+        wq, wk = w[h + "self_attn.q_proj.weight"], w[h + "self_attn.k_proj.weight"]
+        if permute:
+            wq, wk = permute_qk(wq, s["H"]), permute_qk(wk, s["HKV"])
+        put_vec(p + "attn_norm.weight", w[h + "input_layernorm.weight"])
+        put_mat(p + "attn_q.weight", wq)
+        put_mat(p + "attn_k.weight", wk)
+        put_mat(p + "attn_v.weight", w[h + "self_attn.v_proj.weight"], special=True)
+        if s.get("bias"):
+            put_vec(p + "attn_q.bias", w[h + "self_attn.q_proj.bias"])
+            put_vec(p + "attn_k.bias", w[h + "self_attn.k_proj.bias"])
+            put_vec(p + "attn_v.bias", w[h + "self_attn.v_proj.bias"])
+        put_mat(p + "attn_output.weight", w[h + "self_attn.o_proj.weight"])
+        put_vec(p + "ffn_norm.weight", w[h + "post_attention_layernorm.weight"])
+        put_mat(p + "ffn_gate.weight", w[h + "mlp.gate_proj.weight"])
+        put_mat(p + "ffn_up.weight", w[h + "mlp.up_proj.weight"])
+        put_mat(p + "ffn_down.weight", w[h + "mlp.down_proj.weight"], special=True)
+    g.write_header_to_file()
+    g.write_kv_data_to_file()
+    g.write_tensors_to_file()
+    g.close()
+    return path
+
+
+def output_name(spec, kind, opt):
+    if kind == "hf":
+        return f"{spec}-hf-{opt['dtype'].lower()}" + ("-sharded" if opt.get("shards", 1) > 1 else "")
+    return f"{spec}-{opt.get('mix') or opt['dtype'].lower()}.gguf"
+
+
+def generate(outdir, only=None):
+    """Write every output (or those whose spec is in only); returns the manifest list."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyref"))
+    os.makedirs(outdir, exist_ok=True)
+    manifest, weights = [], {}
+    for si, spec in enumerate(SPECS):
+        if only and spec not in only:
+            continue
+        weights[spec] = make_weights(spec, seed=4242 + si)
+    for spec, kind, opt in OUTPUTS:
+        if spec not in weights:
+            continue
+        path = os.path.join(outdir, output_name(spec, kind, opt))
+        if kind == "hf":
+            write_hf(path, spec, weights[spec], opt["dtype"], opt.get("shards", 1))
+        else:
+            write_gguf(path, spec, weights[spec], opt.get("dtype", "F32"), opt.get("mix"))
+        manifest.append(dict(spec=spec, kind=kind, path=path, dtype=opt.get("dtype"), mix=opt.get("mix"),
+                             shards=opt.get("shards", 1), **{k: v for k, v in SPECS[spec].items()}))
+    with open(os.path.join(outdir, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    return manifest
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: gen_hf_models.py OUTDIR")
+    for m in generate(sys.argv[1]):
+        print(m["path"])

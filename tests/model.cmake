@@ -1,0 +1,8 @@
+# Model loading (owner: models): GGUF and Hugging Face directories, K-quant dequantization,
+# RoPE/layout conventions across formats, random-weight test models, a second real model.
+add_executable(model_tool ${CMAKE_CURRENT_SOURCE_DIR}/model_tool.c)
+target_link_libraries(model_tool PRIVATE pllm_core)
+pllm_add_py_test(model_dequant model_dequant.py LABELS unit)
+pllm_add_py_test(model_forward model_forward.py LABELS unit)
+pllm_add_py_test(model_forward_kquant model_forward.py ARGS --group kquant LABELS unit)
+pllm_add_py_test(model_forward_ropefreqs model_forward.py ARGS --group ropefreqs LABELS unit)

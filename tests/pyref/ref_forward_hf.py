@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""An independent numpy forward pass of llama / mistral / qwen2 models from either a Hugging
+Face directory or a GGUF file, for checking pllm's loaders and backends.
+
+Written from the models' math and the two formats' conventions, not from pllm's C code:
+  - Hugging Face: config.json (transformers' LlamaConfig / MistralConfig / Qwen2Config field
+    names and defaults), safetensors read by this file's own small reader (8-byte header
+    length, JSON header, raw little-endian data; BF16 widened by a 16-bit shift) from
+    model.safetensors or the shards of model.safetensors.index.json. Q/K are used as stored,
+    rotated NEOX style: pairs (x[i], x[i + d/2]) ("rotate_half" in transformers).
+  - GGUF: read and dequantized by the PyPI gguf package (gguf.quants.dequantize). llama and
+    mistral files hold Q/K rows permuted by llama.cpp's converter, so they are rotated in
+    adjacent pairs (x[2i], x[2i+1]); qwen2 files are NEOX. rope_freqs.weight, when present,
+    divides each pair's frequency (Llama-3 scaling as llama.cpp applies it).
+  - The graph: x = embed[ids]; per layer h = RMSNorm(x) * attn_norm; q, k, v = h W^T (+ b for
+    qwen2); RoPE on the first rope_dim dims of each q/k head with theta_i = pos * base^(-2i/d)
+    / ff_i (ff_i: Llama-3 factors, or the linear factor); causal attention, query head j on
+    KV head j // (H / HKV), scale 1/sqrt(head_dim); x += att W_o^T; h = RMSNorm(x) * ffn_norm;
+    x += (silu(h W_gate^T) * h W_up^T) W_down^T; logits = RMSNorm(x) * norm W_out^T.
+  - Llama-3 factors from config.json's rope_scaling, as transformers'
+    _compute_llama3_parameters defines them: wavelength 2 pi / freq_i; below
+    original_max_position_embeddings / high_freq_factor: 1; above .../low_freq_factor: factor;
+    between: 1 / ((1 - s) / factor + s), s = (orig / wavelength - low) / (high - low).
+
+    m = Ref(path); logits = m.forward(ids)       # [len(ids)][n_vocab], float64
+"""
+import json
+import math
+import os
+import struct
+
+import numpy as np
+
+ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": "bf16"}
+
+
+def read_safetensors(path):
+    """{name: float32/float16 array} of one safetensors file (BF16 widened to float32)."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    n = struct.unpack_from("<Q", buf, 0)[0]
+    hdr = json.loads(buf[8:8 + n])
+    out = {}
+    for name, e in hdr.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        raw = buf[8 + n + b: 8 + n + end]
+        dt = ST_DTYPES[e["dtype"]]
+        if dt == "bf16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            a = np.frombuffer(raw, dtype=np.dtype(dt).newbyteorder("<"))
+        out[name] = a.reshape(e["shape"])
+    return out
+
+
+def llama3_factors(base, dim, factor, low, high, orig):
+    ff = []
+    for i in range(dim // 2):
+        freq = base ** (-2.0 * i / dim)
+        wl = 2 * math.pi / freq
+        if wl < orig / high:
+            ff.append(1.0)
+        elif wl > orig / low:
+            ff.append(factor)
+        else:
+            s = (orig / wl - low) / (high - low)
+            ff.append(1.0 / ((1 - s) / factor + s))
+    return np.array(ff)
+
+
+class Ref:
+    def __init__(self, path, dtype=np.float64):
+        self.dtype = dtype
+        if os.path.isdir(path):
+            self._load_hf(path)
+        else:
+            self._load_gguf(path)
+
+    # -- Hugging Face directory ---------------------------------------------------------------
+    def _load_hf(self, d):
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        self.arch = cfg["model_type"]
+        E, H = cfg["hidden_size"], cfg["num_attention_heads"]
+        self.n_layer = cfg["num_hidden_layers"]
+        self.n_head = H
+        self.n_head_kv = cfg.get("num_key_value_heads") or H
+        self.head_dim = cfg.get("head_dim") or E // H
+        self.rope_dim = self.head_dim
+        self.eps = cfg.get("rms_norm_eps", 1e-6)
+        self.base = cfg.get("rope_theta", 10000.0)
+        self.neox = True
+        self.ff = np.ones(self.rope_dim // 2)
+        rs = cfg.get("rope_scaling") or {}
+        kind = rs.get("rope_type", rs.get("type", "default"))
+        if kind == "linear":
+            self.ff[:] = rs["factor"]
+        elif kind == "llama3":
+            # held in float32, as transformers (inv_freq) and llama.cpp (rope_freqs.weight) hold them
+            self.ff = llama3_factors(self.base, self.rope_dim, rs["factor"], rs["low_freq_factor"],
+                                     rs["high_freq_factor"], rs["original_max_position_embeddings"]).astype(np.float32).astype(np.float64)
+        elif kind != "default":
+            raise ValueError(f"rope scaling {kind} not handled by the reference")
+        idx = os.path.join(d, "model.safetensors.index.json")
+        t = {}
+        if os.path.exists(idx):
+            for shard in sorted(set(json.load(open(idx))["weight_map"].values())):
+                t.update(read_safetensors(os.path.join(d, shard)))
+        else:
+            t = read_safetensors(os.path.join(d, "model.safetensors"))
+        g = lambda n: np.asarray(t[n], dtype=self.dtype)  # noqa: E731
+        self.embed = g("model.embed_tokens.weight")
+        self.norm = g("model.norm.weight")
+        self.out = self.embed if cfg.get("tie_word_embeddings", False) else g("lm_head.weight")
+        self.layers = []
+        for i in range(self.n_layer):
+            p = f"model.layers.{i}."
+            L = dict(attn_norm=g(p + "input_layernorm.weight"), wq=g(p + "self_attn.q_proj.weight"),
+                     wk=g(p + "self_attn.k_proj.weight"), wv=g(p + "self_attn.v_proj.weight"),
+                     wo=g(p + "self_attn.o_proj.weight"), ffn_norm=g(p + "post_attention_layernorm.weight"),
+                     wg=g(p + "mlp.gate_proj.weight"), wu=g(p + "mlp.up_proj.weight"), wd=g(p + "mlp.down_proj.weight"))
+            if self.arch == "qwen2":
+                L.update(bq=g(p + "self_attn.q_proj.bias"), bk=g(p + "self_attn.k_proj.bias"), bv=g(p + "self_attn.v_proj.bias"))
+            self.layers.append(L)
+        self.n_vocab = self.embed.shape[0]
+
+    # -- GGUF ------------------------------------------------------------------------------------
+    def _load_gguf(self, path):
+        import gguf
+        from gguf.quants import dequantize
+        r = gguf.GGUFReader(path)
+
+        def field(key, default=None):
+            f = r.fields.get(key)
+            if f is None or not f.data:
+                return default
+            part = f.parts[f.data[0]]
+            if f.types and f.types[0] == gguf.GGUFValueType.STRING:
+                return bytes(part).decode("utf-8")
+            return part[0].item()
+        a = field("general.architecture")
+        self.arch = a
+        E = field(f"{a}.embedding_length")
+        self.n_layer = field(f"{a}.block_count")
+        self.n_head = H = field(f"{a}.attention.head_count")
+        self.n_head_kv = field(f"{a}.attention.head_count_kv", H)
+        self.head_dim = field(f"{a}.attention.key_length", E // H)
+        self.rope_dim = field(f"{a}.rope.dimension_count", self.head_dim)
+        self.eps = field(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
+        self.base = field(f"{a}.rope.freq_base", 10000.0)
+        self.neox = a == "qwen2"
+        self.ff = np.ones(self.rope_dim // 2)
+        if field(f"{a}.rope.scaling.type", "none") == "linear":
+            self.ff[:] = field(f"{a}.rope.scaling.factor")
+        w = {}
+        for t in r.tensors:
+            x = np.asarray(dequantize(t.data, t.tensor_type), dtype=self.dtype)
+            w[t.name] = x.reshape([int(n) for n in reversed(t.shape)]) if len(t.shape) > 1 else x.reshape(-1)
+        if "rope_freqs.weight" in w:
+            self.ff = w["rope_freqs.weight"].astype(np.float64)
+        self.embed = w["token_embd.weight"]
+        self.norm = w["output_norm.weight"]
+        self.out = w.get("output.weight", self.embed)
+        self.layers = []
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            L = dict(attn_norm=w[p + "attn_norm.weight"], wq=w[p + "attn_q.weight"], wk=w[p + "attn_k.weight"],
+                     wv=w[p + "attn_v.weight"], wo=w[p + "attn_output.weight"], ffn_norm=w[p + "ffn_norm.weight"],
+                     wg=w[p + "ffn_gate.weight"], wu=w[p + "ffn_up.weight"], wd=w[p + "ffn_down.weight"])
+            if p + "attn_q.bias" in w:
+                L.update(bq=w[p + "attn_q.bias"], bk=w[p + "attn_k.bias"], bv=w[p + "attn_v.bias"])
+            self.layers.append(L)
+        self.n_vocab = self.embed.shape[0]
+
+    # -- forward -------------------------------------------------------------------------------
+    def _rms(self, x, g):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * g
+
+    def _rope(self, x, pos):
+        """x: [n][heads][head_dim]; rotates the first rope_dim dims of each head."""
+        rd, half = self.rope_dim, self.rope_dim // 2
+        theta = self.base ** (-2.0 * np.arange(half) / rd) / self.ff
+        rot = np.exp(1j * pos[:, None].astype(np.float64) * theta[None, :])[:, None, :]
+        y = x.copy()
+        if self.neox:
+            z = (x[..., :half] + 1j * x[..., half:rd]) * rot
+            y[..., :half], y[..., half:rd] = z.real, z.imag
+        else:
+            z = (x[..., 0:rd:2] + 1j * x[..., 1:rd:2]) * rot
+            y[..., 0:rd:2], y[..., 1:rd:2] = z.real, z.imag
+        return y
+
+    def forward(self, ids):
+        return self.forward_many([ids])[0]
+
+    def forward_many(self, seqs):
+        """Logits [len(s)][n_vocab] of every position of each independent sequence."""
+        H, HKV, hd = self.n_head, self.n_head_kv, self.head_dim
+        ids = np.concatenate([np.asarray(s, dtype=np.int64) for s in seqs])
+        seq_of = np.concatenate([np.full(len(s), i) for i, s in enumerate(seqs)])
+        pos = np.concatenate([np.arange(len(s)) for s in seqs])
+        n = len(ids)
+        allowed = (seq_of[:, None] == seq_of[None, :]) & (pos[None, :] <= pos[:, None])
+        x = self.embed[ids].copy()
+        for L in self.layers:
+            h = self._rms(x, L["attn_norm"])
+            q, k, v = h @ L["wq"].T, h @ L["wk"].T, h @ L["wv"].T
+            if "bq" in L:
+                q, k, v = q + L["bq"], k + L["bk"], v + L["bv"]
+            q = self._rope(q.reshape(n, H, hd), pos)
+            k = self._rope(k.reshape(n, HKV, hd), pos)
+            v = v.reshape(n, HKV, hd)
+            att = np.empty((n, H, hd), dtype=x.dtype)
+            for j in range(H):
+                g = j // (H // HKV)
+                s = (q[:, j, :] @ k[:, g, :].T) / np.sqrt(hd)
+                s = np.where(allowed, s, -np.inf)
+                s = np.exp(s - s.max(axis=1, keepdims=True))
+                s /= s.sum(axis=1, keepdims=True)
+                att[:, j, :] = s @ v[:, g, :]
+            x = x + att.reshape(n, H * hd) @ L["wo"].T
+            h = self._rms(x, L["ffn_norm"])
+            gate, up = h @ L["wg"].T, h @ L["wu"].T
+            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ L["wd"].T
+        h = self._rms(x, self.norm)
+        return [h[seq_of == i] @ self.out.T for i in range(len(seqs))]
+
+
+if __name__ == "__main__":
+    import sys
+    m = Ref(sys.argv[1])
+    ids = [int(t) for t in sys.argv[2:]] or [1, 2, 3]
+    print("argmax per position:", m.forward(ids).argmax(axis=1).tolist())
