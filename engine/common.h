@@ -16,6 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#define PLLM_NORETURN [[noreturn]]
+#else
+#define PLLM_NORETURN _Noreturn
+#endif
+
 typedef enum pllm_status {
     PLLM_OK = 0,
     PLLM_ERR_IO,          /* open/read/write/mmap failed */
@@ -41,7 +48,7 @@ pllm_status pllm_error_prefix(pllm_status st, const char *fmt, ...)
 const char *pllm_errmsg(void);
 void pllm_error_clear(void);
 
-_Noreturn void pllm_assert_fail(const char *expr, const char *file, int line);
+PLLM_NORETURN void pllm_assert_fail(const char *expr, const char *file, int line);
 #define PLLM_ASSERT(x) ((x) ? (void)0 : pllm_assert_fail(#x, __FILE__, __LINE__))
 
 /* Propagate a failing status: PLLM_TRY(f(...)); jumps nowhere, returns st. */
@@ -89,3 +96,7 @@ typedef struct pllm_buf {
 pllm_status pllm_buf_append(pllm_buf *b, const void *data, size_t n);
 pllm_status pllm_buf_appendf(pllm_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void pllm_buf_free(pllm_buf *b);
+
+#ifdef __cplusplus
+}
+#endif
