@@ -104,7 +104,7 @@ static pllm_status find(hf_loader *L, const char *name, bool required, const pll
     *file = s;
     *t = pllm_safetensors_find(s, name);
     if (!*t)
-        return pllm_errorf(PLLM_ERR_NOT_FOUND, "%s: tensor '%s' is not in shard %s, where weight_map (%s) puts it", s->path, name, s->path,
+        return pllm_errorf(PLLM_ERR_NOT_FOUND, "%s: tensor '%s' is not in this shard, where the weight_map of %s puts it", s->path, name,
                            L->index_path);
     return PLLM_OK;
 }
@@ -174,6 +174,12 @@ static pllm_status load_weights(hf_loader *L)
 
     L->f32_cap = (size_t)c->n_layer * (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0)) + (size_t)c->n_embd +
                  (size_t)c->rope_dim / 2;
+    /* the vectors are in the files at 2 bytes or more per element: no allocation beyond that */
+    size_t data_bytes = 0;
+    for (int32_t i = 0; i < m->hf->n_files; i++) data_bytes += m->hf->files[i]->size - m->hf->files[i]->data_offset;
+    if (L->f32_cap - (size_t)c->rope_dim / 2 > data_bytes / 2)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: config.json needs %zu norm/bias elements but the weight files hold only %zu bytes of data",
+                           L->dir, L->f32_cap - (size_t)c->rope_dim / 2, data_bytes);
     m->owned_f32 = pllm_malloc(L->f32_cap * sizeof(float));
     m->layers = pllm_calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->owned_f32 || !m->layers) return PLLM_ERR_NOMEM;

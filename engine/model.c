@@ -201,6 +201,10 @@ static pllm_status load_weights(loader *L)
     /* Owned float store: 2 norms per layer + output norm (+ biases) (+ rope factors). */
     L->f32_cap = (size_t)c->n_layer * (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0)) +
                  (size_t)c->n_embd + (size_t)c->rope_dim / 2;
+    /* the vectors are in the file at 2 bytes or more per element: no allocation beyond that */
+    if (L->f32_cap > L->g->size / 2)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: the hyperparameters need %zu norm/bias elements but the file has only %zu bytes", L->g->path,
+                           L->f32_cap, L->g->size);
     m->owned_f32 = pllm_malloc(L->f32_cap * sizeof(float));
     m->layers = pllm_calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->owned_f32 || !m->layers) return PLLM_ERR_NOMEM;

@@ -51,6 +51,10 @@ SPECS = {
     "llama3": dict(arch="llama", V=256, E=128, L=2, H=4, HKV=2, F=256, tied=False, theta=500000.0, eps=1e-5,
                    rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                      original_max_position_embeddings=64)),
+    # small ones for the loader's error tests (tests/model_hf_malformed.py); not in OUTPUTS
+    "tiny-llama": dict(arch="llama", V=64, E=32, L=2, H=4, HKV=2, F=64, tied=False, theta=10000.0, eps=1e-5,
+                       gen=dict(bos_token_id=1, eos_token_id=[2, 3], temperature=0.5, top_k=7, min_p=0.05)),
+    "tiny-qwen2": dict(arch="qwen2", V=64, E=32, L=1, H=4, HKV=2, F=64, tied=True, theta=1e6, eps=1e-6, bias=True, eos=5),
 }
 
 # (spec, kind, options): what generate() writes
