@@ -2,6 +2,10 @@
  * tok_tool: encode/decode JSONL through pllm's tokenizer, for the Python parity tests.
  *
  *     tok_tool MODEL.gguf < in.jsonl > out.jsonl
+ *     tok_tool --hf tokenizer.json [tokenizer_config.json] < in.jsonl > out.jsonl
+ *     tok_tool --vocab-merges vocab.json merges.txt < ...
+ *     tok_tool --spm tokenizer.model < ...
+ *     tok_tool --dir MODEL_DIR < ...
  *
  * Input, one JSON object per line:
  *     {"text": "..."}            the text (a JSON string: valid UTF-8)
@@ -119,20 +123,38 @@ done:
     return res;
 }
 
+/* Build the tokenizer the arguments name (see the usage above). */
+static pllm_status open_tokenizer(int argc, char **argv, pllm_tokenizer **t)
+{
+    if (argc >= 3 && !strcmp(argv[1], "--hf"))
+        return pllm_tokenizer_from_hf(t, argv[2], argc > 3 ? argv[3] : NULL);
+    if (argc == 4 && !strcmp(argv[1], "--vocab-merges"))
+        return pllm_tokenizer_from_vocab_merges(t, argv[2], argv[3]);
+    if (argc == 3 && !strcmp(argv[1], "--spm")) return pllm_tokenizer_from_sentencepiece(t, argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--dir")) return pllm_tokenizer_from_dir(t, argv[2]);
+    if (argc != 2) return pllm_errorf(PLLM_ERR_INVALID, "bad arguments");
+    pllm_gguf *g = NULL;
+    pllm_status st = pllm_gguf_open(&g, argv[1]);
+    if (!st) st = pllm_tokenizer_from_gguf(t, g);
+    pllm_gguf_close(g); /* the tokenizer keeps its own copy */
+    return st;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s MODEL.gguf < in.jsonl > out.jsonl\n", argv[0]);
+    pllm_tokenizer *t = NULL;
+    if (argc < 2) {
+        fprintf(stderr,
+                "usage: %s MODEL.gguf | --hf tokenizer.json [tokenizer_config.json] | "
+                "--vocab-merges vocab.json merges.txt | --spm tokenizer.model | --dir DIR "
+                "< in.jsonl > out.jsonl\n",
+                argv[0]);
         return 2;
     }
-    pllm_gguf *g = NULL;
-    pllm_tokenizer *t = NULL;
-    if (pllm_gguf_open(&g, argv[1]) != PLLM_OK || pllm_tokenizer_from_gguf(&t, g) != PLLM_OK) {
+    if (open_tokenizer(argc, argv, &t) != PLLM_OK) {
         fprintf(stderr, "tok_tool: %s\n", pllm_errmsg());
-        pllm_gguf_close(g);
         return 1;
     }
-    pllm_gguf_close(g); /* the tokenizer keeps its own copy */
     fprintf(stderr, "tok_tool: %s\n", pllm_tokenizer_describe(t));
 
     int rc = 0;

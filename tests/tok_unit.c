@@ -240,8 +240,8 @@ static void test_errors(void)
     base_vocab(&v);
     expect_error(&v, &(mods){.model = ""}, PLLM_ERR_NOT_FOUND, "tokenizer.ggml.model",
                  "missing model");
-    expect_error(&v, &(mods){.model = "llama"}, PLLM_ERR_UNSUPPORTED, "SentencePiece",
-                 "llama model");
+    expect_error(&v, &(mods){.model = "llama"}, PLLM_ERR_NOT_FOUND, "tokenizer.ggml.scores",
+                 "llama model without scores");
     expect_error(&v, &(mods){.model = "bert"}, PLLM_ERR_UNSUPPORTED, "\"bert\"", "unknown model");
     expect_error(&v, &(mods){.pre = "klingon"}, PLLM_ERR_UNSUPPORTED,
                  "tokenizer.ggml.pre = \"klingon\"", "unknown pre");
@@ -515,7 +515,7 @@ static void test_pretok(void)
                 CHECK_OK(pllm_buf_append(&text, fr, strlen(fr)));
             }
             pieces pc = {0};
-            CHECK_OK(tok_pretok_split(&p, &ws, text.s, text.n, collect, &pc));
+            CHECK_OK(tok_pretok_split(&p, &ws, text.s, text.n, true, collect, &pc));
             if (pc.cat.n != text.n || memcmp(pc.cat.s, text.s, text.n) != 0) bad++;
             pllm_buf_free(&pc.cat);
             pllm_buf_free(&text);
@@ -528,19 +528,14 @@ static void test_pretok(void)
 
     /* a regex whose JIT match needs more than PCRE2's default 32 KiB stack (a group with
      * alternatives, repeated 200k times) must still match: the private-stack retry */
-    tok_pretok p = {.name = "deep", .n_re = 1};
-    int err;
-    PCRE2_SIZE off;
-    p.re[0] = pcre2_compile((PCRE2_SPTR) "(a|bc)+", PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                            &err, &off, NULL);
-    CHECK(p.re[0] != NULL);
-    p.jit[0] = pcre2_jit_compile(p.re[0], PCRE2_JIT_COMPLETE) == 0;
+    tok_pretok p = {.name = "deep"};
+    CHECK_OK(tok_pretok_add_split(&p, "(a|bc)+", 7, false, TOK_SPLIT_ISOLATED, false, "test"));
     size_t n = 200000;
     char *s = malloc(n);
     memset(s, 'a', n);
     tok_ws ws = {0};
     pieces pc = {0};
-    CHECK_OK(tok_pretok_split(&p, &ws, s, n, collect, &pc));
+    CHECK_OK(tok_pretok_split(&p, &ws, s, n, true, collect, &pc));
     fprintf(stderr, "deep regex on %zu bytes: %zu piece(s), longest %zu, private JIT stack %s\n", n,
             pc.n, pc.longest, ws.jstack ? "used" : "not needed");
     CHECK(pc.n == 1 && pc.longest == n);

@@ -23,7 +23,7 @@
 #define BPE_SMALL     48
 #define BPE_WHOLE_MAX 64 /* longest piece looked up whole (longer ones are rarely one token) */
 
-static pllm_status ws_reserve(tok_ws *ws, size_t m)
+pllm_status tok_ws_reserve(tok_ws *ws, size_t m)
 {
     if (m <= ws->cap) return PLLM_OK;
     size_t cap = ws->cap ? ws->cap : 256;
@@ -170,7 +170,7 @@ pllm_status tok_bpe_piece_uncached(const pllm_tokenizer *t, tok_ws *ws, const ch
         int32_t id = tok_vocab_find(t, ws->scratch.s, ws->scratch.n);
         if (id >= 0) return pllm_tokens_push(out, id);
     }
-    PLLM_TRY(ws_reserve(ws, n));
+    PLLM_TRY(tok_ws_reserve(ws, n));
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t id = t->byte_id[(uint8_t)s[i]];

@@ -4,16 +4,23 @@
  *
  * Keys: model (required), pre (default "default"), tokens (required), token_type (optional,
  * all normal when absent; must match tokens in length), merges (required for "gpt2"),
- * bos/eos/unknown/padding/eot token ids (optional; -1, signed or as 0xFFFFFFFF, means none),
- * add_bos_token / add_eos_token (optional; when absent: BOS for llama3, nothing otherwise,
- * as llama.cpp does), add_space_prefix (must be false for byte-level BPE).
+ * scores (required for "llama"), bos/eos/unknown/padding/eot token ids (optional; -1,
+ * signed or as 0xFFFFFFFF, means none), add_bos_token / add_eos_token (optional; when
+ * absent: BOS for llama3 and "llama", nothing otherwise, as llama.cpp does),
+ * add_space_prefix (must be false for byte-level BPE; default true for "llama").
  *
- * Families: "gpt2" (byte-level BPE) is built. "llama" (SentencePiece-style BPE with scores
- * and byte fallback) returns PLLM_ERR_UNSUPPORTED for now: its builder will read
- * tokenizer.ggml.scores and fill the same tok_spec with TOK_MODEL_SPM_BPE.
+ * Families:
+ *   "gpt2": byte-level BPE, merges by rank, pre-tokenizer by name.
+ *   "llama": SentencePiece BPE as llama.cpp runs it: spaces become "▁" and, with
+ *     add_space_prefix, "▁" starts every fragment of text (the start of the input and after
+ *     each control/user-defined token: Hugging Face's legacy Prepend normalizer does the
+ *     same); symbols merge by piece score; characters that are no token fall back to their
+ *     "<0xHH>" tokens (or unk). Decoding: "▁" -> " ", byte tokens, and with add_space_prefix
+ *     the first leading space stripped (the Llama-2 tokenizer.json decoder).
  */
 #include "tokenizer/tokenizer_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +29,7 @@
 #define KEY_TOKENS       "tokenizer.ggml.tokens"
 #define KEY_TYPES        "tokenizer.ggml.token_type"
 #define KEY_MERGES       "tokenizer.ggml.merges"
+#define KEY_SCORES       "tokenizer.ggml.scores"
 #define KEY_BOS          "tokenizer.ggml.bos_token_id"
 #define KEY_EOS          "tokenizer.ggml.eos_token_id"
 #define KEY_UNK          "tokenizer.ggml.unknown_token_id"
@@ -82,23 +90,19 @@ pllm_status pllm_tokenizer_from_gguf(pllm_tokenizer **out, const pllm_gguf *g)
     *out = NULL;
     pllm_gguf_str model;
     PLLM_TRY(pllm_gguf_get_str(g, KEY_MODEL, &model));
-    if (model.len == 5 && memcmp(model.s, "llama", 5) == 0)
-        return pllm_errorf(
-            PLLM_ERR_UNSUPPORTED,
-            "%s: %s = \"llama\" (SentencePiece-style BPE, as in Llama-2/TinyLlama/Mistral) is "
-            "not supported yet; only \"gpt2\" (byte-level BPE) is",
-            g->path, KEY_MODEL);
-    if (!(model.len == 4 && memcmp(model.s, "gpt2", 4) == 0))
+    bool spm = model.len == 5 && memcmp(model.s, "llama", 5) == 0;
+    if (!spm && !(model.len == 4 && memcmp(model.s, "gpt2", 4) == 0))
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
-                           "%s: %s = \"%.*s\" is not a supported tokenizer model (gpt2)", g->path,
-                           KEY_MODEL, (int)PLLM_MIN(model.len, 80), model.s);
+                           "%s: %s = \"%.*s\" is not a supported tokenizer model (gpt2, llama)",
+                           g->path, KEY_MODEL, (int)PLLM_MIN(model.len, 80), model.s);
 
     tok_spec sp = {
         .source = g->path,
-        .model = TOK_MODEL_BYTE_BPE,
+        .model = spm ? TOK_MODEL_SPM_BPE : TOK_MODEL_BYTE_BPE,
+        .ignore_merges = -1,
         .key_tokens = KEY_TOKENS,
         .key_types = KEY_TYPES,
-        .key_merges = KEY_MERGES,
+        .key_merges = spm ? KEY_SCORES : KEY_MERGES,
         .key_bos = KEY_BOS,
         .key_eos = KEY_EOS,
         .key_unk = KEY_UNK,
@@ -107,18 +111,35 @@ pllm_status pllm_tokenizer_from_gguf(pllm_tokenizer **out, const pllm_gguf *g)
     };
 
     const pllm_gguf_kv *pre = pllm_gguf_find(g, KEY_PRE);
-    if (pre) {
+    if (pre && !spm) {
         pllm_gguf_str s;
         PLLM_TRY(pllm_gguf_get_str(g, KEY_PRE, &s));
         sp.pre = s.s;
         sp.pre_len = s.len;
     }
-    bool space_prefix = false;
+    bool space_prefix = spm;
     PLLM_TRY(pllm_gguf_opt_bool(g, KEY_SPACE_PREFIX, &space_prefix));
-    if (space_prefix)
+    if (space_prefix && !spm)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "%s: %s = true is not supported for byte-level BPE", g->path,
                            KEY_SPACE_PREFIX);
+    tok_decoder dec;
+    memset(&dec, 0, sizeof dec);
+    if (spm) {
+        dec.kind = TOK_DEC_PIECES;
+        dec.byte_fallback = true;
+        memcpy(dec.repl[0].from, "\xE2\x96\x81", 3);
+        dec.repl[0].from_len = 3;
+        dec.repl[0].to[0] = ' ';
+        dec.repl[0].to_len = 1;
+        dec.n_repl = 1;
+        if (space_prefix) {
+            dec.strip_start = 1;
+            dec.strip_char[0] = ' ';
+            dec.strip_char_len = 1;
+        }
+        sp.dec = &dec;
+    }
 
     const pllm_gguf_kv *toks, *types = NULL, *merges;
     PLLM_TRY(pllm_gguf_get_arr(g, KEY_TOKENS, PLLM_GGUF_STRING, &toks));
@@ -138,11 +159,22 @@ pllm_status pllm_tokenizer_from_gguf(pllm_tokenizer **out, const pllm_gguf *g)
                                g->path, KEY_TYPES, (unsigned long long)types->arr_n, KEY_TOKENS,
                                (unsigned long long)toks->arr_n);
     }
-    PLLM_TRY(pllm_gguf_get_arr(g, KEY_MERGES, PLLM_GGUF_STRING, &merges));
-    if (merges->arr_n > (uint64_t)INT32_MAX)
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' has %llu merges", g->path, KEY_MERGES,
-                           (unsigned long long)merges->arr_n);
-    sp.n_merges = (int32_t)merges->arr_n;
+    const pllm_gguf_kv *scores = NULL;
+    if (spm) {
+        merges = NULL;
+        pllm_status sst = pllm_gguf_get_arr(g, KEY_SCORES, PLLM_GGUF_F32, &scores);
+        if (!sst && scores->arr_n != toks->arr_n)
+            sst = pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' has %llu entries but '%s' has %llu",
+                              g->path, KEY_SCORES, (unsigned long long)scores->arr_n, KEY_TOKENS,
+                              (unsigned long long)toks->arr_n);
+        if (sst) return sst;
+    } else {
+        PLLM_TRY(pllm_gguf_get_arr(g, KEY_MERGES, PLLM_GGUF_STRING, &merges));
+        if (merges->arr_n > (uint64_t)INT32_MAX)
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' has %llu merges", g->path,
+                               KEY_MERGES, (unsigned long long)merges->arr_n);
+        sp.n_merges = (int32_t)merges->arr_n;
+    }
 
     PLLM_TRY(opt_id(g, KEY_BOS, &sp.bos));
     PLLM_TRY(opt_id(g, KEY_EOS, &sp.eos));
@@ -153,12 +185,44 @@ pllm_status pllm_tokenizer_from_gguf(pllm_tokenizer **out, const pllm_gguf *g)
     PLLM_TRY(opt_flag(g, KEY_ADD_EOS, &sp.add_eos));
 
     pllm_status st = PLLM_OK;
+    tok_norm norm = {0};
+    tok_pretok none = {0};
     tok_strview *tv = pllm_malloc((size_t)sp.n_vocab * sizeof *tv);
     tok_strview *mv = pllm_malloc(((size_t)sp.n_merges + 1) * sizeof *mv);
     int32_t *ty = types ? pllm_malloc((size_t)sp.n_vocab * sizeof *ty) : NULL;
-    if (!tv || !mv || (types && !ty)) {
+    float *sc = scores ? pllm_malloc((size_t)sp.n_vocab * sizeof *sc) : NULL;
+    if (!tv || !mv || (types && !ty) || (scores && !sc)) {
         st = PLLM_ERR_NOMEM;
         goto done;
+    }
+    if (sc)
+        for (int32_t i = 0; i < sp.n_vocab; i++)
+            sc[i] = (float)pllm_gguf_arr_float(scores, (uint64_t)i);
+    sp.scores = sc;
+    if (spm) {
+        /* llama.cpp: ' ' -> U+2581, and U+2581 before each fragment when add_space_prefix */
+        tok_norm_step ns = {.kind = TOK_NORM_PREPEND};
+        if (space_prefix) {
+            ns.a = pllm_strdup("\xE2\x96\x81");
+            ns.a_len = 3;
+            if (!ns.a || (st = tok_norm_add(&norm, &ns, g->path))) {
+                st = st ? st : PLLM_ERR_NOMEM;
+                goto done;
+            }
+        }
+        ns = (tok_norm_step){.kind = TOK_NORM_REPLACE, .a = pllm_strdup(" "), .a_len = 1,
+                             .b = pllm_strdup("\xE2\x96\x81"), .b_len = 3};
+        if (!ns.a || !ns.b) {
+            free(ns.a), free(ns.b);
+            st = PLLM_ERR_NOMEM;
+            goto done;
+        }
+        if ((st = tok_norm_add(&norm, &ns, g->path))) goto done;
+        snprintf(none.name, sizeof none.name, "none");
+        sp.norm = &norm;
+        sp.pre_built = &none;
+        sp.byte_fallback = true;
+        sp.fuse_unk = true;
     }
     for (int32_t i = 0; i < sp.n_vocab; i++) {
         pllm_gguf_str s = pllm_gguf_arr_str(toks, (uint64_t)i);
@@ -177,8 +241,10 @@ pllm_status pllm_tokenizer_from_gguf(pllm_tokenizer **out, const pllm_gguf *g)
     sp.merges = mv;
     st = tok_build(out, &sp);
 done:
+    tok_norm_free(&norm);
     free(tv);
     free(mv);
     free(ty);
+    free(sc);
     return st;
 }

@@ -2,15 +2,19 @@
  * tokenizer.h: text <-> token ids for the model's own vocabulary.
  *
  * Families: byte-level BPE (GPT-2, Llama-3, Qwen2, SmolLM) and SentencePiece-style BPE
- * (Llama-2, TinyLlama, Mistral). A tokenizer is built from GGUF metadata (tokenizer.ggml.*) or
- * from a Hugging Face tokenizer.json; the pre-tokenizer split (a regex list run through PCRE2)
- * is chosen from the file (tokenizer.ggml.pre, or the pre_tokenizer section).
+ * (Llama-2, TinyLlama, Mistral, Phi-3: the "▁" space marker, byte fallback). A tokenizer is
+ * built from GGUF metadata (tokenizer.ggml.*), from a Hugging Face tokenizer.json (with its
+ * tokenizer_config.json), from GPT-2 style vocab.json + merges.txt, or from a SentencePiece
+ * .model file. The result is meant to be byte-identical to Hugging Face `tokenizers` on the
+ * same files (GGUF: on the tokenizer.json the GGUF was converted from). A construct that is
+ * not supported is an error naming it and the file, never a silently different tokenizer.
  *
- * Encoding: special/added tokens are matched in the text first (when parse_special), the
- * pieces between them are pre-split and BPE-merged by merge rank. Decoding maps ids back to
- * bytes; the incremental detokenizer emits only complete UTF-8 (a multi-byte character split
- * across tokens comes out once its last byte arrives; invalid bytes become U+FFFD exactly as
- * Hugging Face's decode does).
+ * Encoding: added/special tokens are matched in the text first, the fragments between them
+ * normalized, pre-split (regexes run through PCRE2) and BPE-merged (by merge rank, or by
+ * piece score for GGUF "llama" and .model files). Decoding maps ids back to text as the
+ * tokenizer's decoder says; the incremental detokenizer emits only complete UTF-8 (a
+ * character split across tokens comes out once its last byte arrives; invalid bytes become
+ * U+FFFD exactly as Hugging Face's decode does).
  *
  * Thread safety: a built tokenizer is immutable; encode/decode may run concurrently.
  * Ownership: pllm_tokenizer_free() frees what the builder returned; token_bytes() pointers
@@ -24,6 +28,24 @@
 typedef struct pllm_tokenizer pllm_tokenizer;
 
 pllm_status pllm_tokenizer_from_gguf(pllm_tokenizer **out, const pllm_gguf *g);
+/* From a Hugging Face tokenizer.json; tokenizer_config_json (NULL: none) supplies the
+ * bos/eos/unk/pad tokens (strings or AddedToken objects) and add_bos_token/add_eos_token,
+ * which, when present, replace the post-processor's BOS/EOS (as transformers' Llama
+ * tokenizers do). Supported: model BPE; normalizers Sequence, Prepend, Replace, NFC, NFD,
+ * NFKC, NFKD, Lowercase, Strip; pre-tokenizers Sequence, ByteLevel, Split, Digits,
+ * Metaspace; post-processors TemplateProcessing, ByteLevel, Roberta/Bert, Sequence; decoders
+ * ByteLevel, Metaspace, or a Sequence of Replace/ByteFallback/Fuse/Strip. */
+pllm_status pllm_tokenizer_from_hf(pllm_tokenizer **out, const char *tokenizer_json_path,
+                                   const char *tokenizer_config_json_path);
+/* From GPT-2 style vocab.json + merges.txt: byte-level BPE with GPT-2's pre-tokenizer and
+ * "<|endoftext|>" (when present) as BOS/EOS/special token, as transformers' GPT2Tokenizer. */
+pllm_status pllm_tokenizer_from_vocab_merges(pllm_tokenizer **out, const char *vocab_json_path,
+                                             const char *merges_txt_path);
+/* From a SentencePiece .model file (BPE models only: Llama-2, Mistral). */
+pllm_status pllm_tokenizer_from_sentencepiece(pllm_tokenizer **out, const char *model_path);
+/* From a Hugging Face model directory: tokenizer.json (+ tokenizer_config.json when there),
+ * else vocab.json + merges.txt, else tokenizer.model. PLLM_ERR_NOT_FOUND when none is. */
+pllm_status pllm_tokenizer_from_dir(pllm_tokenizer **out, const char *dir);
 void pllm_tokenizer_free(pllm_tokenizer *t);
 
 typedef struct pllm_encode_opts {
@@ -56,12 +78,16 @@ int32_t pllm_tokenizer_find(const pllm_tokenizer *t, const char *s);
 const char *pllm_tokenizer_describe(const pllm_tokenizer *t);
 
 /* Incremental detokenizer: push ids one at a time, receive text as soon as it is complete.
- * Holds back at most one incomplete UTF-8 sequence. */
+ * Holds back at most one incomplete UTF-8 sequence (byte-level family), or the current run
+ * of "<0xHH>" byte-fallback tokens up to sizeof pending bytes (SentencePiece family: such a
+ * run decodes as a whole). Plain data: needs no freeing. */
 typedef struct pllm_detok {
     const pllm_tokenizer *tok;
     bool skip_special;
-    char pending[8];
+    char pending[64];
     size_t n_pending;
+    uint32_t n_tokens; /* tokens pushed and not skipped */
+    int strip_left;    /* leading characters the decoder may still strip */
 } pllm_detok;
 
 void pllm_detok_init(pllm_detok *d, const pllm_tokenizer *t, bool skip_special);
