@@ -114,7 +114,9 @@ static pllm_status jnum(const jfile *j, const char *key, bool required, double l
     if (!json_is_number(v))
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be a number, not %s", j->path, j->pre, key, jtype(v));
     double x = json_number_value(v);
-    if (!isfinite(x) || x < lo || (lo_open && x == lo) || x > hi)
+    /* the value is kept as a float: it must stay above an open bound once rounded to float
+     * (an rms_norm_eps of 1e-75 is 0 in single precision) */
+    if (!isfinite(x) || x < lo || (lo_open && (x == lo || (float)x <= (float)lo)) || x > hi)
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' = %g is out of range %s%g, %g]", j->path, j->pre, key, x, lo_open ? "(" : "[",
                            lo, hi);
     *out = x;
@@ -207,7 +209,7 @@ static pllm_status parse_rope_scaling(const char *path, const json_t *rs, const 
         PLLM_TRY(jnum(&j, "low_freq_factor", true, 0, true, 1e6, &lo, NULL));
         PLLM_TRY(jnum(&j, "high_freq_factor", true, 0, true, 1e6, &hi, NULL));
         PLLM_TRY(jint(&j, "original_max_position_embeddings", true, 1, INT32_MAX, &orig, NULL));
-        if (!(hi > lo))
+        if (!((float)hi > (float)lo)) /* compared as stored: equal floats would divide by zero */
             return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s.high_freq_factor' = %g must be greater than low_freq_factor = %g", path,
                                field, hi, lo);
         c->rope_scaling = PLLM_ROPE_SCALING_LLAMA3;
