@@ -1,12 +1,8 @@
 #include "engine/gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <xxhash.h>
 
 #define GGUF_MAX_DIMS 4
 #define GGUF_MAX_KEY 65536
@@ -236,6 +232,9 @@ static pllm_status read_tensor_info(cursor *c, pllm_gguf_tensor *t, int64_t idx)
     if (!t->name) return PLLM_ERR_NOMEM;
     memcpy(t->name, name.s, name.len);
     t->name[name.len] = 0;
+    if (strlen(t->name) != name.len)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: tensor %lld at byte offset %zu: name contains a NUL byte", c->name,
+                           (long long)idx, t->info_offset);
     PLLM_TRY(rd_u32(c, &n_dims, t->name));
     if (n_dims == 0 || n_dims > GGUF_MAX_DIMS)
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: tensor '%s' at byte offset %zu: %u dimensions (1 to %d allowed)",
@@ -271,6 +270,46 @@ static pllm_status read_tensor_info(cursor *c, pllm_gguf_tensor *t, int64_t idx)
                            c->name, t->name, t->info_offset, (long long)t->ne[0], pllm_dtype_name(t->dtype), be);
     t->nbytes = (size_t)(nel / (uint64_t)be) * pllm_dtype_block_bytes(t->dtype);
     return PLLM_OK;
+}
+
+/* Alignment the data of a tensor of type t needs to be read in place: 4 for f32, 2 for the
+ * rest (f16/bf16 elements, and every quantized block starts with or holds f16 scales). */
+static size_t dtype_align(pllm_dtype t) { return t == PLLM_DTYPE_F32 ? 4 : 2; }
+
+/* Open-addressing hash index of names: slot -> entry index + 1. */
+static int32_t *index_new(int64_t n, size_t *mask)
+{
+    size_t cap = 8;
+    while (cap < (size_t)n * 2) cap *= 2;
+    *mask = cap - 1;
+    return pllm_calloc(cap, sizeof(int32_t));
+}
+
+static size_t name_hash(const char *s) { return (size_t)XXH3_64bits(s, strlen(s)); }
+
+static const char *kv_name(const pllm_gguf *g, int64_t i) { return g->kv[i].key; }
+static const char *tensor_name(const pllm_gguf *g, int64_t i) { return g->tensors[i].name; }
+
+/* The entry called name in an index (name_at gives an entry's name), or -1. */
+static int64_t index_find(const pllm_gguf *g, const int32_t *idx, size_t mask,
+                          const char *(*name_at)(const pllm_gguf *, int64_t), const char *name, size_t *slot)
+{
+    size_t h = name_hash(name) & mask;
+    for (; idx[h]; h = (h + 1) & mask)
+        if (strcmp(name_at(g, idx[h] - 1), name) == 0) break;
+    if (slot) *slot = h;
+    return idx[h] - 1;
+}
+
+/* Insert entry i; returns the index of an earlier entry with the same name (then nothing is
+ * inserted), or -1. */
+static int64_t index_insert(const pllm_gguf *g, int32_t *idx, size_t mask,
+                            const char *(*name_at)(const pllm_gguf *, int64_t), int64_t i)
+{
+    size_t slot;
+    int64_t dup = index_find(g, idx, mask, name_at, name_at(g, i), &slot);
+    if (dup < 0) idx[slot] = (int32_t)i + 1;
+    return dup;
 }
 
 pllm_status pllm_gguf_parse(pllm_gguf **out, const void *data, size_t size, const char *name)
@@ -311,18 +350,26 @@ pllm_status pllm_gguf_parse(pllm_gguf **out, const void *data, size_t size, cons
                          name, (unsigned long long)n_tensors);
         goto fail;
     }
-    g->kv = pllm_calloc((size_t)n_kv, sizeof *g->kv);
-    g->tensors = pllm_calloc((size_t)n_tensors, sizeof *g->tensors);
-    if (!g->kv || !g->tensors) { st = PLLM_ERR_NOMEM; goto fail; }
+    if (n_kv > PLLM_GGUF_MAX_ENTRIES || n_tensors > PLLM_GGUF_MAX_ENTRIES) {
+        st = pllm_errorf(PLLM_ERR_FORMAT, "%s: %s count %llu at byte offset %d is over the limit of %d", name,
+                         n_kv > PLLM_GGUF_MAX_ENTRIES ? "metadata" : "tensor",
+                         (unsigned long long)(n_kv > PLLM_GGUF_MAX_ENTRIES ? n_kv : n_tensors),
+                         n_kv > PLLM_GGUF_MAX_ENTRIES ? 16 : 8, PLLM_GGUF_MAX_ENTRIES);
+        goto fail;
+    }
+    g->kv = pllm_calloc(n_kv ? (size_t)n_kv : 1, sizeof *g->kv);
+    g->tensors = pllm_calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *g->tensors);
+    g->kv_index = index_new((int64_t)n_kv, &g->kv_mask);
+    g->tensor_index = index_new((int64_t)n_tensors, &g->tensor_mask);
+    if (!g->kv || !g->tensors || !g->kv_index || !g->tensor_index) { st = PLLM_ERR_NOMEM; goto fail; }
     for (uint64_t i = 0; i < n_kv; i++) {
         g->n_kv = (int64_t)i + 1;
         if ((st = read_kv(&c, &g->kv[i], (int64_t)i)) != PLLM_OK) goto fail;
-        for (uint64_t j = 0; j < i; j++) {
-            if (strcmp(g->kv[j].key, g->kv[i].key) == 0) {
-                st = pllm_errorf(PLLM_ERR_FORMAT, "%s: duplicate metadata key '%s' at byte offset %zu", name,
-                                 g->kv[i].key, g->kv[i].offset);
-                goto fail;
-            }
+        int64_t dup = index_insert(g, g->kv_index, g->kv_mask, kv_name, (int64_t)i);
+        if (dup >= 0) {
+            st = pllm_errorf(PLLM_ERR_FORMAT, "%s: duplicate metadata key '%s' at byte offset %zu (first at %zu)", name,
+                             g->kv[i].key, g->kv[i].offset, g->kv[dup].offset);
+            goto fail;
         }
     }
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
@@ -361,12 +408,20 @@ pllm_status pllm_gguf_parse(pllm_gguf **out, const void *data, size_t size, cons
                              (unsigned long long)(data_off + t->offset + t->nbytes), size);
             goto fail;
         }
+        if ((data_off + t->offset) % dtype_align(t->dtype)) {
+            st = pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                             "%s: tensor '%s' (entry at byte offset %zu): data at byte offset %llu is not aligned to %zu bytes "
+                             "for %s (pllm reads tensors in place; general.alignment is %zu)",
+                             name, t->name, t->info_offset, (unsigned long long)(data_off + t->offset),
+                             dtype_align(t->dtype), pllm_dtype_name(t->dtype), g->alignment);
+            goto fail;
+        }
         t->data = g->map + data_off + t->offset;
-        for (int64_t j = 0; j < i; j++) {
-            if (strcmp(g->tensors[j].name, t->name) == 0) {
-                st = pllm_errorf(PLLM_ERR_FORMAT, "%s: duplicate tensor '%s' at byte offset %zu", name, t->name, t->info_offset);
-                goto fail;
-            }
+        int64_t dup = index_insert(g, g->tensor_index, g->tensor_mask, tensor_name, i);
+        if (dup >= 0) {
+            st = pllm_errorf(PLLM_ERR_FORMAT, "%s: duplicate tensor '%s' at byte offset %zu (first at %zu)", name, t->name,
+                             t->info_offset, g->tensors[dup].info_offset);
+            goto fail;
         }
     }
     *out = g;
@@ -379,34 +434,35 @@ fail:
 pllm_status pllm_gguf_open(pllm_gguf **out, const char *path)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return pllm_errorf(errno == ENOENT ? PLLM_ERR_NOT_FOUND : PLLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return pllm_errorf(PLLM_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    pllm_mapped_file f;
+    PLLM_TRY(pllm_mapped_file_open(&f, path));
+    pllm_status st;
+    if (f.size < 24) {
+        st = pllm_errorf(PLLM_ERR_FORMAT, "%s: truncated file: %zu bytes is too small for a GGUF header (24 bytes)",
+                         path, f.size);
+        goto fail;
     }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return pllm_errorf(PLLM_ERR_IO, "%s: not a regular file", path);
-    }
-    size_t size = (size_t)sb.st_size;
-    if (size < 24) {
-        close(fd);
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: truncated file: %zu bytes is too small for a GGUF header (24 bytes)", path, size);
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) return pllm_errorf(PLLM_ERR_IO, "%s: cannot mmap %zu bytes: %s", path, size, strerror(e));
-    pllm_status st = pllm_gguf_parse(out, map, size, path);
-    if (st != PLLM_OK) {
-        munmap(map, size);
+    pllm_mapped_file_set_polled(&f, true); /* checked right after the parse */
+    st = pllm_gguf_parse(out, f.data, f.size, path);
+    pllm_mapped_file_set_polled(&f, false);
+    if (st != PLLM_OK) goto fail;
+    (*out)->owns_map = true; /* close() unmaps */
+    (*out)->file = f;
+    /* the header was read from the mapping: a file cut short meanwhile read as zeros */
+    if ((st = pllm_mapped_file_check(&(*out)->file)) != PLLM_OK) {
+        pllm_gguf_close(*out);
+        *out = NULL;
         return st;
     }
-    (*out)->owns_map = true; /* close() unmaps */
     return PLLM_OK;
+fail:
+    pllm_mapped_file_close(&f);
+    return st;
+}
+
+pllm_status pllm_gguf_check_file(const pllm_gguf *g)
+{
+    return g->owns_map ? pllm_mapped_file_poll(&g->file) : PLLM_OK;
 }
 
 void pllm_gguf_close(pllm_gguf *g)
@@ -419,23 +475,23 @@ void pllm_gguf_close(pllm_gguf *g)
     for (int64_t i = 0; i < g->n_tensors; i++) free(g->tensors[i].name);
     free(g->kv);
     free(g->tensors);
-    if (g->owns_map) munmap((void *)g->map, g->size);
+    free(g->kv_index);
+    free(g->tensor_index);
+    if (g->owns_map) pllm_mapped_file_close(&g->file);
     free(g->path);
     free(g);
 }
 
 const pllm_gguf_kv *pllm_gguf_find(const pllm_gguf *g, const char *key)
 {
-    for (int64_t i = 0; i < g->n_kv; i++)
-        if (strcmp(g->kv[i].key, key) == 0) return &g->kv[i];
-    return NULL;
+    int64_t i = index_find(g, g->kv_index, g->kv_mask, kv_name, key, NULL);
+    return i >= 0 ? &g->kv[i] : NULL;
 }
 
 const pllm_gguf_tensor *pllm_gguf_find_tensor(const pllm_gguf *g, const char *name)
 {
-    for (int64_t i = 0; i < g->n_tensors; i++)
-        if (strcmp(g->tensors[i].name, name) == 0) return &g->tensors[i];
-    return NULL;
+    int64_t i = index_find(g, g->tensor_index, g->tensor_mask, tensor_name, name, NULL);
+    return i >= 0 ? &g->tensors[i] : NULL;
 }
 
 static pllm_status missing(const pllm_gguf *g, const char *key)
@@ -537,6 +593,14 @@ pllm_gguf_str pllm_gguf_arr_str(const pllm_gguf_kv *kv, uint64_t i)
     return (pllm_gguf_str){(const char *)p + 8, (size_t)len};
 }
 
+static int64_t saturate_i64(double x)
+{
+    if (x != x) return 0;
+    if (x >= 9223372036854775807.0) return INT64_MAX;
+    if (x <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)x;
+}
+
 int64_t pllm_gguf_arr_int(const pllm_gguf_kv *kv, uint64_t i)
 {
     PLLM_ASSERT(i < kv->arr_n);
@@ -550,14 +614,15 @@ int64_t pllm_gguf_arr_int(const pllm_gguf_kv *kv, uint64_t i)
     case PLLM_GGUF_I32: { int32_t x; memcpy(&x, p, 4); return x; }
     case PLLM_GGUF_U64: { uint64_t x; memcpy(&x, p, 8); return (int64_t)x; }
     case PLLM_GGUF_I64: { int64_t x; memcpy(&x, p, 8); return x; }
-    case PLLM_GGUF_F32: { float x; memcpy(&x, p, 4); return (int64_t)x; }
-    case PLLM_GGUF_F64: { double x; memcpy(&x, p, 8); return (int64_t)x; }
+    case PLLM_GGUF_F32: { float x; memcpy(&x, p, 4); return saturate_i64(x); }
+    case PLLM_GGUF_F64: { double x; memcpy(&x, p, 8); return saturate_i64(x); }
     default: PLLM_ASSERT(!"not a numeric array"); return 0;
     }
 }
 
 double pllm_gguf_arr_float(const pllm_gguf_kv *kv, uint64_t i)
 {
+    PLLM_ASSERT(i < kv->arr_n);
     const uint8_t *p = kv->arr_data + i * g_type_size[kv->arr_type];
     if (kv->arr_type == PLLM_GGUF_F32) { float x; memcpy(&x, p, 4); return x; }
     if (kv->arr_type == PLLM_GGUF_F64) { double x; memcpy(&x, p, 8); return x; }

@@ -2,10 +2,22 @@
  * gguf.h: a GGUF (v2, v3) reader. The file is memory-mapped read-only; the parsed header
  * indexes into the mapping, so tensor data and string values are used in place, never copied.
  *
- * Validation at open: magic, version, every length and count against the bytes that remain,
- * every metadata value type, the alignment, and every tensor's type, shape and data range
- * against the file size. Any failure is an error naming the file, the key or tensor, and the
- * byte offset where it was found.
+ * Validation at open: magic, version, every length and count against the bytes that remain
+ * (and sane caps: at most PLLM_GGUF_MAX_ENTRIES metadata entries and tensors, keys and names
+ * of at most 64 KiB without NUL bytes, arrays nested at most 4 deep), every metadata value
+ * type, the alignment, and every tensor's type, shape (at most 2^44 elements), data range
+ * against the file size and data alignment for its type. All size arithmetic is overflow
+ * checked, and nothing is allocated from a header field before it was checked against the
+ * bytes that remain. Any failure is an error naming the file, the key or tensor, and the byte
+ * offset where it was found. Keys and tensor names are indexed by hash, so lookups and the
+ * duplicate checks take constant time per entry (a file of millions of keys parses in linear
+ * time).
+ *
+ * A file changed on disk while mapped: pllm_gguf_open() maps it through mapped_file.h, which
+ * turns a read past a truncated end into zeros plus a "damaged" mark instead of SIGBUS.
+ * pllm_gguf_check_file() reports such damage, or a changed size or modification time, as an
+ * error; callers check after each phase that read tensor data and stop. A program that never
+ * calls it gets a message naming the file and offset, then the SIGBUS, as before.
  *
  * Ownership: pllm_gguf_open() returns a handle the caller frees with pllm_gguf_close(); every
  * pointer obtained from it (keys, string views, tensor data) lives until then.
@@ -14,6 +26,9 @@
 
 #include "engine/common.h"
 #include "engine/dtype.h"
+#include "engine/mapped_file.h"
+
+#define PLLM_GGUF_MAX_ENTRIES (1 << 20) /* metadata entries, and tensors */
 
 typedef enum pllm_gguf_type {
     PLLM_GGUF_U8 = 0,
@@ -73,6 +88,7 @@ typedef struct pllm_gguf {
     const uint8_t *map;
     size_t size;
     bool owns_map;         /* opened (and unmapped on close) by pllm_gguf_open */
+    pllm_mapped_file file; /* the mapping when owns_map */
     uint32_t version;
     size_t alignment;
     size_t data_offset;    /* start of the tensor data section */
@@ -80,6 +96,9 @@ typedef struct pllm_gguf {
     pllm_gguf_kv *kv;
     int64_t n_tensors;
     pllm_gguf_tensor *tensors;
+    /* hash indexes: slot -> entry index + 1 (0: empty); [mask + 1] each */
+    int32_t *kv_index, *tensor_index;
+    size_t kv_mask, tensor_mask;
 } pllm_gguf;
 
 /* Open and validate path. On failure *out is NULL and the message names file and offset. */
@@ -88,6 +107,12 @@ pllm_status pllm_gguf_open(pllm_gguf **out, const char *path);
  * in messages. Used by open() and by fuzzers. */
 pllm_status pllm_gguf_parse(pllm_gguf **out, const void *data, size_t size, const char *name);
 void pllm_gguf_close(pllm_gguf *g);
+/* PLLM_OK while the opened file is as it was at open (always for parse()d images); else
+ * PLLM_ERR_IO saying it was truncated or modified while in use (see the top of this file).
+ * The first call also makes bus errors in the mapping read zeros (reported by the next call)
+ * instead of ending the process with a message: call it after each step that read tensor
+ * data, and stop on error (mapped_file.h, poll). One fstat per call. */
+pllm_status pllm_gguf_check_file(const pllm_gguf *g);
 
 const char *pllm_gguf_type_name(pllm_gguf_type t);
 
@@ -111,6 +136,6 @@ pllm_status pllm_gguf_get_arr(const pllm_gguf *g, const char *key, pllm_gguf_typ
                               const pllm_gguf_kv **kv);
 /* Element i of a string array. */
 pllm_gguf_str pllm_gguf_arr_str(const pllm_gguf_kv *kv, uint64_t i);
-/* Element i of a numeric array, converted. */
+/* Element i of a numeric array, converted (floats to integers saturate; NaN gives 0). */
 int64_t pllm_gguf_arr_int(const pllm_gguf_kv *kv, uint64_t i);
 double pllm_gguf_arr_float(const pllm_gguf_kv *kv, uint64_t i);

@@ -1,0 +1,156 @@
+/*
+ * fuzz_io.c: the dataset byte streams (datasets/io.h) and the --resume reader of output files
+ * (datasets/idset.h), on arbitrary file contents. The first byte picks the mode:
+ *   0: a plain input file read line by line: the lines joined with '\n' give back the file
+ *      (the last newline optional), every line number in order;
+ *   1: the same bytes as a .zst input file: any error has a message; lines never hold '\n';
+ *   2: the bytes as an existing output file for --resume: after loading, the file is whole
+ *      lines only (empty or ending in '\n', a torn tail cut off), and every counted id is in
+ *      the set;
+ *   3, 4: the bytes as a prompt file through pllm_source (datasets/source.h: JSON lines or one
+ *      JSON list, format detected, or forced to pllm by mode 4): every record handed out is
+ *      good (no error) or bad with a message, records come in file order, and the source
+ *      stops only at the end or with an error that has a message.
+ */
+#include "tests/fuzz/fuzz_common.h"
+
+#include "datasets/idset.h"
+#include "datasets/io.h"
+#include "datasets/source.h"
+
+#include <string.h>
+#include <sys/stat.h>
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    fuzz_scratch_dir();
+    return 0;
+}
+
+static char *path_of(const char *name)
+{
+    pllm_buf b = {0};
+    pllm_buf_appendf(&b, "%s/%s", fuzz_scratch_dir(), name);
+    return b.s;
+}
+
+static void read_plain(const uint8_t *p, size_t n)
+{
+    fuzz_write_file(fuzz_scratch_dir(), "in.jsonl", p, n);
+    char *path = path_of("in.jsonl");
+    pllm_reader *r;
+    FUZZ_CHECK(pllm_reader_open(&r, path) == PLLM_OK, "open: %s", pllm_errmsg());
+    size_t off = 0;
+    int64_t expect_no = 1;
+    for (;;) {
+        const char *line;
+        size_t len;
+        int64_t no;
+        bool eof;
+        FUZZ_CHECK(pllm_reader_next(r, &line, &len, &no, &eof) == PLLM_OK, "read: %s", pllm_errmsg());
+        if (eof) break;
+        FUZZ_CHECK(no == expect_no++, "line number %lld", (long long)no);
+        FUZZ_CHECK(len <= n - off && memcmp(line, p + off, len) == 0 && line[len] == 0, "line %lld differs", (long long)no);
+        off += len;
+        if (off < n) {
+            FUZZ_CHECK(p[off] == '\n', "line %lld not ended by a newline", (long long)no);
+            off++;
+        }
+    }
+    FUZZ_CHECK(off == n, "lines cover %zu of %zu bytes", off, n);
+    pllm_reader_close(r);
+    free(path);
+}
+
+static void read_zst(const uint8_t *p, size_t n)
+{
+    fuzz_write_file(fuzz_scratch_dir(), "in.jsonl.zst", p, n);
+    char *path = path_of("in.jsonl.zst");
+    pllm_reader *r;
+    FUZZ_CHECK(pllm_reader_open(&r, path) == PLLM_OK, "open: %s", pllm_errmsg());
+    for (int i = 0; i < 100000; i++) {
+        const char *line;
+        size_t len;
+        int64_t no;
+        bool eof;
+        pllm_status st = pllm_reader_next(r, &line, &len, &no, &eof);
+        FUZZ_ERR_HAS_MSG(st);
+        if (st != PLLM_OK || eof) break;
+        FUZZ_CHECK(memchr(line, '\n', len) == NULL && line[len] == 0, "line with a newline");
+    }
+    pllm_reader_close(r);
+    free(path);
+}
+
+static void resume(const uint8_t *p, size_t n)
+{
+    fuzz_write_file(fuzz_scratch_dir(), "out.jsonl", p, n);
+    char *path = path_of("out.jsonl");
+    pllm_idset *s;
+    FUZZ_CHECK(pllm_idset_create(&s) == PLLM_OK, "idset");
+    int64_t n_lines;
+    bool torn;
+    pllm_status st = pllm_idset_load_output(s, path, &n_lines, &torn);
+    FUZZ_CHECK(st == PLLM_OK, "load_output: %s", pllm_errmsg());
+    struct stat sb;
+    FUZZ_CHECK(stat(path, &sb) == 0, "stat");
+    size_t sz = (size_t)sb.st_size;
+    FUZZ_CHECK(sz <= n && (sz == 0 || p[sz - 1] == '\n'), "after load: %zu of %zu bytes, not whole lines", sz, n);
+    FUZZ_CHECK(torn == (sz != n), "torn=%d but %zu -> %zu bytes", torn, n, sz);
+    FUZZ_CHECK(n_lines >= 0 && (size_t)n_lines <= sz, "n_lines %lld", (long long)n_lines);
+    FUZZ_CHECK(pllm_idset_size(s) <= (size_t)n_lines, "more ids than lines");
+    pllm_idset_free(s);
+    free(path);
+}
+
+static void source(const uint8_t *p, size_t n, pllm_format fmt)
+{
+    fuzz_write_file(fuzz_scratch_dir(), "prompts.json", p, n);
+    char *path = path_of("prompts.json");
+    pllm_source *src = NULL;
+    pllm_status st = pllm_source_open(&src, path, fmt);
+    FUZZ_ERR_HAS_MSG(st);
+    if (st == PLLM_OK) {
+        pllm_request_params defaults;
+        pllm_request_params_defaults(&defaults);
+        int64_t last_line = 0, last_elem = 0;
+        for (int i = 0; i < 100000; i++) {
+            pllm_record rec;
+            bool eof = false;
+            memset(&rec, 0, sizeof rec);
+            st = pllm_source_next(src, &defaults, &rec, &eof);
+            FUZZ_ERR_HAS_MSG(st);
+            if (st != PLLM_OK || eof) {
+                pllm_record_free(&rec);
+                break;
+            }
+            FUZZ_CHECK(rec.error == NULL || rec.error[0], "bad record without a message");
+            FUZZ_CHECK(rec.line >= last_line && (rec.element == 0 || rec.element > last_elem), "record order: line %lld "
+                       "element %lld after %lld/%lld", (long long)rec.line, (long long)rec.element, (long long)last_line,
+                       (long long)last_elem);
+            last_line = rec.line;
+            last_elem = rec.element;
+            char *key = pllm_record_key(&rec);
+            FUZZ_CHECK(key != NULL, "record key");
+            free(key);
+            pllm_record_free(&rec);
+        }
+    }
+    pllm_source_close(src);
+    free(path);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0) return 0;
+    switch (data[0] % 5) {
+    case 0: read_plain(data + 1, size - 1); break;
+    case 1: read_zst(data + 1, size - 1); break;
+    case 2: resume(data + 1, size - 1); break;
+    case 3: source(data + 1, size - 1, PLLM_FORMAT_AUTO); break;
+    default: source(data + 1, size - 1, PLLM_FORMAT_PLLM); break;
+    }
+    return 0;
+}
