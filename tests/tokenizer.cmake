@@ -5,3 +5,6 @@ target_link_libraries(tok_tool PRIVATE pllm_core)
 pllm_add_c_test(tok_unit SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/tok_unit.c LABELS unit)
 pllm_add_py_test(tok_parity tok_parity.py LABELS model ARGS $<TARGET_FILE:tok_tool>)
 pllm_add_c_test(tok_model SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/tok_model.c LABELS model)
+# SentencePiece-style and Hugging Face-file tokenizers (tokenizer.json, vocab.json + merges.txt,
+# SentencePiece .model, GGUF "llama") against Hugging Face `tokenizers` on $PLLM_SHARED_DATA.
+pllm_add_py_test(tok_parity_hf tok_parity_hf.py LABELS model ARGS $<TARGET_FILE:tok_tool>)

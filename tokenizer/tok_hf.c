@@ -536,6 +536,13 @@ static pllm_status build_vocab(hf_ctx *c, json_t *vocab, json_t *added, bool byt
             return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                                "%s: added_tokens[%zu] \"%.80s\" reuses id %d of \"%.80s\"",
                                c->path, i, cv.s, id, c->tokens[id].s);
+        for (int32_t o = 0; o < c->n_vocab; o++)
+            if (o != id && c->in_model[o] && c->tokens[o].len == cv.len &&
+                memcmp(c->tokens[o].s, cv.s, cv.len) == 0)
+                return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                                   "%s: added_tokens[%zu] \"%.80s\" has id %d but model.vocab has "
+                                   "it as %d",
+                                   c->path, i, cv.s, id, o);
         c->tokens[id] = cv;
         bool special = get_bool(v, "special", false);
         uint8_t fl = TOK_ADDED;

@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unicode/utf16.h>
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
 
@@ -51,6 +52,39 @@ static bool all_ascii(const char *s, size_t n)
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)s[i] >= 0x80) return false;
     return true;
+}
+
+/* Lowercase as Hugging Face's NormalizedString::lowercase: each character by itself through
+ * its full lowercase mapping (char::to_lowercase: 'İ' -> "i̇"), with no context (so no
+ * final-sigma rule, unlike str::to_lowercase). ICU maps one character at a time. */
+static pllm_status lowercase_chars(const char *s, size_t n, pllm_buf *out)
+{
+    out->n = 0;
+    PLLM_TRY(pllm_buf_append(out, "", 0));
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t l = tok_utf8_decode((const uint8_t *)s + i, &cp);
+        if (cp < 0x80) {
+            char c = (char)(cp >= 'A' && cp <= 'Z' ? cp + 32 : cp);
+            PLLM_TRY(pllm_buf_append(out, &c, 1));
+            i += l;
+            continue;
+        }
+        UChar src[2], dst[8];
+        int32_t ls = 0, ld;
+        UErrorCode err = U_ZERO_ERROR;
+        U16_APPEND_UNSAFE(src, ls, (UChar32)cp);
+        ld = u_strToLower(dst, 8, src, ls, "", &err);
+        char u8[32];
+        int32_t lu = 0;
+        if (U_SUCCESS(err)) u_strToUTF8(u8, sizeof u8, &lu, dst, ld, &err);
+        if (U_FAILURE(err))
+            return pllm_errorf(PLLM_ERR_INTERNAL, "normalizer (ICU lowercase of U+%04X): %s", cp,
+                               u_errorName(err));
+        PLLM_TRY(pllm_buf_append(out, u8, (size_t)lu));
+        i += l;
+    }
+    return PLLM_OK;
 }
 
 /* ICU call through UTF-16: mode 0..3 = NFC, NFD, NFKC, NFKD; 4 = lowercase. */
@@ -212,7 +246,7 @@ static pllm_status apply_step(const tok_norm_step *sp, const char *s, size_t n, 
         if (all_ascii(s, n)) break;
         return icu_apply((int)(sp->kind - TOK_NORM_NFC), s, n, out);
     case TOK_NORM_LOWERCASE:
-        if (!all_ascii(s, n)) return icu_apply(4, s, n, out);
+        if (!all_ascii(s, n)) return lowercase_chars(s, n, out);
         out->n = 0;
         PLLM_TRY(pllm_buf_append(out, s, n));
         for (size_t i = 0; i < n; i++)

@@ -94,8 +94,8 @@ pllm_status tok_pretok_add_split(tok_pretok *p, const char *pattern, size_t len,
     int err;
     PCRE2_SIZE erroff;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len,
-                                   PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &err,
-                                   &erroff, NULL);
+                                   literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP,
+                                   &err, &erroff, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);

@@ -197,11 +197,11 @@ static int byte_token_value(const char *s, size_t n)
  * ByteLevel: each character back through the GPT-2 alphabet; a token with any character
  * outside it (an added token such as "\n\n" or "<think>") is its own UTF-8 text, as Hugging
  * Face's ByteLevel decoder does. Pieces: "<0xHH>" is that byte (ByteFallback), anything
- * else its string with the Replace decoders (and Metaspace's replacement -> ' ') applied. */
-static size_t decoded_len(const pllm_tokenizer *t, int32_t id, char *dst)
+ * else its string with the Replace decoders (and Metaspace's replacement -> ' ') applied.
+ * s[0..n) is the token's string as the decoder sees it: its vocabulary string, except for a
+ * "normalized" added token, which Hugging Face decodes from its normalized content. */
+static size_t decoded_len(const pllm_tokenizer *t, int32_t id, const char *s, size_t n, char *dst)
 {
-    size_t n;
-    const char *s = tok_str(t, id, &n);
     if (t->dec.kind == TOK_DEC_BYTE_LEVEL) {
         size_t k = 0, i = 0;
         while (i < n) {
@@ -383,9 +383,14 @@ static int cmp_score_pair(const void *x, const void *y)
 }
 
 /* Score mode (SentencePiece BPE, llama.cpp's SPM tokenizer): two adjacent symbols merge
- * when their concatenation is a token; the highest-scoring such token merges first,
- * leftmost among equal scores. Every split of every token into two tokens is a possible
- * merge; its priority is the rank of the token's score among the distinct scores. */
+ * when their concatenation is a token; the highest-scoring such token merges first. Every
+ * split of every token into two tokens is a possible merge; its priority is the rank of the
+ * token in (score descending, id ascending) order, leftmost first for the same token. That
+ * is the merge order of the tokenizer.json transformers converts from the same pieces
+ * (its merges list is sorted stably by score), which Hugging Face then runs. llama.cpp and
+ * sentencepiece break exact score ties between different tokens by position instead; the
+ * Llama-2/Mistral vocabularies tie only their whitespace pieces ("▁▁", "▁▁▁▁", ... all at
+ * -1e9), where the two orders can give different splits of long space runs. */
 static pllm_status build_score_merges(pllm_tokenizer *t, const tok_spec *sp)
 {
     pllm_status st = PLLM_OK;
@@ -444,7 +449,8 @@ static pllm_status build_score_merges(pllm_tokenizer *t, const tok_spec *sp)
     }
     int32_t prio = 0;
     for (size_t i = 0; i < n; i++) {
-        if (i > 0 && pairs[i].score != pairs[i - 1].score) prio++;
+        if (i > 0 && (pairs[i].score != pairs[i - 1].score || pairs[i].result != pairs[i - 1].result))
+            prio++;
         t->merge_result[i] = pairs[i].result;
         t->merge_prio[i] = prio;
         (void)pairmap_put(&t->merges, pairs[i].left, pairs[i].right, (int32_t)i, false);
@@ -733,31 +739,50 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
 
     /* decoded bytes */
     size_t dtotal = 0;
+    pllm_buf nb = {0}, nt = {0};
     for (int32_t i = 0; i < t->n_vocab; i++) {
-        size_t dl = decoded_len(t, i, NULL);
+        size_t sl;
+        const char *ss = tok_str(t, i, &sl);
+        if (t->added[i] & TOK_ADDED_NORMALIZED) {
+            if ((st = tok_norm_apply(&t->norm, ss, sl, &nb, &nt))) goto fail_dec;
+            ss = nb.s, sl = nb.n;
+        }
+        size_t dl = decoded_len(t, i, ss, sl, NULL);
         if (dl == (size_t)-1) {
             st = pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: token %d is too long to decode", src, i);
-            goto fail;
+            goto fail_dec;
         }
         dtotal += dl + 1;
     }
     if (dtotal > UINT32_MAX) {
         st = pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: decoded vocabulary too large", src);
-        goto fail;
+        goto fail_dec;
     }
     t->bytes = pllm_malloc(dtotal);
     t->bytes_off = pllm_malloc((nv + 1) * sizeof *t->bytes_off);
     if (!t->bytes || !t->bytes_off) {
         st = PLLM_ERR_NOMEM;
-        goto fail;
+        goto fail_dec;
     }
     off = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
+        size_t sl;
+        const char *ss = tok_str(t, i, &sl);
+        if (t->added[i] & TOK_ADDED_NORMALIZED) {
+            if ((st = tok_norm_apply(&t->norm, ss, sl, &nb, &nt))) goto fail_dec;
+            if ((t->added[i] & TOK_ADDED_SPECIAL) && (nb.n != sl || memcmp(nb.s, ss, sl) != 0))
+                t->added[i] |= TOK_ADDED_NO_SKIP;
+            ss = nb.s, sl = nb.n;
+        }
         t->bytes_off[i] = (uint32_t)off;
-        off += decoded_len(t, i, t->bytes + off);
+        off += decoded_len(t, i, ss, sl, t->bytes + off);
         t->bytes[off++] = 0;
     }
     t->bytes_off[nv] = (uint32_t)off;
+fail_dec:
+    pllm_buf_free(&nb);
+    pllm_buf_free(&nt);
+    if (st) goto fail;
 
     if ((st = build_whole(t))) goto fail;
     if ((st = build_tries(t, sp))) goto fail;

@@ -393,6 +393,7 @@ const int32_t *pllm_tokenizer_stop_ids(const pllm_tokenizer *t, int32_t *n)
 bool pllm_tokenizer_is_special(const pllm_tokenizer *t, int32_t id)
 {
     if (id < 0 || id >= t->n_vocab) return false;
+    if (t->added[id] & TOK_ADDED_NO_SKIP) return false;
     return (t->added[id] & TOK_ADDED_SPECIAL) || t->type[id] == TOK_TYPE_UNKNOWN;
 }
 

@@ -143,6 +143,9 @@ enum {
     TOK_ADDED_SINGLE_WORD = 16, /* matches only between non-word characters */
     TOK_ADDED_NORMALIZED = 32, /* matched in normalized text, as its normalized content */
     TOK_ADDED_NOT_MODEL = 64,  /* not in the model's own vocabulary (BPE never makes it) */
+    TOK_ADDED_NO_SKIP = 128,   /* special, yet kept by skip_special: HF looks the special set up
+                                * by the decoded string, which for a normalized token is its
+                                * normalized content */
 };
 
 /* ---- normalizer (tok_norm.c) ---- */

@@ -219,3 +219,207 @@ def from_meta(meta: dict) -> Reference:
             special.append((tokens[eos_id], eos_id))
         tk.post_processor = processors.TemplateProcessing(single=single, special_tokens=special)
     return Reference(tokenizer=tk, meta=meta, add_bos=add_bos, add_eos=add_eos)
+
+
+# ---------------------------------------------------------------------------------------
+# Hugging Face files and SentencePiece models (the SentencePiece-style family)
+# ---------------------------------------------------------------------------------------
+
+NORMAL, UNKNOWN, UNUSED, BYTE = 1, 2, 5, 6
+
+
+def from_hf_file(path: str) -> Reference:
+    """The reference for a tokenizer.json: `tokenizers` loads the file itself."""
+    from tokenizers import Tokenizer
+
+    tk = Tokenizer.from_file(path)
+    return Reference(tokenizer=tk, meta={"source": path})
+
+
+def gpt2_from_vocab_merges(vocab_path: str, merges_path: str) -> Reference:
+    """What transformers' GPT2TokenizerFast builds from vocab.json + merges.txt: BPE with the
+    ByteLevel pre-tokenizer (no prefix space) and decoder, "<|endoftext|>" a special token."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    tk = Tokenizer(models.BPE.from_file(vocab_path, merges_path))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens([AddedToken("<|endoftext|>", special=True, normalized=True)])
+    return Reference(tokenizer=tk, meta={"source": vocab_path})
+
+
+def _pb_varint(b: bytes, i: int):
+    x = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        x |= (c & 0x7F) << shift
+        shift += 7
+        if not c & 0x80:
+            return x, i
+
+
+def _pb_fields(b: bytes):
+    """(field, wire type, value) of one protobuf message (value: int, or bytes for type 2)."""
+    i = 0
+    while i < len(b):
+        key, i = _pb_varint(b, i)
+        f, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _pb_varint(b, i)
+        elif wt == 1:
+            v, i = b[i:i + 8], i + 8
+        elif wt == 2:
+            n, i = _pb_varint(b, i)
+            v, i = b[i:i + n], i + n
+        elif wt == 5:
+            v, i = b[i:i + 4], i + 4
+        else:
+            raise ValueError(f"wire type {wt}")
+        yield f, wt, v
+
+
+def spm_meta(model_path: str) -> dict:
+    """GGUF-style fields of a SentencePiece .model, as llama.cpp's converter writes them:
+    tokens, scores and token types from the `sentencepiece` package (the piece types it does
+    not expose, user-defined, come from the model proto), special ids from its trainer spec,
+    add_space_prefix from the normalizer's add_dummy_prefix."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=model_path)
+    raw = open(model_path, "rb").read()
+    proto_types = [next((v for f, wt, v in _pb_fields(p) if f == 3), NORMAL)
+                   for f, wt, p in _pb_fields(raw) if f == 1]
+    add_dummy = True
+    for f, wt, v in _pb_fields(raw):
+        if f == 3:
+            add_dummy = next((bool(x) for g, w, x in _pb_fields(v) if g == 3), True)
+    tokens, scores, types = [], [], []
+    for i in range(sp.get_piece_size()):
+        tokens.append(sp.id_to_piece(i))
+        scores.append(sp.get_score(i))
+        ty = (CONTROL if sp.is_control(i) else UNKNOWN if sp.is_unknown(i) else UNUSED if sp.is_unused(i)
+              else BYTE if sp.is_byte(i) else USER_DEFINED if proto_types[i] == USER_DEFINED else NORMAL)
+        types.append(ty)
+    return {"model": "llama", "tokens": tokens, "scores": scores, "token_type": types,
+            "bos_token_id": sp.bos_id(), "eos_token_id": sp.eos_id(), "unknown_token_id": sp.unk_id(),
+            "add_bos_token": True, "add_space_prefix": add_dummy}
+
+
+def spm_merges(tokens, scores):
+    """transformers' SentencePieceExtractor with scores: every split of every piece into two
+    pieces, grouped by piece and ordered within it by (left id, right id); pieces ordered by
+    score, highest first (a stable sort: equal scores keep vocabulary order)."""
+    vocab = {t: i for i, t in enumerate(tokens)}
+    merges = []
+    for piece, score in zip(tokens, scores):
+        local = [(piece[:k], piece[k:], score) for k in range(1, len(piece))
+                 if piece[:k] in vocab and piece[k:] in vocab]
+        local.sort(key=lambda x: (vocab[x[0]], vocab[x[1]]))
+        merges.extend(local)
+    merges.sort(key=lambda m: m[2], reverse=True)
+    return vocab, [(a, b) for a, b, _ in merges]
+
+
+def spm_from_meta(meta: dict) -> Reference:
+    """The tokenizer transformers' LlamaConverter makes from SentencePiece pieces (legacy
+    form): BPE(merges from scores, byte_fallback, unk, fuse_unk), normalizer Prepend("▁") +
+    Replace(" ", "▁") (Prepend only with add_space_prefix), decoder Replace/ByteFallback/Fuse/
+    Strip, control and unknown pieces special added tokens, user-defined ones plain added
+    tokens, "<s> $A" when add_bos_token."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
+
+    tokens, scores = meta["tokens"], list(meta["scores"])
+    types = meta.get("token_type", [NORMAL] * len(tokens))
+    # LlamaConverter.vocab(): the first three pieces get score 0
+    for i in range(min(3, len(scores))):
+        scores[i] = 0.0
+    vocab, merges = spm_merges(tokens, scores)
+    unk = tokens[meta["unknown_token_id"]] if meta.get("unknown_token_id", -1) >= 0 else None
+    tk = Tokenizer(models.BPE(vocab, merges, unk_token=unk, fuse_unk=True, byte_fallback=True))
+    prefix = meta.get("add_space_prefix", True)
+    steps = [normalizers.Replace(" ", "▁")]
+    if prefix:
+        steps.insert(0, normalizers.Prepend("▁"))
+    tk.normalizer = normalizers.Sequence(steps)
+    decs = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    if prefix:
+        decs.append(decoders.Strip(" ", 1, 0))
+    tk.decoder = decoders.Sequence(decs)
+    added = [AddedToken(t, special=ty in (CONTROL, UNKNOWN), normalized=False)
+             for t, ty in zip(tokens, types) if ty in (CONTROL, UNKNOWN, USER_DEFINED)]
+    tk.add_tokens(added)
+    bos = meta.get("bos_token_id", -1)
+    if meta.get("add_bos_token", True) and bos >= 0:
+        tk.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A",
+                                                          special_tokens=[(tokens[bos], bos)])
+    return Reference(tokenizer=tk, meta=meta)
+
+
+def write_spm_gguf(dst: str, meta: dict) -> None:
+    """A metadata-only GGUF with tokenizer.ggml.model = "llama" from spm_meta-style fields."""
+    import gguf
+
+    w = gguf.GGUFWriter(dst, arch="llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(meta["tokens"])
+    w.add_token_scores(meta["scores"])
+    w.add_token_types(meta["token_type"])
+    for k, fn in _ID_WRITERS.items():
+        if k in meta:
+            getattr(w, fn)(meta[k])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+
+
+def llama2_json_from_phi3(phi3_json: dict) -> dict:
+    """The Llama-2 / TinyLlama tokenizer.json from Phi-3-mini's (same 32000-piece base vocab
+    and merges): only <unk>, <s>, </s> as added tokens, all special, no stripping; "<s> $A"."""
+    import copy
+
+    j = copy.deepcopy(phi3_json)
+    j["added_tokens"] = [dict(id=i, content=c, single_word=False, lstrip=False, rstrip=False,
+                              normalized=False, special=True)
+                         for i, c in ((0, "<unk>"), (1, "<s>"), (2, "</s>"))]
+    j["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                 {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}},
+    }
+    return j
+
+
+def llama2_gguf_meta(llama2_json: dict) -> dict:
+    """GGUF "llama" fields for the Llama-2 vocabulary of a tokenizer.json, with scores as the
+    original tokenizer.model has them in order: a merged piece scores -(rank of the first
+    merge that makes it), whitespace pieces included (their merges come last, as their -1e9
+    scores put them); other pieces 0 (specials, bytes) or below every merge (characters)."""
+    m = llama2_json["model"]
+    vocab = m["vocab"]
+    tokens = [None] * len(vocab)
+    for t, i in vocab.items():
+        tokens[i] = t
+    scores = [None] * len(tokens)
+    for rank, mg in enumerate(m["merges"]):
+        a, b = mg.split(" ") if isinstance(mg, str) else mg
+        i = vocab[a + b]
+        if scores[i] is None:
+            scores[i] = -float(rank)
+    types = []
+    for i, t in enumerate(tokens):
+        if i == 0:
+            types.append(UNKNOWN)
+        elif i in (1, 2):
+            types.append(CONTROL)
+        elif len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+            types.append(BYTE)
+        else:
+            types.append(NORMAL)
+        if scores[i] is None:
+            scores[i] = 0.0 if types[-1] != NORMAL else -float(len(m["merges"]) + i)
+    return {"model": "llama", "tokens": tokens, "scores": scores, "token_type": types,
+            "bos_token_id": 1, "eos_token_id": 2, "unknown_token_id": 0, "add_bos_token": True,
+            "add_space_prefix": True}
