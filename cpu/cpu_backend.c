@@ -546,6 +546,8 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
         return pllm_errorf(PLLM_ERR_UNSUPPORTED, "cpu backend: kv_dtype %s is not supported (F32, F16)",
                            pllm_dtype_name(params.kv_dtype));
     const pllm_model_config *cfg = &model->cfg;
+    if (cfg->rope_scaling == PLLM_ROPE_SCALING_LLAMA3 && !model->rope_freq_factors)
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: model %s: Llama-3 RoPE scaling without rope_freq_factors", model->name);
     if (cfg->n_head_kv < 1 || cfg->n_head % cfg->n_head_kv != 0 || cfg->rope_dim > cfg->head_dim || cfg->rope_dim % 2)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: model %s: inconsistent heads (n_head %d, n_head_kv %d, head_dim %d, rope_dim %d)",
                            model->name, cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim);
@@ -586,7 +588,7 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
         st = PLLM_ERR_NOMEM;
         goto fail;
     }
-    pllm_cpu_rope_freqs(c->inv_freq, cfg);
+    pllm_cpu_rope_freqs(c->inv_freq, cfg, model->rope_freq_factors);
     if ((st = pllm_cpu_pool_create(&c->pool, c->n_threads)) != PLLM_OK) goto fail;
 
     out->iface = &g_cpu_iface;

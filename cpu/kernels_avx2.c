@@ -9,6 +9,7 @@
  * tail of a float row whose length is not a multiple of 32 is summed in scalar code.
  */
 #include "cpu/kernels.h"
+#include "cpu/kquant.h"
 
 #if defined(__x86_64__)
 
@@ -23,19 +24,6 @@
 #define PF_DIST 2048
 
 T256 INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-INLINE size_t group_bytes(const int dt)
-{
-    switch (dt) {
-    case PLLM_DTYPE_F32: return 128;
-    case PLLM_DTYPE_F16: case PLLM_DTYPE_BF16: return 64;
-    case PLLM_DTYPE_Q8_0: return sizeof(pllm_block_q8_0);
-    case PLLM_DTYPE_Q4_0: return sizeof(pllm_block_q4_0);
-    case PLLM_DTYPE_Q4_1: return sizeof(pllm_block_q4_1);
-    case PLLM_DTYPE_Q5_0: return sizeof(pllm_block_q5_0);
-    default: return sizeof(pllm_block_q5_1);
-    }
-}
 
 T256 INLINE float hsum(__m256 v)
 {
@@ -68,25 +56,43 @@ T256 INLINE void fifth_bits(uint32_t qh, __m256i q[4])
     }
 }
 
-/* The 32 elements at p as float32, 8 per register. */
-T256 INLINE void load32(const int dt, const uint8_t *p, __m256 w[4])
+/* 32 bytes at p, shifted right by sh bits within each byte and masked with mask. */
+T256 INLINE __m256i bits8(const uint8_t *p, int sh, int mask)
 {
+    __m256i v = _mm256_srl_epi16(_mm256_loadu_si256((const __m256i *)p), _mm_cvtsi32_si128(sh));
+    return _mm256_and_si256(v, _mm256_set1_epi8((char)mask));
+}
+
+/* The 32 bytes of v as int32, 8 per register. */
+T256 INLINE void widen32(__m256i v, __m256i q[4])
+{
+    __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+    q[0] = _mm256_cvtepu8_epi32(lo);
+    q[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8));
+    q[2] = _mm256_cvtepu8_epi32(hi);
+    q[3] = _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8));
+}
+
+/* 32-element group g of row as float32, 8 per register. */
+T256 INLINE void load32(const int dt, const uint8_t *row, int64_t g, __m256 w[4])
+{
+    const uint8_t *p = row + pllm_cpu_group_offset(dt, g);
     switch (dt) {
     case PLLM_DTYPE_F32:
-        for (int g = 0; g < 4; g++) w[g] = _mm256_loadu_ps((const float *)p + 8 * g);
+        for (int k = 0; k < 4; k++) w[k] = _mm256_loadu_ps((const float *)p + 8 * k);
         return;
     case PLLM_DTYPE_F16:
-        for (int g = 0; g < 4; g++) w[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p + g));
+        for (int k = 0; k < 4; k++) w[k] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p + k));
         return;
     case PLLM_DTYPE_BF16:
-        for (int g = 0; g < 4; g++)
-            w[g] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p + g)), 16));
+        for (int k = 0; k < 4; k++)
+            w[k] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p + k)), 16));
         return;
     case PLLM_DTYPE_Q8_0: {
         const pllm_block_q8_0 *b = (const void *)p;
         __m256 d = _mm256_set1_ps(h2f(b->d));
-        for (int g = 0; g < 4; g++)
-            w[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * g)))), d);
+        for (int k = 0; k < 4; k++)
+            w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * k)))), d);
         return;
     }
     case PLLM_DTYPE_Q4_0: {
@@ -94,7 +100,7 @@ T256 INLINE void load32(const int dt, const uint8_t *p, __m256 w[4])
         __m256 d = _mm256_set1_ps(h2f(b->d));
         __m256i q[4], eight = _mm256_set1_epi32(8);
         nibbles(b->qs, q);
-        for (int g = 0; g < 4; g++) w[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[g], eight)), d);
+        for (int k = 0; k < 4; k++) w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[k], eight)), d);
         return;
     }
     case PLLM_DTYPE_Q4_1: {
@@ -102,7 +108,7 @@ T256 INLINE void load32(const int dt, const uint8_t *p, __m256 w[4])
         __m256 d = _mm256_set1_ps(h2f(b->d)), m = _mm256_set1_ps(h2f(b->m));
         __m256i q[4];
         nibbles(b->qs, q);
-        for (int g = 0; g < 4; g++) w[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[g]), d, m);
+        for (int k = 0; k < 4; k++) w[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[k]), d, m);
         return;
     }
     case PLLM_DTYPE_Q5_0: {
@@ -113,10 +119,10 @@ T256 INLINE void load32(const int dt, const uint8_t *p, __m256 w[4])
         __m256i q[4], sixteen = _mm256_set1_epi32(16);
         nibbles(b->qs, q);
         fifth_bits(qh, q);
-        for (int g = 0; g < 4; g++) w[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[g], sixteen)), d);
+        for (int k = 0; k < 4; k++) w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[k], sixteen)), d);
         return;
     }
-    default: { /* Q5_1 */
+    case PLLM_DTYPE_Q5_1: {
         const pllm_block_q5_1 *b = (const void *)p;
         __m256 d = _mm256_set1_ps(h2f(b->d)), m = _mm256_set1_ps(h2f(b->m));
         uint32_t qh;
@@ -124,7 +130,37 @@ T256 INLINE void load32(const int dt, const uint8_t *p, __m256 w[4])
         __m256i q[4];
         nibbles(b->qs, q);
         fifth_bits(qh, q);
-        for (int g = 0; g < 4; g++) w[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[g]), d, m);
+        for (int k = 0; k < 4; k++) w[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[k]), d, m);
+        return;
+    }
+    case PLLM_DTYPE_Q4_K:
+    case PLLM_DTYPE_Q5_K: {
+        /* sub-block s: low (s even) or high (s odd) nibbles of qs[32 (s/2) ..]; Q5_K's fifth
+         * bit is bit s of qh[l]; x = d sc q - dmin mn */
+        const pllm_block_q4_k *b4 = (const void *)p;
+        const pllm_block_q5_k *b5 = (const void *)p;
+        const int s = (int)(g & 7);
+        int sc, mn;
+        pllm_cpu_kq_scale_min(b4->scales, s, &sc, &mn);
+        __m256 d = _mm256_set1_ps(h2f(b4->d) * (float)sc), m = _mm256_set1_ps(h2f(b4->dmin) * (float)mn);
+        __m256i q8 = bits8((dt == PLLM_DTYPE_Q4_K ? b4->qs : b5->qs) + 32 * (s >> 1), 4 * (s & 1), 0x0f);
+        if (dt == PLLM_DTYPE_Q5_K) q8 = _mm256_or_si256(q8, _mm256_slli_epi16(bits8(b5->qh, s, 1), 4));
+        __m256i q[4];
+        widen32(q8, q);
+        for (int k = 0; k < 4; k++) w[k] = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q[k]), d), m);
+        return;
+    }
+    default: { /* Q6_K: group j = s % 4 of half h = s / 4 (see dtype.h) */
+        const pllm_block_q6_k *b = (const void *)p;
+        const int s = (int)(g & 7), h = s >> 2, j = s & 3;
+        const float d = h2f(b->d);
+        __m256i q8 = bits8(b->ql + 64 * h + 32 * (j & 1), 4 * (j >> 1), 0x0f);
+        q8 = _mm256_or_si256(q8, _mm256_slli_epi16(bits8(b->qh + 32 * h, 2 * j, 3), 4));
+        __m256i q[4];
+        widen32(q8, q);
+        const __m256i k32 = _mm256_set1_epi32(32);
+        const __m256 d0 = _mm256_set1_ps(d * (float)b->scales[8 * h + 2 * j]), d1 = _mm256_set1_ps(d * (float)b->scales[8 * h + 2 * j + 1]);
+        for (int k = 0; k < 4; k++) w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[k], k32)), k < 2 ? d0 : d1);
         return;
     }
     }
@@ -152,11 +188,10 @@ T256 INLINE void tile(const int dt, const int T, float *Y, int64_t ldy, const fl
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) a0[t] = a1[t] = _mm256_setzero_ps();
     const int64_t ng = K / 32;
-    const size_t gb = group_bytes(dt);
     for (int64_t g = 0; g < ng; g++) {
         __m256 wv[4];
-        _mm_prefetch((const char *)(w + (size_t)g * gb + PF_DIST), _MM_HINT_T0);
-        load32(dt, w + (size_t)g * gb, wv);
+        _mm_prefetch((const char *)(w + pllm_cpu_group_offset(dt, g) + PF_DIST), _MM_HINT_T0);
+        load32(dt, w, g, wv);
         const float *x = X + g * 32;
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
@@ -210,6 +245,9 @@ MATMUL256(mm_q4_0, PLLM_DTYPE_Q4_0)
 MATMUL256(mm_q4_1, PLLM_DTYPE_Q4_1)
 MATMUL256(mm_q5_0, PLLM_DTYPE_Q5_0)
 MATMUL256(mm_q5_1, PLLM_DTYPE_Q5_1)
+MATMUL256(mm_q4_k, PLLM_DTYPE_Q4_K)
+MATMUL256(mm_q5_k, PLLM_DTYPE_Q5_K)
+MATMUL256(mm_q6_k, PLLM_DTYPE_Q6_K)
 #undef MATMUL256
 
 T256 INLINE float elem_kv(const int f16, const void *p, int64_t i)
@@ -280,7 +318,8 @@ const pllm_cpu_kernels pllm_cpu_kernels_avx2 = {
     .name = "avx2",
     .matmul = {[PLLM_DTYPE_F32] = mm_f32, [PLLM_DTYPE_F16] = mm_f16, [PLLM_DTYPE_BF16] = mm_bf16,
                [PLLM_DTYPE_Q8_0] = mm_q8_0, [PLLM_DTYPE_Q4_0] = mm_q4_0, [PLLM_DTYPE_Q4_1] = mm_q4_1,
-               [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1},
+               [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1, [PLLM_DTYPE_Q4_K] = mm_q4_k,
+               [PLLM_DTYPE_Q5_K] = mm_q5_k, [PLLM_DTYPE_Q6_K] = mm_q6_k},
     .attn_scores_f32 = attn_scores_f32,
     .attn_scores_f16 = attn_scores_f16,
     .attn_accum_f32 = attn_accum_f32,

@@ -13,6 +13,7 @@
  * Registers: R*T accumulators (<= 16) + 2R weights + 2 inputs.
  */
 #include "cpu/kernels.h"
+#include "cpu/kquant.h"
 
 #if defined(__x86_64__)
 
@@ -28,20 +29,6 @@
 
 T512 INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-/* Bytes of a 32-element group of dtype dt. */
-INLINE size_t group_bytes(const int dt)
-{
-    switch (dt) {
-    case PLLM_DTYPE_F32: return 128;
-    case PLLM_DTYPE_F16: case PLLM_DTYPE_BF16: return 64;
-    case PLLM_DTYPE_Q8_0: return sizeof(pllm_block_q8_0);
-    case PLLM_DTYPE_Q4_0: return sizeof(pllm_block_q4_0);
-    case PLLM_DTYPE_Q4_1: return sizeof(pllm_block_q4_1);
-    case PLLM_DTYPE_Q5_0: return sizeof(pllm_block_q5_0);
-    default: return sizeof(pllm_block_q5_1);
-    }
-}
-
 T512 INLINE void nibbles(const uint8_t *qs, __m512i *lo, __m512i *hi)
 {
     __m128i q = _mm_loadu_si128((const __m128i *)qs);
@@ -50,9 +37,17 @@ T512 INLINE void nibbles(const uint8_t *qs, __m512i *lo, __m512i *hi)
     *hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), m));
 }
 
-/* The 32 elements at p as float32: elements 0..15 in *w0, 16..31 in *w1. */
-T512 INLINE void load32(const int dt, const uint8_t *p, __m512 *w0, __m512 *w1)
+/* 32 bytes at p, shifted right by sh bits within each byte and masked with mask. */
+T512 INLINE __m256i bits8(const uint8_t *p, int sh, int mask)
 {
+    __m256i v = _mm256_srl_epi16(_mm256_loadu_si256((const __m256i *)p), _mm_cvtsi32_si128(sh));
+    return _mm256_and_si256(v, _mm256_set1_epi8((char)mask));
+}
+
+/* 32-element group g of row as float32: elements 0..15 in *w0, 16..31 in *w1. */
+T512 INLINE void load32(const int dt, const uint8_t *row, int64_t g, __m512 *w0, __m512 *w1)
+{
+    const uint8_t *p = row + pllm_cpu_group_offset(dt, g);
     switch (dt) {
     case PLLM_DTYPE_F32:
         *w0 = _mm512_loadu_ps((const float *)p);
@@ -106,7 +101,7 @@ T512 INLINE void load32(const int dt, const uint8_t *p, __m512 *w0, __m512 *w1)
         *w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, sixteen)), d);
         return;
     }
-    default: { /* Q5_1 */
+    case PLLM_DTYPE_Q5_1: {
         const pllm_block_q5_1 *b = (const void *)p;
         __m512 d = _mm512_set1_ps(h2f(b->d)), m = _mm512_set1_ps(h2f(b->m));
         uint32_t qh;
@@ -117,6 +112,36 @@ T512 INLINE void load32(const int dt, const uint8_t *p, __m512 *w0, __m512 *w1)
         hi = _mm512_mask_add_epi32(hi, (__mmask16)(qh >> 16), hi, sixteen);
         *w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), d, m);
         *w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), d, m);
+        return;
+    }
+    case PLLM_DTYPE_Q4_K:
+    case PLLM_DTYPE_Q5_K: {
+        /* sub-block s: 4-bit values in the low (s even) or high (s odd) nibbles of
+         * qs[32 (s/2) ..], Q5_K's fifth bit is bit s of qh[l]; x = d sc q - dmin mn */
+        const pllm_block_q4_k *b4 = (const void *)p;
+        const pllm_block_q5_k *b5 = (const void *)p;
+        const int s = (int)(g & 7);
+        int sc, mn;
+        pllm_cpu_kq_scale_min(b4->scales, s, &sc, &mn); /* d, dmin, scales: same offsets in both */
+        __m512 d = _mm512_set1_ps(h2f(b4->d) * (float)sc), m = _mm512_set1_ps(h2f(b4->dmin) * (float)mn);
+        const uint8_t *qs = (dt == PLLM_DTYPE_Q4_K ? b4->qs : b5->qs) + 32 * (s >> 1);
+        __m256i q = bits8(qs, 4 * (s & 1), 0x0f);
+        if (dt == PLLM_DTYPE_Q5_K) q = _mm256_or_si256(q, _mm256_slli_epi16(bits8(b5->qh, s, 1), 4));
+        *w0 = _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q))), d), m);
+        *w1 = _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1))), d), m);
+        return;
+    }
+    default: { /* Q6_K: group j = s % 4 of half h = s / 4 (see dtype.h) */
+        const pllm_block_q6_k *b = (const void *)p;
+        const int s = (int)(g & 7), h = s >> 2, j = s & 3;
+        const float d = h2f(b->d);
+        __m256i q = bits8(b->ql + 64 * h + 32 * (j & 1), 4 * (j >> 1), 0x0f);
+        q = _mm256_or_si256(q, _mm256_slli_epi16(bits8(b->qh + 32 * h, 2 * j, 3), 4));
+        const __m512i k32 = _mm512_set1_epi32(32);
+        __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)), k32);
+        __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1)), k32);
+        *w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(lo), _mm512_set1_ps(d * (float)b->scales[8 * h + 2 * j]));
+        *w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(hi), _mm512_set1_ps(d * (float)b->scales[8 * h + 2 * j + 1]));
         return;
     }
     }
@@ -144,13 +169,12 @@ T512 INLINE void tile(const int dt, const int R, const int T, float *Y, int64_t 
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
     const int64_t ng = K / 32;
-    const size_t gb = group_bytes(dt);
     for (int64_t g = 0; g < ng; g++) {
         __m512 w0[4], w1[4];
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) {
-            _mm_prefetch((const char *)(w + i * rb + (size_t)g * gb + PF_DIST), _MM_HINT_T0);
-            load32(dt, w + i * rb + (size_t)g * gb, &w0[i], &w1[i]);
+            _mm_prefetch((const char *)(w + i * rb + pllm_cpu_group_offset(dt, g) + PF_DIST), _MM_HINT_T0);
+            load32(dt, w + i * rb, g, &w0[i], &w1[i]);
         }
         const float *x = X + g * 32;
 #pragma GCC unroll 8
@@ -171,7 +195,7 @@ T512 INLINE void tile(const int dt, const int R, const int T, float *Y, int64_t 
         const float *x = X + ng * 32;
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) {
-            const uint8_t *wp = w + i * rb + (size_t)ng * gb;
+            const uint8_t *wp = w + i * rb + pllm_cpu_group_offset(dt, ng);
             __m512 w0 = load_partial(dt, wp, n0);
             __m512 w1 = n1 > 0 ? load_partial(dt, wp + 16 * esz, n1) : _mm512_setzero_ps();
 #pragma GCC unroll 8
@@ -242,6 +266,9 @@ MATMUL512(mm_q4_0, PLLM_DTYPE_Q4_0)
 MATMUL512(mm_q4_1, PLLM_DTYPE_Q4_1)
 MATMUL512(mm_q5_0, PLLM_DTYPE_Q5_0)
 MATMUL512(mm_q5_1, PLLM_DTYPE_Q5_1)
+MATMUL512(mm_q4_k, PLLM_DTYPE_Q4_K)
+MATMUL512(mm_q5_k, PLLM_DTYPE_Q5_K)
+MATMUL512(mm_q6_k, PLLM_DTYPE_Q6_K)
 #undef MATMUL512
 
 /* hd-element vectors of float32 or half, 16 lanes at a time, the tail masked */
@@ -311,7 +338,8 @@ const pllm_cpu_kernels pllm_cpu_kernels_avx512 = {
     .name = "avx512",
     .matmul = {[PLLM_DTYPE_F32] = mm_f32, [PLLM_DTYPE_F16] = mm_f16, [PLLM_DTYPE_BF16] = mm_bf16,
                [PLLM_DTYPE_Q8_0] = mm_q8_0, [PLLM_DTYPE_Q4_0] = mm_q4_0, [PLLM_DTYPE_Q4_1] = mm_q4_1,
-               [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1},
+               [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1, [PLLM_DTYPE_Q4_K] = mm_q4_k,
+               [PLLM_DTYPE_Q5_K] = mm_q5_k, [PLLM_DTYPE_Q6_K] = mm_q6_k},
     .attn_scores_f32 = attn_scores_f32,
     .attn_scores_f16 = attn_scores_f16,
     .attn_accum_f32 = attn_accum_f32,

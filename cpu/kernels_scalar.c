@@ -34,6 +34,9 @@ SCALAR_MATMUL(mm_q4_0, PLLM_DTYPE_Q4_0)
 SCALAR_MATMUL(mm_q4_1, PLLM_DTYPE_Q4_1)
 SCALAR_MATMUL(mm_q5_0, PLLM_DTYPE_Q5_0)
 SCALAR_MATMUL(mm_q5_1, PLLM_DTYPE_Q5_1)
+SCALAR_MATMUL(mm_q4_k, PLLM_DTYPE_Q4_K)
+SCALAR_MATMUL(mm_q5_k, PLLM_DTYPE_Q5_K)
+SCALAR_MATMUL(mm_q6_k, PLLM_DTYPE_Q6_K)
 #undef SCALAR_MATMUL
 
 static void attn_scores_f32(float *s, const float *q, const float *K, int64_t n, int64_t hd, float scale)
@@ -82,7 +85,8 @@ const pllm_cpu_kernels pllm_cpu_kernels_scalar = {
     .name = "scalar",
     .matmul = {[PLLM_DTYPE_F32] = mm_f32, [PLLM_DTYPE_F16] = mm_f16, [PLLM_DTYPE_BF16] = mm_bf16,
                [PLLM_DTYPE_Q8_0] = mm_q8_0, [PLLM_DTYPE_Q4_0] = mm_q4_0, [PLLM_DTYPE_Q4_1] = mm_q4_1,
-               [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1},
+               [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1, [PLLM_DTYPE_Q4_K] = mm_q4_k,
+               [PLLM_DTYPE_Q5_K] = mm_q5_k, [PLLM_DTYPE_Q6_K] = mm_q6_k},
     .attn_scores_f32 = attn_scores_f32,
     .attn_scores_f16 = attn_scores_f16,
     .attn_accum_f32 = attn_accum_f32,

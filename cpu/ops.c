@@ -10,26 +10,12 @@ void pllm_cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, flo
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * r * w[i];
 }
 
-void pllm_cpu_rope_freqs(double *inv_freq, const pllm_model_config *cfg)
+void pllm_cpu_rope_freqs(double *inv_freq, const pllm_model_config *cfg, const float *freq_factors)
 {
-    const int32_t n_pairs = cfg->rope_dim / 2;
-    for (int32_t i = 0; i < n_pairs; i++) {
+    for (int32_t i = 0; i < cfg->rope_dim / 2; i++) {
         double f = pow((double)cfg->rope_theta, -2.0 * i / (double)cfg->rope_dim);
-        if (cfg->rope_scaling == PLLM_ROPE_SCALING_LINEAR) {
-            f /= cfg->rope_factor;
-        } else if (cfg->rope_scaling == PLLM_ROPE_SCALING_LLAMA3) {
-            /* Llama 3.1: keep high frequencies, divide low ones by the factor, blend between. */
-            double lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor, ctx = cfg->rope_orig_ctx;
-            double wavelen = 2 * M_PI / f;
-            if (wavelen < ctx / hi) {
-                /* unchanged */
-            } else if (wavelen > ctx / lo) {
-                f /= cfg->rope_factor;
-            } else {
-                double smooth = (ctx / wavelen - lo) / (hi - lo);
-                f = (1 - smooth) * f / cfg->rope_factor + smooth * f;
-            }
-        }
+        if (freq_factors) f /= freq_factors[i]; /* the complete per-pair scaling (Llama 3) */
+        else if (cfg->rope_scaling == PLLM_ROPE_SCALING_LINEAR) f /= cfg->rope_factor;
         inv_freq[i] = f;
     }
 }

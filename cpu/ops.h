@@ -15,10 +15,11 @@
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i].  out, x, w: [n]. out may equal x. */
 void pllm_cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 
-/* Inverse frequencies of the rotary embedding, scaling applied: inv_freq[rope_dim / 2], so
- * that pair i of position p turns by the angle p * inv_freq[i] (model.h's convention;
- * LINEAR divides by rope_factor, LLAMA3 scales low frequencies as Llama 3.1 does). */
-void pllm_cpu_rope_freqs(double *inv_freq, const pllm_model_config *cfg);
+/* Inverse frequencies of the rotary embedding: inv_freq[rope_dim / 2], so that pair i of
+ * position p turns by the angle p * inv_freq[i] = p * rope_theta^(-2i/rope_dim) / ff_i, with
+ * ff_i = freq_factors[i] when freq_factors != NULL (model.h's rope_freq_factors: Llama 3
+ * scaling), rope_factor under LINEAR scaling, else 1. */
+void pllm_cpu_rope_freqs(double *inv_freq, const pllm_model_config *cfg, const float *freq_factors);
 /* cos_sin[2 * i] = cos(pos * inv_freq[i]), cos_sin[2 * i + 1] = sin(...), i < n_pairs;
  * computed in double and rounded to float. */
 void pllm_cpu_rope_table(float *cos_sin, int32_t pos, const double *inv_freq, int32_t n_pairs);

@@ -10,6 +10,7 @@
  * can only fail on a wrong result, never on rounding.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -41,6 +42,25 @@ static void random_row(uint8_t *dst, pllm_dtype dt, int64_t K)
             memcpy(dst + 2 * k, &h, 2);
         }
         return;
+    case PLLM_DTYPE_Q4_K:
+    case PLLM_DTYPE_Q5_K:
+    case PLLM_DTYPE_Q6_K: {
+        /* random super-blocks; d (and dmin) set so that weights are of order 0.1-1 */
+        size_t bb = pllm_dtype_block_bytes(dt);
+        for (int64_t b = 0; b < K / PLLM_QK_K; b++) {
+            uint8_t *blk = dst + (size_t)b * bb;
+            for (size_t i = 0; i < bb; i++) blk[i] = (uint8_t)pllm_test_rand(&g_rng);
+            uint16_t d = pllm_fp32_to_fp16((dt == PLLM_DTYPE_Q6_K ? 0.0002f : 0.001f) * (1.5f + randf()));
+            uint16_t dmin = pllm_fp32_to_fp16(0.004f * (1.5f + randf()));
+            if (dt == PLLM_DTYPE_Q6_K) {
+                memcpy(blk + offsetof(pllm_block_q6_k, d), &d, 2);
+            } else {
+                memcpy(blk, &d, 2);
+                memcpy(blk + 2, &dmin, 2);
+            }
+        }
+        return;
+    }
     default: {
         size_t bb = pllm_dtype_block_bytes(dt);
         for (int64_t b = 0; b < K / PLLM_QK; b++) {
@@ -56,8 +76,9 @@ static void random_row(uint8_t *dst, pllm_dtype dt, int64_t K)
     }
 }
 
-static const pllm_dtype g_dtypes[] = {PLLM_DTYPE_F32, PLLM_DTYPE_F16, PLLM_DTYPE_BF16, PLLM_DTYPE_Q8_0,
-                                      PLLM_DTYPE_Q4_0, PLLM_DTYPE_Q4_1, PLLM_DTYPE_Q5_0, PLLM_DTYPE_Q5_1};
+static const pllm_dtype g_dtypes[] = {PLLM_DTYPE_F32,  PLLM_DTYPE_F16,  PLLM_DTYPE_BF16, PLLM_DTYPE_Q8_0,
+                                      PLLM_DTYPE_Q4_0, PLLM_DTYPE_Q4_1, PLLM_DTYPE_Q5_0, PLLM_DTYPE_Q5_1,
+                                      PLLM_DTYPE_Q4_K, PLLM_DTYPE_Q5_K, PLLM_DTYPE_Q6_K};
 
 static void test_matmul(const pllm_cpu_kernels *kern, pllm_dtype dt, int64_t K, int64_t n_rows, int64_t n_tok)
 {
@@ -285,19 +306,22 @@ static void test_norm_rope_swiglu(void)
     fprintf(stderr, "  swiglu max rel %.3g\n", worst);
     CHECK(worst < 1e-6);
 
-    /* RoPE: both modes, partial rotation, every scaling, against the formulas in double */
+    /* RoPE: both modes, partial rotation, linear scaling and per-pair factors, against the
+     * formula in double */
     const struct { pllm_rope_mode mode; pllm_rope_scaling sc; int32_t hd, rd; } cases[] = {
         {PLLM_ROPE_NORM, PLLM_ROPE_SCALING_NONE, 64, 64},   {PLLM_ROPE_NEOX, PLLM_ROPE_SCALING_NONE, 64, 64},
         {PLLM_ROPE_NORM, PLLM_ROPE_SCALING_LINEAR, 24, 16}, {PLLM_ROPE_NEOX, PLLM_ROPE_SCALING_LINEAR, 24, 16},
-        {PLLM_ROPE_NORM, PLLM_ROPE_SCALING_LLAMA3, 128, 128}, {PLLM_ROPE_NEOX, PLLM_ROPE_SCALING_LLAMA3, 128, 128},
+        {PLLM_ROPE_NORM, PLLM_ROPE_SCALING_LLAMA3, 128, 128}, {PLLM_ROPE_NEOX, PLLM_ROPE_SCALING_LLAMA3, 96, 64},
     };
     for (size_t ci = 0; ci < PLLM_ARRAY_LEN(cases); ci++) {
         pllm_model_config cfg = {.head_dim = cases[ci].hd, .rope_dim = cases[ci].rd, .rope_theta = 500000.0f,
-                                 .rope_mode = cases[ci].mode, .rope_scaling = cases[ci].sc, .rope_factor = 8.0f,
-                                 .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f, .rope_orig_ctx = 8192};
+                                 .rope_mode = cases[ci].mode, .rope_scaling = cases[ci].sc, .rope_factor = 8.0f};
+        float ff[64];
+        for (int i = 0; i < 64; i++) ff[i] = 1.0f + 7.0f * (randf() + 1) / 2;
+        const float *factors = cfg.rope_scaling == PLLM_ROPE_SCALING_LLAMA3 ? ff : NULL;
         double inv[64];
         float cs[128], v[128], v0[128];
-        pllm_cpu_rope_freqs(inv, &cfg);
+        pllm_cpu_rope_freqs(inv, &cfg, factors);
         worst = 0;
         const int32_t positions[] = {0, 1, 17, 1000, 7777};
         for (size_t pi = 0; pi < PLLM_ARRAY_LEN(positions); pi++) {
@@ -309,14 +333,7 @@ static void test_norm_rope_swiglu(void)
             for (int32_t i = 0; i < half; i++) {
                 double f = 1.0 / pow(cfg.rope_theta, (2.0 * i) / cfg.rope_dim);
                 if (cfg.rope_scaling == PLLM_ROPE_SCALING_LINEAR) f = f / cfg.rope_factor;
-                if (cfg.rope_scaling == PLLM_ROPE_SCALING_LLAMA3) {
-                    double wl = 2 * M_PI / f, lo_wl = 8192.0 / 1.0, hi_wl = 8192.0 / 4.0;
-                    if (wl > lo_wl) f = f / 8;
-                    else if (wl >= hi_wl) {
-                        double sm = (8192.0 / wl - 1.0) / (4.0 - 1.0);
-                        f = (1 - sm) * f / 8 + sm * f;
-                    }
-                }
+                if (factors) f = f / factors[i];
                 int32_t a = cfg.rope_mode == PLLM_ROPE_NORM ? 2 * i : i, b = cfg.rope_mode == PLLM_ROPE_NORM ? 2 * i + 1 : i + half;
                 double th = pos * f;
                 double ra = v0[a] * cos(th) - v0[b] * sin(th), rb = v0[a] * sin(th) + v0[b] * cos(th);
@@ -393,10 +410,16 @@ int main(void)
         fprintf(stderr, "kernels %s:\n", kern->name);
         for (size_t d = 0; d < PLLM_ARRAY_LEN(g_dtypes); d++) {
             pllm_dtype dt = g_dtypes[d];
-            bool q = pllm_dtype_is_quantized(dt);
-            const int64_t Ks_q[] = {32, 96, 160, 576}, Ks_f[] = {1, 17, 45, 96, 113, 577};
-            const int64_t *Ks = q ? Ks_q : Ks_f;
-            size_t nK = q ? PLLM_ARRAY_LEN(Ks_q) : PLLM_ARRAY_LEN(Ks_f);
+            if (!pllm_dtype_supported(dt) || !kern->matmul[dt]) {
+                fprintf(stderr, "  matmul %-6s %-5s: no kernel%s\n", kern->name, pllm_dtype_name(dt),
+                        pllm_dtype_supported(dt) ? "  FAIL (the dtype is supported)" : "");
+                CHECK(!pllm_dtype_supported(dt));
+                continue;
+            }
+            int be = pllm_dtype_block_elems(dt);
+            const int64_t Ks_q[] = {32, 96, 160, 576}, Ks_f[] = {1, 17, 45, 96, 113, 577}, Ks_k[] = {256, 512, 768};
+            const int64_t *Ks = be == 1 ? Ks_f : be == PLLM_QK ? Ks_q : Ks_k;
+            size_t nK = be == 1 ? PLLM_ARRAY_LEN(Ks_f) : be == PLLM_QK ? PLLM_ARRAY_LEN(Ks_q) : PLLM_ARRAY_LEN(Ks_k);
             for (size_t ki = 0; ki < nK; ki++) {
                 const int64_t toks[] = {1, 3, 8, 13};
                 test_matmul(kern, dt, Ks[ki], 37 + (int64_t)ki * 2, toks[ki % 4]);

@@ -12,7 +12,8 @@ Written from the model's math and the GGUF conventions, not from pllm's C code:
   - RMSNorm(x) = x / sqrt(mean(x^2) + eps);
   - RoPE: the first rope_dim dims of each head are split into pairs, each pair viewed as the
     complex number a + ib and multiplied by e^(i * p * theta_i), theta_i = base^(-2i/rope_dim)
-    (divided by the factor under linear scaling). llama GGUF files pair adjacent dims (a, b) =
+    (divided by the factor under linear scaling, or by rope_freqs.weight[i] when the file has
+    that tensor: llama.cpp's Llama-3 rope scaling). llama GGUF files pair adjacent dims (a, b) =
     (x[2i], x[2i+1]) ("normal" mode: llama.cpp's converter permutes HF's Q/K rows into that
     order); qwen2 pairs the halves (x[i], x[i + rope_dim/2]) ("neox" mode).
 
@@ -78,6 +79,8 @@ class RefModel:
         rd = self.rope_dim
         half = rd // 2
         theta = self.rope_base ** (-2.0 * np.arange(half) / rd) / self.rope_factor
+        if "rope_freqs.weight" in self.w:
+            theta = theta / self.w["rope_freqs.weight"].astype(np.float64)
         ang = pos[:, None].astype(np.float64) * theta[None, :]            # [n][half]
         rot = np.exp(1j * ang)[:, None, :]                                # [n][1][half]
         y = x.copy()
