@@ -1,7 +1,10 @@
 /*
  * tok_bench: pllm tokenizer encode speed on a JSONL corpus, single-threaded.
  *
- *     tok_bench MODEL.gguf CORPUS.jsonl [REPS]
+ *     tok_bench CORPUS.jsonl REPS MODEL.gguf
+ *     tok_bench CORPUS.jsonl REPS --hf tokenizer.json [tokenizer_config.json]
+ *     tok_bench CORPUS.jsonl REPS --vocab-merges vocab.json merges.txt
+ *     tok_bench CORPUS.jsonl REPS --spm tokenizer.model
  *
  * CORPUS has one {"text": "..."} per line. Each repetition encodes every text once
  * (add_special = false, parse_special = true, as the parity test); the best repetition is
@@ -17,26 +20,44 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The tokenizer named by argv[0..argc) (see the usage above). */
+static pllm_status open_tokenizer(int argc, char **argv, pllm_tokenizer **t)
+{
+    if (argc >= 2 && !strcmp(argv[0], "--hf"))
+        return pllm_tokenizer_from_hf(t, argv[1], argc > 2 ? argv[2] : NULL);
+    if (argc == 3 && !strcmp(argv[0], "--vocab-merges"))
+        return pllm_tokenizer_from_vocab_merges(t, argv[1], argv[2]);
+    if (argc == 2 && !strcmp(argv[0], "--spm")) return pllm_tokenizer_from_sentencepiece(t, argv[1]);
+    if (argc != 1) return pllm_errorf(PLLM_ERR_INVALID, "bad tokenizer arguments");
+    pllm_gguf *g = NULL;
+    pllm_status st = pllm_gguf_open(&g, argv[0]);
+    if (!st) st = pllm_tokenizer_from_gguf(t, g);
+    pllm_gguf_close(g);
+    return st;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s MODEL.gguf CORPUS.jsonl [REPS]\n", argv[0]);
+    if (argc < 4) {
+        fprintf(stderr,
+                "usage: %s CORPUS.jsonl REPS MODEL.gguf | --hf tokenizer.json [config] | "
+                "--vocab-merges vocab.json merges.txt | --spm tokenizer.model\n",
+                argv[0]);
         return 2;
     }
-    int reps = argc > 3 ? atoi(argv[3]) : 5;
+    int reps = atoi(argv[2]);
     if (reps < 1) reps = 1;
-    pllm_gguf *g = NULL;
     pllm_tokenizer *t = NULL;
-    if (pllm_gguf_open(&g, argv[1]) != PLLM_OK || pllm_tokenizer_from_gguf(&t, g) != PLLM_OK) {
+    double tb = pllm_now();
+    if (open_tokenizer(argc - 3, argv + 3, &t) != PLLM_OK) {
         fprintf(stderr, "tok_bench: %s\n", pllm_errmsg());
-        pllm_gguf_close(g);
         return 1;
     }
-    pllm_gguf_close(g);
+    double build_s = pllm_now() - tb;
 
-    FILE *f = fopen(argv[2], "r");
+    FILE *f = fopen(argv[1], "r");
     if (!f) {
-        perror(argv[2]);
+        perror(argv[1]);
         pllm_tokenizer_free(t);
         return 1;
     }
@@ -86,8 +107,8 @@ int main(int argc, char **argv)
     }
     printf(
         "{\"texts\": %zu, \"bytes\": %zu, \"tokens\": %zu, \"seconds\": %.6f, \"mb_per_s\": %.3f, "
-        "\"tokens_per_s\": %.0f}\n",
-        n, bytes, n_tokens, best, (double)bytes / best / 1e6, (double)n_tokens / best);
+        "\"tokens_per_s\": %.0f, \"build_seconds\": %.4f}\n",
+        n, bytes, n_tokens, best, (double)bytes / best / 1e6, (double)n_tokens / best, build_s);
     for (size_t i = 0; i < n; i++) free(texts[i]);
     free(texts);
     free(lens);
