@@ -1,263 +1,396 @@
 /*
- * generate.c: `pllm generate PROMPTS.jsonl`: read prompt records, run them through the
- * engine, write one JSON line per request as each finishes, and a statistics report.
+ * generate.c: `pllm generate INPUT`: read prompt records (pllm JSONL, OpenAI batch, ShareGPT;
+ * JSON lines or a JSON list; .zst; '-' for stdin), run them through the engine, write one
+ * JSON line per request as each finishes, and a statistics report.
  *
  * Streaming: records are read while the engine runs, with at most --window requests in the
- * engine at once, so memory does not grow with the input. A bad record becomes an error
- * record (with its line number) and the run goes on (--strict stops at the first). SIGINT
- * and SIGTERM stop after the current step: finished records are all written, the report of
- * what finished is printed, and the exit code is 130; --resume continues such a run.
+ * engine at once (the engine's prefix grouping sees those), so memory does not grow with the
+ * input. --order input writes lines in input order through a reorder buffer of at most
+ * --reorder-buffer requests: when it is full (an early request is still running and later
+ * ones have finished behind it), reading pauses until the early one finishes; the engine keeps
+ * running what it has. Nothing is dropped, and memory stays bounded.
+ *
+ * A bad record becomes an error line (file, line, field) and the run goes on (--strict stops
+ * at the first). SIGINT/SIGTERM stop after the current step: every finished request is
+ * written (in input order, finished requests held in the reorder buffer are written even
+ * though an earlier one is missing), the statistics so far are printed, and the exit code is
+ * 130; --resume continues. A failing engine step or output write ends the run the same way
+ * with exit code 3.
  */
 #include "cmd/commands.h"
 #include "cmd/options.h"
+#include "cmd/progress.h"
 #include "cmd/runtime.h"
+#include "cmd/shared.h"
 #include "datasets/idset.h"
 #include "datasets/io.h"
 #include "datasets/records.h"
+#include "datasets/source.h"
 #include "engine/engine.h"
 #include "engine/report.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static volatile sig_atomic_t g_interrupted;
+#define GEN_MAX_LOGGED_ERRORS 10
 
-static void on_signal(int sig)
-{
-    (void)sig;
-    g_interrupted = 1;
-}
+typedef enum gen_order { GEN_ORDER_COMPLETION, GEN_ORDER_INPUT } gen_order;
 
+/* A request in flight. */
 typedef struct gen_req {
-    json_t *id;
-    char *prompt;        /* for --echo */
+    int64_t seq;          /* input order among the records that produce output */
+    json_t *id;           /* pllm/sharegpt id; openai custom_id */
+    int64_t line;
+    pllm_endpoint endpoint;
+    char *model;          /* openai: body.model */
+    char *prompt;         /* --echo: the prompt text */
     int32_t n, remaining;
+    bool want_logprobs;
+    int32_t top_logprobs;
+    json_t *choices;      /* openai: [n] */
+    pllm_openai_usage usage;
+    struct gen_req *prev, *next; /* the list of live requests */
 } gen_req;
+
+/* A request's output lines while they wait for earlier ones (--order input). */
+typedef struct gen_slot {
+    int64_t seq;          /* -1: free */
+    char **lines;         /* [n_lines] */
+    int32_t n_lines, n_got;
+} gen_slot;
 
 typedef struct gen_ctx {
     pllm_writer *w;
-    pllm_report rep;
-    pllm_output_opts oo;
     pllm_status write_st;
-    int64_t in_flight;   /* requests added and not yet finished */
+    bool openai_out;
+    pllm_output_opts oo;
+    const pllm_tokenizer *tok;
+    const char *model_name;
+    gen_order order;
+    gen_slot *slots;      /* [n_slots] ring, --order input */
+    int64_t n_slots, head; /* head: the next seq to write */
+    int64_t in_flight;
+    gen_req *live;        /* requests in the engine (freed at the end if a run stops early) */
+    pllm_report rep;
+    cmd_progress prog;
+    cmd_progress_state ps;
+    int64_t n_logged;
     bool quiet;
 } gen_ctx;
+
+static void gen_req_link(gen_ctx *g, gen_req *r)
+{
+    r->next = g->live;
+    if (g->live) g->live->prev = r;
+    g->live = r;
+}
+
+static void gen_req_unlink(gen_ctx *g, gen_req *r)
+{
+    if (r->prev) r->prev->next = r->next;
+    else g->live = r->next;
+    if (r->next) r->next->prev = r->prev;
+}
 
 static void gen_req_free(gen_req *r)
 {
     if (!r) return;
     json_decref(r->id);
+    json_decref(r->choices);
+    free(r->model);
     free(r->prompt);
     free(r);
 }
 
-static void write_line(gen_ctx *g, char *line)
+static void write_now(gen_ctx *g, char *line)
 {
-    if (!line) {
-        if (g->write_st == PLLM_OK) g->write_st = PLLM_ERR_NOMEM;
-        return;
-    }
     if (g->write_st == PLLM_OK) g->write_st = pllm_writer_line(g->w, line, strlen(line));
     free(line);
+}
+
+static void flush_slot(gen_ctx *g, gen_slot *s)
+{
+    for (int32_t i = 0; i < s->n_lines; i++)
+        if (s->lines[i]) write_now(g, s->lines[i]);
+    free(s->lines);
+    s->lines = NULL;
+    s->seq = -1;
+    s->n_lines = s->n_got = 0;
+}
+
+/* Write the complete requests at the head of the reorder buffer. */
+static void flush_head(gen_ctx *g)
+{
+    for (;;) {
+        gen_slot *s = &g->slots[g->head % g->n_slots];
+        if (s->seq != g->head || s->n_got < s->n_lines) return;
+        flush_slot(g, s);
+        g->head++;
+    }
+}
+
+/* Register seq with n_lines output lines (--order input). */
+static pllm_status slot_open(gen_ctx *g, int64_t seq, int32_t n_lines)
+{
+    if (g->order != GEN_ORDER_INPUT) return PLLM_OK;
+    gen_slot *s = &g->slots[seq % g->n_slots];
+    PLLM_ASSERT(s->seq == -1);
+    s->lines = pllm_calloc((size_t)n_lines, sizeof *s->lines);
+    if (!s->lines) return PLLM_ERR_NOMEM;
+    s->seq = seq;
+    s->n_lines = n_lines;
+    return PLLM_OK;
+}
+
+/* An output line (owned) for line k of request seq. */
+static void put_line(gen_ctx *g, int64_t seq, int32_t k, char *line)
+{
+    if (!line) {
+        if (g->write_st == PLLM_OK) g->write_st = pllm_errorf(PLLM_ERR_NOMEM, "out of memory serialising an output line");
+        return;
+    }
+    if (g->order == GEN_ORDER_COMPLETION) {
+        write_now(g, line);
+        return;
+    }
+    gen_slot *s = &g->slots[seq % g->n_slots];
+    PLLM_ASSERT(s->seq == seq && k < s->n_lines && !s->lines[k]);
+    s->lines[k] = line;
+    s->n_got++;
+    flush_head(g);
+}
+
+/* Interrupted or failed: write every finished line still held, in input order. */
+static void flush_all(gen_ctx *g)
+{
+    if (g->order != GEN_ORDER_INPUT) return;
+    for (int64_t i = 0; i < g->n_slots; i++) {
+        gen_slot *s = &g->slots[(g->head + i) % g->n_slots];
+        if (s->seq >= 0) flush_slot(g, s);
+    }
 }
 
 static void on_done(const pllm_completion *c, void *arg)
 {
     gen_ctx *g = arg;
     gen_req *r = c->user;
-    char *line = NULL;
     pllm_report_add(&g->rep, c);
-    if (pllm_output_completion(&line, r->id, r->prompt, r->n, c, &g->oo) != PLLM_OK) line = NULL;
-    write_line(g, line);
+    char *line = NULL;
+    if (g->openai_out) {
+        json_t *choice = NULL;
+        if (pllm_openai_choice(&choice, r->endpoint, c, r->want_logprobs, r->top_logprobs, g->tok) == PLLM_OK)
+            json_array_set_new(r->choices, (size_t)c->index, choice);
+        r->usage.prompt_tokens = c->prompt_tokens;
+        r->usage.completion_tokens += c->n_tokens;
+        if (c->index == 0) r->usage.cached_tokens = c->cached_tokens;
+        if (r->remaining == 1) {
+            json_t *choices = r->choices;
+            r->choices = NULL;
+            if (pllm_output_openai(&line, r->id, r->line, r->endpoint, r->model ? r->model : g->model_name, choices,
+                                   &r->usage, cmd_unix_time()) != PLLM_OK)
+                line = NULL;
+            put_line(g, r->seq, 0, line);
+        }
+    } else {
+        if (pllm_output_completion(&line, r->id, r->prompt, r->n, c, -1, &g->oo) != PLLM_OK) line = NULL;
+        put_line(g, r->seq, c->index, line);
+    }
+    g->ps.output_tokens += c->n_tokens;
+    g->ps.prompt_tokens += c->prompt_tokens;
+    g->ps.cached_tokens += c->cached_tokens;
+    if (c->finish == PLLM_FINISH_ERROR) g->ps.failed++;
     if (--r->remaining == 0) {
+        g->ps.done++;
+        gen_req_unlink(g, r);
         gen_req_free(r);
         g->in_flight--;
     }
 }
 
-static void reject(gen_ctx *g, const json_t *id, int64_t lineno, const char *msg)
+/* A record that never runs: its error line. */
+static void reject(gen_ctx *g, int64_t seq, const pllm_record *rec, const char *msg, bool quietly)
 {
     char *line = NULL;
     pllm_report_add_rejected(&g->rep);
-    if (pllm_output_error(&line, id, lineno, msg) != PLLM_OK) line = NULL;
-    write_line(g, line);
-    if (!g->quiet) fprintf(stderr, "pllm: %s\n", msg);
-}
-
-/* Turn a parsed record into token ids: the raw prompt, or the messages through the chat
- * template. */
-static pllm_status record_tokens(const cmd_runtime *rt, const pllm_record *rec, pllm_tokens *ids)
-{
-    pllm_encode_opts eo = {.add_special = true, .parse_special = true};
-    if (rec->prompt) return pllm_tokenizer_encode(rt->tok, rec->prompt, strlen(rec->prompt), &eo, ids);
-    if (!rt->chat)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "line %lld: 'messages' needs a chat template, and %s",
-                           (long long)rec->line, rt->chat_error ? rt->chat_error : "the model has none");
-    pllm_buf text = {0};
-    pllm_chat_render_params rp = {.messages = rec->messages, .n_messages = rec->n_messages,
-                                  .add_generation_prompt = true, .bos_token = rt->bos_text, .eos_token = rt->eos_text};
-    pllm_status st = pllm_chat_template_render(rt->chat, &rp, &text);
-    if (st != PLLM_OK) {
-        pllm_error_prefix(st, "line %lld: chat template: ", (long long)rec->line);
-        pllm_buf_free(&text);
-        return st;
+    pllm_status st = g->openai_out ? pllm_output_openai_error(&line, rec->id, rec->line, rec->element, msg, 400)
+                                   : pllm_output_error(&line, rec->id, rec->line, rec->element, msg);
+    put_line(g, seq, 0, st == PLLM_OK ? line : NULL);
+    g->ps.done++;
+    g->ps.failed++;
+    if (!g->quiet && !quietly && g->n_logged < GEN_MAX_LOGGED_ERRORS) {
+        cmd_progress_clear(&g->prog);
+        fprintf(stderr, "pllm: %s\n", msg);
+        if (++g->n_logged == GEN_MAX_LOGGED_ERRORS)
+            fprintf(stderr, "pllm: (further bad records are reported in the output only)\n");
     }
-    eo.add_special = false; /* the template writes BOS itself, as transformers renders it */
-    st = pllm_tokenizer_encode(rt->tok, text.s ? text.s : "", text.n, &eo, ids);
-    pllm_buf_free(&text);
-    return st;
 }
 
 int cmd_generate(int argc, char **argv)
 {
-    cmd_runtime_opts ro = {.device = "auto"};
-    const char *out_path = "-", *stats_json = NULL;
-    int32_t max_tokens = 256, min_tokens = 0, top_k = 0, window = 1024;
-    float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f, rep_pen = 1.0f, pres_pen = 0.0f, freq_pen = 0.0f;
-    int64_t seed = 0;
-    bool ignore_eos = false, echo = false, token_ids = false, strict = false, quiet = false, resume = false;
-    bool no_prefix_cache = false;
-    cmd_strs stop = {0};
-    pllm_engine_params ep;
-    pllm_engine_params_defaults(&ep);
-    int32_t kv_mb = 0;
-    char defbuf[3][32];
-    snprintf(defbuf[0], sizeof defbuf[0], "%d", ep.block_size);
-    snprintf(defbuf[1], sizeof defbuf[1], "%d", ep.max_batched_tokens);
-    snprintf(defbuf[2], sizeof defbuf[2], "%d", ep.max_seqs);
+    cmd_engine_opts eo;
+    cmd_engine_opts_init(&eo);
+    cmd_sampling_opts so;
+    cmd_sampling_opts_init(&so, 256, "256");
+    const char *out_path = "-", *stats_json = NULL, *format_s = "auto", *out_format_s = "auto", *order_s = "completion";
+    int32_t window = 1024, reorder = 4096;
+    float log_interval = 10;
+    bool echo = false, token_ids = false, strict = false, quiet = false, resume = false;
 
-    const cmd_opt opts[] = {
-        {"model", 'm', CMD_OPT_STR, &ro.model, "FILE", "$PLLM_HOME/models/" PLLM_DEFAULT_MODEL_FILE, "model file (GGUF)", NULL},
-        {"output", 'o', CMD_OPT_STR, &out_path, "FILE", "- (stdout)", "output JSONL file (.zst compresses)", NULL},
-        {"max-tokens", 0, CMD_OPT_INT, &max_tokens, "N", "256", "tokens to generate per request at most", NULL},
-        {"min-tokens", 0, CMD_OPT_INT, &min_tokens, "N", "0", "tokens to generate before EOS/stop may end a request", NULL},
-        {"temperature", 0, CMD_OPT_FLOAT, &temperature, "T", "0 (greedy)", "sampling temperature", NULL},
-        {"top-p", 0, CMD_OPT_FLOAT, &top_p, "P", "1 (off)", "nucleus sampling threshold", NULL},
-        {"top-k", 0, CMD_OPT_INT, &top_k, "K", "0 (off)", "keep the K most likely tokens", NULL},
-        {"min-p", 0, CMD_OPT_FLOAT, &min_p, "P", "0 (off)", "drop tokens below P times the top probability", NULL},
-        {"repetition-penalty", 0, CMD_OPT_FLOAT, &rep_pen, "R", "1 (off)", "penalise tokens of the prompt and output", NULL},
-        {"presence-penalty", 0, CMD_OPT_FLOAT, &pres_pen, "X", "0 (off)", "penalise tokens present in the output", NULL},
-        {"frequency-penalty", 0, CMD_OPT_FLOAT, &freq_pen, "X", "0 (off)", "penalise tokens by their count in the output", NULL},
-        {"seed", 0, CMD_OPT_INT64, &seed, "N", "0", "run seed (requests without a seed derive theirs from it)", NULL},
-        {"stop", 0, CMD_OPT_STRS, &stop, "STR", NULL, "stop string (repeatable)", NULL},
-        {"ignore-eos", 0, CMD_OPT_FLAG, &ignore_eos, NULL, NULL, "keep generating past EOS", NULL},
-        {"echo", 0, CMD_OPT_FLAG, &echo, NULL, NULL, "include the prompt in each output record", NULL},
-        {"token-ids", 0, CMD_OPT_FLAG, &token_ids, NULL, NULL, "include the generated token ids", NULL},
-        {"strict", 0, CMD_OPT_FLAG, &strict, NULL, NULL, "stop at the first bad record instead of writing an error record", NULL},
-        {"resume", 0, CMD_OPT_FLAG, &resume, NULL, NULL, "skip ids already in the output file and append to it", NULL},
-        {"threads", 't', CMD_OPT_INT, &ro.threads, "N", "all cores", "CPU threads", NULL},
-        {"device", 0, CMD_OPT_STR, &ro.device, "DEV", "auto", "auto, cpu, cuda or cuda:N", NULL},
-        {"block-size", 0, CMD_OPT_INT, &ep.block_size, "N", defbuf[0], "tokens per KV cache block", NULL},
-        {"num-blocks", 0, CMD_OPT_INT, &ep.n_blocks, "N", "from --kv-cache-mb", "KV cache blocks", NULL},
-        {"kv-cache-mb", 0, CMD_OPT_INT, &kv_mb, "MB", "from free memory", "KV cache budget", NULL},
-        {"max-batched-tokens", 0, CMD_OPT_INT, &ep.max_batched_tokens, "N", defbuf[1], "token budget per engine step", NULL},
-        {"max-seqs", 0, CMD_OPT_INT, &ep.max_seqs, "N", defbuf[2], "sequences per engine step", NULL},
-        {"max-model-len", 0, CMD_OPT_INT, &ep.max_model_len, "N", "the model's context length", "longest context (prompt + output)", NULL},
-        {"no-prefix-cache", 0, CMD_OPT_FLAG, &no_prefix_cache, NULL, NULL, "disable block-level prefix reuse", NULL},
-        {"window", 0, CMD_OPT_INT, &window, "N", "1024", "requests read ahead into the engine at most", NULL},
-        {"stats-json", 0, CMD_OPT_STR, &stats_json, "FILE", NULL, "also write the statistics as JSON to FILE", NULL},
-        {"quiet", 'q', CMD_OPT_FLAG, &quiet, NULL, NULL, "no progress or report on stderr", NULL},
+    cmd_opt opts[CMD_MAX_OPTS];
+    size_t n_opts = 0;
+    cmd_opt own[] = {
+        {"output", 'o', CMD_OPT_STR, &out_path, "FILE", "- (stdout)", "output file (.zst compresses)", NULL},
+        {"format", 0, CMD_OPT_STR, &format_s, "FMT", "auto", "input format: auto, pllm, openai, sharegpt", NULL},
+        {"output-format", 0, CMD_OPT_STR, &out_format_s, "FMT", "auto (openai for openai input, else pllm)",
+         "output format: auto, pllm, openai", NULL},
+        {"order", 0, CMD_OPT_STR, &order_s, "ORDER", "completion",
+         "output order: completion (as requests finish) or input (reordered)", NULL},
+        {"reorder-buffer", 0, CMD_OPT_INT, &reorder, "N", "4096",
+         "--order input: requests held for order at most; when full, reading pauses", NULL},
+        {"window", 0, CMD_OPT_INT, &window, "N", "1024",
+         "requests in the engine at once; the prefix planner groups shared prefixes among these", NULL},
+        {"echo", 0, CMD_OPT_FLAG, &echo, NULL, "off", "include the prompt (as rendered) in each output record", NULL},
+        {"token-ids", 0, CMD_OPT_FLAG, &token_ids, NULL, "off", "include the generated token ids", NULL},
+        {"strict", 0, CMD_OPT_FLAG, &strict, NULL, "off", "stop at the first bad record instead of writing an error record", NULL},
+        {"resume", 0, CMD_OPT_FLAG, &resume, NULL, "off", "skip requests already in the output file and append to it", NULL},
+        {"stats-json", 0, CMD_OPT_STR, &stats_json, "FILE", "none", "also write the statistics as JSON to FILE", NULL},
+        {"log-interval", 0, CMD_OPT_FLOAT, &log_interval, "S", "10",
+         "seconds between progress log lines when stderr is not a terminal", NULL},
+        {"quiet", 'q', CMD_OPT_FLAG, &quiet, NULL, "off", "no progress, report or warnings on stderr", NULL},
     };
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(own); i++) opts[n_opts++] = own[i];
+    cmd_sampling_opts_table(&so, opts, &n_opts, CMD_MAX_OPTS);
+    cmd_engine_opts_table(&eo, opts, &n_opts, CMD_MAX_OPTS);
     const cmd_spec spec = {
-        .usage = "pllm generate [OPTIONS] PROMPTS.jsonl|-",
-        .summary = "Generate a completion for every prompt record. Records are JSON lines with \"prompt\" (raw text) or\n"
-                   "\"messages\" (rendered with the model's chat template), an optional \"id\", and optional sampling\n"
-                   "fields that override the options below. One JSON line per request is written as it finishes.",
-        .opts = opts, .n_opts = PLLM_ARRAY_LEN(opts), .min_pos = 1, .max_pos = 1};
+        .usage = "pllm generate [OPTIONS] INPUT   (INPUT: a file, .zst, or - for stdin)",
+        .summary =
+            "Generate a completion for every prompt record. Input formats (detected from the content, or --format):\n"
+            "  pllm      JSON lines {\"id\", \"prompt\"} or {\"id\", \"messages\": [{\"role\", \"content\"}]} with optional\n"
+            "            sampling fields that override the options below\n"
+            "  openai    OpenAI batch lines {\"custom_id\", \"method\", \"url\", \"body\"}, answered in the OpenAI batch output\n"
+            "            format (as vllm run-batch writes it)\n"
+            "  sharegpt  {\"id\", \"conversations\": [{\"from\", \"value\"}]}, as a JSON list or JSON lines\n"
+            "Any format may also be one JSON list of records. One JSON line per request is written as it finishes.",
+        .opts = opts, .n_opts = n_opts, .min_pos = 1, .max_pos = 1};
     const char *pos[1];
     int n_pos;
     int rc = cmd_parse(&spec, argc, argv, pos, &n_pos);
     if (rc) return rc == 1 ? 0 : 2;
-    if (window < 1) { fprintf(stderr, "pllm: --window must be >= 1\n"); return 2; }
-    if (kv_mb < 0) { fprintf(stderr, "pllm: --kv-cache-mb must be >= 0\n"); return 2; }
-    if (resume && strcmp(out_path, "-") == 0) { fprintf(stderr, "pllm: --resume needs an output file (-o FILE)\n"); return 2; }
-
-    pllm_request_params defaults;
-    pllm_request_params_defaults(&defaults);
-    defaults.max_tokens = max_tokens;
-    defaults.min_tokens = min_tokens;
-    defaults.ignore_eos = ignore_eos;
-    defaults.sampling.temperature = temperature;
-    defaults.sampling.top_p = top_p;
-    defaults.sampling.top_k = top_k;
-    defaults.sampling.min_p = min_p;
-    defaults.sampling.repetition_penalty = rep_pen;
-    defaults.sampling.presence_penalty = pres_pen;
-    defaults.sampling.frequency_penalty = freq_pen;
-    for (int i = 0; i < stop.n; i++) defaults.stop[i] = stop.v[i];
-    defaults.n_stop = stop.n;
-    if (pllm_request_params_validate(&defaults) != PLLM_OK) {
+    pllm_format format, out_format = PLLM_FORMAT_AUTO;
+    if (pllm_format_parse(format_s, &format) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         return 2;
     }
-    ep.seed = (uint64_t)seed;
-    ep.no_prefix_cache = no_prefix_cache;
-    ep.kv_bytes = (size_t)kv_mb << 20;
+    if (strcmp(out_format_s, "auto") && strcmp(out_format_s, "pllm") && strcmp(out_format_s, "openai")) {
+        fprintf(stderr, "pllm: --output-format '%s' is not one of auto, pllm, openai\n", out_format_s);
+        return 2;
+    }
+    if (strcmp(out_format_s, "auto")) pllm_format_parse(out_format_s, &out_format);
+    gen_order order;
+    if (!strcmp(order_s, "completion")) order = GEN_ORDER_COMPLETION;
+    else if (!strcmp(order_s, "input")) order = GEN_ORDER_INPUT;
+    else {
+        fprintf(stderr, "pllm: --order '%s' is not one of completion, input\n", order_s);
+        return 2;
+    }
+    if (window < 1) {
+        fprintf(stderr, "pllm: --window must be >= 1, got %d\n", window);
+        return 2;
+    }
+    if (reorder < window) {
+        fprintf(stderr, "pllm: --reorder-buffer (%d) must be >= --window (%d)\n", reorder, window);
+        return 2;
+    }
+    if (resume && strcmp(out_path, "-") == 0) {
+        fprintf(stderr, "pllm: --resume needs an output file (-o FILE)\n");
+        return 2;
+    }
+    pllm_request_params defaults;
+    if ((rc = cmd_sampling_opts_finish(&so, &defaults)) != 0) return rc;
+    if ((rc = cmd_engine_opts_finish(&eo)) != 0) return rc;
 
     pllm_idset *done = NULL;
+    pllm_source *src = NULL;
+    pllm_engine *eng = NULL;
+    cmd_runtime rt;
+    memset(&rt, 0, sizeof rt);
+    volatile sig_atomic_t interrupted = 0;
+    gen_ctx g = {.oo = {.echo_prompt = echo, .token_ids = token_ids}, .quiet = quiet, .order = order};
+    pllm_report_init(&g.rep, pllm_now());
+
     if (resume) {
         int64_t n_lines;
         bool torn;
         if (pllm_idset_create(&done) != PLLM_OK || pllm_idset_load_output(done, out_path, &n_lines, &torn) != PLLM_OK) {
             fprintf(stderr, "pllm: --resume: %s\n", pllm_errmsg());
-            pllm_idset_free(done);
-            return 3;
+            rc = 3;
+            goto out;
         }
         if (!quiet)
-            fprintf(stderr, "pllm: resuming: %lld records already in %s%s\n", (long long)n_lines, out_path,
+            fprintf(stderr, "pllm: resuming: %lld requests already in %s%s\n", (long long)pllm_idset_size(done), out_path,
                     torn ? " (a torn last line was cut off)" : "");
     }
-
-    cmd_runtime rt;
-    if ((rc = cmd_runtime_open(&rt, &ro, quiet)) != 0) {
-        pllm_idset_free(done);
-        return rc;
-    }
-    pllm_engine *eng = NULL;
-    pllm_reader *in = NULL;
-    gen_ctx g = {.oo = {.echo_prompt = echo, .token_ids = token_ids}, .quiet = quiet};
-    pllm_report_init(&g.rep, pllm_now());
-    if (pllm_engine_create(&eng, rt.model, &rt.backend, rt.tok, &ep) != PLLM_OK) {
+    if (pllm_source_open(&src, pos[0], format) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         rc = 3;
         goto out;
     }
-    if (pllm_reader_open(&in, pos[0]) != PLLM_OK) {
+    pllm_format in_format = pllm_source_format(src);
+    g.openai_out = out_format == PLLM_FORMAT_OPENAI || (out_format == PLLM_FORMAT_AUTO && in_format == PLLM_FORMAT_OPENAI);
+    if (!quiet)
+        fprintf(stderr, "pllm: input %s: %s%s%s\n", pllm_source_path(src), pllm_format_name(in_format),
+                pllm_source_is_list(src) ? " (a JSON list)" : " (JSON lines)", format == PLLM_FORMAT_AUTO ? ", detected" : "");
+    if ((rc = cmd_runtime_open(&rt, &eo.rt, quiet)) != 0) goto out;
+    g.tok = rt.tok;
+    g.model_name = rt.model->name;
+    if (pllm_engine_create(&eng, rt.model, &rt.backend, rt.tok, &eo.ep) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         rc = 3;
         goto out;
+    }
+    if (order == GEN_ORDER_INPUT) {
+        g.n_slots = reorder;
+        g.slots = pllm_calloc((size_t)reorder, sizeof *g.slots);
+        if (!g.slots) {
+            fprintf(stderr, "pllm: out of memory for --reorder-buffer %d\n", reorder);
+            rc = 3;
+            goto out;
+        }
+        for (int64_t i = 0; i < g.n_slots; i++) g.slots[i].seq = -1;
     }
     if (pllm_writer_open(&g.w, out_path, resume) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         rc = 3;
         goto out;
     }
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cmd_signals_install(&interrupted);
+    double t0 = pllm_now();
+    pllm_report_free(&g.rep);
+    pllm_report_init(&g.rep, t0);
+    cmd_progress_init(&g.prog, quiet, log_interval, "generate", t0);
 
-    bool eof = false, input_error = false;
-    int64_t n_skipped = 0;
+    const char *file = pllm_source_path(src);
+    bool eof = false, input_error = false, engine_error = false;
+    int64_t n_skipped = 0, next_seq = 0;
     pllm_tokens ids = {0};
-    while (!g_interrupted && g.write_st == PLLM_OK && !input_error) {
-        while (!eof && g.in_flight < window && g.write_st == PLLM_OK && !g_interrupted) {
-            const char *line;
-            size_t len;
-            int64_t lineno;
-            if (pllm_reader_next(in, &line, &len, &lineno, &eof) != PLLM_OK) {
-                fprintf(stderr, "pllm: %s\n", pllm_errmsg());
-                input_error = true;
+    pllm_buf rendered = {0};
+    while (!interrupted && g.write_st == PLLM_OK && !input_error) {
+        while (!eof && g.in_flight < window && g.write_st == PLLM_OK && !interrupted &&
+               (order == GEN_ORDER_COMPLETION || next_seq - g.head < g.n_slots)) {
+            pllm_record rec;
+            pllm_status st = pllm_source_next(src, &defaults, &rec, &eof);
+            if (st != PLLM_OK) {
+                if (st != PLLM_ERR_INTERRUPTED) {
+                    cmd_progress_clear(&g.prog);
+                    fprintf(stderr, "pllm: %s\n", pllm_errmsg());
+                    input_error = true;
+                }
                 break;
             }
             if (eof) break;
-            if (pllm_record_line_is_blank(line, len)) continue;
-            pllm_record rec;
-            pllm_status st = pllm_record_parse(&rec, line, len, lineno, &defaults);
-            if (st == PLLM_OK && done) {
-                char *key = pllm_record_id_text(rec.id);
+            if (done) {
+                char *key = pllm_record_key(&rec);
                 bool skip = key && pllm_idset_count(done, key) > 0;
                 free(key);
                 if (skip) {
@@ -266,39 +399,58 @@ int cmd_generate(int argc, char **argv)
                     continue;
                 }
             }
-            uint64_t req_id;
-            gen_req *r = NULL;
+            int64_t seq = next_seq++;
             ids.n = 0;
-            if (st == PLLM_OK) st = record_tokens(&rt, &rec, &ids);
-            if (st == PLLM_OK) {
-                r = pllm_calloc(1, sizeof *r);
-                if (!r) st = PLLM_ERR_NOMEM;
-            }
-            if (st == PLLM_OK) {
+            rendered.n = 0;
+            char msg[2048] = "";
+            gen_req *r = NULL;
+            if (rec.error) {
+                snprintf(msg, sizeof msg, "%s", rec.error);
+            } else if ((st = cmd_record_tokens(&rt, file, &rec, &ids, echo ? &rendered : NULL)) != PLLM_OK) {
+                snprintf(msg, sizeof msg, "%s", pllm_errmsg());
+            } else if (!(r = pllm_calloc(1, sizeof *r))) {
+                snprintf(msg, sizeof msg, "out of memory");
+            } else {
+                r->seq = seq;
                 r->id = json_incref(rec.id);
+                r->line = rec.line;
+                r->endpoint = rec.endpoint;
                 r->n = r->remaining = rec.params.n;
-                if (echo) r->prompt = pllm_strdup(rec.prompt ? rec.prompt : rec.messages[rec.n_messages - 1].content);
-                st = pllm_engine_add(eng, ids.ids, (int32_t)ids.n, &rec.params, r, &req_id);
-                if (st != PLLM_OK) pllm_error_prefix(st, "line %lld: ", (long long)lineno);
-            }
-            if (st != PLLM_OK) {
-                if (done && rec.id) {
-                    char *key = pllm_record_id_text(rec.id);
-                    bool skip = key && pllm_idset_count(done, key) > 0;
-                    free(key);
-                    if (skip) { /* an error record for this id is already in the output */
-                        gen_req_free(r);
-                        pllm_record_free(&rec);
-                        n_skipped++;
-                        continue;
+                r->want_logprobs = rec.want_logprobs;
+                r->top_logprobs = rec.top_logprobs;
+                if (rec.model) r->model = pllm_strdup(rec.model);
+                if (echo) r->prompt = pllm_strdup(rendered.s ? rendered.s : "");
+                if (g.openai_out) {
+                    r->choices = json_array();
+                    for (int32_t i = 0; i < r->n; i++) json_array_append_new(r->choices, json_null());
+                }
+                if (slot_open(&g, seq, g.openai_out ? 1 : r->n) != PLLM_OK) {
+                    snprintf(msg, sizeof msg, "out of memory");
+                } else {
+                    uint64_t req_id;
+                    st = pllm_engine_add(eng, ids.ids, (int32_t)ids.n, &rec.params, r, &req_id);
+                    if (st != PLLM_OK) {
+                        char where[512];
+                        cmd_record_where(where, sizeof where, file, &rec);
+                        snprintf(msg, sizeof msg, "%sfield '%s': %s", where,
+                                 rec.prompt ? "prompt" : rec.format == PLLM_FORMAT_SHAREGPT ? "conversations" : "messages",
+                                 pllm_errmsg());
+                        if (order == GEN_ORDER_INPUT) { /* reopen the slot for the one error line */
+                            gen_slot *s = &g.slots[seq % g.n_slots];
+                            free(s->lines);
+                            s->lines = NULL;
+                            s->seq = -1;
+                        }
                     }
                 }
-                char msg[2048];
-                snprintf(msg, sizeof msg, "%s", pllm_errmsg());
-                reject(&g, rec.id, lineno, msg);
+            }
+            if (msg[0]) {
                 gen_req_free(r);
+                if (slot_open(&g, seq, 1) != PLLM_OK) g.write_st = PLLM_ERR_NOMEM;
+                else reject(&g, seq, &rec, msg, strict);
                 pllm_record_free(&rec);
                 if (strict) {
+                    cmd_progress_clear(&g.prog);
                     fprintf(stderr, "pllm: --strict: stopping at the first bad record: %s\n", msg);
                     input_error = true;
                     break;
@@ -306,54 +458,103 @@ int cmd_generate(int argc, char **argv)
                 continue;
             }
             g.in_flight++;
+            gen_req_link(&g, r);
             pllm_record_free(&rec);
         }
+        g.ps.total = next_seq;
+        g.ps.total_estimated = false;
+        if (!eof) {
+            uint64_t p, size;
+            int64_t n_read;
+            pllm_source_progress(src, &p, &size, &n_read);
+            if (size > 0 && p > 0) {
+                g.ps.total = (int64_t)((double)n_read * (double)size / (double)p + 0.5) - n_skipped;
+                g.ps.total_estimated = true;
+            } else {
+                g.ps.total = -1;
+            }
+        }
+        cmd_progress_update(&g.prog, &g.ps, false);
         if (!pllm_engine_has_work(eng)) {
             if (eof || input_error) break;
             continue;
         }
+        if (interrupted || input_error) break;
         if (pllm_engine_step(eng, on_done, &g) != PLLM_OK) {
+            cmd_progress_clear(&g.prog);
             fprintf(stderr, "pllm: engine step failed: %s\n", pllm_errmsg());
-            rc = 3;
+            engine_error = true;
             break;
         }
     }
     pllm_tokens_free(&ids);
+    pllm_buf_free(&rendered);
+    if (interrupted || engine_error || input_error || g.write_st != PLLM_OK) flush_all(&g);
+    cmd_signals_restore();
+    cmd_progress_finish(&g.prog, &g.ps);
 
     pllm_engine_stats es;
     pllm_engine_get_stats(eng, &es);
     if (!quiet) {
         if (n_skipped) fprintf(stderr, "pllm: skipped %lld records already in the output\n", (long long)n_skipped);
-        pllm_report_print(&g.rep, &es, stderr);
+        char rss[32];
+        snprintf(rss, sizeof rss, "%.1f", cmd_peak_rss_mb());
+        pllm_report_note notes[] = {{"Peak RSS (MiB)", rss}};
+        pllm_report_print(&g.rep, &es, interrupted ? "pllm generate (interrupted)" : "pllm generate", notes, 1, stderr);
     }
     if (stats_json) {
         json_t *j = pllm_report_json(&g.rep, &es);
+        json_object_set_new(j, "command", json_string("generate"));
+        json_object_set_new(j, "input", json_string(file));
+        json_object_set_new(j, "input_format", json_string(pllm_format_name(in_format)));
+        json_object_set_new(j, "skipped_by_resume", json_integer(n_skipped));
+        json_object_set_new(j, "interrupted", json_boolean(interrupted));
+        json_object_set_new(j, "peak_rss_mb", json_real(cmd_peak_rss_mb()));
         if (json_dump_file(j, stats_json, JSON_INDENT(2)) != 0) fprintf(stderr, "pllm: cannot write %s\n", stats_json);
         json_decref(j);
     }
+    const char *where = strcmp(out_path, "-") ? out_path : "the output";
     if (g.write_st != PLLM_OK) {
-        fprintf(stderr, "pllm: writing output failed: %s\n       the records written before it are intact; rerun with --resume\n",
+        fprintf(stderr, "pllm: writing the output failed: %s\n       the lines written before it are intact; rerun with --resume\n",
                 pllm_errmsg());
         rc = 3;
-    } else if (g_interrupted) {
-        fprintf(stderr, "pllm: interrupted: %lld finished records are in %s; rerun the same command with --resume to continue\n",
-                (long long)(g.rep.n_ok + g.rep.n_failed), strcmp(out_path, "-") ? out_path : "the output");
+    } else if (interrupted) {
+        fprintf(stderr, "pllm: interrupted: %lld finished requests are in %s; rerun the same command with --resume to continue\n",
+                (long long)g.ps.done, where);
         rc = 130;
-    } else if (input_error) {
+    } else if (engine_error) {
+        fprintf(stderr, "pllm: the run stopped: %lld finished requests are in %s; rerun the same command with --resume to continue\n",
+                (long long)g.ps.done, where);
         rc = 3;
-    } else if (rc == 0 && g.rep.n_failed > 0) {
+    } else if (input_error) {
+        if (!strict)
+            fprintf(stderr, "pllm: the input cannot be read further; %lld finished requests are in %s\n", (long long)g.ps.done, where);
+        rc = 3;
+    } else if (g.rep.n_failed > 0) {
         rc = 1;
     }
 out:
     if (g.w) {
         pllm_status cst = pllm_writer_close(g.w);
-        if (cst != PLLM_OK && rc == 0) {
+        if (cst != PLLM_OK && (rc == 0 || rc == 1)) {
             fprintf(stderr, "pllm: %s\n", pllm_errmsg());
             rc = 3;
         }
     }
-    pllm_reader_close(in);
-    pllm_engine_free(eng);
+    if (g.slots) {
+        for (int64_t i = 0; i < g.n_slots; i++) {
+            for (int32_t k = 0; k < g.slots[i].n_lines; k++) free(g.slots[i].lines[k]);
+            free(g.slots[i].lines);
+        }
+        free(g.slots);
+    }
+    pllm_source_close(src);
+    pllm_engine_free(eng); /* drops the requests still queued; their gen_req are freed here: */
+    while (g.live) {
+        gen_req *r = g.live;
+        gen_req_unlink(&g, r);
+        gen_req_free(r);
+    }
     pllm_report_free(&g.rep);
     cmd_runtime_close(&rt);
     pllm_idset_free(done);

@@ -127,10 +127,9 @@ pllm_status pllm_idset_load_output(pllm_idset *s, const char *path, int64_t *n_l
         if ((st = pllm_reader_next(r, &line, &len, &lineno, &eof)) != PLLM_OK || eof) break;
         json_t *o = json_loadb(line, len, 0, NULL);
         if (!o) continue; /* a torn line */
-        json_t *id = json_object_get(o, "id");
-        if (json_is_string(id) || json_is_integer(id)) {
-            char *key = pllm_record_id_text(id);
-            st = key ? pllm_idset_add(s, key) : PLLM_ERR_NOMEM;
+        char *key = json_is_object(o) ? pllm_output_key(o) : NULL;
+        if (key) {
+            st = pllm_idset_add(s, key);
             free(key);
             (*n_lines)++;
         }

@@ -17,8 +17,8 @@ pllm_status pllm_idset_add(pllm_idset *s, const char *key);
 int32_t pllm_idset_count(const pllm_idset *s, const char *key);
 size_t pllm_idset_size(const pllm_idset *s);
 
-/* Read an existing output file (JSONL): every complete line's "id" is counted, error records
- * included (an input error would only fail again, and an id must never appear twice). A
+/* Read an existing output file (JSONL, pllm or OpenAI output): every complete line's key
+ * (pllm_output_key: custom_id or id) is counted, error records included (an input error would only fail again, and an id must never appear twice). A
  * missing file is an empty set. A torn last line (no newline: the writer was killed mid-line)
  * is cut off the file and reported in *torn. */
 pllm_status pllm_idset_load_output(pllm_idset *s, const char *path, int64_t *n_lines, bool *torn);

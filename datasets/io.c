@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #define IO_CHUNK (1 << 16)
@@ -28,6 +30,9 @@ struct pllm_reader {
     char *line;             /* the line handed out */
     size_t line_cap;
     int64_t lineno;
+    bool bom_checked;       /* a leading UTF-8 BOM was looked for */
+    uint64_t file_pos;      /* bytes read from the file */
+    uint64_t file_size;     /* 0 when unknown */
 };
 
 pllm_status pllm_reader_open(pllm_reader **out, const char *path)
@@ -49,6 +54,8 @@ pllm_status pllm_reader_open(pllm_reader **out, const char *path)
             return st;
         }
     }
+    struct stat sb;
+    if (fstat(fileno(r->f), &sb) == 0 && S_ISREG(sb.st_mode)) r->file_size = (uint64_t)sb.st_size;
     if (!r->is_stdin && pllm_path_is_zst(path)) {
         r->zd = ZSTD_createDStream();
         r->zin = pllm_malloc(IO_CHUNK);
@@ -62,6 +69,12 @@ pllm_status pllm_reader_open(pllm_reader **out, const char *path)
 }
 
 const char *pllm_reader_path(const pllm_reader *r) { return r->path; }
+
+void pllm_reader_progress(const pllm_reader *r, uint64_t *pos, uint64_t *size)
+{
+    *pos = r->file_pos;
+    *size = r->file_size;
+}
 
 /* Make room for at least IO_CHUNK more bytes after buf_end. */
 static pllm_status reader_grow(pllm_reader *r)
@@ -80,26 +93,39 @@ static pllm_status reader_grow(pllm_reader *r)
     return PLLM_OK;
 }
 
+/* read(2) rather than fread: a pipe's data is handed on as soon as it arrives (fread would
+ * wait for a full buffer), and a signal interrupts the wait (PLLM_ERR_INTERRUPTED) so that the
+ * caller can stop. */
+static pllm_status read_fd(pllm_reader *r, void *dst, size_t cap, size_t *n)
+{
+    ssize_t k = read(fileno(r->f), dst, cap);
+    if (k < 0) {
+        *n = 0;
+        if (errno == EINTR) return pllm_errorf(PLLM_ERR_INTERRUPTED, "%s: read interrupted by a signal", r->path);
+        return pllm_errorf(PLLM_ERR_IO, "%s: read error: %s", r->path, strerror(errno));
+    }
+    *n = (size_t)k;
+    return PLLM_OK;
+}
+
 /* Append more bytes to buf; sets src_eof at the end of the input. */
 static pllm_status reader_fill(pllm_reader *r)
 {
     PLLM_TRY(reader_grow(r));
     if (!r->zd) {
-        size_t n = fread(r->buf + r->buf_end, 1, r->buf_cap - r->buf_end, r->f);
-        if (n == 0) {
-            if (ferror(r->f)) return pllm_errorf(PLLM_ERR_IO, "%s: read error: %s", r->path, strerror(errno));
-            r->src_eof = true;
-        }
+        size_t n;
+        PLLM_TRY(read_fd(r, r->buf + r->buf_end, r->buf_cap - r->buf_end, &n));
+        if (n == 0) r->src_eof = true;
         r->buf_end += n;
+        r->file_pos += n;
         return PLLM_OK;
     }
     for (;;) {
         if (r->zib.pos == r->zib.size && !r->zin_eof) {
-            size_t n = fread(r->zin, 1, IO_CHUNK, r->f);
-            if (n == 0) {
-                if (ferror(r->f)) return pllm_errorf(PLLM_ERR_IO, "%s: read error: %s", r->path, strerror(errno));
-                r->zin_eof = true;
-            }
+            size_t n;
+            PLLM_TRY(read_fd(r, r->zin, IO_CHUNK, &n));
+            r->file_pos += n;
+            if (n == 0) r->zin_eof = true;
             r->zib = (ZSTD_inBuffer){r->zin, n, 0};
         }
         if (r->zin_eof && r->zib.pos == r->zib.size) {
@@ -118,8 +144,25 @@ static pllm_status reader_fill(pllm_reader *r)
     }
 }
 
+/* Before the first byte is handed out: buffer 3 bytes (or the whole shorter input) and drop
+ * a UTF-8 byte order mark. */
+static pllm_status ensure_bom(pllm_reader *r)
+{
+    while (!r->bom_checked) {
+        size_t have = r->buf_end - r->buf_start;
+        if (have >= 3 || r->src_eof) {
+            r->bom_checked = true;
+            if (have >= 3 && memcmp(r->buf + r->buf_start, "\xef\xbb\xbf", 3) == 0) r->buf_start += 3;
+            break;
+        }
+        PLLM_TRY(reader_fill(r));
+    }
+    return PLLM_OK;
+}
+
 pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int64_t *lineno, bool *eof)
 {
+    PLLM_TRY(ensure_bom(r));
     *line = NULL;
     *len = 0;
     *eof = false;
@@ -149,6 +192,42 @@ pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int
             return PLLM_OK;
         }
         scanned = r->buf_end - r->buf_start;
+        PLLM_TRY(reader_fill(r));
+    }
+}
+
+pllm_status pllm_reader_read(pllm_reader *r, char *dst, size_t cap, size_t *n)
+{
+    *n = 0;
+    PLLM_TRY(ensure_bom(r));
+    while (r->buf_end == r->buf_start) {
+        if (r->src_eof) return PLLM_OK;
+        PLLM_TRY(reader_fill(r));
+    }
+    size_t k = PLLM_MIN(cap, r->buf_end - r->buf_start);
+    memcpy(dst, r->buf + r->buf_start, k);
+    r->buf_start += k;
+    *n = k;
+    return PLLM_OK;
+}
+
+pllm_status pllm_reader_peek_nonspace(pllm_reader *r, int *c)
+{
+    PLLM_TRY(ensure_bom(r));
+    size_t scanned = 0; /* bytes after buf_start known to be whitespace */
+    for (;;) {
+        for (size_t i = r->buf_start + scanned; i < r->buf_end; i++) {
+            char ch = r->buf[i];
+            if (ch != ' ' && ch != '\t' && ch != '\r' && ch != '\n') {
+                *c = (unsigned char)ch;
+                return PLLM_OK;
+            }
+        }
+        scanned = r->buf_end - r->buf_start;
+        if (r->src_eof) {
+            *c = -1;
+            return PLLM_OK;
+        }
         PLLM_TRY(reader_fill(r));
     }
 }

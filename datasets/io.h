@@ -4,12 +4,17 @@
  * or a .zst file that writes whole lines only.
  *
  * Lines: '\n'-terminated (a trailing '\r' is kept; JSON parsing ignores it as whitespace); the
- * last line may lack its newline. Each line's number (1-based) is reported with it.
+ * last line may lack its newline. Each line's number (1-based) is reported with it. A UTF-8
+ * byte order mark at the very start of the input is dropped.
  *
- * Writer: pllm_writer_line() writes one line with its newline and flushes it to the kernel
- * (and, for .zst, ends a zstd frame... see below), so a killed process leaves only whole
- * lines behind. For .zst output each line is flushed as its own zstd block (ZSTD_e_flush), so
- * what was written decompresses up to the last line even if the process dies.
+ * Raw reads (pllm_reader_read) and peeks consume the same stream as the line reader, so a
+ * caller may peek at the first bytes to detect a format and then read lines or raw bytes.
+ *
+ * Writer: pllm_writer_line() writes one line with its newline and flushes it to the kernel,
+ * so a killed process leaves only whole lines behind (at worst a torn last line, which
+ * --resume cuts off). For .zst output each line is flushed as its own zstd block
+ * (ZSTD_e_flush), so what was written decompresses up to the last line even if the process
+ * dies before the frame is ended.
  *
  * Ownership: open() returns a handle closed with close(), which accepts NULL.
  */
@@ -26,6 +31,15 @@ pllm_status pllm_reader_open(pllm_reader **out, const char *path);
 /* Next line: *line points to an internal buffer (NUL-terminated, without the '\n'), valid
  * until the next call; *lineno is its number. *eof is set at the end (line NULL). */
 pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int64_t *lineno, bool *eof);
+/* Up to cap decompressed bytes into dst; *n == 0 only at the end of the input. */
+pllm_status pllm_reader_read(pllm_reader *r, char *dst, size_t cap, size_t *n);
+/* The first byte that is not JSON whitespace (space, tab, CR, LF), without consuming
+ * anything; *c = -1 when the input holds only whitespace. May read ahead (bounded by the
+ * whitespace itself). */
+pllm_status pllm_reader_peek_nonspace(pllm_reader *r, int *c);
+/* Progress through the file: bytes of the file consumed so far (compressed bytes for .zst)
+ * and its size (0 when unknown: stdin, a pipe). */
+void pllm_reader_progress(const pllm_reader *r, uint64_t *pos, uint64_t *size);
 const char *pllm_reader_path(const pllm_reader *r);
 void pllm_reader_close(pllm_reader *r);
 

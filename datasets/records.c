@@ -2,8 +2,31 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
+
+const char *pllm_format_name(pllm_format f)
+{
+    switch (f) {
+    case PLLM_FORMAT_AUTO: return "auto";
+    case PLLM_FORMAT_PLLM: return "pllm";
+    case PLLM_FORMAT_OPENAI: return "openai";
+    case PLLM_FORMAT_SHAREGPT: return "sharegpt";
+    }
+    return "?";
+}
+
+pllm_status pllm_format_parse(const char *s, pllm_format *out)
+{
+    for (int f = PLLM_FORMAT_AUTO; f <= PLLM_FORMAT_SHAREGPT; f++)
+        if (strcmp(s, pllm_format_name((pllm_format)f)) == 0) {
+            *out = (pllm_format)f;
+            return PLLM_OK;
+        }
+    return pllm_errorf(PLLM_ERR_INVALID, "--format '%s' is not one of auto, pllm, openai, sharegpt", s);
+}
 
 bool pllm_record_line_is_blank(const char *line, size_t len)
 {
@@ -20,212 +43,553 @@ char *pllm_record_id_text(const json_t *id)
     return pllm_strdup(tmp);
 }
 
-static pllm_status field_err(int64_t line, const char *field, const char *what)
+static char *loc_key(int64_t line, int64_t element)
 {
-    return pllm_errorf(PLLM_ERR_FORMAT, "line %lld: field '%s': %s", (long long)line, field, what);
+    char tmp[40];
+    if (element > 0) snprintf(tmp, sizeof tmp, "\x01" "e%lld", (long long)element);
+    else snprintf(tmp, sizeof tmp, "\x01" "l%lld", (long long)line);
+    return pllm_strdup(tmp);
 }
 
-static pllm_status get_int(json_t *v, int64_t line, const char *field, int64_t lo, int64_t hi, int64_t *out)
+char *pllm_record_key(const pllm_record *rec)
 {
-    int64_t x;
-    if (json_is_integer(v)) {
-        x = (int64_t)json_integer_value(v);
-    } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15) {
-        x = (int64_t)json_real_value(v); /* 8.0 is accepted as 8 */
-    } else {
-        return field_err(line, field, "must be an integer");
+    if (rec->id) return pllm_record_id_text(rec->id);
+    return loc_key(rec->line, rec->element);
+}
+
+char *pllm_output_key(const json_t *o)
+{
+    json_t *cid = json_object_get(o, "custom_id");
+    if (cid) {
+        if (json_is_string(cid) || json_is_integer(cid)) return pllm_record_id_text(cid);
+        json_t *err = json_object_get(o, "error");
+        json_t *line = json_object_get(err, "line"), *el = json_object_get(err, "element");
+        if (json_is_integer(el)) return loc_key(0, json_integer_value(el));
+        if (json_is_integer(line)) return loc_key(json_integer_value(line), 0);
+        return NULL;
     }
-    if (x < lo || x > hi)
-        return pllm_errorf(PLLM_ERR_FORMAT, "line %lld: field '%s': %lld is out of range [%lld, %lld]", (long long)line,
-                           field, (long long)x, (long long)lo, (long long)hi);
-    *out = x;
+    json_t *id = json_object_get(o, "id");
+    if (json_is_string(id) || json_is_integer(id)) return pllm_record_id_text(id);
+    return NULL;
+}
+
+pllm_format pllm_format_of_object(const json_t *obj)
+{
+    if (json_object_get(obj, "custom_id")) return PLLM_FORMAT_OPENAI;
+    if (json_object_get(obj, "conversations")) return PLLM_FORMAT_SHAREGPT;
+    return PLLM_FORMAT_PLLM;
+}
+
+/* ---------------------------------------------------------------- errors */
+
+typedef struct pctx {
+    pllm_record *rec;
+    const pllm_record_loc *loc;
+    const char *prefix; /* "" or "body." for the field names in messages */
+} pctx;
+
+/* Record "file:line: [element N: ]message" as the record's error and the thread's message. */
+__attribute__((format(printf, 3, 4))) static pllm_status rec_err(pctx *x, pllm_status st, const char *fmt, ...)
+{
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const pllm_record_loc *l = x->loc;
+    if (l->element > 0)
+        pllm_errorf(st, "%s:%lld: element %lld: %s", l->file, (long long)l->line, (long long)l->element, msg);
+    else
+        pllm_errorf(st, "%s:%lld: %s", l->file, (long long)l->line, msg);
+    free(x->rec->error);
+    x->rec->error = pllm_strdup(pllm_errmsg());
+    return st;
+}
+
+/* A short rendering of a JSON value for messages: at most ~60 bytes. */
+static void value_text(const json_t *v, char *out, size_t cap)
+{
+    char *s = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    if (!s) {
+        snprintf(out, cap, "?");
+        return;
+    }
+    size_t n = strlen(s);
+    if (n > 60) {
+        size_t k = 57;
+        while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--; /* do not split a character */
+        snprintf(out, cap, "%.*s...", (int)k, s);
+    } else {
+        snprintf(out, cap, "%s", s);
+    }
+    free(s);
+}
+
+static pllm_status field_err(pctx *x, const char *field, const char *what, const json_t *v)
+{
+    if (!v) return rec_err(x, PLLM_ERR_FORMAT, "field '%s%s': %s", x->prefix, field, what);
+    char got[96];
+    value_text(v, got, sizeof got);
+    return rec_err(x, PLLM_ERR_FORMAT, "field '%s%s': %s, got %s", x->prefix, field, what, got);
+}
+
+/* ---------------------------------------------------------------- fields */
+
+static pllm_status get_int(pctx *x, json_t *v, const char *field, int64_t lo, int64_t hi, int64_t *out)
+{
+    int64_t k;
+    if (json_is_integer(v)) {
+        k = (int64_t)json_integer_value(v);
+    } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15) {
+        k = (int64_t)json_real_value(v); /* 8.0 is accepted as 8 */
+    } else {
+        return field_err(x, field, "must be an integer", v);
+    }
+    if (k < lo || k > hi) {
+        char what[96];
+        snprintf(what, sizeof what, "must be in [%lld, %lld]", (long long)lo, (long long)hi);
+        return field_err(x, field, what, v);
+    }
+    *out = k;
     return PLLM_OK;
 }
 
-static pllm_status get_num(json_t *v, int64_t line, const char *field, float *out)
+static pllm_status get_num(pctx *x, json_t *v, const char *field, float *out)
 {
-    if (!json_is_number(v)) return field_err(line, field, "must be a number");
+    if (!json_is_number(v)) return field_err(x, field, "must be a number", v);
     *out = (float)json_number_value(v);
     return PLLM_OK;
 }
 
-static pllm_status parse_messages(pllm_record *rec, json_t *msgs, int64_t line)
+static pllm_status get_bool(pctx *x, json_t *v, const char *field, bool *out)
 {
-    if (!json_is_array(msgs)) return field_err(line, "messages", "must be a list of {\"role\", \"content\"} objects");
-    size_t n = json_array_size(msgs);
-    if (n == 0) return field_err(line, "messages", "is empty");
-    rec->messages = pllm_calloc(n, sizeof *rec->messages);
-    if (!rec->messages) return PLLM_ERR_NOMEM;
-    for (size_t i = 0; i < n; i++) {
-        json_t *m = json_array_get(msgs, i);
-        char field[64];
-        snprintf(field, sizeof field, "messages[%zu]", i);
-        if (!json_is_object(m)) return field_err(line, field, "must be an object with \"role\" and \"content\"");
-        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
-        if (!json_is_string(role)) {
-            snprintf(field, sizeof field, "messages[%zu].role", i);
-            return field_err(line, field, role ? "must be a string" : "is missing");
-        }
-        if (!json_is_string(content)) {
-            snprintf(field, sizeof field, "messages[%zu].content", i);
-            return field_err(line, field, content ? "must be a string" : "is missing");
-        }
-        const char *key;
-        json_t *val;
-        json_object_foreach(m, key, val) {
-            if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name")) {
-                snprintf(field, sizeof field, "messages[%zu].%s", i, key);
-                return field_err(line, field, "is not a known message field (role, content, name)");
-            }
-        }
-        rec->messages[i].role = pllm_strdup(json_string_value(role));
-        rec->messages[i].content = pllm_strdup(json_string_value(content));
-        rec->n_messages = i + 1;
-        if (!rec->messages[i].role || !rec->messages[i].content) return PLLM_ERR_NOMEM;
-    }
+    if (!json_is_boolean(v)) return field_err(x, field, "must be true or false", v);
+    *out = json_is_true(v);
     return PLLM_OK;
 }
 
-static pllm_status parse_stop(pllm_record *rec, json_t *v, int64_t line)
+static pllm_status dup_string(pctx *x, const char *s, size_t n, char **out)
 {
-    pllm_request_params *p = &rec->params;
+    *out = pllm_malloc(n + 1);
+    if (!*out) return rec_err(x, PLLM_ERR_NOMEM, "out of memory");
+    memcpy(*out, s, n);
+    (*out)[n] = 0;
+    return PLLM_OK;
+}
+
+static pllm_status parse_stop(pctx *x, json_t *v)
+{
+    pllm_request_params *p = &x->rec->params;
+    pllm_record *rec = x->rec;
+    for (int i = 0; i < PLLM_MAX_STOP; i++) {
+        free(rec->stop_store[i]);
+        rec->stop_store[i] = NULL;
+    }
     p->n_stop = 0;
+    if (json_is_null(v)) return PLLM_OK;
     if (json_is_string(v)) {
-        if (!json_string_length(v)) return field_err(line, "stop", "must not be empty");
-        rec->stop_store[0] = pllm_strdup(json_string_value(v));
-        if (!rec->stop_store[0]) return PLLM_ERR_NOMEM;
+        if (!json_string_length(v)) return field_err(x, "stop", "must not be empty", v);
+        PLLM_TRY(dup_string(x, json_string_value(v), json_string_length(v), &rec->stop_store[0]));
         p->stop[0] = rec->stop_store[0];
         p->n_stop = 1;
         return PLLM_OK;
     }
-    if (!json_is_array(v)) return field_err(line, "stop", "must be a string or a list of strings");
-    if (json_array_size(v) > PLLM_MAX_STOP)
-        return pllm_errorf(PLLM_ERR_FORMAT, "line %lld: field 'stop': at most %d stop strings", (long long)line, PLLM_MAX_STOP);
+    if (!json_is_array(v)) return field_err(x, "stop", "must be a string or a list of strings", v);
+    if (json_array_size(v) > PLLM_MAX_STOP) {
+        char what[64];
+        snprintf(what, sizeof what, "at most %d stop strings", PLLM_MAX_STOP);
+        return field_err(x, "stop", what, NULL);
+    }
     for (size_t i = 0; i < json_array_size(v); i++) {
         json_t *s = json_array_get(v, i);
-        if (!json_is_string(s) || !json_string_length(s)) return field_err(line, "stop", "must hold non-empty strings");
-        rec->stop_store[i] = pllm_strdup(json_string_value(s));
-        if (!rec->stop_store[i]) return PLLM_ERR_NOMEM;
+        if (!json_is_string(s) || !json_string_length(s)) return field_err(x, "stop", "must hold non-empty strings", v);
+        PLLM_TRY(dup_string(x, json_string_value(s), json_string_length(s), &rec->stop_store[i]));
         p->stop[i] = rec->stop_store[i];
         p->n_stop = (int32_t)i + 1;
     }
     return PLLM_OK;
 }
 
-static pllm_status parse_field(pllm_record *rec, const char *key, json_t *v, int64_t line)
+static pllm_status parse_stop_ids(pctx *x, json_t *v)
 {
+    pllm_request_params *p = &x->rec->params;
+    if (!json_is_array(v)) return field_err(x, "stop_token_ids", "must be a list of token ids", v);
+    if (json_array_size(v) > PLLM_MAX_STOP) {
+        char what[64];
+        snprintf(what, sizeof what, "at most %d ids", PLLM_MAX_STOP);
+        return field_err(x, "stop_token_ids", what, NULL);
+    }
+    p->n_stop_ids = 0;
+    for (size_t k = 0; k < json_array_size(v); k++) {
+        int64_t i;
+        PLLM_TRY(get_int(x, json_array_get(v, k), "stop_token_ids", 0, INT32_MAX, &i));
+        p->stop_ids[p->n_stop_ids++] = (int32_t)i;
+    }
+    return PLLM_OK;
+}
+
+/* A sampling / generation field shared by the pllm format and OpenAI bodies. *handled is
+ * false when key is not one of them. */
+static pllm_status parse_param(pctx *x, const char *key, json_t *v, bool *handled)
+{
+    pllm_record *rec = x->rec;
     pllm_request_params *p = &rec->params;
     pllm_sampling_params *s = &p->sampling;
     int64_t i;
-    if (!strcmp(key, "id") || !strcmp(key, "prompt") || !strcmp(key, "messages")) return PLLM_OK;
-    if (!strcmp(key, "max_tokens")) { PLLM_TRY(get_int(v, line, key, 1, INT32_MAX, &i)); p->max_tokens = (int32_t)i; return PLLM_OK; }
-    if (!strcmp(key, "min_tokens")) { PLLM_TRY(get_int(v, line, key, 0, INT32_MAX, &i)); p->min_tokens = (int32_t)i; return PLLM_OK; }
-    if (!strcmp(key, "n")) { PLLM_TRY(get_int(v, line, key, 1, 64, &i)); p->n = (int32_t)i; return PLLM_OK; }
-    if (!strcmp(key, "top_k")) { PLLM_TRY(get_int(v, line, key, -1, INT32_MAX, &i)); s->top_k = (int32_t)i; return PLLM_OK; }
-    if (!strcmp(key, "logprobs")) {
-        if (json_is_boolean(v)) { s->logprobs = json_is_true(v) ? 1 : 0; return PLLM_OK; }
-        PLLM_TRY(get_int(v, line, key, 0, 20, &i));
-        s->logprobs = (int32_t)i;
+    *handled = true;
+    if (!strcmp(key, "max_tokens")) {
+        PLLM_TRY(get_int(x, v, key, 1, INT32_MAX, &i));
+        p->max_tokens = (int32_t)i;
+        rec->has_max_tokens = true;
+        return PLLM_OK;
+    }
+    if (!strcmp(key, "min_tokens")) {
+        PLLM_TRY(get_int(x, v, key, 0, INT32_MAX, &i));
+        p->min_tokens = (int32_t)i;
+        return PLLM_OK;
+    }
+    if (!strcmp(key, "n")) {
+        PLLM_TRY(get_int(x, v, key, 1, 64, &i));
+        p->n = (int32_t)i;
+        return PLLM_OK;
+    }
+    if (!strcmp(key, "top_k")) {
+        PLLM_TRY(get_int(x, v, key, -1, INT32_MAX, &i));
+        s->top_k = (int32_t)i;
         return PLLM_OK;
     }
     if (!strcmp(key, "seed")) {
-        if (json_is_null(v)) { p->has_seed = false; return PLLM_OK; }
-        PLLM_TRY(get_int(v, line, key, INT64_MIN, INT64_MAX, &i));
+        if (json_is_null(v)) {
+            p->has_seed = false;
+            return PLLM_OK;
+        }
+        PLLM_TRY(get_int(x, v, key, INT64_MIN, INT64_MAX, &i));
         s->seed = (uint64_t)i;
         p->has_seed = true;
         return PLLM_OK;
     }
-    if (!strcmp(key, "temperature")) return get_num(v, line, key, &s->temperature);
-    if (!strcmp(key, "top_p")) return get_num(v, line, key, &s->top_p);
-    if (!strcmp(key, "min_p")) return get_num(v, line, key, &s->min_p);
-    if (!strcmp(key, "repetition_penalty")) return get_num(v, line, key, &s->repetition_penalty);
-    if (!strcmp(key, "presence_penalty")) return get_num(v, line, key, &s->presence_penalty);
-    if (!strcmp(key, "frequency_penalty")) return get_num(v, line, key, &s->frequency_penalty);
-    if (!strcmp(key, "ignore_eos")) {
-        if (!json_is_boolean(v)) return field_err(line, key, "must be true or false");
-        p->ignore_eos = json_is_true(v);
-        return PLLM_OK;
-    }
-    if (!strcmp(key, "stop")) return parse_stop(rec, v, line);
-    if (!strcmp(key, "stop_token_ids")) {
-        if (!json_is_array(v)) return field_err(line, key, "must be a list of token ids");
-        if (json_array_size(v) > PLLM_MAX_STOP)
-            return pllm_errorf(PLLM_ERR_FORMAT, "line %lld: field '%s': at most %d ids", (long long)line, key, PLLM_MAX_STOP);
-        p->n_stop_ids = 0;
-        for (size_t k = 0; k < json_array_size(v); k++) {
-            PLLM_TRY(get_int(json_array_get(v, k), line, key, 0, INT32_MAX, &i));
-            p->stop_ids[p->n_stop_ids++] = (int32_t)i;
-        }
-        return PLLM_OK;
-    }
-    return pllm_errorf(PLLM_ERR_FORMAT,
-                       "line %lld: unknown field '%s' (known: id, prompt, messages, max_tokens, min_tokens, temperature, "
-                       "top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, seed, stop, "
-                       "stop_token_ids, ignore_eos, n, logprobs)",
-                       (long long)line, key);
+    if (!strcmp(key, "temperature")) return get_num(x, v, key, &s->temperature);
+    if (!strcmp(key, "top_p")) return get_num(x, v, key, &s->top_p);
+    if (!strcmp(key, "min_p")) return get_num(x, v, key, &s->min_p);
+    if (!strcmp(key, "repetition_penalty")) return get_num(x, v, key, &s->repetition_penalty);
+    if (!strcmp(key, "presence_penalty")) return get_num(x, v, key, &s->presence_penalty);
+    if (!strcmp(key, "frequency_penalty")) return get_num(x, v, key, &s->frequency_penalty);
+    if (!strcmp(key, "ignore_eos")) return get_bool(x, v, key, &p->ignore_eos);
+    if (!strcmp(key, "stop")) return parse_stop(x, v);
+    if (!strcmp(key, "stop_token_ids")) return parse_stop_ids(x, v);
+    *handled = false;
+    return PLLM_OK;
 }
 
-pllm_status pllm_record_parse(pllm_record *rec, const char *line, size_t len, int64_t lineno,
-                              const pllm_request_params *defaults)
+/* Validate the merged parameters; the engine's message names the field. */
+static pllm_status validate_params(pctx *x)
+{
+    pllm_status st = pllm_request_params_validate(&x->rec->params);
+    if (st != PLLM_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", pllm_errmsg());
+        return rec_err(x, st, "%s%s", *x->prefix ? "body: " : "", msg);
+    }
+    return PLLM_OK;
+}
+
+/* messages: [{"role", "content"}]; content a string, or (allow_parts) a list of
+ * {"type": "text", "text": ...} parts joined with "\n" (as vLLM does). */
+static pllm_status parse_messages(pctx *x, json_t *msgs, bool allow_parts)
+{
+    pllm_record *rec = x->rec;
+    if (!json_is_array(msgs)) return field_err(x, "messages", "must be a list of {\"role\", \"content\"} objects", msgs);
+    size_t n = json_array_size(msgs);
+    if (n == 0) return field_err(x, "messages", "is empty", NULL);
+    rec->messages = pllm_calloc(n, sizeof *rec->messages);
+    if (!rec->messages) return rec_err(x, PLLM_ERR_NOMEM, "out of memory");
+    char field[64];
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(msgs, i);
+        snprintf(field, sizeof field, "messages[%zu]", i);
+        if (!json_is_object(m)) return field_err(x, field, "must be an object with \"role\" and \"content\"", m);
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        const char *key;
+        json_t *val;
+        json_object_foreach(m, key, val) {
+            if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name")) {
+                snprintf(field, sizeof field, "messages[%zu].%s", i, key);
+                return field_err(x, field, "is not a known message field (role, content, name)", NULL);
+            }
+        }
+        if (!json_is_string(role)) {
+            snprintf(field, sizeof field, "messages[%zu].role", i);
+            return field_err(x, field, role ? "must be a string" : "is missing", role);
+        }
+        snprintf(field, sizeof field, "messages[%zu].content", i);
+        pllm_buf text = {0};
+        if (json_is_string(content)) {
+            pllm_buf_append(&text, json_string_value(content), json_string_length(content));
+        } else if (allow_parts && json_is_array(content)) {
+            for (size_t k = 0; k < json_array_size(content); k++) {
+                json_t *part = json_array_get(content, k);
+                json_t *type = json_object_get(part, "type"), *t = json_object_get(part, "text");
+                if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text") ||
+                    !json_is_string(t)) {
+                    pllm_buf_free(&text);
+                    return field_err(x, field, "parts must be {\"type\": \"text\", \"text\": ...} (only text is supported)", part);
+                }
+                if (k) pllm_buf_append(&text, "\n", 1);
+                pllm_buf_append(&text, json_string_value(t), json_string_length(t));
+            }
+        } else {
+            return field_err(x, field, content ? "must be a string" : "is missing", content);
+        }
+        rec->messages[i].role = pllm_strdup(json_string_value(role));
+        rec->messages[i].content = text.s ? text.s : pllm_strdup("");
+        rec->n_messages = i + 1;
+        if (!rec->messages[i].role || !rec->messages[i].content) return rec_err(x, PLLM_ERR_NOMEM, "out of memory");
+    }
+    /* an empty prompt: every message's content is empty */
+    bool any = false;
+    for (size_t i = 0; i < n; i++) any |= rec->messages[i].content[0] != 0;
+    if (!any) return field_err(x, "messages", "every message's content is empty (an empty prompt)", NULL);
+    return PLLM_OK;
+}
+
+static pllm_status parse_prompt(pctx *x, json_t *prompt)
+{
+    if (!json_is_string(prompt)) return field_err(x, "prompt", "must be a string", prompt);
+    if (json_string_length(prompt) == 0) return field_err(x, "prompt", "is empty", NULL);
+    return dup_string(x, json_string_value(prompt), json_string_length(prompt), &x->rec->prompt);
+}
+
+/* ---------------------------------------------------------------- formats */
+
+static const char PLLM_KNOWN[] = "id, prompt, messages, max_tokens, min_tokens, temperature, top_p, top_k, min_p, "
+                                 "repetition_penalty, presence_penalty, frequency_penalty, seed, stop, stop_token_ids, "
+                                 "ignore_eos, n, logprobs";
+
+static pllm_status parse_pllm(pctx *x, json_t *root)
+{
+    pllm_record *rec = x->rec;
+    json_t *prompt = json_object_get(root, "prompt"), *msgs = json_object_get(root, "messages");
+    if (prompt && msgs) return rec_err(x, PLLM_ERR_FORMAT, "give either 'prompt' or 'messages', not both");
+    if (!prompt && !msgs) return rec_err(x, PLLM_ERR_FORMAT, "missing field 'prompt' (or 'messages')");
+    PLLM_TRY(prompt ? parse_prompt(x, prompt) : parse_messages(x, msgs, false));
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        if (!strcmp(key, "id") || !strcmp(key, "prompt") || !strcmp(key, "messages")) continue;
+        if (!strcmp(key, "logprobs")) {
+            int64_t i;
+            if (json_is_boolean(v)) i = json_is_true(v) ? 1 : 0;
+            else PLLM_TRY(get_int(x, v, key, 0, 20, &i));
+            rec->params.sampling.logprobs = (int32_t)i;
+            rec->want_logprobs = i > 0;
+            rec->top_logprobs = (int32_t)i;
+            continue;
+        }
+        bool handled;
+        PLLM_TRY(parse_param(x, key, v, &handled));
+        if (!handled) return rec_err(x, PLLM_ERR_FORMAT, "unknown field '%s' (known: %s)", key, PLLM_KNOWN);
+    }
+    return validate_params(x);
+}
+
+static pllm_status parse_openai(pctx *x, json_t *root)
+{
+    pllm_record *rec = x->rec;
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        if (strcmp(key, "custom_id") && strcmp(key, "method") && strcmp(key, "url") && strcmp(key, "body"))
+            return rec_err(x, PLLM_ERR_FORMAT, "unknown field '%s' (an OpenAI batch line has custom_id, method, url, body)",
+                           key);
+    }
+    json_t *method = json_object_get(root, "method"), *url = json_object_get(root, "url"),
+           *body = json_object_get(root, "body");
+    if (!method) return field_err(x, "method", "is missing", NULL);
+    if (!json_is_string(method) || strcmp(json_string_value(method), "POST"))
+        return field_err(x, "method", "must be \"POST\"", method);
+    if (!url) return field_err(x, "url", "is missing", NULL);
+    if (json_is_string(url) && !strcmp(json_string_value(url), "/v1/chat/completions")) rec->endpoint = PLLM_ENDPOINT_CHAT;
+    else if (json_is_string(url) && !strcmp(json_string_value(url), "/v1/completions")) rec->endpoint = PLLM_ENDPOINT_COMPLETIONS;
+    else return field_err(x, "url", "must be \"/v1/chat/completions\" or \"/v1/completions\"", url);
+    if (!body) return field_err(x, "body", "is missing", NULL);
+    if (!json_is_object(body)) return field_err(x, "body", "must be an object", body);
+    x->prefix = "body.";
+    bool chat = rec->endpoint == PLLM_ENDPOINT_CHAT;
+    json_t *msgs = json_object_get(body, "messages"), *prompt = json_object_get(body, "prompt");
+    if (chat) {
+        if (prompt) return field_err(x, "prompt", "is not a chat field (use /v1/completions for a raw prompt)", NULL);
+        if (!msgs) return field_err(x, "messages", "is missing", NULL);
+        PLLM_TRY(parse_messages(x, msgs, true));
+    } else {
+        if (msgs) return field_err(x, "messages", "is not a completions field (use /v1/chat/completions)", NULL);
+        if (!prompt) return field_err(x, "prompt", "is missing", NULL);
+        if (json_is_array(prompt) && json_array_size(prompt) == 1 && json_is_string(json_array_get(prompt, 0)))
+            prompt = json_array_get(prompt, 0); /* a list of one prompt */
+        PLLM_TRY(parse_prompt(x, prompt));
+    }
+    int64_t top = -1;
+    json_object_foreach(body, key, v) {
+        const char *name = key; /* key itself drives the iteration: never reassign it */
+        if (!strcmp(name, "messages") || !strcmp(name, "prompt") || !strcmp(name, "user")) continue;
+        if (!strcmp(name, "model")) {
+            if (!json_is_string(v)) return field_err(x, name, "must be a string", v);
+            PLLM_TRY(dup_string(x, json_string_value(v), json_string_length(v), &rec->model));
+            continue;
+        }
+        if (!strcmp(name, "stream")) {
+            if (!json_is_false(v) && !json_is_null(v)) return field_err(x, name, "must be false (a batch is not streamed)", v);
+            continue;
+        }
+        if (!strcmp(name, "max_completion_tokens")) name = "max_tokens";
+        if (!strcmp(name, "logprobs")) {
+            if (chat) {
+                if (!json_is_null(v)) PLLM_TRY(get_bool(x, v, name, &rec->want_logprobs));
+            } else if (!json_is_null(v)) {
+                int64_t k;
+                PLLM_TRY(get_int(x, v, name, 0, 20, &k));
+                rec->want_logprobs = true;
+                top = k;
+            }
+            continue;
+        }
+        if (!strcmp(name, "top_logprobs") && chat) {
+            if (!json_is_null(v)) PLLM_TRY(get_int(x, v, name, 0, 20, &top));
+            continue;
+        }
+        bool handled;
+        PLLM_TRY(parse_param(x, name, v, &handled));
+        if (!handled)
+            return rec_err(x, PLLM_ERR_FORMAT,
+                           "unknown field 'body.%s' (supported: model, %s, max_tokens, max_completion_tokens, min_tokens, "
+                           "temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, "
+                           "seed, stop, stop_token_ids, ignore_eos, n, logprobs%s, user, stream)",
+                           key, chat ? "messages" : "prompt", chat ? ", top_logprobs" : "");
+    }
+    if (top > 0 && !rec->want_logprobs) return field_err(x, "top_logprobs", "needs \"logprobs\": true", NULL);
+    if (rec->want_logprobs) {
+        rec->top_logprobs = top > 0 ? (int32_t)top : 0;
+        rec->params.sampling.logprobs = top > 0 ? (int32_t)top : 1; /* the engine returns logprobs with a top list */
+    }
+    return validate_params(x);
+}
+
+static const char *sharegpt_role(const char *from)
+{
+    static const char *const user[] = {"human", "user"}, *const assistant[] = {"gpt", "assistant", "chatgpt", "bard", "bing", "model"};
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(user); i++)
+        if (!strcmp(from, user[i])) return "user";
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(assistant); i++)
+        if (!strcmp(from, assistant[i])) return "assistant";
+    if (!strcmp(from, "system")) return "system";
+    return NULL;
+}
+
+static pllm_status parse_sharegpt(pctx *x, json_t *root)
+{
+    pllm_record *rec = x->rec;
+    json_t *conv = json_object_get(root, "conversations");
+    if (!conv) return rec_err(x, PLLM_ERR_FORMAT, "missing field 'conversations'");
+    if (!json_is_array(conv)) return field_err(x, "conversations", "must be a list of {\"from\", \"value\"} turns", conv);
+    size_t n = json_array_size(conv);
+    if (n == 0) return field_err(x, "conversations", "is empty", NULL);
+    char field[64];
+    size_t last_user = n, first_user = n;
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(conv, i);
+        snprintf(field, sizeof field, "conversations[%zu]", i);
+        if (!json_is_object(t)) return field_err(x, field, "must be an object with \"from\" and \"value\"", t);
+        json_t *from = json_object_get(t, "from"), *value = json_object_get(t, "value");
+        snprintf(field, sizeof field, "conversations[%zu].from", i);
+        if (!json_is_string(from)) return field_err(x, field, from ? "must be a string" : "is missing", from);
+        const char *role = sharegpt_role(json_string_value(from));
+        if (!role) return field_err(x, field, "is not a known role (human, user, gpt, assistant, system)", from);
+        snprintf(field, sizeof field, "conversations[%zu].value", i);
+        if (!json_is_string(value)) return field_err(x, field, value ? "must be a string" : "is missing", value);
+        if (!strcmp(role, "user")) {
+            last_user = i;
+            if (first_user == n) first_user = i;
+        }
+    }
+    if (last_user == n) return field_err(x, "conversations", "has no human turn to answer", NULL);
+    json_t *first = json_object_get(json_array_get(conv, first_user), "value");
+    if (json_string_length(first) == 0) {
+        snprintf(field, sizeof field, "conversations[%zu].value", first_user);
+        return field_err(x, field, "is empty (an empty prompt)", NULL);
+    }
+    rec->messages = pllm_calloc(last_user + 1, sizeof *rec->messages);
+    if (!rec->messages) return rec_err(x, PLLM_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i <= last_user; i++) {
+        json_t *t = json_array_get(conv, i);
+        json_t *value = json_object_get(t, "value");
+        rec->messages[i].role = pllm_strdup(sharegpt_role(json_string_value(json_object_get(t, "from"))));
+        rec->messages[i].content = pllm_malloc(json_string_length(value) + 1);
+        rec->n_messages = i + 1;
+        if (!rec->messages[i].role || !rec->messages[i].content) return rec_err(x, PLLM_ERR_NOMEM, "out of memory");
+        memcpy((char *)rec->messages[i].content, json_string_value(value), json_string_length(value) + 1);
+    }
+    if (first_user + 1 < n) {
+        json_t *t = json_array_get(conv, first_user + 1);
+        if (!strcmp(sharegpt_role(json_string_value(json_object_get(t, "from"))), "assistant")) {
+            json_t *value = json_object_get(t, "value");
+            PLLM_TRY(dup_string(x, json_string_value(value), json_string_length(value), &rec->reference));
+        }
+    }
+    return validate_params(x);
+}
+
+pllm_status pllm_record_parse(pllm_record *rec, pllm_format fmt, const char *text, size_t len,
+                              const pllm_record_loc *loc, const pllm_request_params *defaults)
 {
     memset(rec, 0, sizeof *rec);
-    rec->line = lineno;
+    PLLM_ASSERT(fmt != PLLM_FORMAT_AUTO);
+    rec->format = fmt;
+    rec->line = loc->line;
+    rec->element = loc->element;
     rec->params = *defaults;
+    pctx x = {.rec = rec, .loc = loc, .prefix = ""};
+    int64_t fallback_id = loc->element > 0 ? loc->element : loc->line;
     rec->params.n_stop = 0; /* the defaults' stop strings are borrowed: copy them */
     for (int32_t i = 0; i < defaults->n_stop; i++) {
-        rec->stop_store[i] = pllm_strdup(defaults->stop[i]);
-        if (!rec->stop_store[i]) return PLLM_ERR_NOMEM;
+        if (!(rec->stop_store[i] = pllm_strdup(defaults->stop[i]))) return rec_err(&x, PLLM_ERR_NOMEM, "out of memory");
         rec->params.stop[i] = rec->stop_store[i];
         rec->params.n_stop = i + 1;
     }
     json_error_t jerr;
-    json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (!root) {
-        rec->id = json_integer(lineno);
-        return pllm_errorf(PLLM_ERR_FORMAT, "line %lld: invalid JSON at column %d: %s", (long long)lineno, jerr.column,
-                           jerr.text);
+        if (fmt != PLLM_FORMAT_OPENAI) rec->id = json_integer(fallback_id);
+        return rec_err(&x, PLLM_ERR_FORMAT, "invalid JSON at column %d: %s", jerr.column, jerr.text);
     }
     pllm_status st = PLLM_OK;
     if (!json_is_object(root)) {
-        rec->id = json_integer(lineno);
-        st = pllm_errorf(PLLM_ERR_FORMAT, "line %lld: a record must be a JSON object", (long long)lineno);
+        if (fmt != PLLM_FORMAT_OPENAI) rec->id = json_integer(fallback_id);
+        st = rec_err(&x, PLLM_ERR_FORMAT, "a record must be a JSON object");
         goto done;
     }
-    json_t *id = json_object_get(root, "id");
-    if (id && (json_is_string(id) || json_is_integer(id))) {
+    const char *id_field = fmt == PLLM_FORMAT_OPENAI ? "custom_id" : "id";
+    json_t *id = json_object_get(root, id_field);
+    if (fmt == PLLM_FORMAT_OPENAI) {
+        if (json_is_string(id)) {
+            rec->id = json_incref(id);
+        } else {
+            st = field_err(&x, "custom_id", id ? "must be a string" : "is missing", id);
+            goto done;
+        }
+    } else if (id && (json_is_string(id) || json_is_integer(id))) {
         rec->id = json_incref(id);
     } else {
-        rec->id = json_integer(lineno);
+        rec->id = json_integer(fallback_id);
         if (id && !json_is_null(id)) {
-            st = field_err(lineno, "id", "must be a string or an integer");
+            st = field_err(&x, "id", "must be a string or an integer", id);
             goto done;
         }
     }
-    json_t *prompt = json_object_get(root, "prompt"), *msgs = json_object_get(root, "messages");
-    if (prompt && msgs) {
-        st = pllm_errorf(PLLM_ERR_FORMAT, "line %lld: give either 'prompt' or 'messages', not both", (long long)lineno);
-        goto done;
+    switch (fmt) {
+    case PLLM_FORMAT_PLLM: st = parse_pllm(&x, root); break;
+    case PLLM_FORMAT_OPENAI: st = parse_openai(&x, root); break;
+    case PLLM_FORMAT_SHAREGPT: st = parse_sharegpt(&x, root); break;
+    case PLLM_FORMAT_AUTO: break;
     }
-    if (!prompt && !msgs) {
-        st = pllm_errorf(PLLM_ERR_FORMAT, "line %lld: missing field 'prompt' (or 'messages')", (long long)lineno);
-        goto done;
-    }
-    if (prompt) {
-        if (!json_is_string(prompt)) { st = field_err(lineno, "prompt", "must be a string"); goto done; }
-        if (json_string_length(prompt) == 0) { st = field_err(lineno, "prompt", "is empty"); goto done; }
-        rec->prompt = pllm_malloc(json_string_length(prompt) + 1);
-        if (!rec->prompt) { st = PLLM_ERR_NOMEM; goto done; }
-        memcpy(rec->prompt, json_string_value(prompt), json_string_length(prompt) + 1);
-    } else if ((st = parse_messages(rec, msgs, lineno)) != PLLM_OK) {
-        goto done;
-    }
-    const char *key;
-    json_t *val;
-    json_object_foreach(root, key, val) {
-        if ((st = parse_field(rec, key, val, lineno)) != PLLM_OK) goto done;
-    }
-    if ((st = pllm_request_params_validate(&rec->params)) != PLLM_OK)
-        pllm_error_prefix(st, "line %lld: ", (long long)lineno);
 done:
     json_decref(root);
     return st;
@@ -241,13 +605,18 @@ void pllm_record_free(pllm_record *rec)
         free((char *)rec->messages[i].content);
     }
     free(rec->messages);
+    free(rec->reference);
+    free(rec->model);
+    free(rec->error);
     for (int i = 0; i < PLLM_MAX_STOP; i++) free(rec->stop_store[i]);
     memset(rec, 0, sizeof *rec);
 }
 
+/* ---------------------------------------------------------------- output */
+
 static pllm_status dump(char **out, json_t *obj)
 {
-    *out = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    *out = obj ? json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
     json_decref(obj);
     if (!*out) return pllm_errorf(PLLM_ERR_NOMEM, "out of memory serialising an output record");
     return PLLM_OK;
@@ -278,8 +647,10 @@ static json_t *json_text(const char *s, size_t n)
     return j;
 }
 
+static double ms(double seconds) { return round(seconds * 1e6) / 1e3; }
+
 pllm_status pllm_output_completion(char **out, const json_t *id, const char *prompt, int32_t n_completions,
-                                   const pllm_completion *c, const pllm_output_opts *opts)
+                                   const pllm_completion *c, int32_t top_logprobs, const pllm_output_opts *opts)
 {
     json_t *o = json_object();
     if (!o) return PLLM_ERR_NOMEM;
@@ -293,20 +664,21 @@ pllm_status pllm_output_completion(char **out, const json_t *id, const char *pro
         json_object_set_new(o, "token_ids", arr);
     }
     if (c->logprobs) {
+        int32_t top = top_logprobs < 0 ? c->top_n : PLLM_MIN(top_logprobs, c->top_n);
         json_t *lp = json_array();
         for (int32_t i = 0; i < c->n_tokens; i++) {
             json_t *e = json_object();
             json_object_set_new(e, "token_id", json_integer(c->token_ids[i]));
             json_object_set_new(e, "logprob", json_real(c->logprobs[i]));
-            if (c->top_n > 0) {
-                json_t *top = json_array();
-                for (int32_t k = 0; k < c->top_n; k++) {
+            if (top > 0) {
+                json_t *tl = json_array();
+                for (int32_t k = 0; k < top; k++) {
                     json_t *t = json_object();
                     json_object_set_new(t, "token_id", json_integer(c->top_ids[(size_t)i * c->top_n + k]));
                     json_object_set_new(t, "logprob", json_real(c->top_logprobs[(size_t)i * c->top_n + k]));
-                    json_array_append_new(top, t);
+                    json_array_append_new(tl, t);
                 }
-                json_object_set_new(e, "top_logprobs", top);
+                json_object_set_new(e, "top_logprobs", tl);
             }
             json_array_append_new(lp, e);
         }
@@ -316,24 +688,170 @@ pllm_status pllm_output_completion(char **out, const json_t *id, const char *pro
     json_object_set_new(o, "prompt_tokens", json_integer(c->prompt_tokens));
     json_object_set_new(o, "completion_tokens", json_integer(c->n_tokens));
     json_object_set_new(o, "cached_tokens", json_integer(c->cached_tokens));
-    if (c->t_first_token > 0) json_object_set_new(o, "ttft_ms", json_real(round((c->t_first_token - c->t_arrival) * 1e6) / 1e3));
-    json_object_set_new(o, "latency_ms", json_real(round((c->t_finish - c->t_arrival) * 1e6) / 1e3));
-    if (c->finish == PLLM_FINISH_ERROR) json_object_set_new(o, "error", json_string(c->error ? c->error : "unknown error"));
+    if (c->t_first_token > 0) json_object_set_new(o, "ttft_ms", json_real(ms(c->t_first_token - c->t_arrival)));
+    json_object_set_new(o, "latency_ms", json_real(ms(c->t_finish - c->t_arrival)));
+    if (c->finish == PLLM_FINISH_ERROR) json_object_set_new(o, "error", json_text(c->error ? c->error : "unknown error", c->error ? strlen(c->error) : 13));
     return dump(out, o);
 }
 
-pllm_status pllm_output_error(char **out, const json_t *id, int64_t line, const char *message)
+pllm_status pllm_output_error(char **out, const json_t *id, int64_t line, int64_t element, const char *message)
 {
     json_t *o = json_object();
     if (!o) return PLLM_ERR_NOMEM;
     if (id) json_object_set(o, "id", (json_t *)id);
-    else json_object_set_new(o, "id", json_integer(line));
+    else json_object_set_new(o, "id", json_integer(element > 0 ? element : line));
     json_object_set_new(o, "text", json_string(""));
     json_object_set_new(o, "finish_reason", json_string("error"));
     json_object_set_new(o, "prompt_tokens", json_integer(0));
     json_object_set_new(o, "completion_tokens", json_integer(0));
     json_object_set_new(o, "line", json_integer(line));
-    json_t *msg = json_string(message);
-    json_object_set_new(o, "error", msg ? msg : json_string("(message is not valid UTF-8)"));
+    if (element > 0) json_object_set_new(o, "element", json_integer(element));
+    json_object_set_new(o, "error", json_text(message, strlen(message)));
+    return dump(out, o);
+}
+
+/* ---- OpenAI */
+
+static json_t *token_json(const pllm_tokenizer *tok, int32_t id, bool with_bytes, json_t **bytes)
+{
+    size_t n = 0;
+    const char *s = tok ? pllm_tokenizer_token_bytes(tok, id, &n) : NULL;
+    if (!s) {
+        s = "";
+        n = 0;
+    }
+    if (with_bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)s[i]));
+    }
+    return json_text(s, n);
+}
+
+static json_t *chat_logprobs(const pllm_completion *c, int32_t top, const pllm_tokenizer *tok)
+{
+    json_t *content = json_array();
+    for (int32_t i = 0; i < c->n_tokens; i++) {
+        json_t *e = json_object(), *bytes = NULL;
+        json_object_set_new(e, "token", token_json(tok, c->token_ids[i], true, &bytes));
+        json_object_set_new(e, "logprob", json_real(c->logprobs[i]));
+        json_object_set_new(e, "bytes", bytes);
+        json_t *tl = json_array();
+        for (int32_t k = 0; k < top; k++) {
+            size_t at = (size_t)i * c->top_n + k;
+            json_t *t = json_object(), *tb = NULL;
+            json_object_set_new(t, "token", token_json(tok, c->top_ids[at], true, &tb));
+            json_object_set_new(t, "logprob", json_real(c->top_logprobs[at]));
+            json_object_set_new(t, "bytes", tb);
+            json_array_append_new(tl, t);
+        }
+        json_object_set_new(e, "top_logprobs", tl);
+        json_array_append_new(content, e);
+    }
+    return json_pack("{s:o}", "content", content);
+}
+
+static json_t *completion_logprobs(const pllm_completion *c, int32_t top, const pllm_tokenizer *tok)
+{
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t off = 0;
+    for (int32_t i = 0; i < c->n_tokens; i++) {
+        size_t n = 0;
+        if (tok) pllm_tokenizer_token_bytes(tok, c->token_ids[i], &n);
+        json_array_append_new(tokens, token_json(tok, c->token_ids[i], false, NULL));
+        json_array_append_new(lps, json_real(c->logprobs[i]));
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += n;
+        json_t *m = json_object();
+        for (int32_t k = 0; k < top; k++) {
+            size_t at = (size_t)i * c->top_n + k;
+            json_t *key = token_json(tok, c->top_ids[at], false, NULL);
+            json_object_set_new(m, json_string_value(key), json_real(c->top_logprobs[at]));
+            json_decref(key);
+        }
+        json_array_append_new(tops, m);
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+pllm_status pllm_openai_choice(json_t **out, pllm_endpoint ep, const pllm_completion *c, bool want_logprobs,
+                               int32_t top_logprobs, const pllm_tokenizer *tok)
+{
+    json_t *o = json_object();
+    if (!o) return PLLM_ERR_NOMEM;
+    json_object_set_new(o, "index", json_integer(c->index));
+    json_t *text = json_text(c->text ? c->text : "", c->text ? c->text_len : 0);
+    if (ep == PLLM_ENDPOINT_CHAT) json_object_set_new(o, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", text));
+    else json_object_set_new(o, "text", text);
+    int32_t top = PLLM_MIN(top_logprobs, c->top_n);
+    if (want_logprobs && c->logprobs)
+        json_object_set_new(o, "logprobs", ep == PLLM_ENDPOINT_CHAT ? chat_logprobs(c, top, tok) : completion_logprobs(c, top, tok));
+    else json_object_set_new(o, "logprobs", json_null());
+    json_object_set_new(o, "finish_reason", json_string(pllm_finish_reason_str(c->finish)));
+    json_object_set_new(o, "stop_reason", json_null());
+    /* carried to pllm_output_openai (which turns the request into an error line) */
+    if (c->finish == PLLM_FINISH_ERROR) json_object_set_new(o, "_error", json_string(c->error ? c->error : "unknown error"));
+    *out = o;
+    return PLLM_OK;
+}
+
+static void openai_ids(const json_t *custom_id, int64_t line, char *hex, size_t cap)
+{
+    char *key = custom_id ? pllm_record_id_text(custom_id) : NULL;
+    XXH3_state_t *s = XXH3_createState();
+    XXH3_64bits_reset(s);
+    if (key) XXH3_64bits_update(s, key, strlen(key));
+    XXH3_64bits_update(s, &line, sizeof line);
+    snprintf(hex, cap, "%016llx", (unsigned long long)XXH3_64bits_digest(s));
+    XXH3_freeState(s);
+    free(key);
+}
+
+pllm_status pllm_output_openai(char **out, const json_t *custom_id, int64_t line, pllm_endpoint ep, const char *model,
+                               json_t *choices, const pllm_openai_usage *usage, int64_t created)
+{
+    char hex[24], id[48], rid[64], bid[48];
+    openai_ids(custom_id, line, hex, sizeof hex);
+    snprintf(id, sizeof id, "pllm-%s", hex);
+    snprintf(rid, sizeof rid, "pllm-batch-%s", hex);
+    snprintf(bid, sizeof bid, "%s-%s", ep == PLLM_ENDPOINT_CHAT ? "chatcmpl" : "cmpl", hex);
+    /* a failed completion makes the whole request an error line */
+    for (size_t i = 0; i < json_array_size(choices); i++) {
+        json_t *err = json_object_get(json_array_get(choices, i), "_error");
+        if (err) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", json_string_value(err));
+            json_decref(choices);
+            return pllm_output_openai_error(out, custom_id, line, 0, msg, 500);
+        }
+    }
+    json_t *u = json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)usage->prompt_tokens, "total_tokens",
+                          (json_int_t)(usage->prompt_tokens + usage->completion_tokens), "completion_tokens",
+                          (json_int_t)usage->completion_tokens, "prompt_tokens_details", "cached_tokens",
+                          (json_int_t)usage->cached_tokens);
+    json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", bid, "object",
+                             ep == PLLM_ENDPOINT_CHAT ? "chat.completion" : "text_completion", "created",
+                             (json_int_t)created, "model", model ? model : "", "choices", choices, "usage", u);
+    json_t *o = json_pack("{s:s, s:O, s:{s:i, s:s, s:o}, s:n}", "id", id, "custom_id", (json_t *)custom_id, "response",
+                          "status_code", 200, "request_id", rid, "body", body, "error");
+    return dump(out, o);
+}
+
+pllm_status pllm_output_openai_error(char **out, const json_t *custom_id, int64_t line, int64_t element,
+                                     const char *message, int status_code)
+{
+    char hex[24], id[48], rid[64];
+    openai_ids(custom_id, element > 0 ? -element : line, hex, sizeof hex);
+    snprintf(id, sizeof id, "pllm-%s", hex);
+    snprintf(rid, sizeof rid, "pllm-batch-%s", hex);
+    json_t *err = json_object();
+    json_object_set_new(err, "message", json_text(message, strlen(message)));
+    json_object_set_new(err, "type", json_string(status_code == 400 ? "BadRequestError" : "InternalServerError"));
+    json_object_set_new(err, "code", json_integer(status_code));
+    json_object_set_new(err, "line", json_integer(line));
+    if (element > 0) json_object_set_new(err, "element", json_integer(element));
+    json_t *o = json_pack("{s:s, s:O, s:{s:i, s:s, s:n}, s:o}", "id", id, "custom_id",
+                          custom_id ? (json_t *)custom_id : json_null(), "response", "status_code", status_code,
+                          "request_id", rid, "body", "error", err);
     return dump(out, o);
 }

@@ -1,3 +1,5 @@
-# The pllm binary end to end on the real default model.
+# The pllm binary: unit tests of the statistics report, and end-to-end tests on the real
+# default model (label model; each runs in well under a minute on 2 cores).
+pllm_add_c_test(cli_unit SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cli_unit.c LABELS unit)
 pllm_add_py_test(generate_e2e generate_e2e.py LABELS model)
 set_tests_properties(generate_e2e PROPERTIES TIMEOUT 900)

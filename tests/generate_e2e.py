@@ -76,7 +76,7 @@ b = recs.get("broken", {})
 check(b.get("finish_reason") == "error" and b.get("line") == 3 and "temprature" in b.get("error", ""),
       f"bad field: error record with line 3 naming the field: {b}")
 j = recs.get(7, {})
-check(j.get("finish_reason") == "error" and "line 7" in j.get("error", "") and "JSON" in j.get("error", ""),
+check(j.get("finish_reason") == "error" and "facts.jsonl:7:" in j.get("error", "") and "JSON" in j.get("error", ""),
       f"bad JSON: error record naming line 7: {j}")
 s = recs.get("short", {})
 check(s.get("finish_reason") == "length" and s.get("completion_tokens") == 5, f"max_tokens 5 honoured: {s}")
@@ -86,7 +86,7 @@ for r in recs.values():
               f"counts and timings present: {r}")
 
 rc, out, err = run(["generate", path, "--quiet", "--strict"])
-check(rc == 3 and "line 3" in err, f"--strict stops at the first bad record with exit 3: rc={rc} {err[-300:]}")
+check(rc == 3 and "facts.jsonl:3:" in err and "temprature" in err, f"--strict stops at the first bad record with exit 3: rc={rc} {err[-300:]}")
 
 # 2. stdin, .zst in and out give the same records
 good = [r for r in facts if isinstance(r, dict)]

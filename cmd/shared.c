@@ -1,0 +1,162 @@
+#include "cmd/shared.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static void push(cmd_opt *opts, size_t *n, size_t cap, cmd_opt o)
+{
+    PLLM_ASSERT(*n < cap);
+    opts[(*n)++] = o;
+}
+
+void cmd_engine_opts_init(cmd_engine_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->rt.device = "auto";
+    pllm_engine_params_defaults(&o->ep);
+    snprintf(o->defs[0], sizeof o->defs[0], "%d", o->ep.block_size);
+    snprintf(o->defs[1], sizeof o->defs[1], "%d", o->ep.max_batched_tokens);
+    snprintf(o->defs[2], sizeof o->defs[2], "%d", o->ep.max_seqs);
+    snprintf(o->defs[3], sizeof o->defs[3], "%d", o->ep.max_bypass);
+}
+
+void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t cap)
+{
+    push(opts, n, cap, (cmd_opt){"model", 'm', CMD_OPT_STR, &o->rt.model, "FILE", "$PLLM_HOME/models/" PLLM_DEFAULT_MODEL_FILE,
+                                 "model: a GGUF file or a Hugging Face directory", NULL});
+    push(opts, n, cap, (cmd_opt){"threads", 't', CMD_OPT_INT, &o->rt.threads, "N", "all cores", "CPU threads", NULL});
+    push(opts, n, cap, (cmd_opt){"device", 0, CMD_OPT_STR, &o->rt.device, "DEV", "auto", "auto, cpu, cuda or cuda:N", NULL});
+    push(opts, n, cap, (cmd_opt){"seed", 0, CMD_OPT_INT64, &o->seed, "N", "0", "run seed (requests without a seed derive theirs from it)", NULL});
+    push(opts, n, cap, (cmd_opt){"block-size", 0, CMD_OPT_INT, &o->ep.block_size, "N", o->defs[0], "tokens per KV cache block", NULL});
+    push(opts, n, cap, (cmd_opt){"num-blocks", 0, CMD_OPT_INT, &o->ep.n_blocks, "N", "from --kv-cache-mb", "KV cache blocks", NULL});
+    push(opts, n, cap, (cmd_opt){"kv-cache-mb", 0, CMD_OPT_INT, &o->kv_mb, "MB",
+                                 "min(half the free memory, 4096, max-seqs full-length sequences)", "KV cache budget", NULL});
+    push(opts, n, cap, (cmd_opt){"max-batched-tokens", 0, CMD_OPT_INT, &o->ep.max_batched_tokens, "N", o->defs[1],
+                                 "token budget per engine step", NULL});
+    push(opts, n, cap, (cmd_opt){"max-seqs", 0, CMD_OPT_INT, &o->ep.max_seqs, "N", o->defs[2], "sequences per engine step", NULL});
+    push(opts, n, cap, (cmd_opt){"max-model-len", 0, CMD_OPT_INT, &o->ep.max_model_len, "N", "the model's context length",
+                                 "longest context (prompt + output)", NULL});
+    push(opts, n, cap, (cmd_opt){"max-bypass", 0, CMD_OPT_INT, &o->ep.max_bypass, "N", o->defs[3],
+                                 "fairness bound: times a waiting request may be overtaken (0: strict FCFS)", NULL});
+    push(opts, n, cap, (cmd_opt){"no-prefix-cache", 0, CMD_OPT_FLAG, &o->no_prefix_cache, NULL, NULL,
+                                 "disable block-level prefix reuse", NULL});
+}
+
+int cmd_engine_opts_finish(cmd_engine_opts *o)
+{
+    if (o->kv_mb < 0) {
+        fprintf(stderr, "pllm: --kv-cache-mb must be >= 0, got %d\n", o->kv_mb);
+        return 2;
+    }
+    const struct {
+        const char *name;
+        int32_t v, lo;
+    } checks[] = {
+        {"--block-size", o->ep.block_size, 1},        {"--num-blocks", o->ep.n_blocks, 0},
+        {"--max-batched-tokens", o->ep.max_batched_tokens, 1}, {"--max-seqs", o->ep.max_seqs, 1},
+        {"--max-model-len", o->ep.max_model_len, 0},  {"--max-bypass", o->ep.max_bypass, 0},
+        {"--threads", o->rt.threads, 0},
+    };
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(checks); i++)
+        if (checks[i].v < checks[i].lo) {
+            fprintf(stderr, "pllm: %s must be >= %d, got %d\n", checks[i].name, checks[i].lo, checks[i].v);
+            return 2;
+        }
+    o->ep.kv_bytes = (size_t)o->kv_mb << 20;
+    o->ep.no_prefix_cache = o->no_prefix_cache;
+    o->ep.seed = (uint64_t)o->seed;
+    return 0;
+}
+
+void cmd_sampling_opts_init(cmd_sampling_opts *o, int32_t max_tokens, const char *max_tokens_default)
+{
+    memset(o, 0, sizeof *o);
+    o->max_tokens = max_tokens;
+    o->max_tokens_default = max_tokens_default;
+    o->top_p = 1.0f;
+    o->rep_pen = 1.0f;
+}
+
+void cmd_sampling_opts_table(cmd_sampling_opts *o, cmd_opt *opts, size_t *n, size_t cap)
+{
+    push(opts, n, cap, (cmd_opt){"max-tokens", 0, CMD_OPT_INT, &o->max_tokens, "N", o->max_tokens_default,
+                                 "tokens to generate per request at most", NULL});
+    push(opts, n, cap, (cmd_opt){"min-tokens", 0, CMD_OPT_INT, &o->min_tokens, "N", "0",
+                                 "tokens to generate before EOS/stop may end a request", NULL});
+    push(opts, n, cap, (cmd_opt){"temperature", 0, CMD_OPT_FLOAT, &o->temperature, "T", "0 (greedy)", "sampling temperature", NULL});
+    push(opts, n, cap, (cmd_opt){"top-p", 0, CMD_OPT_FLOAT, &o->top_p, "P", "1 (off)", "nucleus sampling threshold", NULL});
+    push(opts, n, cap, (cmd_opt){"top-k", 0, CMD_OPT_INT, &o->top_k, "K", "0 (off)", "keep the K most likely tokens", NULL});
+    push(opts, n, cap, (cmd_opt){"min-p", 0, CMD_OPT_FLOAT, &o->min_p, "P", "0 (off)", "drop tokens below P times the top probability", NULL});
+    push(opts, n, cap, (cmd_opt){"repetition-penalty", 0, CMD_OPT_FLOAT, &o->rep_pen, "R", "1 (off)",
+                                 "penalise tokens of the prompt and output", NULL});
+    push(opts, n, cap, (cmd_opt){"presence-penalty", 0, CMD_OPT_FLOAT, &o->pres_pen, "X", "0 (off)",
+                                 "penalise tokens present in the output", NULL});
+    push(opts, n, cap, (cmd_opt){"frequency-penalty", 0, CMD_OPT_FLOAT, &o->freq_pen, "X", "0 (off)",
+                                 "penalise tokens by their count in the output", NULL});
+    push(opts, n, cap, (cmd_opt){"stop", 0, CMD_OPT_STRS, &o->stop, "STR", "none", "stop string (repeatable)", NULL});
+    push(opts, n, cap, (cmd_opt){"ignore-eos", 0, CMD_OPT_FLAG, &o->ignore_eos, NULL, "off", "keep generating past EOS", NULL});
+}
+
+int cmd_sampling_opts_finish(const cmd_sampling_opts *o, pllm_request_params *p)
+{
+    pllm_request_params_defaults(p);
+    p->max_tokens = o->max_tokens;
+    p->min_tokens = o->min_tokens;
+    p->ignore_eos = o->ignore_eos;
+    p->sampling.temperature = o->temperature;
+    p->sampling.top_p = o->top_p;
+    p->sampling.top_k = o->top_k;
+    p->sampling.min_p = o->min_p;
+    p->sampling.repetition_penalty = o->rep_pen;
+    p->sampling.presence_penalty = o->pres_pen;
+    p->sampling.frequency_penalty = o->freq_pen;
+    for (int i = 0; i < o->stop.n; i++) p->stop[i] = o->stop.v[i];
+    p->n_stop = o->stop.n;
+    if (pllm_request_params_validate(p) != PLLM_OK) {
+        fprintf(stderr, "pllm: invalid option: %s\n", pllm_errmsg());
+        return 2;
+    }
+    return 0;
+}
+
+/* The flag the handler sets: a signal handler can reach nothing else. This is the only
+ * process-wide state, and it lives in cmd/ (the binary), not in a library. */
+static volatile sig_atomic_t *g_flag;
+
+static void on_signal(int sig)
+{
+    if (g_flag && !*g_flag) {
+        *g_flag = 1;
+        return;
+    }
+    signal(sig, SIG_DFL); /* a second signal: stop now */
+    raise(sig);
+}
+
+void cmd_signals_install(volatile sig_atomic_t *flag)
+{
+    g_flag = flag;
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART: a blocked read of stdin returns, so the run can stop */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+void cmd_signals_restore(void)
+{
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    g_flag = NULL;
+}
+
+double cmd_peak_rss_mb(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)ru.ru_maxrss / 1024.0; /* kilobytes on Linux */
+}
+
+int64_t cmd_unix_time(void) { return (int64_t)time(NULL); }

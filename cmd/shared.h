@@ -1,0 +1,58 @@
+/*
+ * shared.h: the option groups several commands share (model and engine, sampling), the
+ * signal handling of long runs, and small helpers (peak RSS, file:line messages).
+ *
+ * An option group is a struct holding the values plus the text of their defaults; its
+ * *_table() appends the group's cmd_opt entries to a command's table, and *_finish() turns the
+ * parsed values into the engine's parameter structs (validating them; usage errors exit 2).
+ */
+#pragma once
+
+#include "cmd/options.h"
+#include "cmd/runtime.h"
+#include "engine/engine.h"
+
+#include <signal.h>
+
+#define CMD_MAX_OPTS 64
+
+/* Model, device and engine options (generate, bench). */
+typedef struct cmd_engine_opts {
+    cmd_runtime_opts rt;
+    pllm_engine_params ep;
+    int32_t kv_mb;
+    int64_t seed;
+    bool no_prefix_cache;
+    char defs[4][32];
+} cmd_engine_opts;
+
+void cmd_engine_opts_init(cmd_engine_opts *o);
+/* Append the group's options to opts (at *n, capacity cap). */
+void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t cap);
+/* Validate and fill o->ep; 0 or 2 (message printed). */
+int cmd_engine_opts_finish(cmd_engine_opts *o);
+
+/* Sampling and generation options (generate, bench). */
+typedef struct cmd_sampling_opts {
+    int32_t max_tokens, min_tokens, top_k;
+    float temperature, top_p, min_p, rep_pen, pres_pen, freq_pen;
+    bool ignore_eos;
+    cmd_strs stop;
+    const char *max_tokens_default; /* text shown in --help */
+} cmd_sampling_opts;
+
+void cmd_sampling_opts_init(cmd_sampling_opts *o, int32_t max_tokens, const char *max_tokens_default);
+void cmd_sampling_opts_table(cmd_sampling_opts *o, cmd_opt *opts, size_t *n, size_t cap);
+/* Fill p (stop strings point into argv); 0 or 2 (message printed). */
+int cmd_sampling_opts_finish(const cmd_sampling_opts *o, pllm_request_params *p);
+
+/* SIGINT/SIGTERM: the first sets *flag (the run stops after the current step, writes what
+ * finished and exits 130); a second one kills the process at once (default action). */
+void cmd_signals_install(volatile sig_atomic_t *flag);
+void cmd_signals_restore(void);
+
+/* Peak resident set size of this process in MiB. */
+double cmd_peak_rss_mb(void);
+
+/* Unix time in seconds. */
+int64_t cmd_unix_time(void);

@@ -1,0 +1,138 @@
+#include "datasets/source.h"
+
+#include "datasets/json_array.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* One raw record: its JSON text and where it was. */
+typedef struct raw_rec {
+    char *text;
+    size_t len;
+    int64_t line, element;
+} raw_rec;
+
+struct pllm_source {
+    pllm_reader *r;
+    pllm_json_array *arr; /* NULL for JSON lines */
+    pllm_format format;
+    raw_rec sniffed[PLLM_SOURCE_SNIFF];
+    int n_sniffed, next_sniffed;
+    bool eof;
+    int64_t n_records;
+};
+
+/* Next raw record from the file (not the sniff buffer); text points into the reader's or the
+ * array's buffer. */
+static pllm_status read_raw(pllm_source *s, raw_rec *out, bool *eof)
+{
+    *eof = false;
+    if (s->arr) {
+        pllm_json_elem e;
+        PLLM_TRY(pllm_json_array_next(s->arr, &e, eof));
+        if (*eof) return PLLM_OK;
+        *out = (raw_rec){(char *)e.text, e.len, e.line, e.index};
+        return PLLM_OK;
+    }
+    for (;;) {
+        const char *line;
+        size_t len;
+        int64_t no;
+        PLLM_TRY(pllm_reader_next(s->r, &line, &len, &no, eof));
+        if (*eof) return PLLM_OK;
+        if (pllm_record_line_is_blank(line, len)) continue;
+        *out = (raw_rec){(char *)line, len, no, 0};
+        return PLLM_OK;
+    }
+}
+
+pllm_status pllm_source_open(pllm_source **out, const char *path, pllm_format format)
+{
+    *out = NULL;
+    pllm_source *s = pllm_calloc(1, sizeof *s);
+    if (!s) return PLLM_ERR_NOMEM;
+    pllm_status st = pllm_reader_open(&s->r, path);
+    if (st != PLLM_OK) goto fail;
+    int c;
+    if ((st = pllm_reader_peek_nonspace(s->r, &c)) != PLLM_OK) goto fail;
+    if (c == '[') {
+        if ((st = pllm_json_array_open(&s->arr, s->r)) != PLLM_OK) goto fail;
+    }
+    s->format = format;
+    if (format == PLLM_FORMAT_AUTO) {
+        s->format = PLLM_FORMAT_PLLM;
+        while (s->n_sniffed < PLLM_SOURCE_SNIFF) {
+            raw_rec rr;
+            bool eof;
+            if ((st = read_raw(s, &rr, &eof)) != PLLM_OK) goto fail;
+            if (eof) {
+                s->eof = true;
+                break;
+            }
+            raw_rec *k = &s->sniffed[s->n_sniffed++];
+            *k = rr;
+            k->text = pllm_malloc(rr.len + 1);
+            if (!k->text) {
+                st = PLLM_ERR_NOMEM;
+                goto fail;
+            }
+            memcpy(k->text, rr.text, rr.len);
+            k->text[rr.len] = 0;
+            json_t *o = json_loadb(rr.text, rr.len, 0, NULL);
+            bool found = json_is_object(o);
+            if (found) s->format = pllm_format_of_object(o);
+            json_decref(o);
+            if (found) break;
+        }
+    }
+    *out = s;
+    return PLLM_OK;
+fail:
+    pllm_source_close(s);
+    return st;
+}
+
+void pllm_source_close(pllm_source *s)
+{
+    if (!s) return;
+    for (int i = 0; i < s->n_sniffed; i++) free(s->sniffed[i].text);
+    pllm_json_array_free(s->arr);
+    pllm_reader_close(s->r);
+    free(s);
+}
+
+pllm_format pllm_source_format(const pllm_source *s) { return s->format; }
+bool pllm_source_is_list(const pllm_source *s) { return s->arr != NULL; }
+const char *pllm_source_path(const pllm_source *s) { return pllm_reader_path(s->r); }
+
+pllm_status pllm_source_next(pllm_source *s, const pllm_request_params *defaults, pllm_record *rec, bool *eof)
+{
+    memset(rec, 0, sizeof *rec);
+    *eof = false;
+    raw_rec rr;
+    if (s->next_sniffed < s->n_sniffed) {
+        rr = s->sniffed[s->next_sniffed++];
+    } else if (s->eof) {
+        *eof = true;
+        return PLLM_OK;
+    } else {
+        bool e;
+        PLLM_TRY(read_raw(s, &rr, &e));
+        if (e) {
+            s->eof = true;
+            *eof = true;
+            return PLLM_OK;
+        }
+    }
+    pllm_record_loc loc = {.file = pllm_reader_path(s->r), .line = rr.line, .element = rr.element};
+    s->n_records++;
+    pllm_status st = pllm_record_parse(rec, s->format, rr.text, rr.len, &loc, defaults);
+    if (st == PLLM_ERR_NOMEM && !rec->error) return st;
+    return PLLM_OK; /* a bad record is the caller's to report (rec->error) */
+}
+
+void pllm_source_progress(const pllm_source *s, uint64_t *pos, uint64_t *size, int64_t *n_records)
+{
+    pllm_reader_progress(s->r, pos, size);
+    *n_records = s->n_records;
+}
