@@ -12,6 +12,8 @@
  *     {"bytes": [104, 255, ...]} raw bytes instead, for invalid UTF-8 (values 0..255)
  *     optional "add_special" (default false) and "parse_special" (default true)
  *     optional "ids": [...]      decode these ids instead of the encoded ones
+ *     {"info": true}             the tokenizer's facts instead: {"n_vocab", "bos", "eos",
+ *                                "stop_ids", "special_ids" (is_special), "describe"}
  * Output, one line per input line, same order:
  *     {"ids": [...],             the encoding (absent when "ids" was given)
  *      "decoded": "...",         pllm_tokenizer_decode(ids, skip_special = false)
@@ -57,8 +59,26 @@ fail:
     return NULL;
 }
 
+static json_t *info(const pllm_tokenizer *t)
+{
+    json_t *o = json_object(), *stop = json_array(), *special = json_array();
+    int32_t n = 0;
+    const int32_t *ids = pllm_tokenizer_stop_ids(t, &n);
+    for (int32_t i = 0; i < n; i++) json_array_append_new(stop, json_integer(ids[i]));
+    for (int32_t id = 0; id < pllm_tokenizer_n_vocab(t); id++)
+        if (pllm_tokenizer_is_special(t, id)) json_array_append_new(special, json_integer(id));
+    json_object_set_new(o, "n_vocab", json_integer(pllm_tokenizer_n_vocab(t)));
+    json_object_set_new(o, "bos", json_integer(pllm_tokenizer_bos(t)));
+    json_object_set_new(o, "eos", json_integer(pllm_tokenizer_eos(t)));
+    json_object_set_new(o, "stop_ids", stop);
+    json_object_set_new(o, "special_ids", special);
+    json_object_set_new(o, "describe", json_string(pllm_tokenizer_describe(t)));
+    return o;
+}
+
 static json_t *process(const pllm_tokenizer *t, json_t *in, char *err, size_t errcap)
 {
+    if (json_is_true(json_object_get(in, "info"))) return info(t);
     pllm_buf text = {0};
     pllm_tokens ids = {0};
     json_t *res = NULL;
