@@ -1,4 +1,5 @@
-/* block_pool.c: KV blocks, reference counts, LRU free queue, prefix-cache index. */
+/* block_pool.c: KV blocks, reference counts, free queue (LRU list or next-use heap),
+ * prefix-cache index. */
 #include "engine/block_pool.h"
 
 #include <stdlib.h>
@@ -16,7 +17,12 @@ typedef struct pool_block {
     int32_t child_head; /* first indexed child, -1 when none */
     int32_t sib_prev;   /* siblings under the same parent */
     int32_t sib_next;
-    int32_t n_children; /* indexed children */
+    int32_t n_children;  /* indexed children */
+    int32_t depth;       /* 0 for a first block; valid when indexed */
+    uint32_t gen;        /* incremented each time the block is indexed */
+    int32_t heap_pos;    /* FUTURE: position in the heap, -1 when not queued */
+    uint64_t tick;       /* release time (FUTURE tie-breaks) */
+    pllm_label next_use; /* FUTURE: valid when indexed, else NEVER */
 } pool_block;
 
 struct pllm_block_pool {
@@ -25,15 +31,18 @@ struct pllm_block_pool {
     uint64_t extra;
     pllm_block_hash_fn hash;
     void *hash_arg;
+    pllm_evict_policy policy;
     pool_block *blocks; /* [n_blocks] */
-    int32_t *q_prev;    /* [n_blocks + 1]: free queue links; index n_blocks is the sentinel */
-    int32_t *q_next;    /* [n_blocks + 1] */
+    int32_t *q_prev;    /* LRU: [n_blocks + 1] free queue links; index n_blocks is the sentinel */
+    int32_t *q_next;    /* LRU: [n_blocks + 1] */
+    int32_t *heap;      /* FUTURE: [n_blocks] free blocks, heap[0] evicted first */
     int32_t n_free;     /* queue length */
-    int32_t *tokens;    /* [n_blocks][block_size]: stored ids of indexed blocks */
-    int32_t *buckets;   /* [bucket_mask + 1]: head block of each chain, -1 when empty */
+    uint64_t tick;
+    int32_t *tokens;  /* [n_blocks][block_size]: stored ids of indexed blocks */
+    int32_t *buckets; /* [bucket_mask + 1]: head block of each chain, -1 when empty */
     uint64_t bucket_mask;
     int32_t n_indexed;
-    int64_t n_evicted, n_orphan_drops;
+    int64_t n_evicted, n_orphan_drops, n_leaf_redirects;
 };
 
 static uint64_t default_hash(uint64_t parent_key, const int32_t *tokens, int32_t n, uint64_t extra,
@@ -66,6 +75,12 @@ pllm_status pllm_block_pool_init(pllm_block_pool **out, const pllm_block_pool_pa
     p->extra = prm->extra;
     p->hash = prm->hash ? prm->hash : default_hash;
     p->hash_arg = prm->hash_arg;
+    if (prm->policy != PLLM_EVICT_LRU && prm->policy != PLLM_EVICT_FUTURE) {
+        free(p);
+        return pllm_errorf(PLLM_ERR_INVALID, "block pool: unknown eviction policy %d",
+                           (int)prm->policy);
+    }
+    p->policy = prm->policy;
     uint64_t n_buckets = 16;
     while (n_buckets < 2 * (uint64_t)prm->n_blocks) n_buckets *= 2;
     p->bucket_mask = n_buckets - 1;
@@ -74,8 +89,10 @@ pllm_status pllm_block_pool_init(pllm_block_pool **out, const pllm_block_pool_pa
     p->q_next = pllm_malloc(((size_t)p->n_blocks + 1) * sizeof *p->q_next);
     p->buckets = pllm_malloc((size_t)n_buckets * sizeof *p->buckets);
     p->tokens = prm->enable_cache ? pllm_calloc(n_tok, sizeof *p->tokens) : NULL;
+    p->heap =
+        p->policy == PLLM_EVICT_FUTURE ? pllm_malloc((size_t)p->n_blocks * sizeof *p->heap) : NULL;
     if (!p->blocks || !p->q_prev || !p->q_next || !p->buckets ||
-        (prm->enable_cache && !p->tokens)) {
+        (prm->enable_cache && !p->tokens) || (p->policy == PLLM_EVICT_FUTURE && !p->heap)) {
         pllm_block_pool_free(p);
         return PLLM_ERR_NOMEM;
     }
@@ -86,9 +103,16 @@ pllm_status pllm_block_pool_init(pllm_block_pool **out, const pllm_block_pool_pa
         pool_block *b = &p->blocks[i];
         b->queued = true;
         b->parent = b->h_prev = b->h_next = b->child_head = b->sib_prev = b->sib_next = -1;
+        b->depth = -1;
+        b->next_use = PLLM_LABEL_NEVER;
         p->q_prev[i] = i == 0 ? s : i - 1;
         p->q_next[i] = i == p->n_blocks - 1 ? s : i + 1;
+        /* FUTURE: equal unindexed blocks are taken in id order (ticks n-1 .. 0, latest first) */
+        b->tick = (uint64_t)(p->n_blocks - 1 - i);
+        b->heap_pos = i;
+        if (p->heap) p->heap[i] = i;
     }
+    p->tick = (uint64_t)p->n_blocks;
     p->q_next[s] = 0;
     p->q_prev[s] = p->n_blocks - 1;
     p->n_free = p->n_blocks;
@@ -104,6 +128,7 @@ void pllm_block_pool_free(pllm_block_pool *p)
     free(p->q_next);
     free(p->tokens);
     free(p->buckets);
+    free(p->heap);
     free(p);
 }
 
@@ -136,10 +161,28 @@ bool pllm_block_pool_is_indexed(const pllm_block_pool *p, int32_t id)
     return p->blocks[id].indexed;
 }
 
+pllm_evict_policy pllm_block_pool_policy(const pllm_block_pool *p)
+{
+    return p->policy;
+}
+
+uint32_t pllm_block_pool_generation(const pllm_block_pool *p, int32_t id)
+{
+    PLLM_ASSERT(id >= 0 && id < p->n_blocks);
+    return p->blocks[id].gen;
+}
+
+pllm_label pllm_block_pool_next_use(const pllm_block_pool *p, int32_t id)
+{
+    PLLM_ASSERT(id >= 0 && id < p->n_blocks);
+    return p->blocks[id].next_use;
+}
+
 void pllm_block_pool_get_stats(const pllm_block_pool *p, pllm_block_pool_stats *out)
 {
     out->n_evicted = p->n_evicted;
     out->n_orphan_drops = p->n_orphan_drops;
+    out->n_leaf_redirects = p->n_leaf_redirects;
     out->n_indexed = p->n_indexed;
 }
 
@@ -150,9 +193,74 @@ uint64_t pllm_block_pool_hash(const pllm_block_pool *p, uint64_t parent_key, con
 
 /* ---- free queue ---- */
 
+/* FUTURE: should block a be evicted before block b? */
+static bool evict_before(const pllm_block_pool *p, int32_t a, int32_t b)
+{
+    const pool_block *x = &p->blocks[a], *y = &p->blocks[b];
+    if (x->indexed != y->indexed) return !x->indexed;
+    if (!x->indexed) return x->tick > y->tick; /* empty: last released first */
+    if (!pllm_label_eq(x->next_use, y->next_use)) return pllm_label_lt(y->next_use, x->next_use);
+    if (x->depth != y->depth) return x->depth > y->depth;
+    if (x->tick != y->tick) return x->tick < y->tick;
+    return a < b;
+}
+
+static void heap_set(pllm_block_pool *p, int32_t pos, int32_t id)
+{
+    p->heap[pos] = id;
+    p->blocks[id].heap_pos = pos;
+}
+
+static void heap_up(pllm_block_pool *p, int32_t pos)
+{
+    int32_t id = p->heap[pos];
+    while (pos > 0) {
+        int32_t up = (pos - 1) / 2;
+        if (!evict_before(p, id, p->heap[up])) break;
+        heap_set(p, pos, p->heap[up]);
+        pos = up;
+    }
+    heap_set(p, pos, id);
+}
+
+static void heap_down(pllm_block_pool *p, int32_t pos)
+{
+    int32_t id = p->heap[pos], n = p->n_free;
+    for (;;) {
+        int32_t c = 2 * pos + 1;
+        if (c >= n) break;
+        if (c + 1 < n && evict_before(p, p->heap[c + 1], p->heap[c])) c++;
+        if (!evict_before(p, p->heap[c], id)) break;
+        heap_set(p, pos, p->heap[c]);
+        pos = c;
+    }
+    heap_set(p, pos, id);
+}
+
+/* A queued block's key changed. */
+static void heap_fix(pllm_block_pool *p, int32_t id)
+{
+    int32_t pos = p->blocks[id].heap_pos;
+    PLLM_ASSERT(pos >= 0 && pos < p->n_free && p->heap[pos] == id);
+    heap_up(p, pos);
+    heap_down(p, p->blocks[id].heap_pos);
+}
+
 static void queue_remove(pllm_block_pool *p, int32_t id)
 {
     PLLM_ASSERT(p->blocks[id].queued);
+    if (p->policy == PLLM_EVICT_FUTURE) {
+        int32_t pos = p->blocks[id].heap_pos, last = p->heap[p->n_free - 1];
+        p->n_free--;
+        p->blocks[id].heap_pos = -1;
+        p->blocks[id].queued = false;
+        if (last != id) {
+            heap_set(p, pos, last);
+            heap_up(p, pos);
+            heap_down(p, p->blocks[last].heap_pos);
+        }
+        return;
+    }
     int32_t a = p->q_prev[id], b = p->q_next[id];
     p->q_next[a] = b;
     p->q_prev[b] = a;
@@ -160,17 +268,32 @@ static void queue_remove(pllm_block_pool *p, int32_t id)
     p->n_free--;
 }
 
-/* Insert id after node `after` (the sentinel for the head, the last block for the tail). */
-static void queue_insert_after(pllm_block_pool *p, int32_t after, int32_t id)
+/* A block whose reference count reached 0 enters the queue. */
+static void queue_push(pllm_block_pool *p, int32_t id)
 {
-    PLLM_ASSERT(!p->blocks[id].queued);
-    int32_t b = p->q_next[after];
+    pool_block *b = &p->blocks[id];
+    PLLM_ASSERT(!b->queued);
+    b->tick = p->tick++;
+    b->queued = true;
+    if (p->policy == PLLM_EVICT_FUTURE) {
+        heap_set(p, p->n_free++, id);
+        heap_up(p, p->n_free - 1);
+        return;
+    }
+    /* LRU: cached at the most recently used end; empty at the head (reused first) */
+    int32_t s = p->n_blocks, after = b->indexed ? p->q_prev[s] : s;
+    int32_t nx = p->q_next[after];
     p->q_prev[id] = after;
-    p->q_next[id] = b;
+    p->q_next[id] = nx;
     p->q_next[after] = id;
-    p->q_prev[b] = id;
-    p->blocks[id].queued = true;
+    p->q_prev[nx] = id;
     p->n_free++;
+}
+
+/* The block allocation takes next (the queue's first). */
+static int32_t queue_first(const pllm_block_pool *p)
+{
+    return p->policy == PLLM_EVICT_FUTURE ? p->heap[0] : p->q_next[p->n_blocks];
 }
 
 /* ---- index ---- */
@@ -207,7 +330,10 @@ static void unindex_one(pllm_block_pool *p, int32_t id)
     }
     b->indexed = false;
     b->parent = b->h_prev = b->h_next = b->sib_prev = b->sib_next = -1;
+    b->depth = -1;
+    b->next_use = PLLM_LABEL_NEVER;
     p->n_indexed--;
+    if (b->queued && p->policy == PLLM_EVICT_FUTURE) heap_fix(p, id);
 }
 
 /* Drop id and every indexed descendant from the index (iteratively, deepest first). */
@@ -250,6 +376,9 @@ int32_t pllm_block_pool_cache(pllm_block_pool *p, int32_t id, uint64_t key, int3
     b->indexed = true;
     b->key = key;
     b->parent = parent;
+    b->depth = parent >= 0 ? p->blocks[parent].depth + 1 : 0;
+    b->gen++;
+    b->next_use = PLLM_LABEL_NEVER;
     memcpy(p->tokens + (size_t)id * (size_t)p->block_size, tokens,
            (size_t)p->block_size * sizeof *tokens);
     uint64_t h = bucket_of(p, key);
@@ -277,9 +406,18 @@ pllm_status pllm_block_pool_alloc(pllm_block_pool *p, int32_t n, int32_t *ids)
     if (n > p->n_free)
         return pllm_errorf(PLLM_ERR_NOMEM, "block pool: %d blocks wanted, %d free of %d", n,
                            p->n_free, p->n_blocks);
-    int32_t s = p->n_blocks;
     for (int32_t i = 0; i < n; i++) {
-        int32_t id = p->q_next[s];
+        int32_t id = queue_first(p);
+        if (p->policy == PLLM_EVICT_FUTURE && p->blocks[id].n_children > 0) {
+            /* labels out of order: take a free leaf of its subtree instead */
+            int32_t leaf = id;
+            while (p->blocks[leaf].child_head >= 0 && p->blocks[p->blocks[leaf].child_head].queued)
+                leaf = p->blocks[leaf].child_head;
+            if (leaf != id && p->blocks[leaf].n_children == 0) {
+                id = leaf;
+                p->n_leaf_redirects++;
+            }
+        }
         queue_remove(p, id);
         pool_block *b = &p->blocks[id];
         PLLM_ASSERT(b->ref == 0);
@@ -303,21 +441,41 @@ void pllm_block_pool_touch(pllm_block_pool *p, int32_t id)
 
 void pllm_block_pool_release(pllm_block_pool *p, const int32_t *ids, int32_t n)
 {
-    int32_t s = p->n_blocks;
     for (int32_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         PLLM_ASSERT(id >= 0 && id < p->n_blocks);
         pool_block *b = &p->blocks[id];
         PLLM_ASSERT(b->ref > 0);
-        if (--b->ref > 0) continue;
-        /* cached: most recently used end; uncached: reused first */
-        queue_insert_after(p, b->indexed ? p->q_prev[s] : s, id);
+        if (--b->ref == 0) queue_push(p, id);
     }
+}
+
+void pllm_block_pool_set_next_use(pllm_block_pool *p, int32_t id, pllm_label next_use)
+{
+    PLLM_ASSERT(id >= 0 && id < p->n_blocks);
+    pool_block *b = &p->blocks[id];
+    if (p->policy != PLLM_EVICT_FUTURE || !b->indexed || pllm_label_eq(b->next_use, next_use))
+        return;
+    b->next_use = next_use;
+    if (b->queued) heap_fix(p, id);
 }
 
 int32_t pllm_block_pool_queue(const pllm_block_pool *p, int32_t *ids, int32_t cap)
 {
     int32_t n = 0, s = p->n_blocks;
+    if (p->policy == PLLM_EVICT_FUTURE) {
+        /* insertion sort of the heap into eviction order (tests only) */
+        for (int32_t i = 0; i < p->n_free; i++) {
+            int32_t id = p->heap[i], j = PLLM_MIN(n, cap);
+            while (j > 0 && evict_before(p, id, ids[j - 1])) {
+                if (j < cap) ids[j] = ids[j - 1];
+                j--;
+            }
+            if (j < cap) ids[j] = id;
+            n++;
+        }
+        return n;
+    }
     for (int32_t id = p->q_next[s]; id != s; id = p->q_next[id]) {
         if (n < cap) ids[n] = id;
         n++;
@@ -325,10 +483,31 @@ int32_t pllm_block_pool_queue(const pllm_block_pool *p, int32_t *ids, int32_t ca
     return n;
 }
 
-pllm_status pllm_block_pool_check(const pllm_block_pool *p, bool tail_first)
+static pllm_status check_queue(const pllm_block_pool *p, int32_t *n_queued)
 {
-    int32_t s = p->n_blocks, n_queued = 0, n_zero = 0, n_indexed = 0;
-    /* queue: well linked, only ref-0 blocks, and no parent ahead of an indexed child */
+    int32_t s = p->n_blocks;
+    *n_queued = 0;
+    if (p->policy == PLLM_EVICT_FUTURE) {
+        /* heap: positions consistent, only ref-0 blocks, heap order */
+        for (int32_t i = 0; i < p->n_free; i++) {
+            int32_t id = p->heap[i];
+            if (id < 0 || id >= p->n_blocks || p->blocks[id].heap_pos != i)
+                return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: heap slot %d holds %d", i, id);
+            if (!p->blocks[id].queued || p->blocks[id].ref != 0)
+                return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d queued with ref %d", id,
+                                   p->blocks[id].ref);
+            if (i > 0 && evict_before(p, id, p->heap[(i - 1) / 2]))
+                return pllm_errorf(PLLM_ERR_INTERNAL,
+                                   "block pool: heap order broken at slot %d (block %d)", i, id);
+            (*n_queued)++;
+        }
+        for (int32_t id = 0; id < p->n_blocks; id++)
+            if (!p->blocks[id].queued && p->blocks[id].heap_pos != -1)
+                return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: held block %d has heap slot %d",
+                                   id, p->blocks[id].heap_pos);
+        return PLLM_OK;
+    }
+    /* list: well linked, only ref-0 blocks */
     int32_t guard = 0;
     for (int32_t id = p->q_next[s]; id != s; id = p->q_next[id]) {
         if (id < 0 || id >= p->n_blocks || ++guard > p->n_blocks)
@@ -339,8 +518,15 @@ pllm_status pllm_block_pool_check(const pllm_block_pool *p, bool tail_first)
         if (!p->blocks[id].queued || p->blocks[id].ref != 0)
             return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d queued with ref %d", id,
                                p->blocks[id].ref);
-        n_queued++;
+        (*n_queued)++;
     }
+    return PLLM_OK;
+}
+
+pllm_status pllm_block_pool_check(const pllm_block_pool *p, bool tail_first)
+{
+    int32_t s = p->n_blocks, n_queued = 0, n_zero = 0, n_indexed = 0;
+    PLLM_TRY(check_queue(p, &n_queued));
     for (int32_t id = 0; id < p->n_blocks; id++) {
         const pool_block *b = &p->blocks[id];
         if (b->ref < 0)
@@ -353,6 +539,9 @@ pllm_status pllm_block_pool_check(const pllm_block_pool *p, bool tail_first)
             if (b->child_head >= 0 || b->n_children)
                 return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: unindexed block %d has children",
                                    id);
+            if (!pllm_label_eq(b->next_use, PLLM_LABEL_NEVER))
+                return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: unindexed block %d has a label",
+                                   id);
             continue;
         }
         n_indexed++;
@@ -362,6 +551,9 @@ pllm_status pllm_block_pool_check(const pllm_block_pool *p, bool tail_first)
         if (b->parent >= 0 && !p->blocks[b->parent].indexed)
             return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d's parent %d is not indexed",
                                id, b->parent);
+        if (b->depth != (b->parent >= 0 ? p->blocks[b->parent].depth + 1 : 0))
+            return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d has depth %d", id,
+                               b->depth);
         /* findable under its own key */
         if (pllm_block_pool_lookup(p, b->key, b->parent, block_tokens(p, id)) != id)
             return pllm_errorf(PLLM_ERR_INTERNAL,
@@ -383,24 +575,29 @@ pllm_status pllm_block_pool_check(const pllm_block_pool *p, bool tail_first)
         return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: %d indexed, counter says %d", n_indexed,
                            p->n_indexed);
     if (!tail_first) return PLLM_OK;
-    /* Caller discipline (tail-first release, chains held from their start): a held block's
-     * parent is held, and in the queue every parent comes after its indexed children. */
+    /* Caller discipline (tail-first release, chains held from their start, FUTURE: parents
+     * labelled no later than their children): a held block's parent is held, and every free
+     * parent is evicted after its free indexed children. */
     int32_t *pos = pllm_malloc((size_t)p->n_blocks * sizeof *pos);
     if (!pos) return PLLM_ERR_NOMEM;
     int32_t k = 0;
     for (int32_t id = 0; id < p->n_blocks; id++) pos[id] = -1;
-    for (int32_t id = p->q_next[s]; id != s; id = p->q_next[id]) pos[id] = k++;
+    if (p->policy == PLLM_EVICT_LRU)
+        for (int32_t id = p->q_next[s]; id != s; id = p->q_next[id]) pos[id] = k++;
     pllm_status st = PLLM_OK;
     for (int32_t id = 0; id < p->n_blocks && st == PLLM_OK; id++) {
         const pool_block *b = &p->blocks[id];
         if (!b->indexed || b->parent < 0) continue;
-        if (b->ref > 0 && p->blocks[b->parent].ref == 0)
+        bool parent_free = p->blocks[b->parent].ref == 0;
+        if (b->ref > 0 && parent_free)
             st = pllm_errorf(PLLM_ERR_INTERNAL,
                              "block pool: block %d held (ref %d) but its parent %d is free", id,
                              b->ref, b->parent);
-        else if (b->ref == 0 && pos[b->parent] >= 0 && pos[b->parent] < pos[id])
+        else if (b->ref == 0 && parent_free &&
+                 (p->policy == PLLM_EVICT_LRU ? pos[b->parent] < pos[id]
+                                              : !evict_before(p, id, b->parent)))
             st = pllm_errorf(PLLM_ERR_INTERNAL,
-                             "block pool: parent %d precedes its cached child %d in the free queue",
+                             "block pool: parent %d is evicted before its cached child %d",
                              b->parent, id);
     }
     free(pos);

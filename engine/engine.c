@@ -41,6 +41,7 @@ struct pllm_engine {
     const int32_t *eos_ids; /* tokenizer's stop ids (borrowed) */
     int32_t n_eos_ids;
     pllm_kv_manager *kv;
+    pllm_plan *plan;
     pllm_sched *sched;
     pllm_sched_out plan_out;
     uint64_t next_id, next_arrival;
@@ -112,6 +113,31 @@ pllm_status pllm_request_params_validate(const pllm_request_params *p)
         if (!p->stop[i] || !p->stop[i][0])
             return pllm_errorf(PLLM_ERR_INVALID, "stop[%d] must be a non-empty string", i);
     return PLLM_OK;
+}
+
+const char *pllm_evict_policy_str(pllm_evict_policy p)
+{
+    switch (p) {
+    case PLLM_EVICT_LRU:
+        return "lru";
+    case PLLM_EVICT_FUTURE:
+        return "future";
+    }
+    return "unknown";
+}
+
+pllm_status pllm_evict_policy_parse(const char *s, pllm_evict_policy *out)
+{
+    if (s && !strcmp(s, "lru")) {
+        *out = PLLM_EVICT_LRU;
+        return PLLM_OK;
+    }
+    if (s && !strcmp(s, "future")) {
+        *out = PLLM_EVICT_FUTURE;
+        return PLLM_OK;
+    }
+    return pllm_errorf(PLLM_ERR_INVALID, "eviction policy must be lru or future, got '%s'",
+                       s ? s : "(null)");
 }
 
 const char *pllm_finish_reason_str(pllm_finish_reason r)
@@ -196,6 +222,9 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
         return pllm_errorf(PLLM_ERR_INVALID, "max_seqs must be >= 1, got %d", p.max_seqs);
     if (p.max_bypass < 0)
         return pllm_errorf(PLLM_ERR_INVALID, "max_bypass must be >= 0, got %d", p.max_bypass);
+    if (p.eviction != PLLM_EVICT_LRU && p.eviction != PLLM_EVICT_FUTURE)
+        return pllm_errorf(PLLM_ERR_INVALID, "eviction must be PLLM_EVICT_LRU or _FUTURE, got %d",
+                           (int)p.eviction);
     if (p.max_model_len < 2)
         return pllm_errorf(PLLM_ERR_INVALID,
                            "max_model_len must be >= 2, got %d (model n_ctx_train %d)",
@@ -226,15 +255,20 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
         .extra = model->identity,
         .hash = hooks ? hooks->block_hash : NULL,
         .hash_arg = hooks ? hooks->block_hash_arg : NULL,
+        .policy = p.eviction,
     };
     if ((st = pllm_kv_manager_init(&e->kv, &pp)) != PLLM_OK) goto fail;
+    pllm_plan_params plp = {.block_size = p.block_size, .trie = !p.no_prefix_cache, .kv = e->kv};
+    if ((st = pllm_plan_init(&e->plan, &plp)) != PLLM_OK) goto fail;
     pllm_sched_params sp = {
         .max_batched_tokens = p.max_batched_tokens,
         .max_seqs = p.max_seqs,
         .max_bypass = p.max_bypass,
         .scan_limit = 64,
+        .no_grouping = hooks && hooks->no_grouping,
+        .label_bits = hooks ? hooks->label_bits : 0,
     };
-    if ((st = pllm_sched_init(&e->sched, &sp, e->kv)) != PLLM_OK) goto fail;
+    if ((st = pllm_sched_init(&e->sched, &sp, e->kv, e->plan)) != PLLM_OK) goto fail;
     if (tok) e->eos_ids = pllm_tokenizer_stop_ids(tok, &e->n_eos_ids);
 
     size_t nt = (size_t)p.max_batched_tokens, ns = (size_t)p.max_seqs;
@@ -281,6 +315,7 @@ void pllm_engine_free(pllm_engine *e)
         }
     }
     pllm_sched_free(e->sched);
+    pllm_plan_free(e->plan);
     pllm_kv_manager_free(e->kv);
     pllm_sched_out_free(&e->plan_out);
     free(e->tokens);
@@ -384,6 +419,31 @@ bool pllm_engine_has_work(const pllm_engine *e)
 void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out)
 {
     *out = e->stats;
+}
+
+void pllm_engine_get_plan_stats(const pllm_engine *e, pllm_engine_plan_stats *out)
+{
+    pllm_plan_stats ps;
+    pllm_plan_get_stats(e->plan, &ps);
+    const pllm_engine_stats *st = &e->stats;
+    *out = (pllm_engine_plan_stats){
+        .requests = ps.requests,
+        .prompt_tokens = ps.prompt_tokens,
+        .best_cached_tokens = ps.best_cached_tokens,
+        .best_hit_rate =
+            ps.prompt_tokens ? (double)ps.best_cached_tokens / (double)ps.prompt_tokens : 0.0,
+        .distinct_blocks = ps.distinct_blocks,
+        .shared_blocks = ps.shared_blocks,
+        .finished_requests = st->requests_finished,
+        .finished_prompt_tokens = st->prompt_tokens,
+        .finished_cached_tokens = st->prompt_tokens_cached,
+        .hit_rate =
+            st->prompt_tokens ? (double)st->prompt_tokens_cached / (double)st->prompt_tokens : 0.0,
+        .blocks_computed = ps.blocks_computed,
+        .blocks_recomputed = ps.blocks_recomputed,
+        .grouped = ps.grouped,
+        .exact = ps.exact,
+    };
 }
 
 /* ---- one step ---- */
@@ -606,6 +666,10 @@ pllm_kv_manager *pllm_engine_kv(pllm_engine *e)
 pllm_sched *pllm_engine_sched(pllm_engine *e)
 {
     return e->sched;
+}
+pllm_plan *pllm_engine_plan(pllm_engine *e)
+{
+    return e->plan;
 }
 int32_t pllm_engine_ctx_limit(const pllm_engine *e)
 {

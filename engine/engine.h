@@ -19,6 +19,7 @@
 #pragma once
 
 #include "engine/backend.h"
+#include "engine/block_pool.h"
 #include "engine/common.h"
 #include "engine/model.h"
 #include "engine/sampling.h"
@@ -26,21 +27,27 @@
 typedef struct pllm_tokenizer pllm_tokenizer;
 
 typedef struct pllm_engine_params {
-    int32_t block_size;          /* tokens per KV block; default 16 (0: default) */
-    int32_t n_blocks;            /* KV blocks; 0: from kv_bytes */
-    size_t kv_bytes;             /* KV budget; 0: min(half the backend's kv_available, 4 GiB,
-                                    max_seqs sequences of max_model_len tokens) */
-    int32_t max_batched_tokens;  /* token budget per step; default 2048 (0: default) */
-    int32_t max_seqs;            /* sequences per step; default 64 (0: default) */
-    int32_t max_model_len;       /* longest context; 0: the model's n_ctx_train. The context
-                                    limit is min(this, KV capacity in tokens). */
-    bool no_prefix_cache;        /* disable block-level prefix reuse */
-    uint64_t seed;               /* run seed: requests without a seed derive theirs from it */
-    int32_t max_bypass;          /* fairness bound: a waiting request is overtaken (by prefix
-                                    grouping or by admission past it) at most this many times
-                                    before nothing may pass it; default 1024, which lets
-                                    prefix grouping reorder across ~1000 interleaved requests;
-                                    0: strict FCFS (see engine/scheduler.h) */
+    int32_t block_size;         /* tokens per KV block; default 16 (0: default) */
+    int32_t n_blocks;           /* KV blocks; 0: from kv_bytes */
+    size_t kv_bytes;            /* KV budget; 0: min(half the backend's kv_available, 4 GiB,
+                                   max_seqs sequences of max_model_len tokens) */
+    int32_t max_batched_tokens; /* token budget per step; default 2048 (0: default) */
+    int32_t max_seqs;           /* sequences per step; default 64 (0: default) */
+    int32_t max_model_len;      /* longest context; 0: the model's n_ctx_train. The context
+                                   limit is min(this, KV capacity in tokens). */
+    bool no_prefix_cache;       /* disable block-level prefix reuse */
+    uint64_t seed;              /* run seed: requests without a seed derive theirs from it */
+    int32_t max_bypass;         /* fairness bound: a waiting request is overtaken (by prefix
+                                   grouping or by admission past it) at most this many times
+                                   before nothing may pass it; default 1024, which lets
+                                   prefix grouping reorder across ~1000 interleaved requests;
+                                   0: strict FCFS (see engine/scheduler.h) */
+    pllm_evict_policy eviction; /* which cached block a new allocation evicts:
+                                   PLLM_EVICT_LRU (default, 0): the least recently used;
+                                   PLLM_EVICT_FUTURE: the one whose next use by a queued
+                                   request is farthest away or never (Belady, from the
+                                   queued requests' prompts); ties deepest first, then LRU.
+                                   Both evict leaves first. See engine/block_pool.h. */
 } pllm_engine_params;
 
 void pllm_engine_params_defaults(pllm_engine_params *p);
@@ -49,15 +56,15 @@ void pllm_engine_params_defaults(pllm_engine_params *p);
 
 typedef struct pllm_request_params {
     pllm_sampling_params sampling;
-    int32_t max_tokens;           /* default 256 */
-    int32_t min_tokens;           /* EOS/stop ids are banned until this many are generated */
+    int32_t max_tokens; /* default 256 */
+    int32_t min_tokens; /* EOS/stop ids are banned until this many are generated */
     bool ignore_eos;
-    bool has_seed;                /* sampling.seed was given by the user */
+    bool has_seed; /* sampling.seed was given by the user */
     int32_t n_stop_ids;
-    int32_t stop_ids[PLLM_MAX_STOP];  /* extra stop token ids (besides the model's EOS ids) */
+    int32_t stop_ids[PLLM_MAX_STOP]; /* extra stop token ids (besides the model's EOS ids) */
     int32_t n_stop;
-    const char *stop[PLLM_MAX_STOP];  /* stop strings; copied by add() */
-    int32_t n;                    /* completions for this prompt; default 1 */
+    const char *stop[PLLM_MAX_STOP]; /* stop strings; copied by add() */
+    int32_t n;                       /* completions for this prompt; default 1 */
 } pllm_request_params;
 
 void pllm_request_params_defaults(pllm_request_params *p);
@@ -65,31 +72,31 @@ void pllm_request_params_defaults(pllm_request_params *p);
 pllm_status pllm_request_params_validate(const pllm_request_params *p);
 
 typedef enum pllm_finish_reason {
-    PLLM_FINISH_STOP = 0,  /* EOS, a stop id or a stop string */
-    PLLM_FINISH_LENGTH,    /* max_tokens or the context limit */
-    PLLM_FINISH_ERROR,     /* the request failed: see error */
+    PLLM_FINISH_STOP = 0, /* EOS, a stop id or a stop string */
+    PLLM_FINISH_LENGTH,   /* max_tokens or the context limit */
+    PLLM_FINISH_ERROR,    /* the request failed: see error */
 } pllm_finish_reason;
 
 const char *pllm_finish_reason_str(pllm_finish_reason r); /* "stop", "length", "error" */
 
 typedef struct pllm_completion {
     uint64_t req_id;
-    int32_t index;              /* 0 .. n-1 for n > 1 */
+    int32_t index; /* 0 .. n-1 for n > 1 */
     void *user;
     pllm_finish_reason finish;
-    const char *error;          /* message when finish == ERROR */
-    const char *text;           /* generated text, stop string excluded */
+    const char *error; /* message when finish == ERROR */
+    const char *text;  /* generated text, stop string excluded */
     size_t text_len;
-    const int32_t *token_ids;   /* generated ids */
+    const int32_t *token_ids; /* generated ids */
     int32_t n_tokens;
-    const float *logprobs;      /* [n_tokens] when requested, else NULL */
+    const float *logprobs; /* [n_tokens] when requested, else NULL */
     int32_t top_n;
-    const int32_t *top_ids;     /* [n_tokens][top_n] */
-    const float *top_logprobs;  /* [n_tokens][top_n] */
+    const int32_t *top_ids;    /* [n_tokens][top_n] */
+    const float *top_logprobs; /* [n_tokens][top_n] */
     int32_t prompt_tokens;
-    int32_t cached_tokens;      /* prompt tokens served from the prefix cache at admission
-                                   (for completions 1..n-1: the full prompt blocks they share
-                                   with completion 0, with or without the prefix cache) */
+    int32_t cached_tokens; /* prompt tokens served from the prefix cache at admission
+                              (for completions 1..n-1: the full prompt blocks they share
+                              with completion 0, with or without the prefix cache) */
     double t_arrival, t_first_token, t_finish; /* pllm_now() seconds */
 } pllm_completion;
 
@@ -109,6 +116,59 @@ typedef struct pllm_engine_stats {
     int32_t block_size;
 } pllm_engine_stats;
 
+/*
+ * Prefix plan statistics (pllm_engine_get_plan_stats; engine/prefix_plan.h), for a report
+ * before and after a run.
+ *
+ * best_cached_tokens, the best achievable prefix-cache hit for the input: over the prompts
+ * added so far (a request with n completions counts n times), with block_size = bs and B the
+ * distinct full blocks of those prompts (a block = its tokens in the context of every token
+ * before it),
+ *     best = bs * sum over b in B of (|H(b)| - [C(b) == H(b)])
+ * where C(b) is the set of prompts holding b and H(b) those that can reuse it from the cache:
+ * b is among their first (n_prompt - 1) / bs blocks (the last prompt token is always
+ * recomputed). That is: each distinct full block is computed once, by a prompt that cannot
+ * reuse it if there is one, and served from the cache to every other prompt that can reuse it.
+ * Without prefix caching only completions 1..n-1 reuse completion 0's prompt blocks:
+ *     best = bs * sum over completions k >= 1 of (n_prompt - 1) / bs.
+ * The KV size does not lower it: add() refuses a prompt the cache cannot hold alone, and
+ * running the requests one at a time in trie (sorted) order keeps every block it needs
+ * cached, since a request shares the most with the one just before it, whose blocks are then
+ * the most recently used and the last it released. So it is achievable with any cache that
+ * admits the requests; with many sequences running at once it is reached only when the cache
+ * also holds the running groups' prefixes. Tokens of generated text are not in it (a prompt
+ * that repeats another request's output can hit beyond it).
+ *
+ * hit_rate, the achieved rate: prompt_tokens_cached / prompt_tokens over finished requests
+ * (cached at first admission, as pllm_completion.cached_tokens). After a run in which every
+ * added request finished, hit_rate <= best_hit_rate.
+ *
+ * blocks_computed counts the full prompt blocks the model computed (a block counts when its
+ * last token is computed; recomputes after preemption count again), blocks_recomputed those
+ * of them whose identical block (same tokens, same context) was computed before in this run:
+ * with a cache large enough and no preemption it is 0, i.e. every shared prefix block was
+ * computed exactly once.
+ *
+ * Memory: 8 bytes per distinct prompt block (about 0.5 byte per prompt token at bs 16), up to
+ * 2^23 distinct blocks; past that, exact is false and the figures are lower bounds.
+ */
+typedef struct pllm_engine_plan_stats {
+    int64_t requests;           /* completions added */
+    int64_t prompt_tokens;      /* their prompt tokens */
+    int64_t best_cached_tokens; /* the best achievable (above) */
+    double best_hit_rate;       /* best_cached_tokens / prompt_tokens (0 when no prompt) */
+    int64_t distinct_blocks;    /* distinct full prompt blocks */
+    int64_t shared_blocks;      /* of them, in more than one prompt */
+    int64_t finished_requests;
+    int64_t finished_prompt_tokens;
+    int64_t finished_cached_tokens;
+    double hit_rate; /* finished_cached_tokens / finished_prompt_tokens */
+    int64_t blocks_computed;
+    int64_t blocks_recomputed;
+    int64_t grouped; /* requests queued behind their prefix group, not at the tail */
+    bool exact;
+} pllm_engine_plan_stats;
+
 typedef struct pllm_engine pllm_engine;
 
 pllm_status pllm_engine_create(pllm_engine **out, const pllm_model *model, pllm_backend *backend,
@@ -123,3 +183,10 @@ bool pllm_engine_has_work(const pllm_engine *e);
 /* One scheduling step; emit is called for every request that finishes in it. */
 pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg);
 void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out);
+/* The prefix plan statistics (above); any time, e.g. after adding the input and before the
+ * first step, and after the last. */
+void pllm_engine_get_plan_stats(const pllm_engine *e, pllm_engine_plan_stats *out);
+/* "lru" / "future" <-> the policy (for option parsing and reports); parse returns
+ * PLLM_ERR_INVALID naming the value. */
+const char *pllm_evict_policy_str(pllm_evict_policy p);
+pllm_status pllm_evict_policy_parse(const char *s, pllm_evict_policy *out);

@@ -1,13 +1,15 @@
 /*
  * engine_internal.h: accessors into a running engine for tests and benchmarks (not for cmd/):
- * the last step's plan, the KV manager (and through it the block pool), the context limit, and
- * a create() with hooks (a degenerate block hash to force prefix-cache key collisions).
+ * the last step's plan, the KV manager (and through it the block pool), the prefix planner, the
+ * context limit, and a create() with hooks (a degenerate block hash to force prefix-cache key
+ * collisions; FCFS queueing for comparisons).
  * Pointers are borrowed from the engine and valid until its next step.
  */
 #pragma once
 
 #include "engine/engine.h"
 #include "engine/kv_manager.h"
+#include "engine/prefix_plan.h"
 #include "engine/scheduler.h"
 
 /* The plan of the last step (entries' req pointers are NULL for requests finished in it). */
@@ -15,12 +17,16 @@ const pllm_sched_out *pllm_engine_last_plan(const pllm_engine *e);
 pllm_kv_manager *pllm_engine_kv(pllm_engine *e);
 /* The scheduler (its waiting queue can be walked with pllm_sched_waiting_head / w_next). */
 pllm_sched *pllm_engine_sched(pllm_engine *e);
+/* The prefix planner (its check verifies the trie and the next-use labels). */
+pllm_plan *pllm_engine_plan(pllm_engine *e);
 /* min(max_model_len, KV capacity in tokens): a request stops ("length") when it gets there. */
 int32_t pllm_engine_ctx_limit(const pllm_engine *e);
 
 typedef struct pllm_engine_hooks {
     pllm_block_hash_fn block_hash; /* NULL: XXH3 */
     void *block_hash_arg;
+    bool no_grouping;   /* queue every new request at the tail (FCFS order; for comparisons) */
+    int32_t label_bits; /* queue label spacing 2^label_bits (0: 64); small forces respacing */
 } pllm_engine_hooks;
 
 pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model,

@@ -64,6 +64,9 @@ void pllm_req_free(pllm_req *r)
     pllm_tokens_free(&r->tokens);
     pllm_kv_table_free(&r->table);
     pllm_key_chain_free(&r->keys);
+    PLLM_ASSERT(!r->plan_waiting);
+    free(r->plan_path);
+    free(r->plan_keys);
     for (int32_t i = 0; i < PLLM_MAX_STOP; i++) free(r->stop_store[i]);
     free(r->stop_ids);
     pllm_buf_free(&r->text);

@@ -27,16 +27,25 @@ typedef enum pllm_req_state {
 
 typedef struct pllm_req pllm_req;
 
-/* Queue order: (group, add order), compared lexicographically. A request that starts a group
- * has major == its own arrival; one queued behind its prefix group takes the group's major. */
-typedef struct pllm_order {
-    uint64_t major, minor;
-} pllm_order;
+/* Queue order: a 128-bit label (block_pool.h), increasing along the waiting queue. The
+ * scheduler gives a new request a label after every other one (the tail) or, when it joins its
+ * prefix group, one between the group's last waiting request and its successor; labels are
+ * respaced (order kept) when a gap runs out. A request keeps its label while it runs, so a
+ * preempted request returns to its old place. */
+typedef pllm_label pllm_order;
 
 static inline bool pllm_order_lt(pllm_order a, pllm_order b)
 {
-    return a.major < b.major || (a.major == b.major && a.minor < b.minor);
+    return pllm_label_lt(a, b);
 }
+
+/* One block of a request's path in the prefix planner's trie (engine/prefix_plan.h). */
+typedef struct pllm_plan_use {
+    pllm_label order; /* the request's order while it waits (heap key, kept local) */
+    pllm_req *req;
+    int32_t node;             /* trie node */
+    int32_t min_pos, max_pos; /* positions in the node's waiting heaps; -1 when not waiting */
+} pllm_plan_use;
 
 /* The n completions of one request. */
 typedef struct pllm_req_group {
@@ -61,13 +70,20 @@ struct pllm_req {
     pllm_req_state state;
     pllm_order order;          /* queue position (scheduler-owned): the waiting queue and the
                                   running list are sorted by it */
-    int32_t n_group_keys;      /* prompt block keys registered for prefix grouping */
     pllm_req *w_prev, *w_next; /* waiting queue links */
     int32_t n_bypassed;        /* requests queued behind this one admitted before it, in the
                                   current wait (reset on admission) */
     int32_t n_preempted;
     bool admitted_once;
     int32_t cached_tokens; /* prompt tokens found in the cache at first admission */
+
+    /* prefix planner (owned by engine/prefix_plan.c) */
+    uint64_t *plan_keys; /* [n_plan_keys] planner keys of the full blocks of tokens */
+    int32_t n_plan_keys, plan_keys_cap;
+    pllm_plan_use *plan_path; /* [n_plan_path]: trie nodes of the reusable blocks */
+    int32_t n_plan_path, plan_path_cap;
+    bool plan_waiting;   /* the path is in the nodes' waiting heaps */
+    bool plan_accounted; /* the prompt is counted in the plan statistics */
 
     /* parameters */
     pllm_request_params params; /* stop[] point into stop_store */

@@ -6,29 +6,24 @@
 
 #define GROUP_JUMP_LIMIT 2048 /* a new request joins its group only this far back */
 
-typedef struct group_slot {
-    uint64_t key;
-    pllm_req *r;
-} group_slot;
+__extension__ typedef unsigned __int128 u128;
 
 struct pllm_sched {
     pllm_sched_params p;
     pllm_kv_manager *kv;
+    pllm_plan *plan;
     int32_t bs;
     pllm_req *w_head, *w_tail; /* waiting queue, by order */
     int32_t n_waiting;
     pllm_req **running; /* [max_seqs], by order */
     int32_t n_running;
     int64_t n_preemptions;
+    int64_t n_relabels;
+    u128 max_label;        /* the largest label handed out */
     pllm_req **skipped;    /* [scan_limit]: deferred in the current admission scan */
     pllm_req **prefilling; /* [max_seqs]: running requests still computing their prompt */
     int32_t *hit;          /* [hit_cap]: cache hits of the candidate */
     int32_t hit_cap;
-    /* prefix grouping: prompt block key -> the latest waiting request with that block */
-    group_slot *gmap; /* [gmask + 1], linear probing, r == NULL: empty */
-    uint64_t gmask;
-    int64_t gcount;
-    int64_t n_grouped; /* requests placed next to their group */
 };
 
 void pllm_sched_out_free(pllm_sched_out *o)
@@ -39,7 +34,8 @@ void pllm_sched_out_free(pllm_sched_out *o)
     *o = (pllm_sched_out){0};
 }
 
-pllm_status pllm_sched_init(pllm_sched **out, const pllm_sched_params *p, pllm_kv_manager *kv)
+pllm_status pllm_sched_init(pllm_sched **out, const pllm_sched_params *p, pllm_kv_manager *kv,
+                            pllm_plan *plan)
 {
     *out = NULL;
     if (p->max_batched_tokens < 1)
@@ -55,6 +51,8 @@ pllm_status pllm_sched_init(pllm_sched **out, const pllm_sched_params *p, pllm_k
     if (!s) return PLLM_ERR_NOMEM;
     s->p = *p;
     s->kv = kv;
+    s->plan = plan;
+    if (s->p.label_bits <= 0 || s->p.label_bits > 64) s->p.label_bits = 64;
     s->bs = pllm_kv_block_size(kv);
     s->running = pllm_calloc((size_t)p->max_seqs, sizeof *s->running);
     s->skipped = pllm_calloc((size_t)p->scan_limit, sizeof *s->skipped);
@@ -74,7 +72,6 @@ void pllm_sched_free(pllm_sched *s)
     free(s->skipped);
     free(s->prefilling);
     free(s->hit);
-    free(s->gmap);
     free(s);
 }
 
@@ -92,7 +89,13 @@ int64_t pllm_sched_n_preemptions(const pllm_sched *s)
 }
 int64_t pllm_sched_n_grouped(const pllm_sched *s)
 {
-    return s->n_grouped;
+    pllm_plan_stats st;
+    pllm_plan_get_stats(s->plan, &st);
+    return st.grouped;
+}
+int64_t pllm_sched_n_relabels(const pllm_sched *s)
+{
+    return s->n_relabels;
 }
 pllm_req *pllm_sched_waiting_head(const pllm_sched *s)
 {
@@ -106,23 +109,64 @@ pllm_req *const *pllm_sched_running(const pllm_sched *s, int32_t *n)
 
 /* ---- queues ---- */
 
-/* Insert into the waiting queue at r's order position: a new request lands at or near the
- * tail; a preempted one is old, so its place is searched from the head. */
-static void waiting_insert(pllm_sched *s, pllm_req *r)
+static u128 lab_u(pllm_label l)
 {
-    pllm_req *after;
-    if (!s->w_tail || pllm_order_lt(s->w_tail->order, r->order)) {
-        after = s->w_tail;
-    } else if (r->state == PLLM_REQ_RUNNING) {
-        /* preempted: old, search from the head */
-        after = NULL;
-        for (pllm_req *x = s->w_head; x && pllm_order_lt(x->order, r->order); x = x->w_next)
-            after = x;
-    } else {
-        /* new, joining a group near the tail */
-        after = s->w_tail;
-        while (after && pllm_order_lt(r->order, after->order)) after = after->w_prev;
+    return ((u128)l.hi << 64) | l.lo;
+}
+
+static pllm_label u_lab(u128 v)
+{
+    return (pllm_label){.hi = (uint64_t)(v >> 64), .lo = (uint64_t)v};
+}
+
+/* Respace every label (waiting and running requests, merged in order) evenly, 2^64 apart
+ * (2^label_bits) or closer when there are more than 2^62 of them, keeping their order. */
+static void relabel(pllm_sched *s)
+{
+    int64_t n = s->n_waiting + s->n_running;
+    u128 step = ((u128)1 << 126) / (u128)(n + 1), at = 0;
+    if (step > ((u128)1 << s->p.label_bits)) step = (u128)1 << s->p.label_bits;
+    pllm_req *w = s->w_head;
+    int32_t i = 0;
+    while (w || i < s->n_running) {
+        pllm_req *r;
+        if (w && (i == s->n_running || !pllm_order_lt(s->running[i]->order, w->order))) {
+            r = w;
+            w = w->w_next;
+        } else {
+            r = s->running[i++];
+        }
+        at += step;
+        r->order = u_lab(at);
+        if (r->state == PLLM_REQ_WAITING) pllm_plan_relabeled(s->plan, r);
     }
+    s->max_label = at;
+    s->n_relabels++;
+}
+
+/* A label for a new request queued right after `after` (the tail or NULL: after every label
+ * handed out). */
+static pllm_order label_after(pllm_sched *s, const pllm_req *after)
+{
+    if (s->max_label >= ((u128)1 << 127)) relabel(s);
+    if (!after || !after->w_next) {
+        s->max_label += (u128)1 << s->p.label_bits;
+        return u_lab(s->max_label);
+    }
+    u128 x = lab_u(after->order), y = lab_u(after->w_next->order);
+    if (y - x < 2) {
+        relabel(s);
+        x = lab_u(after->order);
+        y = lab_u(after->w_next->order);
+    }
+    /* close to x: the group's next member will go right after this one */
+    u128 step = (y - x) / 64;
+    return u_lab(x + (step ? step : 1));
+}
+
+/* Link r into the waiting queue right after `after` (NULL: at the head). */
+static void waiting_link(pllm_sched *s, pllm_req *r, pllm_req *after)
+{
     r->w_prev = after;
     r->w_next = after ? after->w_next : s->w_head;
     if (r->w_next)
@@ -136,6 +180,19 @@ static void waiting_insert(pllm_sched *s, pllm_req *r)
     s->n_waiting++;
     r->state = PLLM_REQ_WAITING;
     r->n_bypassed = 0;
+}
+
+/* A preempted request returns to its old place (its label), searched from the head. */
+static void waiting_reinsert(pllm_sched *s, pllm_req *r)
+{
+    pllm_req *after = NULL;
+    if (s->w_tail && pllm_order_lt(s->w_tail->order, r->order)) {
+        after = s->w_tail;
+    } else {
+        for (pllm_req *x = s->w_head; x && pllm_order_lt(x->order, r->order); x = x->w_next)
+            after = x;
+    }
+    waiting_link(s, r, after);
 }
 
 static void waiting_remove(pllm_sched *s, pllm_req *r)
@@ -179,148 +236,58 @@ static int32_t running_index(const pllm_sched *s, const pllm_req *r)
     return -1;
 }
 
-/* ---- prefix grouping ---- */
-
-static uint64_t gmap_home(const pllm_sched *s, uint64_t key)
-{
-    return (key ^ (key >> 31)) & s->gmask;
-}
-
-static pllm_req *gmap_get(const pllm_sched *s, uint64_t key)
-{
-    if (!s->gmap) return NULL;
-    for (uint64_t i = gmap_home(s, key);; i = (i + 1) & s->gmask) {
-        if (!s->gmap[i].r) return NULL;
-        if (s->gmap[i].key == key) return s->gmap[i].r;
-    }
-}
-
-static pllm_status gmap_put(pllm_sched *s, uint64_t key, pllm_req *r);
-
-static pllm_status gmap_grow(pllm_sched *s)
-{
-    uint64_t old_n = s->gmap ? s->gmask + 1 : 0, n = old_n ? old_n * 2 : 1024;
-    group_slot *old = s->gmap;
-    s->gmap = pllm_calloc((size_t)n, sizeof *s->gmap);
-    if (!s->gmap) {
-        s->gmap = old;
-        return PLLM_ERR_NOMEM;
-    }
-    s->gmask = n - 1;
-    s->gcount = 0;
-    for (uint64_t i = 0; i < old_n; i++)
-        if (old[i].r) PLLM_TRY(gmap_put(s, old[i].key, old[i].r));
-    free(old);
-    return PLLM_OK;
-}
-
-/* Map key to r, replacing an earlier request. */
-static pllm_status gmap_put(pllm_sched *s, uint64_t key, pllm_req *r)
-{
-    if (!s->gmap || 2 * (s->gcount + 1) > (int64_t)(s->gmask + 1)) PLLM_TRY(gmap_grow(s));
-    uint64_t i = gmap_home(s, key);
-    while (s->gmap[i].r && s->gmap[i].key != key) i = (i + 1) & s->gmask;
-    if (!s->gmap[i].r) s->gcount++;
-    s->gmap[i] = (group_slot){.key = key, .r = r};
-    return PLLM_OK;
-}
-
-/* Remove key's entry if it maps to r (backward-shift deletion keeps probe chains intact). */
-static void gmap_del_if(pllm_sched *s, uint64_t key, const pllm_req *r)
-{
-    if (!s->gmap) return;
-    uint64_t i = gmap_home(s, key);
-    for (;; i = (i + 1) & s->gmask) {
-        if (!s->gmap[i].r) return;
-        if (s->gmap[i].key == key) break;
-    }
-    if (s->gmap[i].r != r) return;
-    for (uint64_t j = i;;) {
-        j = (j + 1) & s->gmask;
-        if (!s->gmap[j].r) break;
-        uint64_t k = gmap_home(s, s->gmap[j].key);
-        /* move slot j back to the hole at i unless its home lies cyclically in (i, j] */
-        bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
-        if (stays) continue;
-        s->gmap[i] = s->gmap[j];
-        i = j;
-    }
-    s->gmap[i].r = NULL;
-    s->gcount--;
-}
-
-static void group_unregister(pllm_sched *s, pllm_req *r)
-{
-    for (int32_t i = 0; i < r->n_group_keys; i++) gmap_del_if(s, r->keys.keys[i], r);
-    r->n_group_keys = 0;
-}
-
-/* The waiting request sharing the longest run of full prompt blocks with r, or NULL. */
-static pllm_req *find_group(const pllm_sched *s, const pllm_req *r)
-{
-    int32_t n = PLLM_MIN(r->n_prompt / s->bs, r->keys.n);
-    for (int32_t i = n - 1; i >= 0; i--) {
-        pllm_req *g = gmap_get(s, r->keys.keys[i]);
-        /* keys can collide (even across depths): verify the tokens */
-        if (g && g != r && g->state == PLLM_REQ_WAITING && g->n_prompt >= (i + 1) * s->bs &&
-            memcmp(g->tokens.ids, r->tokens.ids,
-                   (size_t)(i + 1) * (size_t)s->bs * sizeof(int32_t)) == 0)
-            return g;
-    }
-    return NULL;
-}
+/* ---- adding ---- */
 
 pllm_status pllm_sched_add(pllm_sched *s, pllm_req *r)
 {
     bool caching = pllm_block_pool_caching(pllm_kv_pool(s->kv));
-    pllm_req *g = NULL;
-    if (caching) {
+    if (caching)
         PLLM_TRY(pllm_kv_keys_extend(s->kv, &r->keys, r->tokens.ids, (int32_t)r->tokens.n));
-        g = find_group(s, r);
-    }
-    /* Join the group: queue order is (group, add order), so r goes behind the group's members,
-     * overtaking everyone queued after them, unless one of those has already been overtaken
-     * max_bypass times or they are too many. Otherwise r starts its own group at the tail. */
-    r->order = (pllm_order){.major = r->arrival, .minor = r->arrival};
-    if (g) {
-        pllm_order want = {.major = g->order.major, .minor = r->arrival};
+    PLLM_TRY(pllm_plan_add(s->plan, r));
+    /* Join the group: r goes right behind the last waiting request of the deepest trie node it
+     * shares (depth-first order), overtaking everyone queued after that request, unless one of
+     * those has already been overtaken max_bypass times or they are too many. It does so only
+     * when it pays: when the work queued behind the group (prompt + max_tokens each) exceeds
+     * half the cache, so the shared prefix would likely be evicted before r ran at the tail.
+     * Otherwise r goes to the tail. */
+    pllm_req *after = s->w_tail, *g = NULL;
+    int32_t depth = 0;
+    if (caching && s->p.max_bypass > 0 && !s->p.no_grouping)
+        g = pllm_plan_group_tail(s->plan, r, &depth);
+    bool jump = false;
+    if (g && g != s->w_tail) {
         int32_t n_jump = 0;
         bool ok = true;
-        /* only worth it when the work queued behind the group would evict the shared prefix
-         * before r runs: more than half the cache's tokens (prompt + max_tokens each) */
         int64_t work = 0,
                 enough = (int64_t)pllm_block_pool_n_blocks(pllm_kv_pool(s->kv)) * s->bs / 2;
-        pllm_req *x = s->w_tail;
-        for (; x && pllm_order_lt(want, x->order) && ok; x = x->w_prev) {
+        for (pllm_req *x = s->w_tail; x != g && ok; x = x->w_prev) {
             ok = x->n_bypassed < s->p.max_bypass && ++n_jump <= GROUP_JUMP_LIMIT;
             work += (int64_t)x->tokens.n + x->params.max_tokens;
         }
-        if (work < enough) ok = false;
-        if (ok && n_jump > 0) {
-            for (x = s->w_tail; x && pllm_order_lt(want, x->order); x = x->w_prev) x->n_bypassed++;
-            s->n_grouped++;
-        }
-        if (ok) r->order = want;
-    }
-    waiting_insert(s, r);
-    if (caching) {
-        /* register r as its blocks' latest waiting request (full prompt blocks only) */
-        int32_t n = PLLM_MIN(r->n_prompt / s->bs, r->keys.n);
-        for (r->n_group_keys = 0; r->n_group_keys < n; r->n_group_keys++) {
-            pllm_status st = gmap_put(s, r->keys.keys[r->n_group_keys], r);
-            if (st != PLLM_OK) { /* leave no trace: r is not queued */
-                group_unregister(s, r);
-                waiting_remove(s, r);
-                return st;
-            }
+        if (ok && work >= enough) {
+            after = g;
+            jump = true;
         }
     }
+    r->order = label_after(s, after);
+    waiting_link(s, r, after);
+    pllm_status st = pllm_plan_wait(s->plan, r);
+    if (st != PLLM_OK) { /* leave no trace: r is not queued */
+        waiting_remove(s, r);
+        pllm_plan_remove(s->plan, r);
+        return st;
+    }
+    if (jump) {
+        for (pllm_req *x = s->w_tail; x != r; x = x->w_prev) x->n_bypassed++;
+        pllm_plan_note_grouped(s->plan);
+    }
+    pllm_plan_account(s->plan, r);
     return PLLM_OK;
 }
 
 void pllm_sched_remove(pllm_sched *s, pllm_req *r)
 {
-    group_unregister(s, r);
+    pllm_plan_remove(s->plan, r);
     if (r->state == PLLM_REQ_WAITING) {
         waiting_remove(s, r);
     } else if (r->state == PLLM_REQ_RUNNING) {
@@ -404,7 +371,8 @@ static pllm_status preempt(pllm_sched *s, int32_t i, pllm_sched_out *o)
     r->n_computed = 0;
     r->n_preempted++;
     s->n_preemptions++;
-    waiting_insert(s, r);
+    waiting_reinsert(s, r);
+    PLLM_TRY(pllm_plan_wait(s->plan, r));
     return out_push_victim(o, r);
 }
 
@@ -488,7 +456,8 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
         /* admit r: everyone skipped ahead of it is overtaken once more */
         PLLM_TRY(pllm_kv_allocate(s->kv, &r->table, s->hit, n_hit, n_hit * s->bs + n_new));
         waiting_remove(s, r);
-        group_unregister(s, r);
+        pllm_plan_unwait(s->plan, r);
+        pllm_plan_link(s->plan, r, 0, n_hit);
         r->n_computed = n_hit * s->bs;
         if (!r->admitted_once) {
             r->admitted_once = true;
@@ -545,9 +514,12 @@ pllm_status pllm_sched_update(pllm_sched *s, const pllm_sched_out *o)
 {
     for (int32_t i = 0; i < o->n_entries; i++) {
         pllm_req *r = o->entries[i].req;
+        int32_t before = r->n_computed, committed = r->table.n_committed;
         r->n_computed += o->entries[i].n_new;
         PLLM_ASSERT(r->n_computed <= (int32_t)r->tokens.n);
         PLLM_TRY(pllm_kv_commit(s->kv, &r->table, &r->keys, r->tokens.ids, r->n_computed));
+        pllm_plan_link(s->plan, r, committed, r->table.n_committed);
+        pllm_plan_computed(s->plan, r, before, r->n_computed);
     }
     return PLLM_OK;
 }

@@ -31,13 +31,15 @@
  *          prompt right now (it waits for the block instead of computing it again);
  *        - its blocks do not fit.
  *
- * Prefix grouping (prefix caching on): a new request looks for the latest waiting request
- * that shares the longest run of full prompt blocks with it, and queues right behind that
- * request's group instead of at the tail, so that a shared prefix is computed once and its
- * group runs while it is hot. It does so only when it pays: when the work queued behind the
- * group (prompt + max_tokens of each request) exceeds half the KV cache, i.e. when the shared
- * prefix would likely be evicted before the new request ran at the tail; and only over at
- * most 2048 requests, none of which has already been overtaken max_bypass times.
+ * Prefix grouping (prefix caching on; engine/prefix_plan.h): the planner keeps a trie of the
+ * queued prompts' blocks. A new request finds the deepest trie node it shares with a waiting
+ * request and queues right behind the last waiting request holding that node, instead of at
+ * the tail, so that the waiting queue follows the trie depth first: a shared prefix is
+ * computed once and its group (and each nested subgroup) runs while it is hot. It does so only
+ * when it pays: when the work queued behind the group (prompt + max_tokens of each request)
+ * exceeds half the KV cache, i.e. when the shared prefix would likely be evicted before the
+ * new request ran at the tail; and only over at most 2048 requests, none of which has already
+ * been overtaken max_bypass times. Queue positions are 128-bit labels (request.h).
  *
  * Fairness bound: a waiting request is overtaken at most max_bypass times per wait (from
  * entering the queue to admission), where overtaken means a request queued behind it is
@@ -53,7 +55,8 @@
  * engine before they reach the scheduler, so with nothing running the queue's head always
  * fits: every step makes progress.
  *
- * Ownership: the scheduler borrows the KV manager and the requests (linked into its queues);
+ * Ownership: the scheduler borrows the KV manager, the planner and the requests (linked into
+ * its queues);
  * the engine creates and frees them. The plan in pllm_sched_out is plain data valid until
  * the next schedule call (its req pointers until the request is freed).
  */
@@ -61,6 +64,7 @@
 
 #include "engine/common.h"
 #include "engine/kv_manager.h"
+#include "engine/prefix_plan.h"
 #include "engine/request.h"
 
 typedef struct pllm_sched_params {
@@ -68,6 +72,9 @@ typedef struct pllm_sched_params {
     int32_t max_seqs;           /* running requests at most, >= 1 */
     int32_t max_bypass;         /* fairness bound (see above), >= 0 */
     int32_t scan_limit;         /* admission gives up after skipping this many in one step */
+    bool no_grouping;           /* queue new requests at the tail (FCFS order; benchmarks) */
+    int32_t label_bits;         /* label spacing 2^label_bits (0: 64); tests use small values
+                                   to force respacing */
 } pllm_sched_params;
 
 typedef struct pllm_sched_entry {
@@ -99,7 +106,9 @@ void pllm_sched_out_free(pllm_sched_out *o);
 
 typedef struct pllm_sched pllm_sched;
 
-pllm_status pllm_sched_init(pllm_sched **out, const pllm_sched_params *p, pllm_kv_manager *kv);
+/* kv and plan are borrowed (the planner must have been made for the same KV manager). */
+pllm_status pllm_sched_init(pllm_sched **out, const pllm_sched_params *p, pllm_kv_manager *kv,
+                            pllm_plan *plan);
 /* Frees the scheduler only (not the requests it links). */
 void pllm_sched_free(pllm_sched *s);
 
@@ -116,7 +125,8 @@ void pllm_sched_remove(pllm_sched *s, pllm_req *r);
 int32_t pllm_sched_n_waiting(const pllm_sched *s);
 int32_t pllm_sched_n_running(const pllm_sched *s);
 int64_t pllm_sched_n_preemptions(const pllm_sched *s);
-int64_t pllm_sched_n_grouped(const pllm_sched *s); /* requests queued next to their group */
+int64_t pllm_sched_n_grouped(const pllm_sched *s);  /* requests queued next to their group */
+int64_t pllm_sched_n_relabels(const pllm_sched *s); /* label respacings */
 /* The waiting queue's head (NULL when empty) and the running requests (queue order); for
  * iteration when the engine frees everything. */
 pllm_req *pllm_sched_waiting_head(const pllm_sched *s);

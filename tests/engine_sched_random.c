@@ -9,7 +9,8 @@
  * twice, with prefix caching on and off and different budgets.
  *
  * Every third workload runs with a block hash that collides constantly (one bit of the
- * block's first token), so prefix-cache hits rely on the stored tokens and parent.
+ * block's first token), so prefix-cache hits rely on the stored tokens and parent. The
+ * eviction policy is LRU or FUTURE (next use from the prefix planner) at random.
  *
  * Checked: every completion finishes exactly once with exactly the tokens, finish reason and
  * logprobs of an independent simulation of the fake model run alone; the fake backend's own
@@ -17,8 +18,12 @@
  * the token budget or sequence cap; no waiting request is overtaken more than max_bypass
  * times (tracked by the test from the queue order, the adds and the plans, not from the
  * scheduler's counter); preemptions seen in plans equal the stats;
- * the block pool passes its invariant check after every step, never drops an orphan, and is
- * whole (every block free) at the end.
+ * the block pool passes its invariant check after every step (including, under FUTURE, that
+ * every free parent is evicted after its free children), never drops an orphan nor redirects
+ * an eviction, and is whole (every block free) at the end; the prefix planner passes its check
+ * after every step (trie, waiting heaps, every linked block's next-use label); the best
+ * achievable prompt-cache hit reported before the first step equals an independent count over
+ * the prompts.
  */
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
@@ -77,7 +82,7 @@ typedef struct run_state {
 
 typedef struct totals {
     int64_t workloads, runs, completions, steps, preemptions, refused, cached_tokens, forks,
-        max_overtaken, grouped;
+        max_overtaken, grouped, best_checked, future_runs, relabels;
     int64_t finish_stop, finish_length;
 } totals;
 
@@ -237,7 +242,49 @@ typedef struct variant {
     bool prefix_cache;
     bool weak_hash;
     int32_t max_batched_tokens, max_seqs, max_bypass;
+    pllm_evict_policy eviction;
+    int32_t label_bits;
 } variant;
+
+/* The best achievable cached prompt tokens over the accepted requests (engine.h), by brute
+ * force: for each distinct block prefix, the prompts that can reuse it and those that hold it
+ * but cannot. */
+static int64_t reference_best(const workload *w, const bool *accepted, bool cache)
+{
+    int32_t bs = w->block_size;
+    int64_t best = 0;
+    for (int32_t r = 0; r < w->n_req; r++) {
+        if (!accepted[r]) continue;
+        const wreq *q = &w->reqs[r];
+        if (!cache) {
+            best += (int64_t)(q->params.n - 1) * ((q->n_prompt - 1) / bs) * bs;
+            continue;
+        }
+        for (int32_t i = 0; i < q->n_prompt / bs; i++) {
+            int32_t len = (i + 1) * bs;
+            /* count each distinct prefix once: at its first holder */
+            bool first = true;
+            for (int32_t r2 = 0; r2 < r && first; r2++)
+                if (accepted[r2] && w->reqs[r2].n_prompt >= len &&
+                    !memcmp(w->reqs[r2].prompt, q->prompt, (size_t)len * sizeof(int32_t)))
+                    first = false;
+            if (!first) continue;
+            int64_t hitters = 0, others = 0;
+            for (int32_t r2 = r; r2 < w->n_req; r2++) {
+                const wreq *q2 = &w->reqs[r2];
+                if (!accepted[r2] || q2->n_prompt < len ||
+                    memcmp(q2->prompt, q->prompt, (size_t)len * sizeof(int32_t)))
+                    continue;
+                if (i < (q2->n_prompt - 1) / bs)
+                    hitters += q2->params.n;
+                else
+                    others += q2->params.n;
+            }
+            if (hitters > 0) best += (hitters - (others ? 0 : 1)) * bs;
+        }
+    }
+    return best;
+}
 
 static void run_variant(const workload *w, const variant *v, uint64_t seed, totals *tot)
 {
@@ -258,8 +305,10 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     ep.max_bypass = v->max_bypass;
     ep.max_model_len = w->max_model_len;
     ep.no_prefix_cache = !v->prefix_cache;
+    ep.eviction = v->eviction;
     pllm_engine *e = NULL;
-    pllm_engine_hooks hooks = {.block_hash = v->weak_hash ? weak_hash : NULL};
+    pllm_engine_hooks hooks = {.block_hash = v->weak_hash ? weak_hash : NULL,
+                               .label_bits = v->label_bits};
     CHECK_OK(pllm_engine_create_hooked(&e, &model, &be, NULL, &ep, &hooks));
     if (!e) {
         pllm_backend_free(&be);
@@ -311,6 +360,17 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
         if (!pllm_engine_has_work(e)) {
             if (n_added == w->n_req) break;
             continue;
+        }
+        if (step == 0 && n_added == w->n_req) {
+            /* everything is known before the first step: the plan's best achievable hit */
+            pllm_engine_plan_stats ps;
+            pllm_engine_get_plan_stats(e, &ps);
+            int64_t want = reference_best(w, accepted, v->prefix_cache);
+            CHECK(ps.best_cached_tokens == want && ps.exact);
+            if (ps.best_cached_tokens != want)
+                fprintf(stderr, "  best achievable %lld, reference %lld\n",
+                        (long long)ps.best_cached_tokens, (long long)want);
+            tot->best_checked++;
         }
         snapshot(e, rs, accepted);
         pllm_status st = pllm_engine_step(e, on_done, rs);
@@ -365,6 +425,7 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
             rs->waiting[rs->req_of_id[en->req_id]][en->index] = false;
         }
         CHECK_OK(pllm_block_pool_check(pool, true));
+        CHECK_OK(pllm_plan_check(pllm_engine_plan(e)));
         tot->steps++;
         if (pllm_test_failures) break;
     }
@@ -375,6 +436,7 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     CHECK(es.preemptions == plan_preemptions);
     tot->preemptions += es.preemptions;
     tot->grouped += pllm_sched_n_grouped(pllm_engine_sched(e));
+    tot->relabels += pllm_sched_n_relabels(pllm_engine_sched(e));
     int64_t n_completions = 0;
     for (int32_t r = 0; r < w->n_req; r++) {
         if (!accepted[r]) continue;
@@ -428,8 +490,17 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     CHECK(pllm_block_pool_n_free(pool) == w->n_blocks);
     pllm_block_pool_stats ps;
     pllm_block_pool_get_stats(pool, &ps);
-    CHECK(ps.n_orphan_drops == 0);
+    CHECK(ps.n_orphan_drops == 0 && ps.n_leaf_redirects == 0);
     if (!v->prefix_cache) CHECK(ps.n_indexed == 0);
+    /* the plan: every prompt counted, the trie empty again */
+    pllm_engine_plan_stats pst;
+    pllm_engine_get_plan_stats(e, &pst);
+    CHECK(pst.requests == n_completions && pst.prompt_tokens == es.prompt_tokens);
+    CHECK(pst.blocks_recomputed <= pst.blocks_computed);
+    pllm_plan_stats pls;
+    pllm_plan_get_stats(pllm_engine_plan(e), &pls);
+    CHECK(pls.live_nodes == 0);
+    if (v->eviction == PLLM_EVICT_FUTURE) tot->future_runs++;
     CHECK_OK(pllm_block_pool_check(pool, true));
     fake_backend_stats fs;
     fake_backend_get_stats(&be, &fs);
@@ -465,6 +536,8 @@ int main(int argc, char **argv)
                 .max_batched_tokens = 1 + (int32_t)rnd(&s, 64),
                 .max_seqs = 1 + (int32_t)rnd(&s, 8),
                 .max_bypass = bypass[rnd(&s, 5)],
+                .eviction = rnd(&s, 2) ? PLLM_EVICT_FUTURE : PLLM_EVICT_LRU,
+                .label_bits = rnd(&s, 2) ? 2 : 0, /* 2: respacing all the time */
             };
             run_variant(&w, &v, seed, &tot);
             if (pllm_test_failures) break;
@@ -472,19 +545,22 @@ int main(int argc, char **argv)
         tot.workloads++;
         if (pllm_test_failures) break;
     }
-    fprintf(stderr,
-            "engine_sched_random: %lld workloads, %lld runs, %lld completions (%lld stop, %lld "
-            "length), %lld steps, "
-            "%lld preemptions, %lld prompts refused, %lld cached prompt tokens, %lld forks without "
-            "the cache, "
-            "%lld grouped, max overtaken %lld, %.2f s\n",
-            (long long)tot.workloads, (long long)tot.runs, (long long)tot.completions,
-            (long long)tot.finish_stop, (long long)tot.finish_length, (long long)tot.steps,
-            (long long)tot.preemptions, (long long)tot.refused, (long long)tot.cached_tokens,
-            (long long)tot.forks, (long long)tot.grouped, (long long)tot.max_overtaken,
-            pllm_now() - t0);
+    fprintf(
+        stderr,
+        "engine_sched_random: %lld workloads, %lld runs, %lld completions (%lld stop, %lld "
+        "length), %lld steps, "
+        "%lld preemptions, %lld prompts refused, %lld cached prompt tokens, %lld forks without "
+        "the cache, "
+        "%lld grouped, max overtaken %lld, %lld best-hit checks, %lld runs with FUTURE eviction, "
+        "%lld label respacings, %.2f s\n",
+        (long long)tot.workloads, (long long)tot.runs, (long long)tot.completions,
+        (long long)tot.finish_stop, (long long)tot.finish_length, (long long)tot.steps,
+        (long long)tot.preemptions, (long long)tot.refused, (long long)tot.cached_tokens,
+        (long long)tot.forks, (long long)tot.grouped, (long long)tot.max_overtaken,
+        (long long)tot.best_checked, (long long)tot.future_runs, (long long)tot.relabels,
+        pllm_now() - t0);
     CHECK(tot.preemptions > 0 && tot.refused > 0 && tot.cached_tokens > 0 && tot.forks > 0 &&
-          tot.grouped > 0);
+          tot.grouped > 0 && tot.best_checked > 0 && tot.future_runs > 0 && tot.relabels > 0);
     CHECK(tot.finish_stop > 0 && tot.finish_length > 0);
     return pllm_test_finish("engine_sched_random");
 }
