@@ -18,7 +18,15 @@ struct pllm_cuda_dev {
     int ordinal;
     cudaStream_t stream;
     cublasHandle_t blas;
+    void *blas_ws; /* cuBLAS workspace: set explicitly so GEMMs can be captured into graphs */
 };
+
+struct pllm_cuda_event {
+    cudaEvent_t ev;
+};
+
+/* cuBLAS workspace (NVIDIA recommends 32 MiB on Hopper for graph capture). */
+#define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 
 struct pllm_cuda_graph {
     cudaGraph_t graph;
@@ -74,12 +82,26 @@ static pllm_status cublas_fail(cublasStatus_t s, const char *call, const char *f
     return st;
 }
 
-int pllm_cuda_device_count(void)
+int pllm_cuda_dev_count(char *why, size_t n_why)
 {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* no driver / no device: not an error for the caller */
+        if (why)
+            snprintf(why, n_why, "%s (%s)",
+                     e == cudaErrorNoDevice              ? "no CUDA device"
+                     : e == cudaErrorInsufficientDriver ? "no usable CUDA driver"
+                                                        : "the CUDA runtime cannot start",
+                     cudaGetErrorString(e));
         return 0;
+    }
+    if (why) {
+#ifdef PLLM_CUDA_EMU
+        snprintf(why, n_why, "%d emulated device (cuemu, no GPU)", n);
+#else
+        snprintf(why, n_why, "%d CUDA device%s", n, n == 1 ? "" : "s");
+#endif
     }
     return n;
 }
@@ -87,9 +109,10 @@ int pllm_cuda_device_count(void)
 pllm_status pllm_cuda_dev_init(pllm_cuda_dev **out, int ordinal)
 {
     *out = NULL;
-    int n = pllm_cuda_device_count();
+    char why[256];
+    int n = pllm_cuda_dev_count(why, sizeof why);
     if (ordinal < 0 || ordinal >= n)
-        return pllm_errorf(PLLM_ERR_NOT_FOUND, "CUDA device %d: %d device(s) answer", ordinal, n);
+        return pllm_errorf(PLLM_ERR_NOT_FOUND, "CUDA device %d: %s", ordinal, why);
     pllm_cuda_dev *d = (pllm_cuda_dev *)pllm_calloc(1, sizeof *d);
     if (!d) return PLLM_ERR_NOMEM;
     d->ordinal = ordinal;
@@ -109,6 +132,15 @@ pllm_status pllm_cuda_dev_init(pllm_cuda_dev **out, int ordinal)
         st = cublas_fail(bs, "cublasCreate/cublasSetStream", __FILE__, __LINE__);
         goto fail;
     }
+    if ((e = cudaMalloc(&d->blas_ws, BLAS_WORKSPACE_BYTES)) != cudaSuccess) {
+        st = cuda_fail(e, "cudaMalloc(cuBLAS workspace)", __FILE__, __LINE__);
+        goto fail;
+    }
+    if ((bs = cublasSetWorkspace(d->blas, d->blas_ws, BLAS_WORKSPACE_BYTES)) !=
+        CUBLAS_STATUS_SUCCESS) {
+        st = cublas_fail(bs, "cublasSetWorkspace", __FILE__, __LINE__);
+        goto fail;
+    }
     *out = d;
     return PLLM_OK;
 fail:
@@ -124,6 +156,7 @@ void pllm_cuda_dev_free(pllm_cuda_dev *dev)
         cudaStreamSynchronize(dev->stream);
         cudaStreamDestroy(dev->stream);
     }
+    if (dev->blas_ws) cudaFree(dev->blas_ws);
     free(dev);
 }
 
@@ -138,6 +171,15 @@ pllm_status pllm_cuda_dev_info_get(pllm_cuda_dev *dev, pllm_cuda_dev_info *info)
     info->sm_minor = p.minor;
     info->n_sm = p.multiProcessorCount;
     info->smem_per_block_optin = p.sharedMemPerBlockOptin;
+    /* clocks and bus width are attributes since CUDA 12 (no longer in cudaDeviceProp) */
+    info->mem_bus_bits = p.memoryBusWidth;
+    if (cudaDeviceGetAttribute(&info->mem_clock_khz, cudaDevAttrMemoryClockRate, dev->ordinal) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&info->sm_clock_khz, cudaDevAttrClockRate, dev->ordinal) !=
+            cudaSuccess) {
+        (void)cudaGetLastError();
+        info->mem_clock_khz = info->sm_clock_khz = 0;
+    }
     CUDA_TRY(cudaMemGetInfo(&info->free_bytes, &info->total_bytes));
 #ifdef PLLM_CUDA_EMU
     info->emulated = true;
@@ -255,6 +297,46 @@ pllm_status pllm_cuda_gemm(pllm_cuda_dev *dev, const pllm_cuda_gemm_args *g)
         CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS)
         return cublas_fail(s, "cublasGemmStridedBatchedEx", __FILE__, __LINE__);
+    return PLLM_OK;
+}
+
+pllm_status pllm_cuda_event_create(pllm_cuda_dev *dev, pllm_cuda_event **out)
+{
+    (void)dev;
+    *out = NULL;
+    pllm_cuda_event *e = (pllm_cuda_event *)pllm_calloc(1, sizeof *e);
+    if (!e) return PLLM_ERR_NOMEM;
+    cudaError_t err = cudaEventCreate(&e->ev);
+    if (err != cudaSuccess) {
+        free(e);
+        return cuda_fail(err, "cudaEventCreate", __FILE__, __LINE__);
+    }
+    *out = e;
+    return PLLM_OK;
+}
+
+void pllm_cuda_event_free(pllm_cuda_event *e)
+{
+    if (!e) return;
+    cudaEventDestroy(e->ev);
+    free(e);
+}
+
+pllm_status pllm_cuda_event_record(pllm_cuda_dev *dev, pllm_cuda_event *e)
+{
+    CUDA_TRY(cudaEventRecord(e->ev, dev->stream));
+    return PLLM_OK;
+}
+
+pllm_status pllm_cuda_event_sync(pllm_cuda_event *e)
+{
+    CUDA_TRY(cudaEventSynchronize(e->ev));
+    return PLLM_OK;
+}
+
+pllm_status pllm_cuda_event_elapsed(pllm_cuda_event *start, pllm_cuda_event *end, float *ms)
+{
+    CUDA_TRY(cudaEventElapsedTime(ms, start->ev, end->ev));
     return PLLM_OK;
 }
 

@@ -18,24 +18,15 @@
 #pragma once
 
 #ifdef __cplusplus
-/* The engine headers are C11: give C++ their _Noreturn, and C linkage. */
-#if !defined(_Noreturn)
-#define _Noreturn [[noreturn]]
-#define PLLM_CUDA_UNDEF_NORETURN_
-#endif
-extern "C" {
+extern "C" { /* engine/dtype.h has no C++ guards of its own */
 #endif
 
 #include "engine/common.h"
 #include "engine/dtype.h"
 
-#ifdef PLLM_CUDA_UNDEF_NORETURN_
-#undef _Noreturn
-#undef PLLM_CUDA_UNDEF_NORETURN_
-#endif
-
 typedef struct pllm_cuda_dev pllm_cuda_dev;
 typedef struct pllm_cuda_graph pllm_cuda_graph;
+typedef struct pllm_cuda_event pllm_cuda_event;
 
 typedef struct pllm_cuda_dev_info {
     char name[256];
@@ -44,11 +35,15 @@ typedef struct pllm_cuda_dev_info {
     int n_sm;
     size_t total_bytes, free_bytes;
     size_t smem_per_block_optin; /* the most shared memory one block may use, bytes */
+    int mem_bus_bits;            /* memory bus width, and clock in kHz (0 when unknown) */
+    int mem_clock_khz;
+    int sm_clock_khz;
     bool emulated;               /* the host emulator (cuda/emu/), not a GPU */
 } pllm_cuda_dev_info;
 
-/* Devices that answer (0 when there is no driver or no GPU; never an error). */
-int pllm_cuda_device_count(void);
+/* Devices that answer (0 when there is no driver or no GPU; never an error). When why is not
+ * NULL, why[0..n) gets a one-line reason for the count ("no CUDA driver: ...", "2 devices"). */
+int pllm_cuda_dev_count(char *why, size_t n);
 
 pllm_status pllm_cuda_dev_init(pllm_cuda_dev **out, int ordinal);
 void pllm_cuda_dev_free(pllm_cuda_dev *dev);
@@ -96,6 +91,15 @@ typedef struct pllm_cuda_gemm_args {
     float alpha, beta;
 } pllm_cuda_gemm_args;
 pllm_status pllm_cuda_gemm(pllm_cuda_dev *dev, const pllm_cuda_gemm_args *g);
+
+/* Events: a point in the context's stream. record queues it; sync waits until the stream
+ * has passed it (and reports errors of the work before it); elapsed is the time between two
+ * completed records, in milliseconds. */
+pllm_status pllm_cuda_event_create(pllm_cuda_dev *dev, pllm_cuda_event **out);
+void pllm_cuda_event_free(pllm_cuda_event *e);
+pllm_status pllm_cuda_event_record(pllm_cuda_dev *dev, pllm_cuda_event *e);
+pllm_status pllm_cuda_event_sync(pllm_cuda_event *e);
+pllm_status pllm_cuda_event_elapsed(pllm_cuda_event *start, pllm_cuda_event *end, float *ms);
 
 /* Graph capture: between begin and end, work queued on the context (kernels, copies, GEMMs) is
  * recorded instead of run; pllm_cuda_graph_launch replays it (same pointers, same arguments).

@@ -1,6 +1,7 @@
 /*
  * kernel_util.cuh: small device helpers shared by pllm's kernels: float conversion of the
- * element types, and warp/block sum reductions. Included by .cu files after cuda/launch.h.
+ * element types, warp/block reductions, and the order-preserving float key used by the
+ * selections of the sampler. Included by .cu files after cuda/launch.h.
  */
 #pragma once
 
@@ -8,6 +9,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <stdint.h>
 
 namespace pllm_cuda
 {
@@ -46,6 +48,39 @@ __device__ __forceinline__ float warp_sum(float v)
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+__device__ __forceinline__ double warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ int warp_sum(int v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ unsigned long long warp_max(unsigned long long v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+__device__ __forceinline__ int warp_min(int v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ int warp_max(int v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
 
 /* Sum over the block; every thread gets the same value. Preconditions: blockDim.x is a
  * multiple of 32 (all warps full), blockDim.y == blockDim.z == 1, every thread calls it. One
@@ -60,6 +95,49 @@ __device__ __forceinline__ float block_sum(float v)
     __syncthreads();
     v = lane < n_warps ? partial[lane] : 0.0f;
     return warp_sum(v);
+}
+
+/*
+ * Reentrant block reductions: every thread gets the result. Preconditions as block_sum; scratch
+ * is 32 elements of shared memory the caller owns. Two barriers (the first keeps a previous
+ * call's readers from seeing this call's partials), so calls may follow each other directly.
+ */
+template <typename T, typename Warp>
+__device__ __forceinline__ T block_reduce(T v, T *scratch, T identity, Warp warp_op)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_op(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? scratch[lane] : identity;
+    return warp_op(v);
+}
+struct warp_sum_op {
+    template <typename T> __device__ __forceinline__ T operator()(T v) const
+    {
+        return warp_sum(v);
+    }
+};
+struct warp_max_op {
+    template <typename T> __device__ __forceinline__ T operator()(T v) const
+    {
+        return warp_max(v);
+    }
+};
+struct warp_min_op {
+    template <typename T> __device__ __forceinline__ T operator()(T v) const
+    {
+        return warp_min(v);
+    }
+};
+
+/* A key that orders floats as their values (larger float, larger key), with -0 == +0. NaN
+ * must not occur. */
+__device__ __forceinline__ uint32_t float_key(float v)
+{
+    uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
 } /* namespace pllm_cuda */

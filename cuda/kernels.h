@@ -1,10 +1,14 @@
 /*
- * kernels.h: the C launchers of pllm's CUDA kernels, one per kernel (or kernel family). Each
- * takes the device context first, then outputs, then inputs, then sizes; validates its
- * arguments; queues the kernel on the context's stream; and returns the launch status (errors
- * of the kernel's execution surface at the next pllm_cuda_sync). All pointers are device
- * memory. The comment above each kernel in its .cu file gives the launch mapping, the shared
- * memory and the bytes/FLOPs it moves.
+ * kernels.h: the C launchers of pllm's CUDA kernels, one per kernel (or kernel family), and the
+ * plain-data records (attention work items, sampling parameters, sampling results) the host
+ * packs for them. Each launcher takes the device context first, then outputs, then inputs, then
+ * sizes; validates its arguments; queues the kernel on the context's stream; and returns the
+ * launch status (errors of the kernel's execution surface at the next pllm_cuda_sync). All
+ * pointers are device memory. The comment above each kernel in its .cu file gives the launch
+ * mapping, the shared memory and the bytes/FLOPs it moves.
+ *
+ * Launchers never allocate: workspace is the caller's (sizes from the *_workspace helpers), so
+ * every launch can be captured into a CUDA graph.
  */
 #pragma once
 
@@ -26,6 +30,16 @@ pllm_status pllm_cuda_rmsnorm_residual(pllm_cuda_dev *dev, void *out, pllm_dtype
                                        int32_t n_rows, int32_t dim, float eps);
 
 /*
+ * RMSNorm of gathered rows (cuda/rmsnorm.cu), for the final norm of the sampled tokens only:
+ *     out[i] = norm(residual[rows[i]] + (x ? x[rows[i]] : 0)) * weight,   i < n_rows
+ * residual and x are read only. out: [n_rows][dim] of out_dtype; residual, x: [*][dim] F32;
+ * rows: [n_rows] int32 row indices.
+ */
+pllm_status pllm_cuda_rmsnorm_rows(pllm_cuda_dev *dev, void *out, pllm_dtype out_dtype,
+                                   const float *residual, const float *x, const int32_t *rows,
+                                   const float *weight, int32_t n_rows, int32_t dim, float eps);
+
+/*
  * Embedding gather (cuda/embedding.cu): out[t] = table[tokens[t]] as F32, for t < n_tokens.
  * out: [n_tokens][dim] F32; table: [n_vocab][dim] of table_dtype (F32, F16 or BF16); tokens:
  * [n_tokens] int32, each in [0, n_vocab) (an id outside traps: the device reports a launch
@@ -34,6 +48,143 @@ pllm_status pllm_cuda_rmsnorm_residual(pllm_cuda_dev *dev, void *out, pllm_dtype
 pllm_status pllm_cuda_embedding(pllm_cuda_dev *dev, float *out, const void *table,
                                 pllm_dtype table_dtype, const int32_t *tokens, int32_t n_tokens,
                                 int32_t dim, int32_t n_vocab);
+
+/*
+ * QKV bias + RoPE + K/V store (cuda/qkv_rope.cu), one kernel per layer. For each token t:
+ *   q = qkv[t][0, QD), k = qkv[t][QD, QD + KVD), v = qkv[t][QD + KVD, QD + 2 KVD)
+ *   (QD = n_head * head_dim, KVD = n_head_kv * head_dim, row stride ld >= QD + 2 KVD);
+ *   add bias (when not NULL: [QD + 2 KVD] F32), rotate the first rope_dim dims of every q and k
+ *   head by positions[t] (model.h: NORM pairs (2i, 2i+1), NEOX pairs (i, i + rope_dim/2),
+ *   angle positions[t] * inv_freq[i] taken in double), write q and k back into qkv, and store k
+ *   and v at slots[t] of this layer's caches (backend.h layout, kv_dtype F32 or F16). A slot
+ *   < 0 stores nothing (padding tokens of a captured decode graph).
+ * qkv: [n_tokens][ld] F32 (in/out); inv_freq: [rope_dim / 2] double.
+ */
+typedef struct pllm_cuda_qkv_rope_args {
+    float *qkv;
+    int64_t ld;
+    const float *bias;
+    const int32_t *positions, *slots; /* [n_tokens] */
+    const double *inv_freq;
+    void *k_cache, *v_cache;          /* [n_blocks][n_head_kv][block_size][head_dim] */
+    pllm_dtype kv_dtype;
+    int32_t n_tokens, n_head, n_head_kv, head_dim, rope_dim, block_size;
+    int32_t rope_neox;                /* 0: NORM, 1: NEOX */
+} pllm_cuda_qkv_rope_args;
+pllm_status pllm_cuda_qkv_rope(pllm_cuda_dev *dev, const pllm_cuda_qkv_rope_args *a);
+
+/*
+ * Paged attention (cuda/attention_decode.cu, cuda/attention_prefill.cu). Query head h of token
+ * row t is q[t * q_stride + h * head_dim .. + head_dim) (F32, as qkv_rope leaves it); it uses
+ * kv head h / (n_head / n_head_kv) of this layer's caches through its sequence's block table
+ * (block_tables + bt: position p lives in block block_tables[bt + p / block_size]). The output
+ * row t, head h is out[t * n_head * head_dim + h * head_dim ..] in out_dtype:
+ *     out = softmax(scale * q . K[0 .. n)) V[0 .. n)
+ * where n is the number of positions the query attends to (its position + 1).
+ */
+typedef struct pllm_cuda_attn_args {
+    void *out;
+    pllm_dtype out_dtype;          /* F32, F16 or BF16 */
+    const float *q;
+    int64_t q_stride;
+    const void *k_cache, *v_cache; /* this layer's */
+    pllm_dtype kv_dtype;           /* F32 or F16 */
+    const int32_t *block_tables;
+    int32_t n_head, n_head_kv, head_dim, block_size;
+    float scale;
+} pllm_cuda_attn_args;
+
+/* A decode query: one token attending to positions [0, n_ctx). n_ctx == 0 (padding) writes
+ * zeros. */
+typedef struct pllm_cuda_attn_item {
+    int32_t tok;   /* its row in q and out */
+    int32_t n_ctx;
+    int32_t bt;    /* its block table's offset in block_tables */
+    int32_t pad_;
+} pllm_cuda_attn_item;
+
+/* Most positions one decode block handles at once, and the most query heads per block (heads
+ * beyond are split into more blocks). */
+#define PLLM_CUDA_ATTN_MAX_HEAD_DIM 256
+
+/*
+ * Decode attention over n_items single-token queries. With n_splits > 1 each query's context is
+ * cut into n_splits ranges of split_len positions (the last ones may be empty), computed by
+ * separate blocks into workspace and combined by a second kernel; n_splits == 1 writes out
+ * directly. workspace: pllm_cuda_attn_decode_workspace(n_items, n_head, head_dim, n_splits)
+ * bytes (0 when n_splits == 1). Preconditions: head_dim even and <= 256, n_splits * split_len
+ * >= every n_ctx, split_len a multiple of 64.
+ */
+size_t pllm_cuda_attn_decode_workspace(int32_t n_items, int32_t n_head, int32_t head_dim,
+                                       int32_t n_splits);
+pllm_status pllm_cuda_attn_decode(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,
+                                  const pllm_cuda_attn_item *items, int32_t n_items,
+                                  int32_t n_splits, int32_t split_len, void *workspace);
+
+/* A prefill tile: n_q consecutive query tokens of one sequence, rows tok0 .. tok0 + n_q - 1 at
+ * positions pos0 .. pos0 + n_q - 1; query i attends causally to [0, pos0 + i]. */
+typedef struct pllm_cuda_attn_tile {
+    int32_t tok0, n_q, pos0, bt;
+} pllm_cuda_attn_tile;
+
+/* Query tokens per prefill tile for this head layout (tiles built by the host must have
+ * n_q <= this). */
+int32_t pllm_cuda_attn_prefill_tile_tokens(int32_t n_head, int32_t n_head_kv);
+pllm_status pllm_cuda_attn_prefill(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,
+                                   const pllm_cuda_attn_tile *tiles, int32_t n_tiles);
+
+/*
+ * SwiGLU over the fused gate/up projection (cuda/swiglu.cu):
+ *     out[t][i] = silu(gu[t][i]) * gu[t][n_ff + i],  silu(g) = g / (1 + e^-g)
+ * gu: [n_tokens][2 n_ff] of dtype (F32, F16 or BF16: the output of one GEMM with the gate rows
+ * stacked over the up rows); out: [n_tokens][n_ff] of the same dtype; math in F32.
+ */
+pllm_status pllm_cuda_swiglu(pllm_cuda_dev *dev, void *out, const void *gu, pllm_dtype dtype,
+                             int32_t n_tokens, int32_t n_ff);
+
+/*
+ * Sampling (cuda/sample.cu): the device twin of pllm_sample (engine/sampling.h), one block per
+ * sample. The host fills one record per sample; id lists (prompt, output, banned) are packed
+ * into one int32 array and referenced by offset.
+ */
+enum {
+    PLLM_CUDA_SAMPLE_REP = 1,  /* repetition penalty over prompt and output ids */
+    PLLM_CUDA_SAMPLE_FREQ = 2, /* frequency/presence penalties over output ids */
+};
+#define PLLM_CUDA_MAX_TOP 20 /* sampling.h: logprobs <= 20 */
+
+typedef struct pllm_cuda_sample_params {
+    float temperature, top_p, min_p;
+    float repetition_penalty, presence_penalty, frequency_penalty;
+    int32_t top_k;        /* as in pllm_sampling_params (0 or -1: off) */
+    int32_t n_top;        /* top logprobs wanted, <= PLLM_CUDA_MAX_TOP */
+    uint64_t seed;
+    uint64_t step;        /* the RNG step: the number of tokens generated so far */
+    int32_t flags;        /* PLLM_CUDA_SAMPLE_* */
+    int32_t prompt_off, n_prompt;  /* prompt ids (used with REP) */
+    int32_t output_off, n_output;  /* output ids (used with REP or FREQ) */
+    int32_t banned_off, n_banned;
+    int32_t pad_;
+} pllm_cuda_sample_params;
+
+typedef struct pllm_cuda_sample_top {
+    int32_t ids[PLLM_CUDA_MAX_TOP];
+    float logprobs[PLLM_CUDA_MAX_TOP];
+} pllm_cuda_sample_top;
+
+typedef struct pllm_cuda_sample_args {
+    const float *logits;       /* [n_samples][n_vocab], read only */
+    float *work;               /* [n_samples][n_vocab] processed logits (scratch) */
+    int32_t *counts;           /* [n_samples][n_vocab], all zero on entry; left all zero */
+    const pllm_cuda_sample_params *params; /* [n_samples] */
+    const int32_t *ids;        /* the packed id lists */
+    int32_t *tokens;           /* [n_samples] out */
+    float *logprobs;           /* [n_samples] out: raw log-prob of the token */
+    pllm_cuda_sample_top *top; /* [n_samples] out (entries [0, n_top) written); may be NULL when
+                                  no sample asks for top logprobs */
+    int32_t n_samples, n_vocab;
+} pllm_cuda_sample_args;
+pllm_status pllm_cuda_sample(pllm_cuda_dev *dev, const pllm_cuda_sample_args *a);
 
 #ifdef __cplusplus
 }

@@ -257,7 +257,7 @@ int main(void)
     fprintf(stderr, "cuemu_device: seed %llu (PLLM_TEST_SEED to repeat)\n",
             (unsigned long long)seed);
     uint64_t rng = seed;
-    if (pllm_cuda_device_count() == 0)
+    if (pllm_cuda_dev_count(NULL, 0) == 0)
         pllm_test_skip("no CUDA device answers (the emulated build runs these checks)");
     pllm_cuda_dev *dev = NULL;
     CHECK_OK(pllm_cuda_dev_init(&dev, 0));
@@ -268,7 +268,7 @@ int main(void)
             info.sm_minor, info.total_bytes >> 20, info.emulated);
 #ifdef PLLM_CUDA_EMU
     CHECK(info.emulated);
-    CHECK(pllm_cuda_device_count() == 1);
+    CHECK(pllm_cuda_dev_count(NULL, 0) == 1);
 #else
     CHECK(!info.emulated);
 #endif

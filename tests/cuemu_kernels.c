@@ -139,7 +139,7 @@ int main(void)
     fprintf(stderr, "cuemu_kernels: seed %llu (PLLM_TEST_SEED to repeat)\n",
             (unsigned long long)seed);
     uint64_t rng = seed;
-    if (pllm_cuda_device_count() == 0)
+    if (pllm_cuda_dev_count(NULL, 0) == 0)
         pllm_test_skip("no CUDA device answers (the emulated build runs these checks)");
     pllm_cuda_dev *dev = NULL;
     CHECK_OK(pllm_cuda_dev_init(&dev, 0));

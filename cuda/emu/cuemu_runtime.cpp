@@ -530,6 +530,12 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrWarpSize:
         *value = 32;
         break;
+    case cudaDevAttrClockRate: /* A100's, so reports computed from them look plausible */
+        *value = 1410000;
+        break;
+    case cudaDevAttrMemoryClockRate:
+        *value = 1215000;
+        break;
     default:
         return fail(cudaErrorNotSupported, false, "cudaDeviceGetAttribute(%d) is not emulated",
                     (int)attr);

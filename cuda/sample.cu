@@ -1,0 +1,422 @@
+/*
+ * sample.cu: sampling on the device, the twin of pllm_sample (engine/sampler.c) with the
+ * semantics engine/sampling.h states (see kernels.h for the contract). Only the sampled ids and
+ * the requested logprobs leave the device.
+ *
+ * How each rule of sampling.h is met on a block of threads:
+ *   - sanitising, the raw max and the log-softmax normaliser: one pass, block reductions; the
+ *     exponentials are taken in double and cut to 0 below -708 as the CPU's exp is;
+ *   - top-N raw logprobs: N block arg-max passes over the key (logit, -id), each excluding what
+ *     the previous ones chose (ties: lower id first);
+ *   - bans, then the repetition penalty applied once per distinct id (the first thread to flip
+ *     the id's entry in `counts` applies it), then frequency/presence (counts accumulated with
+ *     atomics, consumed by the first thread to take them back to 0); float arithmetic done
+ *     exactly as the CPU does it (no contraction into FMAs); `counts` is left all zero;
+ *   - greedy: a block arg-max over (processed logit, -id): the lowest id among the maxima;
+ *   - top_k: a radix select (4 passes of 8 bits over an order-preserving key) finds the k-th
+ *     largest processed logit, counting duplicates as the CPU's heap does;
+ *   - min_p: the weight test w >= min_p;
+ *   - top_p: a weighted radix select finds the logit L* where the mass of larger logits is
+ *     below top_p * total and the mass of logits >= L* reaches it; of the ids tied at L*, the
+ *     lowest-numbered c are kept, c counted with the CPU's running sum; a second radix select
+ *     over ids finds the cut;
+ *   - draw: each thread sums a contiguous range of ids, a block scan gives every range's prefix,
+ *     and the thread whose range crosses u * total walks it in id order;
+ *   - sums are evaluated in a different order than on the CPU, so the two agree except when a
+ *     running sum lands within rounding of a threshold (sampling.h).
+ */
+#include "cuda/kernel_util.cuh"
+#include "cuda/device_impl.h"
+#include "cuda/kernels.h"
+
+#include <float.h>
+#include <math.h>
+
+namespace
+{
+
+constexpr int kThreads = 512;
+
+__device__ __forceinline__ float sanitize(float v)
+{
+    return v <= FLT_MAX ? v : (v == INFINITY ? FLT_MAX : -INFINITY);
+}
+
+/* exp(x) for x <= 0 as the CPU sampler's exp_neg: 0 below -708 (and for -inf). */
+__device__ __forceinline__ double exp_cut(double x)
+{
+    return x < -708.0 ? 0.0 : exp(x);
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* pllm_rng_uniform (sampling.h). */
+__device__ __forceinline__ double rng_uniform(uint64_t seed, uint64_t step)
+{
+    const uint64_t key = mix64(seed ^ 0x243F6A8885A308D3ull);
+    const uint64_t x = mix64(key + (step + 1) * 0x9E3779B97F4A7C15ull);
+    return (double)(x >> 11) * 0x1.0p-53;
+}
+
+__device__ __forceinline__ float key_float(uint32_t k)
+{
+    return __uint_as_float((k & 0x80000000u) ? (k ^ 0x80000000u) : ~k);
+}
+
+/* Arg-max key: larger value first, then lower id. */
+__device__ __forceinline__ unsigned long long argmax_key(float v, int i)
+{
+    return ((unsigned long long)pllm_cuda::float_key(v) << 32) | (uint32_t)~(uint32_t)i;
+}
+__device__ __forceinline__ int argmax_id(unsigned long long k)
+{
+    return (int)~(uint32_t)k;
+}
+
+/* The block's shared scratch. */
+struct scratch {
+    float *f;               /* [32] */
+    double *d;              /* [32] */
+    unsigned long long *u;  /* [32] */
+    int *i;                 /* [32] */
+    double *hist;           /* [256] */
+    int *sel;               /* [1] */
+    double *before;         /* [1] */
+};
+
+/*
+ * Radix select over 32-bit keys, largest first: the key K at which the running weight (keys in
+ * decreasing order, weight(i) for each included i) first reaches target; *s_gt gets the weight
+ * of the keys above K. False when the whole included weight stays below target. Every thread
+ * calls it; 4 passes of 8 bits, 3 barriers each.
+ */
+template <typename Incl, typename Key, typename Weight>
+__device__ bool radix_select(int n, Incl incl, Key key, Weight weight, double target,
+                             const scratch &sh, uint32_t *k_out, double *s_gt)
+{
+    const int tid = threadIdx.x;
+    uint32_t prefix = 0, mask = 0;
+    double before = 0.0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = tid; b < 256; b += kThreads) sh.hist[b] = 0.0;
+        __syncthreads();
+        for (int i = tid; i < n; i += kThreads) {
+            if (!incl(i)) continue;
+            const uint32_t k = key(i);
+            if ((k & mask) != prefix) continue;
+            atomicAdd(&sh.hist[(k >> shift) & 255u], weight(i));
+        }
+        __syncthreads();
+        if (tid == 0) {
+            int sel = -1;
+            double acc = before;
+            for (int b = 255; b >= 0; b--) {
+                const double h = sh.hist[b];
+                if (h > 0.0 && acc + h >= target) {
+                    sel = b;
+                    break;
+                }
+                acc += h;
+            }
+            *sh.sel = sel;
+            *sh.before = acc;
+        }
+        __syncthreads();
+        const int sel = *sh.sel;
+        if (sel < 0) return false;
+        before = *sh.before;
+        prefix |= (uint32_t)sel << shift;
+        mask |= 0xffu << shift;
+    }
+    *k_out = prefix;
+    *s_gt = before;
+    return true;
+}
+
+/* Exclusive prefix sum of v over the block (thread order); *total gets the sum. */
+__device__ double block_exclusive_scan(double v, double *sd, double *total)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    double x = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        const double y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    double ex = __shfl_up_sync(0xffffffffu, x, 1);
+    if (lane == 0) ex = 0.0;
+    __syncthreads();
+    if (lane == 31) sd[warp] = x;
+    __syncthreads();
+    double before = 0.0, all = 0.0;
+    for (int w = 0; w < n_warps; w++) {
+        if (w < warp) before += sd[w];
+        all += sd[w];
+    }
+    *total = all;
+    return before + ex;
+}
+
+/*
+ * The random path (sampling.h step 5) over the processed logits lg [V]: returns the token, or
+ * -1 when no logit is finite. lmax: the largest processed logit.
+ */
+__device__ int sample_random(const float *lg, int V, const pllm_cuda_sample_params &P,
+                             float lmax, const scratch &sh)
+{
+    const int tid = threadIdx.x;
+    if (lmax == -INFINITY) return -1;
+    const double m = lmax, temp = P.temperature;
+
+    /* top_k: the k-th largest processed logit (duplicates counted) */
+    bool use_k = P.top_k > 0 && P.top_k < V;
+    uint32_t k_key = 0;
+    if (use_k) {
+        double unused;
+        use_k = radix_select(
+            V, [](int) { return true; }, [&](int i) { return pllm_cuda::float_key(lg[i]); },
+            [](int) { return 1.0; }, (double)P.top_k, sh, &k_key, &unused);
+    }
+    const double min_p = P.min_p;
+    auto weight = [&](int i) -> double {
+        const float v = lg[i];
+        if (v == -INFINITY) return 0.0;
+        if (use_k && pllm_cuda::float_key(v) < k_key) return 0.0;
+        const double w = exp_cut(((double)v - m) / temp);
+        return min_p > 0.0 && !(w >= min_p) ? 0.0 : w;
+    };
+
+    /* top_p: the cut logit, and how many of the ids tied with it stay */
+    bool use_p = P.top_p < 1.0f;
+    uint32_t p_key = 0;
+    int id_cut = V; /* ties at p_key with id <= id_cut are kept */
+    if (use_p) {
+        double tot = 0.0;
+        for (int i = tid; i < V; i += kThreads) tot += weight(i);
+        tot = pllm_cuda::block_reduce(tot, sh.d, 0.0, pllm_cuda::warp_sum_op());
+        const double target = (double)P.top_p * tot;
+        double s_gt = 0.0;
+        use_p = radix_select(
+            V, [&](int i) { return weight(i) > 0.0; },
+            [&](int i) { return pllm_cuda::float_key(lg[i]); }, weight, target, sh, &p_key, &s_gt);
+        if (use_p) {
+            int n_ties = 0;
+            for (int i = tid; i < V; i += kThreads)
+                n_ties += pllm_cuda::float_key(lg[i]) == p_key && weight(i) > 0.0;
+            n_ties = pllm_cuda::block_reduce(n_ties, sh.i, 0, pllm_cuda::warp_sum_op());
+            /* the CPU's running sum over the ties, in rank order */
+            const double w_tie = exp_cut(((double)key_float(p_key) - m) / temp);
+            int c = 0;
+            double acc = s_gt;
+            while (c < n_ties && acc < target) c++, acc += w_tie;
+            if (c < n_ties) {
+                uint32_t k2;
+                double unused;
+                if (radix_select(
+                        V,
+                        [&](int i) {
+                            return pllm_cuda::float_key(lg[i]) == p_key && weight(i) > 0.0;
+                        },
+                        [](int i) { return ~(uint32_t)i; }, [](int) { return 1.0; }, (double)c, sh,
+                        &k2, &unused))
+                    id_cut = (int)~k2;
+            }
+        }
+    }
+    auto kept = [&](int i) -> double {
+        const double w = weight(i);
+        if (w == 0.0 || !use_p) return w;
+        const uint32_t k = pllm_cuda::float_key(lg[i]);
+        return k > p_key || (k == p_key && i <= id_cut) ? w : 0.0;
+    };
+
+    /* draw: contiguous id ranges per thread, a block scan, the crossing range walked in order */
+    const int chunk = (V + kThreads - 1) / kThreads;
+    const int i0 = min(V, tid * chunk), i1 = min(V, i0 + chunk);
+    double local = 0.0;
+    int last_pos = -1;
+    for (int i = i0; i < i1; i++) {
+        const double w = kept(i);
+        local += w;
+        if (w > 0.0) last_pos = i;
+    }
+    double total;
+    const double excl = block_exclusive_scan(local, sh.d, &total);
+    const double target = rng_uniform(P.seed, P.step) * total;
+    if (tid == 0) *sh.sel = V;
+    __syncthreads();
+    if (excl <= target && local > 0.0) {
+        double acc = excl;
+        for (int i = i0; i < i1; i++) {
+            acc += kept(i);
+            if (acc > target) {
+                atomicMin(sh.sel, i);
+                break;
+            }
+        }
+    }
+    __syncthreads();
+    int token = *sh.sel;
+    if (token == V) /* only by rounding: the last kept id with weight > 0 */
+        token = pllm_cuda::block_reduce(last_pos, sh.i, -1, pllm_cuda::warp_max_op());
+    return token;
+}
+
+/*
+ * sample_kernel
+ *   logits [n_samples][V] F32 (read only); work [n_samples][V] F32 scratch; counts
+ *   [n_samples][V] int32 (zero on entry and exit); params [n_samples]; ids: packed id lists
+ *   tokens, logprobs [n_samples]; top [n_samples] (n_top entries each)
+ * Launch: one block of 512 threads per sample (grid.x = n_samples); every pass strides the
+ *   vocabulary (thread t: ids t, t + 512, ...), except the draw, where thread t owns the
+ *   contiguous ids [t c, (t + 1) c), c = ceil(V / 512).
+ * Shared memory: ~2.4 KiB static (reduction scratch, one 256-bin double histogram).
+ * Per sample: greedy reads the row 3 times (sanitise + max, lse, arg-max) and writes it once:
+ *   16 V bytes (2 MiB at V = 128k); each top logprob adds a 4 V-byte pass; random sampling adds
+ *   ~8 passes (up to 12 with top-k and top-p) with a double exp per element and pass. Latency
+ *   bound for small batches (one block per sample), bandwidth bound for large ones.
+ */
+__global__ void __launch_bounds__(kThreads) sample_kernel(pllm_cuda_sample_args a)
+{
+    PLLM_SHARED(float, sh_f, 32);
+    PLLM_SHARED(double, sh_d, 32);
+    PLLM_SHARED(unsigned long long, sh_u, 32);
+    PLLM_SHARED(int, sh_i, 32);
+    PLLM_SHARED(double, sh_hist, 256);
+    PLLM_SHARED_VAR(int, sh_sel);
+    PLLM_SHARED_VAR(double, sh_before);
+    const scratch sh = {sh_f, sh_d, sh_u, sh_i, sh_hist, &sh_sel, &sh_before};
+
+    const int s = blockIdx.x, V = a.n_vocab, tid = threadIdx.x;
+    const pllm_cuda_sample_params P = a.params[s];
+    const float *raw = a.logits + (int64_t)s * V;
+    float *lg = a.work + (int64_t)s * V;
+    int32_t *cnt = a.counts + (int64_t)s * V;
+
+    /* sanitise, raw max, log-softmax normaliser */
+    float mx = -INFINITY;
+    for (int i = tid; i < V; i += kThreads) {
+        const float v = sanitize(raw[i]);
+        lg[i] = v;
+        mx = fmaxf(mx, v);
+    }
+    const float rmax = pllm_cuda::block_reduce(mx, sh.f, -INFINITY, pllm_cuda::warp_max_op());
+    double lse = -INFINITY;
+    if (rmax > -INFINITY) {
+        double se = 0.0;
+        for (int i = tid; i < V; i += kThreads) se += exp_cut((double)lg[i] - (double)rmax);
+        se = pllm_cuda::block_reduce(se, sh.d, 0.0, pllm_cuda::warp_sum_op());
+        lse = (double)rmax + log(se);
+    }
+
+    /* top-N raw logprobs */
+    const int n_top = min(P.n_top, V);
+    unsigned long long prev = ~0ull;
+    for (int k = 0; k < n_top; k++) {
+        unsigned long long best = 0;
+        for (int i = tid; i < V; i += kThreads) {
+            const unsigned long long key = argmax_key(lg[i], i);
+            if (key < prev && key > best) best = key;
+        }
+        best = pllm_cuda::block_reduce(best, sh.u, 0ull, pllm_cuda::warp_max_op());
+        prev = best;
+        if (tid == 0) {
+            const int id = argmax_id(best);
+            a.top[s].ids[k] = id;
+            a.top[s].logprobs[k] = rmax > -INFINITY ? (float)((double)lg[id] - lse) : -INFINITY;
+        }
+    }
+
+    /* 1. bans */
+    const int32_t *banned = a.ids + P.banned_off;
+    for (int j = tid; j < P.n_banned; j += kThreads) {
+        const int id = banned[j];
+        if (id >= 0 && id < V) lg[id] = -INFINITY;
+    }
+    __syncthreads();
+    /* 2. repetition penalty, once per distinct id of prompt and output */
+    if (P.flags & PLLM_CUDA_SAMPLE_REP) {
+        const int n_list = P.n_prompt + P.n_output;
+        const float r = P.repetition_penalty;
+        for (int j = tid; j < n_list; j += kThreads) {
+            const int id = j < P.n_prompt ? a.ids[P.prompt_off + j] : a.ids[P.output_off + j - P.n_prompt];
+            if (id < 0 || id >= V || atomicExch(&cnt[id], 1) != 0) continue;
+            float v = lg[id];
+            v = v > 0.0f ? __fdiv_rn(v, r) : __fmul_rn(v, r);
+            lg[id] = v > FLT_MAX ? FLT_MAX : v;
+        }
+        __syncthreads();
+        for (int j = tid; j < n_list; j += kThreads) {
+            const int id = j < P.n_prompt ? a.ids[P.prompt_off + j] : a.ids[P.output_off + j - P.n_prompt];
+            if (id >= 0 && id < V) cnt[id] = 0;
+        }
+        __syncthreads();
+    }
+    /* 3. frequency and presence penalties over the output ids */
+    if (P.flags & PLLM_CUDA_SAMPLE_FREQ) {
+        const int32_t *out = a.ids + P.output_off;
+        for (int j = tid; j < P.n_output; j += kThreads)
+            if (out[j] >= 0 && out[j] < V) atomicAdd(&cnt[out[j]], 1);
+        __syncthreads();
+        for (int j = tid; j < P.n_output; j += kThreads) {
+            const int id = out[j];
+            if (id < 0 || id >= V) continue;
+            const int c = atomicExch(&cnt[id], 0);
+            if (!c) continue;
+            const float v = __fsub_rn(lg[id], __fadd_rn(__fmul_rn(P.frequency_penalty, (float)c),
+                                                        P.presence_penalty));
+            lg[id] = v > FLT_MAX ? FLT_MAX : v;
+        }
+        __syncthreads();
+    }
+
+    /* 4-5. greedy or random */
+    unsigned long long best = 0;
+    for (int i = tid; i < V; i += kThreads) {
+        const unsigned long long key = argmax_key(lg[i], i);
+        best = key > best ? key : best;
+    }
+    best = pllm_cuda::block_reduce(best, sh.u, 0ull, pllm_cuda::warp_max_op());
+    const int best_id = argmax_id(best);
+    const float lmax = lg[best_id];
+    int token;
+    if (P.temperature == 0.0f || P.top_k == 1)
+        token = lmax > -INFINITY ? best_id : -1;
+    else
+        token = sample_random(lg, V, P, lmax, sh);
+
+    if (tid == 0) {
+        if (token < 0) { /* no finite logit: the lowest id that is not banned */
+            token = 0;
+            for (int t = 0; t < V; t++) {
+                bool is_banned = false;
+                for (int j = 0; j < P.n_banned && !is_banned; j++) is_banned = banned[j] == t;
+                if (!is_banned) {
+                    token = t;
+                    break;
+                }
+            }
+        }
+        a.tokens[s] = token;
+        a.logprobs[s] =
+            rmax > -INFINITY ? (float)((double)sanitize(raw[token]) - lse) : -INFINITY;
+    }
+}
+
+} /* namespace */
+
+extern "C" pllm_status pllm_cuda_sample(pllm_cuda_dev *dev, const pllm_cuda_sample_args *a)
+{
+    if (a->n_samples < 0 || a->n_vocab < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "sample: bad shape n_samples=%d n_vocab=%d",
+                           a->n_samples, a->n_vocab);
+    if (a->n_samples == 0) return PLLM_OK;
+    PLLM_LAUNCH(sample_kernel, dim3((unsigned)a->n_samples), dim3(kThreads), 0,
+                pllm_cuda_dev_stream(dev))
+    (*a);
+    return PLLM_CUDA_LAUNCHED("sample_kernel");
+}

@@ -1,0 +1,21 @@
+# Tests of the CUDA backend (owner: cuda), label "cuda". Each C test is built twice: against the
+# emulator (pllm_cuda_emu: runs on any machine with the toolkit's headers) and, when nvcc is
+# found, against the real build as <name>_gpu (skips with exit 77 when no GPU answers).
+set(_pllm_cuda_tests cuda_ops)
+if(TARGET pllm_cuda_emu)
+  foreach(t ${_pllm_cuda_tests})
+    pllm_add_c_test(${t} SOURCES ${t}.c LABELS cuda)
+    target_link_libraries(${t} PRIVATE pllm_cuda_emu)
+  endforeach()
+else()
+  foreach(t ${_pllm_cuda_tests})
+    add_test(NAME ${t} COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: CUDA toolkit headers (cuda_fp16.h) not found")
+    set_tests_properties(${t} PROPERTIES LABELS cuda SKIP_REGULAR_EXPRESSION "SKIPPED")
+  endforeach()
+endif()
+if(TARGET pllm_cuda)
+  foreach(t ${_pllm_cuda_tests})
+    pllm_add_c_test(${t}_gpu SOURCES ${t}.c LABELS cuda)
+    target_link_libraries(${t}_gpu PRIVATE pllm_cuda)
+  endforeach()
+endif()
