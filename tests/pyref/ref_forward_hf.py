@@ -194,8 +194,9 @@ class Ref:
     def forward(self, ids):
         return self.forward_many([ids])[0]
 
-    def forward_many(self, seqs):
-        """Logits [len(s)][n_vocab] of every position of each independent sequence."""
+    def forward_many(self, seqs, at=None):
+        """Logits [len(s)][n_vocab] of every position of each independent sequence (or, with
+        at = [positions of seq 0, positions of seq 1, ...], [len(at[i])][n_vocab] of those)."""
         H, HKV, hd = self.n_head, self.n_head_kv, self.head_dim
         ids = np.concatenate([np.asarray(s, dtype=np.int64) for s in seqs])
         seq_of = np.concatenate([np.full(len(s), i) for i, s in enumerate(seqs)])
@@ -224,7 +225,10 @@ class Ref:
             gate, up = h @ L["wg"].T, h @ L["wu"].T
             x = x + (gate / (1.0 + np.exp(-gate)) * up) @ L["wd"].T
         h = self._rms(x, self.norm)
-        return [h[seq_of == i] @ self.out.T for i in range(len(seqs))]
+        hs = [h[seq_of == i] for i in range(len(seqs))]
+        if at is not None:
+            hs = [hi[np.asarray(a, dtype=np.int64)] for hi, a in zip(hs, at)]
+        return [hi @ self.out.T for hi in hs]
 
 
 if __name__ == "__main__":
