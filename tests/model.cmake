@@ -9,3 +9,4 @@ pllm_add_py_test(model_forward_ropefreqs model_forward.py ARGS --group ropefreqs
 pllm_add_py_test(model_hf_malformed model_hf_malformed.py LABELS unit)
 pllm_add_c_test(model_st_fuzz SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/model_st_fuzz.c LABELS unit)
 pllm_add_py_test(model_qwen2_real model_qwen2_real.py LABELS model)
+pllm_add_py_test(model_hf_real model_hf_real.py LABELS model)
