@@ -82,14 +82,18 @@ def dec_cases(ref, rng, n):
 
 
 def run_suite(name, tool, argv, ref, corpus, rng, n_corpus, n_random, n_dec, max_pending):
+    """Full runs (n_corpus None: the whole corpus) try every option set on the hard and random
+    cases; sampled runs (variants) parse_special off and add_special on once each."""
     hard = [("hard", s) for s in tp.HARD_CASES + SPM_HARD] + [("hard-bytes", b) for b in tp.HARD_BYTES]
-    opts = ((False, True), (False, False), (True, True))
+    opts = ((False, True), (False, False), (True, True)) if n_corpus is None else ((False, False), (True, True))
     sample = corpus if n_corpus is None else rng.sample(corpus, n_corpus)
     enc = [(g, s, False, True) for g, s in sample]
     enc += [(g, s, a, p) for g, s in hard + [("random", random_spm_case(rng)) for _ in range(n_random)] for a, p in opts]
     suite = tp.Suite(name)
     suite.max_pending = max_pending
+    t0 = time.time()
     suite.run(tool, argv, ref, enc, dec_cases(ref, rng, n_dec))
+    print(f"  {name}: {len(enc)} texts, {n_dec} id sequences, {time.time() - t0:.1f}s", flush=True)
     return suite
 
 
@@ -119,7 +123,16 @@ def baseline_suite(name, tool, argv, baseline_path, inputs):
 
 def write_json(path, obj):
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False)
+        f.write(json.dumps(obj, ensure_ascii=False))  # dumps: the C encoder (dump is Python)
+
+
+def shallow(j, *keys):
+    """A copy of tokenizer.json dict j sharing everything but the top level and the given
+    sections (copied one level deep): variants edit only those."""
+    out = dict(j)
+    for k in keys:
+        out[k] = copy.copy(j[k])
+    return out
 
 
 def main() -> int:
@@ -148,22 +161,22 @@ def main() -> int:
     pj = json.load(open(phi3, encoding="utf-8"))
     llama2 = hf_tok.llama2_json_from_phi3(pj)
     variants = [("llama-2 (TinyLlama) tokenizer.json", llama2)]
-    meta_first = copy.deepcopy(pj)
+    meta_first = shallow(pj)
     meta_first["normalizer"] = None
     meta_first["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}
     variants.append(("Metaspace first, no split (Mistral v0.3 form)", meta_first))
-    meta_split = copy.deepcopy(pj)
+    meta_split = shallow(pj)
     meta_split["normalizer"] = None
     meta_split["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}
     meta_split["decoder"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}
     variants.append(("Metaspace always + split, Metaspace decoder", meta_split))
-    zoo = copy.deepcopy(pj)
+    zoo = shallow(pj)
     zoo["normalizer"] = {"type": "Sequence", "normalizers": [
         {"type": "NFKC"}, {"type": "Lowercase"}, {"type": "Strip", "strip_left": True, "strip_right": True},
         {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "},
         {"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}
     variants.append(("normalizer zoo (NFKC, Lowercase, Strip, Regex Replace)", zoo))
-    flags = copy.deepcopy(pj)
+    flags = shallow(pj, "added_tokens")
     base_id = max(t["id"] for t in flags["added_tokens"]) + 1
     pv = pj["model"]["vocab"]
     # ids as `tokenizers` gives them: a content already in the vocabulary keeps its id
@@ -175,11 +188,15 @@ def main() -> int:
         dict(id=base_id + 1, content="NFD", single_word=False, lstrip=True, rstrip=True, normalized=True, special=True),
     ]
     variants.append(("added tokens lstrip/single_word/normalized", flags))
+    for bf, fuse, unk in ((False, True, "<unk>"), (False, False, "<unk>"), (False, False, None)):
+        v = shallow(pj, "model")
+        v["model"].update(byte_fallback=bf, fuse_unk=fuse, unk_token=unk)
+        variants.append((f"no byte fallback, fuse_unk={fuse}, unk_token={unk}", v))
     for name, j in variants:
         path = tmp_path(f"{len(suites)}.json")
         write_json(path, j)
         ref = hf_tok.from_hf_file(path)
-        suites.append(run_suite(name, tool, ["--hf", path], ref, corpus, rng, 250, 150, 100, 64))
+        suites.append(run_suite(name, tool, ["--hf", path], ref, corpus, rng, 120, 100, 100, 64))
         if j is llama2:
             inputs = json.load(open(os.path.join(tokdir, "parity-baselines", "swift-transformers", "inputs.json")))
             suites.append(baseline_suite("swift-transformers TinyLlama baseline (llama-2 tokenizer.json)", tool,
@@ -207,25 +224,26 @@ def main() -> int:
                                  inputs))
     gj = json.loads(gref.tokenizer.to_str())
     bl = []
-    v = copy.deepcopy(gj)
+    v = shallow(gj)
     v["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
     bl.append(("gpt2 tokenizer.json, ByteLevel add_prefix_space", v))
-    v = copy.deepcopy(gj)
+    v = shallow(gj, "model")
     v["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
         {"type": "Split", "pattern": {"Regex": hf_tok.LLAMA3_RE}, "behavior": "Isolated", "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
     v["model"]["ignore_merges"] = True
     bl.append(("gpt2 vocab, Llama-3 Split + ignore_merges", v))
-    for beh in ("Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous"):
-        for inv in (False, True):
-            v = copy.deepcopy(gj)
+    for beh, inv in (("Removed", False), ("MergedWithPrevious", True), ("MergedWithNext", False),
+                     ("Contiguous", True), ("Removed", True), ("MergedWithNext", True)):
+        if True:
+            v = shallow(gj)
             v["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
                 {"type": "Split", "pattern": {"Regex": "\\s+|[0-9]"}, "behavior": beh, "invert": inv},
                 {"type": "Split", "pattern": {"String": "ab"}, "behavior": "Isolated", "invert": False},
                 {"type": "Digits", "individual_digits": False},
                 {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
             bl.append((f"gpt2 vocab, Split {beh} invert={inv} + String Split + Digits", v))
-    v = copy.deepcopy(gj)
+    v = shallow(gj, "added_tokens")
     v["normalizer"] = {"type": "NFC"}
     v["added_tokens"].append(dict(id=len(gj["model"]["vocab"]), content="<|im_start|>", single_word=False,
                                   lstrip=False, rstrip=False, normalized=False, special=True))
@@ -233,7 +251,7 @@ def main() -> int:
     for name, j in bl:
         path = tmp_path(f"{len(suites)}.json")
         write_json(path, j)
-        suites.append(run_suite(name, tool, ["--hf", path], hf_tok.from_hf_file(path), corpus, rng, 120, 120, 60, 3))
+        suites.append(run_suite(name, tool, ["--hf", path], hf_tok.from_hf_file(path), corpus, rng, 100, 80, 60, 3))
         os.unlink(path)
 
     # ---- Mistral SentencePiece models, and a GGUF "llama" from the v1 pieces ----
@@ -242,12 +260,16 @@ def main() -> int:
         meta = hf_tok.spm_meta(mpath)
         ref = hf_tok.spm_from_meta(meta)
         suites.append(run_suite(f"mistral {fname}", tool, ["--spm", mpath], ref, corpus, rng, None, 300, 200, 64))
+        gpath = tmp_path("mistral.gguf")
+        hf_tok.write_spm_gguf(gpath, meta)
+        suites.append(run_suite(f"GGUF llama from mistral {fname} pieces", tool, [gpath], ref, corpus, rng, 150, 100,
+                                100, 64))
         if fname.endswith("v1"):
-            gpath = tmp_path("mistral.gguf")
-            hf_tok.write_spm_gguf(gpath, meta)
-            suites.append(run_suite("GGUF llama from mistral v1 pieces", tool, [gpath], ref, corpus, rng, 300, 200,
-                                    100, 64))
-            os.unlink(gpath)
+            nometa = dict(meta, add_space_prefix=False)
+            hf_tok.write_spm_gguf(gpath, nometa)
+            suites.append(run_suite("GGUF llama, add_space_prefix false", tool, [gpath], hf_tok.spm_from_meta(nometa),
+                                    corpus, rng, 100, 100, 100, 64))
+        os.unlink(gpath)
 
     bad = 0
     for s in suites:

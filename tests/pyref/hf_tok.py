@@ -376,9 +376,7 @@ def write_spm_gguf(dst: str, meta: dict) -> None:
 def llama2_json_from_phi3(phi3_json: dict) -> dict:
     """The Llama-2 / TinyLlama tokenizer.json from Phi-3-mini's (same 32000-piece base vocab
     and merges): only <unk>, <s>, </s> as added tokens, all special, no stripping; "<s> $A"."""
-    import copy
-
-    j = copy.deepcopy(phi3_json)
+    j = dict(phi3_json)  # shares the model section; only the top level changes
     j["added_tokens"] = [dict(id=i, content=c, single_word=False, lstrip=False, rstrip=False,
                               normalized=False, special=True)
                          for i, c in ((0, "<unk>"), (1, "<s>"), (2, "</s>"))]
