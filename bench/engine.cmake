@@ -1,4 +1,10 @@
-# engine_bench: engine overhead per step (null backend) and prefix-cache hit rate on
-# interleaved shared-prefix groups. Run: build/bench/engine_bench [n_requests] [n_blocks] [n_groups]
+# engine_bench: engine overhead per step (null backend) and prefix-cache hit rate against the best
+# achievable on interleaved shared-prefix workloads. Run: build/bench/engine_bench [workload] ...
 add_executable(engine_bench ${CMAKE_CURRENT_SOURCE_DIR}/engine_bench.c)
 target_link_libraries(engine_bench PRIVATE pllm_core)
+
+# engine_model_bench: the issue's benchmarks (a) ShareGPT batching, (b) shared prefix cache on/off,
+# (c) the same with a small KV budget, on the real default model. Run: build/bench/engine_model_bench
+add_executable(engine_model_bench ${CMAKE_CURRENT_SOURCE_DIR}/engine_model_bench.c)
+target_link_libraries(engine_model_bench PRIVATE pllm_cpu pllm_core)
+target_compile_definitions(engine_model_bench PRIVATE PLLM_DEFAULT_SHARED_DATA="${PLLM_SHARED_DATA}")

@@ -1,8 +1,11 @@
 /*
  * engine_block_pool: reference counts, LRU order, eviction order, forced hash collisions, index
- * entries dropped on eviction; then a long random run against an independent model of the
- * pool (a plain array for the free queue and a prefix -> block table for the index), with the
- * default XXH3 hash, a degenerate constant hash (every key collides) and a 2-bit hash.
+ * entries dropped on eviction, the FUTURE (next-use) order and its leaf redirect; then long
+ * random runs against an independent model of the pool (a plain array for the LRU queue, a
+ * linear scan by the stated rule for FUTURE, and a prefix -> block table for the index), with
+ * the default XXH3 hash, a degenerate constant hash (every key collides) and a 2-bit hash.
+ * FUTURE runs label every cached block with its Belady next use: the position of the first
+ * upcoming sequence (a list of the next 6 to be allocated) that starts with its prefix.
  */
 #include "engine/block_pool.h"
 #include "tests/testutil.h"
@@ -23,13 +26,28 @@ static uint64_t twobit_hash(uint64_t parent, const int32_t *t, int32_t n, uint64
     return h & 3;
 }
 
-static pllm_block_pool *make_pool(int32_t n, int32_t bs, pllm_block_hash_fn h)
+static pllm_block_pool *make_pool_policy(int32_t n, int32_t bs, pllm_block_hash_fn h,
+                                         pllm_evict_policy policy)
 {
-    pllm_block_pool_params pp = {
-        .n_blocks = n, .block_size = bs, .enable_cache = true, .extra = 42, .hash = h};
+    pllm_block_pool_params pp = {.n_blocks = n,
+                                 .block_size = bs,
+                                 .enable_cache = true,
+                                 .extra = 42,
+                                 .hash = h,
+                                 .policy = policy};
     pllm_block_pool *p = NULL;
     CHECK_OK(pllm_block_pool_init(&p, &pp));
     return p;
+}
+
+static pllm_block_pool *make_pool(int32_t n, int32_t bs, pllm_block_hash_fn h)
+{
+    return make_pool_policy(n, bs, h, PLLM_EVICT_LRU);
+}
+
+static pllm_label lab(uint64_t v)
+{
+    return (pllm_label){.hi = 0, .lo = v};
 }
 
 static bool queue_is(const pllm_block_pool *p, const int32_t *want, int32_t n)
@@ -171,6 +189,87 @@ static void test_collisions(void)
     pllm_block_pool_free(p);
 }
 
+/* FUTURE: unindexed first (last released first), then farthest next use, deepest, oldest. */
+static void test_future_order(void)
+{
+    pllm_block_pool *p = make_pool_policy(8, 1, NULL, PLLM_EVICT_FUTURE);
+    CHECK(pllm_block_pool_policy(p) == PLLM_EVICT_FUTURE);
+    CHECK(queue_is(p, (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7}, 8)); /* id order at first */
+    int32_t ids[8];
+    CHECK_OK(pllm_block_pool_alloc(p, 6, ids));
+    CHECK(ids[0] == 0 && ids[5] == 5);
+    /* two chains: A = 0 -> 1 -> 2, B = 3 -> 4; block 5 stays unindexed */
+    int32_t t[6] = {10, 11, 12, 13, 14, 15};
+    uint64_t k0 = pllm_block_pool_hash(p, PLLM_BLOCK_ROOT_KEY, &t[0]);
+    uint64_t k1 = pllm_block_pool_hash(p, k0, &t[1]), k2 = pllm_block_pool_hash(p, k1, &t[2]);
+    uint64_t k3 = pllm_block_pool_hash(p, PLLM_BLOCK_ROOT_KEY, &t[3]);
+    uint64_t k4 = pllm_block_pool_hash(p, k3, &t[4]);
+    uint32_t g0 = pllm_block_pool_generation(p, 0);
+    CHECK(pllm_block_pool_cache(p, 0, k0, -1, &t[0]) == 0);
+    CHECK(pllm_block_pool_generation(p, 0) == g0 + 1);
+    CHECK(pllm_block_pool_cache(p, 1, k1, 0, &t[1]) == 1);
+    CHECK(pllm_block_pool_cache(p, 2, k2, 1, &t[2]) == 2);
+    CHECK(pllm_block_pool_cache(p, 3, k3, -1, &t[3]) == 3);
+    CHECK(pllm_block_pool_cache(p, 4, k4, 3, &t[4]) == 4);
+    CHECK(pllm_label_eq(pllm_block_pool_next_use(p, 2), PLLM_LABEL_NEVER));
+    /* labels: chain A is needed at time 5 (all of it), B's first block at 9, its child never */
+    pllm_block_pool_set_next_use(p, 0, lab(5));
+    pllm_block_pool_set_next_use(p, 1, lab(5));
+    pllm_block_pool_set_next_use(p, 2, lab(5));
+    pllm_block_pool_set_next_use(p, 3, lab(9));
+    pllm_block_pool_set_next_use(p, 5, lab(1)); /* unindexed: ignored */
+    CHECK(pllm_label_eq(pllm_block_pool_next_use(p, 5), PLLM_LABEL_NEVER));
+    /* release everything (tail first per chain) */
+    pllm_block_pool_release(p, (int32_t[]){2, 1, 0, 5, 4, 3}, 6);
+    CHECK_OK(pllm_block_pool_check(p, true));
+    /* order: unindexed 5 (released last), 6, 7; then B's leaf 4 (never);
+     * then 3 (9); then A deepest first: 2, 1, 0 */
+    CHECK(queue_is(p, (int32_t[]){5, 6, 7, 4, 3, 2, 1, 0}, 8));
+    /* re-keying a free block moves it: A is needed never, B at 2 */
+    pllm_block_pool_set_next_use(p, 0, PLLM_LABEL_NEVER);
+    pllm_block_pool_set_next_use(p, 1, PLLM_LABEL_NEVER);
+    pllm_block_pool_set_next_use(p, 2, PLLM_LABEL_NEVER);
+    pllm_block_pool_set_next_use(p, 3, lab(2));
+    pllm_block_pool_set_next_use(p, 4, lab(2));
+    CHECK_OK(pllm_block_pool_check(p, true));
+    CHECK(queue_is(p, (int32_t[]){5, 6, 7, 2, 1, 0, 4, 3}, 8));
+    /* a touched block leaves the heap and comes back with its label */
+    pllm_block_pool_touch(p, 3);
+    CHECK(queue_is(p, (int32_t[]){5, 6, 7, 2, 1, 0, 4}, 7));
+    pllm_block_pool_release(p, (int32_t[]){3}, 1);
+    CHECK(queue_is(p, (int32_t[]){5, 6, 7, 2, 1, 0, 4, 3}, 8));
+    /* allocation: the three empty blocks, then A leaves first; evicted blocks lose their label */
+    CHECK_OK(pllm_block_pool_alloc(p, 5, ids));
+    CHECK(ids[0] == 5 && ids[1] == 6 && ids[2] == 7 && ids[3] == 2 && ids[4] == 1);
+    CHECK(!pllm_block_pool_is_indexed(p, 2) && pllm_block_pool_is_indexed(p, 0));
+    CHECK(pllm_label_eq(pllm_block_pool_next_use(p, 2), PLLM_LABEL_NEVER));
+    CHECK_OK(pllm_block_pool_check(p, true));
+    /* labels out of order (a parent later than its child): the check notices, and allocation
+     * takes the leaf instead of orphaning it */
+    pllm_block_pool_set_next_use(p, 3, lab(100));
+    pllm_block_pool_set_next_use(p, 4, lab(3));
+    CHECK(pllm_block_pool_check(p, true) != PLLM_OK);
+    CHECK_OK(pllm_block_pool_check(p, false));
+    int32_t leaf;
+    CHECK_OK(pllm_block_pool_alloc(p, 1, &leaf)); /* 0 (never) first */
+    CHECK(leaf == 0);
+    CHECK_OK(pllm_block_pool_alloc(p, 1, &leaf));
+    pllm_block_pool_stats st;
+    pllm_block_pool_get_stats(p, &st);
+    CHECK(leaf == 4 && st.n_leaf_redirects == 1 && st.n_orphan_drops == 0);
+    CHECK(pllm_block_pool_is_indexed(p, 3));
+    CHECK_OK(pllm_block_pool_check(p, true));
+    pllm_block_pool_release(p, ids, 5);
+    pllm_block_pool_release(p, (int32_t[]){0, 4}, 2);
+    CHECK(pllm_block_pool_n_free(p) == 8);
+    CHECK_OK(pllm_block_pool_check(p, true));
+    pllm_block_pool_free(p);
+    /* an unknown policy is refused */
+    pllm_block_pool_params pp = {
+        .n_blocks = 4, .block_size = 2, .enable_cache = true, .policy = (pllm_evict_policy)7};
+    CHECK(pllm_block_pool_init(&p, &pp) == PLLM_ERR_INVALID && p == NULL);
+}
+
 /* ---- random run against an independent model ---- */
 
 #define NB   14
@@ -185,10 +284,43 @@ typedef struct model_entry {
 
 typedef struct model {
     int32_t ref[NB];
-    int32_t queue[NB];
+    int32_t queue[NB]; /* LRU: the free queue; FUTURE: the free blocks, any order */
     int32_t n_queue;
     model_entry idx[NB]; /* by block id */
+    bool future;
+    uint64_t tick[NB], now;
+    uint64_t label[NB]; /* FUTURE: next use of an indexed block (UINT64_MAX: never) */
 } model;
+
+/* FUTURE, by the rule in block_pool.h: is a evicted before b? */
+static bool model_before(const model *m, int32_t a, int32_t b)
+{
+    bool ia = m->idx[a].used, ib = m->idx[b].used;
+    if (ia != ib) return !ia;
+    if (!ia) return m->tick[a] > m->tick[b];
+    if (m->label[a] != m->label[b]) return m->label[a] > m->label[b];
+    if (m->idx[a].len != m->idx[b].len) return m->idx[a].len > m->idx[b].len;
+    if (m->tick[a] != m->tick[b]) return m->tick[a] < m->tick[b];
+    return a < b;
+}
+
+/* The free blocks in eviction order. */
+static int32_t model_order(const model *m, int32_t *out)
+{
+    if (!m->future) {
+        memcpy(out, m->queue, (size_t)m->n_queue * 4);
+        return m->n_queue;
+    }
+    for (int32_t i = 0; i < m->n_queue; i++) {
+        int32_t id = m->queue[i], j = i;
+        while (j > 0 && model_before(m, id, out[j - 1])) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = id;
+    }
+    return m->n_queue;
+}
 
 static int32_t model_find(const model *m, const int32_t *prefix, int32_t len)
 {
@@ -213,7 +345,8 @@ static void model_queue_remove(model *m, int32_t id)
 static void model_release(model *m, int32_t id)
 {
     if (--m->ref[id] > 0) return;
-    if (m->idx[id].used) {
+    m->tick[id] = m->now++;
+    if (m->idx[id].used || m->future) {
         m->queue[m->n_queue++] = id;
     } else {
         memmove(&m->queue[1], &m->queue[0], (size_t)m->n_queue * 4);
@@ -229,15 +362,19 @@ static void model_touch(model *m, int32_t id)
 
 static int32_t model_alloc_one(model *m)
 {
-    int32_t id = m->queue[0];
+    int32_t order[NB];
+    model_order(m, order);
+    int32_t id = order[0];
     model_queue_remove(m, id);
     if (m->idx[id].used) {
         /* drop it and every entry whose prefix extends it */
         model_entry e = m->idx[id];
         for (int32_t b = 0; b < NB; b++)
             if (m->idx[b].used && m->idx[b].len >= e.len &&
-                !memcmp(m->idx[b].prefix, e.prefix, (size_t)e.len * 4))
+                !memcmp(m->idx[b].prefix, e.prefix, (size_t)e.len * 4)) {
                 m->idx[b].used = false;
+                m->label[b] = UINT64_MAX;
+            }
     }
     m->ref[id] = 1;
     return id;
@@ -250,22 +387,60 @@ typedef struct seq {
     bool live;
 } seq;
 
-static void random_run(pllm_block_hash_fn h, uint64_t seed, int32_t n_ops, bool tail_first)
+#define N_NEXT 6
+
+/* A new sequence from a 2-letter alphabet: prefixes are shared often. */
+static void random_seq(seq *s, uint64_t *rs)
 {
-    pllm_block_pool *p = make_pool(NB, BS, h);
-    model m = {0};
-    for (int32_t i = 0; i < NB; i++) m.queue[i] = i;
+    memset(s, 0, sizeof *s);
+    s->n_blocks = 1 + (int32_t)(pllm_test_rand(rs) % MAXB);
+    for (int32_t i = 0; i < s->n_blocks * BS; i++) s->tok[i] = (int32_t)(pllm_test_rand(rs) % 2);
+}
+
+/* FUTURE: label every indexed block with its next use: the first upcoming sequence whose
+ * blocks start with the block's prefix. */
+static void relabel_all(pllm_block_pool *p, model *m, const seq *next, uint64_t base)
+{
+    for (int32_t b = 0; b < NB; b++) {
+        if (!m->idx[b].used) continue;
+        uint64_t l = UINT64_MAX;
+        for (int32_t k = 0; k < N_NEXT && l == UINT64_MAX; k++)
+            if (next[k].n_blocks * BS >= m->idx[b].len &&
+                !memcmp(next[k].tok, m->idx[b].prefix, (size_t)m->idx[b].len * 4))
+                l = base + (uint64_t)k;
+        m->label[b] = l;
+        pllm_block_pool_set_next_use(p, b, l == UINT64_MAX ? PLLM_LABEL_NEVER : lab(l));
+    }
+}
+
+static void random_run(pllm_block_hash_fn h, uint64_t seed, int32_t n_ops, bool tail_first,
+                       bool future)
+{
+    pllm_block_pool *p = make_pool_policy(NB, BS, h, future ? PLLM_EVICT_FUTURE : PLLM_EVICT_LRU);
+    model m = {.future = future, .now = NB};
+    for (int32_t i = 0; i < NB; i++) {
+        m.queue[i] = i;
+        m.tick[i] = (uint64_t)(NB - 1 - i);
+        m.label[i] = UINT64_MAX;
+    }
     m.n_queue = NB;
     seq seqs[6] = {0};
-    uint64_t rs = seed;
+    uint64_t rs = seed, base = 0;
+    seq next[N_NEXT];
+    for (int32_t k = 0; k < N_NEXT; k++) random_seq(&next[k], &rs);
     int64_t hits = 0, evicts = 0;
     for (int32_t op = 0; op < n_ops; op++) {
         seq *s = &seqs[pllm_test_rand(&rs) % 6];
         if (!s->live) {
-            /* a new sequence from a 2-letter alphabet: prefixes are shared often */
-            s->n_blocks = 1 + (int32_t)(pllm_test_rand(&rs) % MAXB);
-            for (int32_t i = 0; i < s->n_blocks * BS; i++)
-                s->tok[i] = (int32_t)(pllm_test_rand(&rs) % 2);
+            if (future) {
+                /* the next upcoming sequence (in the FUTURE run labels tell when it comes) */
+                *s = next[0];
+                memmove(&next[0], &next[1], (N_NEXT - 1) * sizeof *next);
+                random_seq(&next[N_NEXT - 1], &rs);
+                base++;
+            } else {
+                random_seq(s, &rs);
+            }
             /* longest cached prefix, via the pool and via the model */
             int32_t parent = -1, n_hit = 0;
             uint64_t key = PLLM_BLOCK_ROOT_KEY;
@@ -281,6 +456,7 @@ static void random_run(pllm_block_hash_fn h, uint64_t seed, int32_t n_ops, bool 
             int32_t free_hits = 0;
             for (int32_t i = 0; i < n_hit; i++) free_hits += m.ref[s->ids[i]] == 0;
             int32_t need = s->n_blocks - n_hit;
+            if (future) relabel_all(p, &m, next, base);
             if (need > m.n_queue - free_hits) continue; /* does not fit now */
             for (int32_t i = 0; i < n_hit; i++) {
                 pllm_block_pool_touch(p, s->ids[i]);
@@ -330,10 +506,11 @@ static void random_run(pllm_block_hash_fn h, uint64_t seed, int32_t n_ops, bool 
             }
             s->live = false;
         }
+        if (future) relabel_all(p, &m, next, base);
         /* compare everything */
-        int32_t q[NB];
-        int32_t nq = pllm_block_pool_queue(p, q, NB);
-        CHECK(nq == m.n_queue && !memcmp(q, m.queue, (size_t)nq * 4));
+        int32_t q[NB], mq[NB];
+        int32_t nq = pllm_block_pool_queue(p, q, NB), nm = model_order(&m, mq);
+        CHECK(nq == nm && !memcmp(q, mq, (size_t)nq * 4));
         for (int32_t b = 0; b < NB; b++) {
             CHECK(pllm_block_pool_ref_count(p, b) == m.ref[b]);
             CHECK(pllm_block_pool_is_indexed(p, b) == m.idx[b].used);
@@ -348,7 +525,7 @@ static void random_run(pllm_block_hash_fn h, uint64_t seed, int32_t n_ops, bool 
     pllm_block_pool_stats st;
     pllm_block_pool_get_stats(p, &st);
     evicts = st.n_evicted;
-    if (tail_first) CHECK(st.n_orphan_drops == 0);
+    if (tail_first) CHECK(st.n_orphan_drops == 0 && st.n_leaf_redirects == 0);
     CHECK(hits > 0 && evicts > 0); /* the run exercised both */
     for (int32_t i = 0; i < 6; i++)
         if (seqs[i].live)
@@ -356,12 +533,13 @@ static void random_run(pllm_block_hash_fn h, uint64_t seed, int32_t n_ops, bool 
                 pllm_block_pool_release(p, &seqs[i].ids[k], 1);
     CHECK(pllm_block_pool_n_free(p) == NB);
     fprintf(stderr,
-            "  random run (%s, %s): %d ops, %lld block hits, %lld evictions, %lld orphan drops\n",
+            "  random run (%s, %s, %s): %d ops, %lld block hits, %lld evictions, %lld orphan "
+            "drops\n",
             h == NULL         ? "xxh3"
             : h == const_hash ? "constant hash"
                               : "2-bit hash",
-            tail_first ? "tail first" : "any order", n_ops, (long long)hits, (long long)evicts,
-            (long long)st.n_orphan_drops);
+            tail_first ? "tail first" : "any order", future ? "future" : "lru", n_ops,
+            (long long)hits, (long long)evicts, (long long)st.n_orphan_drops);
     pllm_block_pool_free(p);
 }
 
@@ -390,11 +568,14 @@ int main(void)
     test_orphan_safety();
     test_collisions();
     test_disabled();
+    test_future_order();
     for (uint64_t seed = 1; seed <= 4; seed++) {
-        random_run(NULL, seed, 3000, true);
-        random_run(const_hash, seed + 100, 3000, true);
-        random_run(twobit_hash, seed + 200, 3000, true);
-        random_run(const_hash, seed + 300, 3000, false);
+        for (int f = 0; f < 2; f++) {
+            random_run(NULL, seed, 3000, true, f);
+            random_run(const_hash, seed + 100, 3000, true, f);
+            random_run(twobit_hash, seed + 200, 3000, true, f);
+            if (!f) random_run(const_hash, seed + 300, 3000, false, f);
+        }
     }
     return pllm_test_finish("engine_block_pool");
 }

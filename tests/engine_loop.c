@@ -3,7 +3,10 @@
  * validation (messages name the field), refused prompts, KV budget sizing, the preemption
  * victim rule, waiting for a prefix another request is computing, n > 1 completions sharing
  * the prompt, seeds, a failing backend, stop-string search, and (with the default model's
- * tokenizer) detokenized text, stop strings across token boundaries and stop ids.
+ * tokenizer) detokenized text, stop strings across token boundaries and stop ids; the prefix
+ * plan: its statistics on a small input worked out by hand, depth-first grouping of nested
+ * prefixes, and FUTURE eviction keeping the blocks the next queued request needs where LRU
+ * drops them.
  */
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
@@ -122,6 +125,13 @@ static void test_validation(void)
     BAD(p.sampling.temperature = -1.0f, "temperature");
     BAD(p.sampling.logprobs = 21, "logprobs");
 #undef BAD
+    /* eviction policy names */
+    pllm_evict_policy pol = PLLM_EVICT_LRU;
+    CHECK_OK(pllm_evict_policy_parse("future", &pol));
+    CHECK(pol == PLLM_EVICT_FUTURE && !strcmp(pllm_evict_policy_str(pol), "future"));
+    CHECK_OK(pllm_evict_policy_parse("lru", &pol));
+    CHECK(pol == PLLM_EVICT_LRU && !strcmp(pllm_evict_policy_str(pol), "lru"));
+    CHECK(pllm_evict_policy_parse("belady", &pol) == PLLM_ERR_INVALID && msg_has("belady"));
     /* engine parameters */
     pllm_engine_params ep;
     pllm_engine_params_defaults(&ep);
@@ -136,6 +146,10 @@ static void test_validation(void)
     pllm_engine_params_defaults(&ep);
     ep.max_bypass = -1;
     CHECK(!rig_open(&g, &ep, NULL, NULL) && msg_has("max_bypass"));
+    pllm_engine_params_defaults(&ep);
+    CHECK(ep.eviction == PLLM_EVICT_LRU);
+    ep.eviction = (pllm_evict_policy)9;
+    CHECK(!rig_open(&g, &ep, NULL, NULL) && msg_has("eviction"));
     /* a zeroed struct means the defaults (max_bypass 0: strict FCFS) */
     memset(&ep, 0, sizeof ep);
     CHECK(rig_open(&g, &ep, NULL, NULL));
@@ -627,6 +641,185 @@ static void test_text(void)
     pllm_tokenizer_free(tok);
 }
 
+/* ---- the prefix plan ---- */
+
+static void run_all(pllm_engine *e, done *d)
+{
+    while (pllm_engine_has_work(e)) {
+        pllm_status st = pllm_engine_step(e, on_done, d);
+        CHECK_OK(st);
+        if (st != PLLM_OK) return;
+        CHECK_OK(pllm_plan_check(pllm_engine_plan(e)));
+        CHECK_OK(pllm_block_pool_check(pllm_kv_pool(pllm_engine_kv(e)), true));
+    }
+}
+
+/* Block size 4. A = 1..8, 9 (two reusable blocks); B = 1..8, 20, 21; C = 1..8 (its second
+ * block holds its last token: it can reuse only the first); D = 50..54 with n = 2. Distinct
+ * blocks: [1-4] (reused by A, B, C: computed once, 2 hits), [1-8] (held by A, B, C, reusable by
+ * A and B: computed by C, 2 hits), [50-53] (D twice: 1 hit). Best = 5 blocks = 20 tokens of
+ * 37. Queued C, A, B, D the engine reaches it, computing each distinct block once. */
+static void test_plan_stats(void)
+{
+    for (int32_t order = 0; order < 2; order++) {
+        pllm_engine_params ep;
+        pllm_engine_params_defaults(&ep);
+        ep.block_size = 4;
+        ep.n_blocks = 32;
+        rig g;
+        if (!rig_open(&g, &ep, NULL, NULL)) return;
+        pllm_request_params p;
+        pllm_request_params_defaults(&p);
+        p.max_tokens = 3;
+        int32_t a[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, b[10] = {1, 2, 3, 4, 5, 6, 7, 8, 20, 21};
+        int32_t dd[5] = {50, 51, 52, 53, 54};
+        if (order == 0) CHECK_OK(pllm_engine_add(g.e, a, 8, &p, NULL, NULL)); /* C */
+        CHECK_OK(pllm_engine_add(g.e, a, 9, &p, NULL, NULL));
+        CHECK_OK(pllm_engine_add(g.e, b, 10, &p, NULL, NULL));
+        if (order == 1) CHECK_OK(pllm_engine_add(g.e, a, 8, &p, NULL, NULL)); /* C last */
+        p.n = 2;
+        CHECK_OK(pllm_engine_add(g.e, dd, 5, &p, NULL, NULL));
+        pllm_engine_plan_stats ps;
+        pllm_engine_get_plan_stats(g.e, &ps);
+        CHECK(ps.requests == 5 && ps.prompt_tokens == 37 && ps.best_cached_tokens == 20 &&
+              ps.distinct_blocks == 3 && ps.shared_blocks == 3 && ps.exact);
+        CHECK(ps.best_hit_rate > 20.0 / 37 - 1e-9 && ps.best_hit_rate < 20.0 / 37 + 1e-9);
+        CHECK(ps.finished_requests == 0 && ps.hit_rate == 0.0 && ps.blocks_computed == 0);
+        done d = {0};
+        run_all(g.e, &d);
+        pllm_engine_get_plan_stats(g.e, &ps);
+        CHECK(ps.finished_requests == 5 && ps.finished_prompt_tokens == 37);
+        CHECK(ps.finished_cached_tokens <= ps.best_cached_tokens &&
+              ps.hit_rate <= ps.best_hit_rate);
+        if (order == 0) {
+            /* C computes [1-8] before A and B need it; every distinct block computed once */
+            CHECK(ps.finished_cached_tokens == 20 && ps.blocks_computed == 3 &&
+                  ps.blocks_recomputed == 0);
+        } else {
+            /* C comes after A and B: it reuses [1-4] but must compute its last block again */
+            CHECK(ps.finished_cached_tokens == 16 && ps.blocks_computed == 4 &&
+                  ps.blocks_recomputed == 1);
+        }
+        rig_close(&g);
+    }
+    /* without the cache only completion 1 of D reuses completion 0's block */
+    pllm_engine_params ep;
+    pllm_engine_params_defaults(&ep);
+    ep.block_size = 4;
+    ep.n_blocks = 32;
+    ep.no_prefix_cache = true;
+    rig g;
+    if (!rig_open(&g, &ep, NULL, NULL)) return;
+    pllm_request_params p;
+    pllm_request_params_defaults(&p);
+    p.max_tokens = 3;
+    int32_t a[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    CHECK_OK(pllm_engine_add(g.e, a, 9, &p, NULL, NULL));
+    CHECK_OK(pllm_engine_add(g.e, a, 9, &p, NULL, NULL));
+    p.n = 2;
+    CHECK_OK(pllm_engine_add(g.e, a, 5, &p, NULL, NULL));
+    pllm_engine_plan_stats ps;
+    pllm_engine_get_plan_stats(g.e, &ps);
+    CHECK(ps.prompt_tokens == 28 && ps.best_cached_tokens == 4 && ps.distinct_blocks == 2);
+    done d = {0};
+    run_all(g.e, &d);
+    pllm_engine_get_plan_stats(g.e, &ps);
+    /* the identical prompt computes its two blocks again */
+    CHECK(ps.finished_cached_tokens == 4 && ps.blocks_computed == 5 && ps.blocks_recomputed == 3);
+    rig_close(&g);
+}
+
+/* Requests sharing a system block S and one of two 2-block subgroups X, Y, arriving
+ * interleaved (X, Y, X, Y, X): the queue follows the trie depth first, X's behind X's. */
+static void test_plan_grouping(void)
+{
+    pllm_engine_params ep;
+    pllm_engine_params_defaults(&ep);
+    ep.block_size = 4;
+    ep.n_blocks = 8; /* small: grouping pays as soon as anything is queued behind the group */
+    ep.max_seqs = 1;
+    rig g;
+    if (!rig_open(&g, &ep, NULL, NULL)) return;
+    pllm_request_params p;
+    pllm_request_params_defaults(&p);
+    p.max_tokens = 2;
+    int32_t pr[5][14];
+    uint64_t id[5];
+    for (int32_t r = 0; r < 5; r++) {
+        for (int32_t i = 0; i < 4; i++) pr[r][i] = 1 + i;                  /* S */
+        for (int32_t i = 4; i < 12; i++) pr[r][i] = (r % 2 ? 30 : 20) + i; /* X or Y */
+        pr[r][12] = 40 + r;
+        pr[r][13] = 50 + r;
+        CHECK_OK(pllm_engine_add(g.e, pr[r], 14, &p, NULL, &id[r]));
+    }
+    uint64_t want[5] = {id[0], id[2], id[4], id[1], id[3]};
+    int32_t k = 0;
+    for (const pllm_req *x = pllm_sched_waiting_head(pllm_engine_sched(g.e)); x; x = x->w_next) {
+        CHECK(k < 5 && x->id == want[k]);
+        k++;
+    }
+    CHECK(k == 5 && pllm_sched_n_grouped(pllm_engine_sched(g.e)) == 2);
+    done d = {0};
+    run_all(g.e, &d);
+    CHECK(d.n == 5);
+    /* run in that order, one at a time: X's later members reuse S+X (12 tokens), Y's second
+     * member too; the first Y reuses S */
+    for (int32_t i = 0; i < d.n; i++) {
+        int32_t r = (int32_t)d.c[i].id;
+        CHECK(d.c[i].cached == (r == 0 ? 0 : r == 1 ? 4 : 12));
+    }
+    rig_close(&g);
+}
+
+/* One request at a time in add order (no grouping), 6 blocks of 4: P+a, Q+x, Z+y, P+c. Under
+ * LRU the third request evicts P's older blocks and the last computes P's second block again;
+ * under FUTURE the blocks of Q (never used again) go first and P+c reuses both of P's blocks.
+ * With prefix grouping P+c runs right after P+a, and LRU reuses P too. */
+static void test_future_eviction(void)
+{
+    for (int32_t v = 0; v < 3; v++) {
+        pllm_engine_params ep;
+        pllm_engine_params_defaults(&ep);
+        ep.block_size = 4;
+        ep.n_blocks = 6;
+        ep.max_seqs = 1;
+        ep.eviction = v == 1 ? PLLM_EVICT_FUTURE : PLLM_EVICT_LRU;
+        pllm_engine_hooks hooks = {.no_grouping = v < 2};
+        pllm_model model = {0};
+        model.cfg.n_vocab = VOCAB;
+        model.cfg.n_ctx_train = 1000;
+        model.identity = 5;
+        fake_backend_params fp = {.n_vocab = VOCAB, .kv_available = (size_t)1 << 30};
+        pllm_backend be = {0};
+        CHECK_OK(fake_backend_create(&be, &fp));
+        pllm_engine *e = NULL;
+        CHECK_OK(pllm_engine_create_hooked(&e, &model, &be, NULL, &ep, &hooks));
+        if (!e) {
+            pllm_backend_free(&be);
+            return;
+        }
+        pllm_request_params p;
+        pllm_request_params_defaults(&p);
+        p.max_tokens = 1;
+        int32_t reqs[4][9] = {{1, 2, 3, 4, 5, 6, 7, 8, 9},
+                              {11, 12, 13, 14, 15, 16, 17, 18, 19},
+                              {21, 22, 23, 24, 25, 26, 27, 28, 29},
+                              {1, 2, 3, 4, 5, 6, 7, 8, 39}};
+        uint64_t last = 0;
+        for (int32_t r = 0; r < 4; r++) CHECK_OK(pllm_engine_add(e, reqs[r], 9, &p, NULL, &last));
+        done d = {0};
+        run_all(e, &d);
+        int32_t i = find_done(&d, last, 0);
+        pllm_engine_plan_stats ps;
+        pllm_engine_get_plan_stats(e, &ps);
+        CHECK(d.n == 4 && i >= 0);
+        if (i >= 0) CHECK(d.c[i].cached == (v == 0 ? 4 : 8));
+        CHECK(ps.blocks_recomputed == (v == 0 ? 1 : 0));
+        pllm_engine_free(e);
+        pllm_backend_free(&be);
+    }
+}
+
 int main(void)
 {
     test_validation();
@@ -638,5 +831,8 @@ int main(void)
     test_bad_backend();
     test_stop_find();
     test_text();
+    test_plan_stats();
+    test_plan_grouping();
+    test_future_eviction();
     return pllm_test_finish("engine_loop");
 }
