@@ -1,11 +1,11 @@
 /*
  * decode_bench.c: CPU backend speed on one sequence (not a test).
  *
- *     decode_bench [MODEL.gguf] [--threads 1,2] [--decode 128] [--prefill 512] [--kv f32|f16]
+ *     decode_bench [MODEL.gguf] [--threads 1,2] [--decode 128] [--prefill 512] [--repeat 3] [--kv f32|f16]
  *
  * For each thread count: prefill tokens/s for a --prefill-token prompt run in one step, and
  * decode tokens/s for --decode greedy steps of one sequence after a 32-token prompt. The
- * CPU seconds of the process are printed beside wall time (the machine may be shared). The
+ * Each figure is the best of --repeat runs. CPU seconds of the process are printed beside wall time (the machine may be shared). The
  * model defaults to $PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf (PLLM_HOME defaults to
  * ~/.cache/pllm). Prompt token ids are fixed pseudo-random ids, so runs are comparable.
  */
@@ -67,20 +67,22 @@ int main(int argc, char **argv)
     if (home && *home) snprintf(def_path, sizeof def_path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
     else snprintf(def_path, sizeof def_path, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf", getenv("HOME") ? getenv("HOME") : ".");
     const char *model_path = def_path, *threads_arg = "1,2";
-    int n_decode = 128, n_prefill = 512;
+    int n_decode = 128, n_prefill = 512, n_repeat = 3;
     pllm_dtype kv = PLLM_DTYPE_F32;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads_arg = argv[++i];
         else if (strcmp(argv[i], "--decode") == 0 && i + 1 < argc) n_decode = atoi(argv[++i]);
         else if (strcmp(argv[i], "--prefill") == 0 && i + 1 < argc) n_prefill = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) n_repeat = atoi(argv[++i]);
         else if (strcmp(argv[i], "--kv") == 0 && i + 1 < argc) kv = strcmp(argv[++i], "f16") == 0 ? PLLM_DTYPE_F16 : PLLM_DTYPE_F32;
         else if (argv[i][0] != '-') model_path = argv[i];
         else {
-            fprintf(stderr, "usage: decode_bench [MODEL.gguf] [--threads 1,2] [--decode N] [--prefill N] [--kv f32|f16]\n");
+            fprintf(stderr, "usage: decode_bench [MODEL.gguf] [--threads 1,2] [--decode N] [--prefill N] [--repeat N] [--kv f32|f16]\n");
             return 2;
         }
     }
-    if (n_decode < 1 || n_prefill < 1) return fail(PLLM_ERR_INVALID, "--decode and --prefill must be >= 1");
+    if (n_decode < 1 || n_prefill < 1 || n_repeat < 1)
+        return fail(PLLM_ERR_INVALID, "--decode, --prefill and --repeat must be >= 1");
 
     pllm_model *model = NULL;
     pllm_status st = pllm_model_load(&model, model_path);
@@ -119,25 +121,35 @@ int main(int argc, char **argv)
         int nthr = 0;
         const char *kern = pllm_cpu_backend_describe(&be, &nthr);
 
-        /* prefill: one step of n_prefill tokens (once to warm up, once timed, on fresh positions) */
-        bench_seq s = {.blocks = blocks, .n_blocks = L.n_blocks / 2, .block_size = bs};
+        /* best of n_repeat: on a shared machine the fastest run is the one least disturbed */
+        double t_prefill = 1e30, c_prefill = 0, t_decode = 1e30, c_decode = 0;
         int32_t next;
-        if ((st = run_step(&be, &s, toks, PLLM_MIN(n_prefill, 64), &greedy, &next))) return fail(st, "warm-up");
-        s = (bench_seq){.blocks = blocks + L.n_blocks / 2, .n_blocks = L.n_blocks / 2, .block_size = bs};
-        double t0 = pllm_now(), c0 = cpu_seconds();
-        if ((st = run_step(&be, &s, toks, n_prefill, &greedy, &next))) return fail(st, "prefill");
-        double t_prefill = pllm_now() - t0, c_prefill = cpu_seconds() - c0;
+        for (int rep = 0; rep < n_repeat; rep++) {
+            /* prefill: one step of n_prefill tokens (after a short warm-up on other blocks) */
+            bench_seq s = {.blocks = blocks, .n_blocks = L.n_blocks / 2, .block_size = bs};
+            if ((st = run_step(&be, &s, toks, PLLM_MIN(n_prefill, 64), &greedy, &next))) return fail(st, "warm-up");
+            s = (bench_seq){.blocks = blocks + L.n_blocks / 2, .n_blocks = L.n_blocks / 2, .block_size = bs};
+            double t0 = pllm_now(), c0 = cpu_seconds();
+            if ((st = run_step(&be, &s, toks, n_prefill, &greedy, &next))) return fail(st, "prefill");
+            if (pllm_now() - t0 < t_prefill) {
+                t_prefill = pllm_now() - t0;
+                c_prefill = cpu_seconds() - c0;
+            }
 
-        /* decode: a 32-token prompt, then n_decode single-token steps */
-        s = (bench_seq){.blocks = blocks, .n_blocks = L.n_blocks / 2, .block_size = bs};
-        if ((st = run_step(&be, &s, toks, prompt_len, &greedy, &next))) return fail(st, "prompt");
-        t0 = pllm_now();
-        c0 = cpu_seconds();
-        for (int i = 0; i < n_decode; i++) {
-            int32_t tok = next;
-            if ((st = run_step(&be, &s, &tok, 1, &greedy, &next))) return fail(st, "decode");
+            /* decode: a 32-token prompt, then n_decode single-token steps */
+            s = (bench_seq){.blocks = blocks, .n_blocks = L.n_blocks / 2, .block_size = bs};
+            if ((st = run_step(&be, &s, toks, prompt_len, &greedy, &next))) return fail(st, "prompt");
+            t0 = pllm_now();
+            c0 = cpu_seconds();
+            for (int i = 0; i < n_decode; i++) {
+                int32_t tok = next;
+                if ((st = run_step(&be, &s, &tok, 1, &greedy, &next))) return fail(st, "decode");
+            }
+            if (pllm_now() - t0 < t_decode) {
+                t_decode = pllm_now() - t0;
+                c_decode = cpu_seconds() - c0;
+            }
         }
-        double t_decode = pllm_now() - t0, c_decode = cpu_seconds() - c0;
         printf("threads %d (%s kernels, KV %s): prefill %d tokens: %.1f tok/s (%.3f s, %.3f CPU s)   "
                "decode %d tokens after %d: %.1f tok/s (%.2f ms/token, %.2f CPU ms/token)\n",
                nthr, kern, pllm_dtype_name(kv), n_prefill, n_prefill / t_prefill, t_prefill, c_prefill, n_decode,
