@@ -234,6 +234,7 @@ int cmd_generate(int argc, char **argv)
     cmd_sampling_opts_init(&so, 256, "256");
     const char *out_path = "-", *stats_json = NULL, *format_s = "auto", *out_format_s = "auto", *order_s = "completion";
     int32_t window = 1024, reorder = 4096;
+    int64_t limit = 0;
     float log_interval = 10;
     bool echo = false, token_ids = false, strict = false, quiet = false, resume = false;
 
@@ -250,6 +251,7 @@ int cmd_generate(int argc, char **argv)
          "--order input: requests held for order at most; when full, reading pauses", NULL},
         {"window", 0, CMD_OPT_INT, &window, "N", "1024",
          "requests in the engine at once; the prefix planner groups shared prefixes among these", NULL},
+        {"limit", 0, CMD_OPT_INT64, &limit, "N", "0 (all)", "read only the first N records", NULL},
         {"echo", 0, CMD_OPT_FLAG, &echo, NULL, "off", "include the prompt (as rendered) in each output record", NULL},
         {"token-ids", 0, CMD_OPT_FLAG, &token_ids, NULL, "off", "include the generated token ids", NULL},
         {"strict", 0, CMD_OPT_FLAG, &strict, NULL, "off", "stop at the first bad record instead of writing an error record", NULL},
@@ -292,6 +294,10 @@ int cmd_generate(int argc, char **argv)
     else if (!strcmp(order_s, "input")) order = GEN_ORDER_INPUT;
     else {
         fprintf(stderr, "pllm: --order '%s' is not one of completion, input\n", order_s);
+        return 2;
+    }
+    if (limit < 0) {
+        fprintf(stderr, "pllm: --limit must be >= 0, got %lld\n", (long long)limit);
         return 2;
     }
     if (window < 1) {
@@ -372,7 +378,7 @@ int cmd_generate(int argc, char **argv)
 
     const char *file = pllm_source_path(src);
     bool eof = false, input_error = false, engine_error = false;
-    int64_t n_skipped = 0, next_seq = 0;
+    int64_t n_skipped = 0, next_seq = 0, n_read = 0;
     pllm_tokens ids = {0};
     pllm_buf rendered = {0};
     while (!interrupted && g.write_st == PLLM_OK && !input_error) {
@@ -389,6 +395,11 @@ int cmd_generate(int argc, char **argv)
                 break;
             }
             if (eof) break;
+            if (limit > 0 && ++n_read > limit) {
+                pllm_record_free(&rec);
+                eof = true;
+                break;
+            }
             if (done) {
                 char *key = pllm_record_key(&rec);
                 bool skip = key && pllm_idset_count(done, key) > 0;
@@ -465,13 +476,17 @@ int cmd_generate(int argc, char **argv)
         g.ps.total_estimated = false;
         if (!eof) {
             uint64_t p, size;
-            int64_t n_read;
-            pllm_source_progress(src, &p, &size, &n_read);
+            int64_t n_src;
+            pllm_source_progress(src, &p, &size, &n_src);
             if (size > 0 && p > 0) {
-                g.ps.total = (int64_t)((double)n_read * (double)size / (double)p + 0.5) - n_skipped;
+                g.ps.total = (int64_t)((double)n_src * (double)size / (double)p + 0.5) - n_skipped;
                 g.ps.total_estimated = true;
             } else {
                 g.ps.total = -1;
+            }
+            if (limit > 0 && (g.ps.total < 0 || g.ps.total > limit - n_skipped)) {
+                g.ps.total = limit - n_skipped;
+                g.ps.total_estimated = true;
             }
         }
         cmd_progress_update(&g.prog, &g.ps, false);

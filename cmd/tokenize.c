@@ -31,10 +31,12 @@ int cmd_tokenize(int argc, char **argv)
     cmd_runtime_opts ro = {.no_backend = true};
     const char *out_path = "-", *format_s = "auto";
     bool counts_only = false, no_total = false, strict = false, quiet = false;
+    int64_t limit = 0;
     const cmd_opt opts[] = {
         {"model", 'm', CMD_OPT_STR, &ro.model, "FILE", "$PLLM_HOME/models/" PLLM_DEFAULT_MODEL_FILE, "model whose tokenizer to use", NULL},
         {"output", 'o', CMD_OPT_STR, &out_path, "FILE", "- (stdout)", "output file (.zst compresses)", NULL},
         {"format", 0, CMD_OPT_STR, &format_s, "FMT", "auto", "input format: auto, pllm, openai, sharegpt", NULL},
+        {"limit", 0, CMD_OPT_INT64, &limit, "N", "0 (all)", "read only the first N records", NULL},
         {"counts-only", 0, CMD_OPT_FLAG, &counts_only, NULL, "off", "write n_tokens without the token ids", NULL},
         {"no-total", 0, CMD_OPT_FLAG, &no_total, NULL, "off", "do not write the closing total line", NULL},
         {"strict", 0, CMD_OPT_FLAG, &strict, NULL, "off", "stop at the first bad record", NULL},
@@ -86,6 +88,10 @@ int cmd_tokenize(int argc, char **argv)
             break;
         }
         if (eof) break;
+        if (limit > 0 && n_rec + n_err >= limit) {
+            pllm_record_free(&rec);
+            break;
+        }
         ids.n = 0;
         const char *err = rec.error;
         if (!err && cmd_record_tokens(&rt, file, &rec, &ids, NULL) != PLLM_OK) err = pllm_errmsg();

@@ -3,3 +3,5 @@
 pllm_add_c_test(cli_unit SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cli_unit.c LABELS unit)
 pllm_add_py_test(generate_e2e generate_e2e.py LABELS model)
 set_tests_properties(generate_e2e PROPERTIES TIMEOUT 900)
+pllm_add_py_test(cli_formats cli_formats.py LABELS model)
+set_tests_properties(cli_formats PROPERTIES TIMEOUT 900)
