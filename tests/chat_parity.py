@@ -9,9 +9,11 @@ Renders every template x every conversation x add_generation_prompt in both and 
 byte-identical text; when jinja2 raises, pllm must fail too, with the same message for
 raise_exception. Templates: every real one in $PLLM_SHARED_DATA/tokenizers (ollama index,
 mistral.rs, phi-3-mini, qwen2.5-instruct), the SmolLM2 template stored in the default model's
-GGUF, and extra templates written here to cover the interpreter more broadly. Then a
-differential fuzz: random expressions over the supported grammar, fresh each run (seed
-printed; PLLM_CHAT_SEED=n replays one).
+GGUF, and extra templates written here to cover the interpreter more broadly. Then
+differential fuzzing, fresh each run (seed printed; PLLM_CHAT_SEED=n replays a run,
+PLLM_CHAT_FUZZ=n sets the count per kind, default 400): random expressions over the
+supported grammar, random numbers through arithmetic/round/int/tojson, and random nested
+block structures with random whitespace and whitespace control.
 
     python3 tests/chat_parity.py path/to/chat_tool
 """
@@ -75,12 +77,20 @@ def make_env():
 ENV = make_env()
 
 
+_COMPILED = {}
+
+
 def py_render(template, messages, agp, bos, eos):
     """('ok', text) | ('raise', message) | ('error', description)"""
-    try:
-        t = ENV.from_string(template)
-    except Exception as e:  # syntax / unknown filter: jinja2 fails at compile time
-        return ("error", f"{type(e).__name__}: {e}")
+    t = _COMPILED.get(template)
+    if t is None:
+        try:
+            t = ENV.from_string(template)
+        except Exception as e:  # syntax / unknown filter: jinja2 fails at compile time
+            t = e
+        _COMPILED[template] = t
+    if isinstance(t, Exception):
+        return ("error", f"{type(t).__name__}: {t}")
     kwargs = {}
     if bos is not None:
         kwargs["bos_token"] = bos
@@ -227,6 +237,14 @@ line" }}|{{ 'é'|length }}|{{ '🚀'|length }}|{{ ['é', "it's", 'both\\'"', '\\
 {% endfor %}""",
     "tuples-lists": """{% set pairs = [('a', 1), ('b', 2)] %}{% for k, v in pairs %}{{ k }}{{ v }}{% endfor %} {{ pairs|map('first')|list }} {{ pairs|map('last')|join }} {{ [[1, 2], [3]]|map('length')|list }} {{ [1, [2, 3], (4,), {'k': 'v'}] }} {{ [] }} {{ () }} {{ (1,) }} {{ [1, 2, 3][1] }} {{ [1, 2, 3].1 }} {{ [1, 2, 3]|reverse|list }} {{ ['b', 'A', 'c']|sort }} {{ ['b', 'A', 'c']|sort(case_sensitive=true) }} {{ [3, 1, 2]|sort(reverse=true) }} {{ [1, 2, 3, 4]|select('odd')|list }} {{ [1, 2, 3, 4]|reject('divisibleby', 2)|list }} {{ [1, 2, 3]|select('greaterthan', 1)|list }} {{ ['a', '', 'b']|select|join(',') }} {{ [1, 2].count(1) }} {{ ['x', 'y'].index('y') }}""",
 }
+
+
+EXTRA["whitespace-crlf"] = EXTRA["whitespace"].replace("\n", "\r\n") + "\r\n"
+EXTRA["whitespace-cr"] = EXTRA["set-blocks"].replace("\n", "\r") + "\n\n"
+EXTRA["trailing-newline"] = "{% for m in messages %}{{ m.role }}\n{% endfor %}\n"
+EXTRA["unicode-indent"] = ("\u3000{% if messages %}\n\u00a0\t{% for m in messages %}\n\u2003 {{ m.role }}\n"
+                           "\u3000 {% endfor %}\n{% endif %}\n\x0b{# c #}\n\x0c\x1c{% set x = 1 %}\nend")
+EXTRA["strftime"] = "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%Y-%m-%d')|length }}"
 
 
 def extra_templates():
@@ -403,6 +421,44 @@ def block(rng, depth, in_loop):
     return "".join(out)
 
 
+def random_float(rng):
+    import math
+    import struct
+
+    while True:
+        r = rng.random()
+        if r < 0.3:
+            x = struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0]
+        elif r < 0.6:
+            x = rng.uniform(-1e6, 1e6)
+        elif r < 0.8:
+            x = rng.choice([0.1, 0.5, 1 / 3, 2 / 3, 1e15, 1e16, 1e-4, 1e-5, 123456789.123, 2.675, 0.125, 9007199254740993.0])
+            x *= rng.choice([1, -1, 10, 0.1, 1e-300, 1e300])
+        else:
+            x = rng.randint(-10**6, 10**6) / rng.choice([1, 2, 3, 7, 10, 100, 1000])
+        if math.isfinite(x):
+            return x
+
+
+def fuzz_numbers(rng):
+    """Python float repr, arithmetic, round/int/float filters and tojson on random values,
+    both constant-folded (literals) and at run time (through a namespace)."""
+    a, b = random_float(rng), random_float(rng)
+    i, j = rng.randint(-10**9, 10**9), rng.choice([rng.randint(-100, 100), rng.randint(-10**9, 10**9)])
+    prec = rng.randint(0, 6)
+    exprs = ["A", "B", "A + B", "A - B", "A * B", "A / B", "A // B", "A % B", "A|round", f"A|round({prec})",
+             "A|round(1, 'floor')", "A|abs", "[A, B]|tojson", "A ~ ''", "(A|string)|float", "A < B", "A == B",
+             "[A, B]|sort", "[A, B]|max", "[A, I]|sum", "I", "I + J", "I - J", "I * J", "I // J", "I % J", "I / J",
+             "I ** 2", "-I", "I|string|int", "(A|string)|int", "I|float", "{'k': A}|tojson(indent=1)", "A|int",
+             "'%s'|length if false else 0"]
+    out = []
+    for e in rng.sample(exprs, 8):
+        out.append("{{ " + e.replace("A", "ns.a").replace("B", "ns.b").replace("I", "ns.i").replace("J", "ns.j") + " }}")
+        out.append("{{ " + e.replace("A", repr(a)).replace("B", repr(b)).replace("I", str(i)).replace("J", str(j)) + " }}")
+    return ("{% set ns = namespace(a=" + repr(a) + ", b=" + repr(b) + ", i=" + str(i) + ", j=" + str(j) + ") %}" +
+            "|".join(out))
+
+
 def fuzz_structure(rng):
     return ("{% set ns = namespace(n=0) %}{% set m = {'role': 'top', 'content': ' c '} %}{% set x = 'X' %}" + ws(rng) +
             block(rng, 0, False) + ws(rng))
@@ -501,7 +557,7 @@ def main():
     # differential fuzz: random expressions (jinja2 features outside pllm's subset may fail as
     # "unsupported" in pllm, but never render differently)
     fuzz_cases = []
-    for i in range(int(os.environ.get("PLLM_CHAT_FUZZ", "1500"))):
+    for i in range(int(os.environ.get("PLLM_CHAT_FUZZ", "400"))):
         conv = convs[rng.randrange(len(convs))]
         tpl = fuzz_template(rng)
         fuzz_cases.append((f"fuzz#{i} {tpl!r}", {"template": tpl, "messages": conv, "add_generation_prompt": False,
@@ -514,9 +570,22 @@ def main():
         report_failures(failures)
         ok = False
 
+    # numbers: 64-bit integer overflow is the only accepted difference ("unsupported" in pllm)
+    num_cases = []
+    for i in range(int(os.environ.get("PLLM_CHAT_FUZZ", "400"))):
+        tpl = fuzz_numbers(rng)
+        num_cases.append((f"numbers#{i} {tpl!r}", {"template": tpl, "messages": [], "add_generation_prompt": False}))
+    results = run_tool(tool, [r for _, r in num_cases])
+    same, both, unsupported, failures = compare(num_cases, results, allow_unsupported=True)
+    print(f"number fuzz: {len(num_cases)} random templates: {same} identical, {both} raise in both, "
+          f"{unsupported} unsupported in pllm, {len(failures)} mismatches")
+    if failures:
+        report_failures(failures)
+        ok = False
+
     # structural fuzz: everything must match exactly (no unsupported constructs are generated)
     struct_cases = []
-    for i in range(int(os.environ.get("PLLM_CHAT_FUZZ", "1500"))):
+    for i in range(int(os.environ.get("PLLM_CHAT_FUZZ", "400"))):
         conv = convs[rng.randrange(len(convs))]
         tpl = fuzz_structure(rng)
         struct_cases.append((f"struct#{i} {tpl!r}", {"template": tpl, "messages": conv, "add_generation_prompt": True,

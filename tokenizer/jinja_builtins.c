@@ -2143,16 +2143,21 @@ static pllm_status filter_round(pllm_jctx *c, pllm_jv in, const pllm_jargs *a, p
         *out = pllm_jv_float(strtod(buf, NULL));
         return PLLM_OK;
     }
-    if (prec > 18) return pllm_jerr(c, PLLM_ERR_UNSUPPORTED, "round precision too large");
+    /* math.ceil/floor(value * 10**p) / 10**p: with 10**p exact in a double (p <= 22) and the
+     * floor an integral double, IEEE division gives Python's correctly rounded int / int */
+    if (prec > 22)
+        return pllm_jerr(c, PLLM_ERR_UNSUPPORTED, "round precision above 22 is not supported");
+    if (is_int_like(in) && llabs(as_int(in)) > (1LL << 53))
+        return pllm_jerr(c, PLLM_ERR_UNSUPPORTED,
+                         "round(ceil/floor) of integers above 2**53 is not supported");
     double m = 1;
     for (int64_t k = 0; k < prec; k++) m *= 10;
     double r = (ceil_m ? ceil : floor)(as_float(in) * m);
+    if (isnan(r))
+        return pllm_jerr(c, PLLM_ERR_INVALID, "ValueError: cannot convert float NaN to integer");
     if (!isfinite(r))
         return pllm_jerr(c, PLLM_ERR_INVALID,
                          "OverflowError: cannot convert float infinity to integer");
-    if (fabs(r) > 9007199254740992.0)
-        return pllm_jerr(c, PLLM_ERR_UNSUPPORTED,
-                         "round(ceil/floor) beyond 2**53 is not supported");
     *out = pllm_jv_float(r / m);
     return PLLM_OK;
 }
