@@ -88,6 +88,37 @@ int32_t pllm_idset_count(const pllm_idset *s, const char *key)
 
 size_t pllm_idset_size(const pllm_idset *s) { return s->n; }
 
+/* Copy the first n lines of the .zst file at path into a new .zst stream that replaces it. */
+static pllm_status rewrite_zst(const char *path, int64_t n)
+{
+    pllm_buf tmp = {0};
+    PLLM_TRY(pllm_buf_appendf(&tmp, "%s.resume-tmp.zst", path));
+    pllm_reader *r = NULL;
+    pllm_writer *w = NULL;
+    pllm_status st = pllm_reader_open(&r, path);
+    if (st == PLLM_OK) st = pllm_writer_open(&w, tmp.s, false);
+    for (int64_t i = 0; st == PLLM_OK && i < n; i++) {
+        const char *line;
+        size_t len;
+        int64_t lineno;
+        bool eof;
+        if ((st = pllm_reader_next(r, &line, &len, &lineno, &eof)) != PLLM_OK) break;
+        if (eof) break;
+        st = pllm_writer_line(w, line, len);
+    }
+    pllm_status cst = pllm_writer_close(w);
+    if (st == PLLM_OK) st = cst;
+    pllm_reader_close(r);
+    if (st == PLLM_OK && rename(tmp.s, path) != 0)
+        st = pllm_errorf(PLLM_ERR_IO, "%s: cannot replace it with the repaired stream: %s", path, strerror(errno));
+    if (st != PLLM_OK) {
+        remove(tmp.s);
+        pllm_error_prefix(st, "repairing the cut .zst output %s: ", path);
+    }
+    pllm_buf_free(&tmp);
+    return st;
+}
+
 pllm_status pllm_idset_load_output(pllm_idset *s, const char *path, int64_t *n_lines, bool *torn)
 {
     *n_lines = 0;
@@ -119,14 +150,16 @@ pllm_status pllm_idset_load_output(pllm_idset *s, const char *path, int64_t *n_l
     pllm_reader *r;
     PLLM_TRY(pllm_reader_open(&r, path));
     pllm_status st = PLLM_OK;
+    int64_t n_complete = 0;
     for (;;) {
         const char *line;
         size_t len;
         int64_t lineno;
         bool eof;
         if ((st = pllm_reader_next(r, &line, &len, &lineno, &eof)) != PLLM_OK || eof) break;
+        n_complete++;
         json_t *o = json_loadb(line, len, 0, NULL);
-        if (!o) continue; /* a torn line */
+        if (!o) continue; /* not JSON: no request to skip */
         char *key = json_is_object(o) ? pllm_output_key(o) : NULL;
         if (key) {
             st = pllm_idset_add(s, key);
@@ -136,6 +169,13 @@ pllm_status pllm_idset_load_output(pllm_idset *s, const char *path, int64_t *n_l
         json_decref(o);
         if (st != PLLM_OK) break;
     }
+    bool cut = pllm_reader_truncated(r);
     pllm_reader_close(r);
+    if (cut) {
+        /* A .zst output whose writer was killed: its last frame never ended, so nothing can be
+         * appended after it. Rewrite the complete lines as a fresh stream (once per resume). */
+        *torn = true;
+        st = rewrite_zst(path, n_complete);
+    }
     return st;
 }

@@ -31,6 +31,7 @@ struct pllm_reader {
     size_t line_cap;
     int64_t lineno;
     bool bom_checked;       /* a leading UTF-8 BOM was looked for */
+    bool truncated;         /* the .zst stream ended inside a frame */
     uint64_t file_pos;      /* bytes read from the file */
     uint64_t file_size;     /* 0 when unknown */
 };
@@ -69,6 +70,7 @@ pllm_status pllm_reader_open(pllm_reader **out, const char *path)
 }
 
 const char *pllm_reader_path(const pllm_reader *r) { return r->path; }
+bool pllm_reader_truncated(const pllm_reader *r) { return r->truncated; }
 
 void pllm_reader_progress(const pllm_reader *r, uint64_t *pos, uint64_t *size)
 {
@@ -129,8 +131,10 @@ static pllm_status reader_fill(pllm_reader *r)
             r->zib = (ZSTD_inBuffer){r->zin, n, 0};
         }
         if (r->zin_eof && r->zib.pos == r->zib.size) {
-            if (!r->frame_done)
+            if (!r->frame_done) {
+                r->truncated = true;
                 return pllm_errorf(PLLM_ERR_FORMAT, "%s: truncated zstd stream (the last frame is incomplete)", r->path);
+            }
             r->src_eof = true;
             return PLLM_OK;
         }

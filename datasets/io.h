@@ -41,6 +41,9 @@ pllm_status pllm_reader_peek_nonspace(pllm_reader *r, int *c);
  * and its size (0 when unknown: stdin, a pipe). */
 void pllm_reader_progress(const pllm_reader *r, uint64_t *pos, uint64_t *size);
 const char *pllm_reader_path(const pllm_reader *r);
+/* Whether reading stopped at a .zst stream cut short (the last frame incomplete: a writer
+ * killed before it closed the file). Every line before the cut was handed out. */
+bool pllm_reader_truncated(const pllm_reader *r);
 void pllm_reader_close(pllm_reader *r);
 
 typedef struct pllm_writer pllm_writer;

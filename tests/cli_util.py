@@ -70,11 +70,16 @@ def records(text):
 
 
 def read_records(path):
+    """The complete lines of an output file (a killed writer may leave a torn last line, or a
+    .zst stream cut short: what decodes before the cut is kept)."""
     if path.endswith(".zst"):
-        out = subprocess.run(["zstd", "-dc", path], capture_output=True, check=True).stdout.decode()
-        return records(out)
-    with open(path, encoding="utf-8") as f:
-        return records(f.read())
+        text = subprocess.run(["zstd", "-dcq", path], capture_output=True).stdout.decode("utf-8", "replace")
+    else:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    return records(text)
 
 
 def strip_timing(recs):

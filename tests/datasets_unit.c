@@ -626,6 +626,35 @@ static void test_idset_resume(void)
     }
     CHECK(pllm_idset_size(s) == 5004 && pllm_idset_count(s, "k4999") == 1 && pllm_idset_count(s, "k5000") == 0);
     pllm_idset_free(s);
+
+    /* a .zst output cut mid-stream (a killed writer): the complete lines count, the file is
+     * rewritten so that a resumed run's appended frame decodes after it */
+    const char *zp = tmp_path("out.jsonl.zst");
+    pllm_writer *w;
+    CHECK_OK(pllm_writer_open(&w, zp, false));
+    for (int i = 0; i < 300; i++) {
+        char line[96];
+        snprintf(line, sizeof line, "{\"id\": \"r%d\", \"text\": \"some generated text %d\"}", i, i * 31);
+        CHECK_OK(pllm_writer_line(w, line, strlen(line)));
+    }
+    CHECK_OK(pllm_writer_close(w));
+    f = fopen(zp, "rb");
+    fseek(f, 0, SEEK_END);
+    long zn = ftell(f);
+    fclose(f);
+    CHECK(truncate(zp, zn * 2 / 3) == 0);
+    CHECK_OK(pllm_idset_create(&s));
+    CHECK_OK(pllm_idset_load_output(s, zp, &n, &torn));
+    CHECK(torn && n > 50 && n < 300 && pllm_idset_count(s, "r0") == 1 && pllm_idset_count(s, "r299") == 0);
+    int64_t kept = n;
+    pllm_idset_free(s);
+    CHECK_OK(pllm_writer_open(&w, zp, true));
+    CHECK_OK(pllm_writer_line(w, "{\"id\": \"late\"}", 14));
+    CHECK_OK(pllm_writer_close(w));
+    CHECK_OK(pllm_idset_create(&s));
+    CHECK_OK(pllm_idset_load_output(s, zp, &n, &torn));
+    CHECK(!torn && n == kept + 1 && pllm_idset_count(s, "late") == 1);
+    pllm_idset_free(s);
 }
 
 int main(void)
