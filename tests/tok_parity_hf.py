@@ -71,6 +71,13 @@ def dec_cases(ref, rng, n):
     added = list(tk.get_added_tokens_decoder().keys()) or [0]
     space_ids = [i for t, i in tk.get_vocab(with_added_tokens=False).items() if t.startswith(("▁", "Ġ"))][:5000] or [0]
     cases = []
+    # long runs of byte tokens spelling valid UTF-8 (longer than the detokenizer's 64-byte hold)
+    # between ordinary tokens: decoded whole, as HF does
+    if tk.token_to_id("<0x41>") is not None:
+        for _ in range(max(1, n // 20)):
+            text = "".join(rng.choice("aé中😀\n ") for _ in range(rng.randint(20, 80)))
+            run = [tk.token_to_id(f"<0x{b:02X}>") for b in text.encode()]
+            cases.append([rng.choice(space_ids)] + run + [rng.choice(space_ids)])
     for _ in range(n):
         ids = []
         for _ in range(rng.randint(1, 40)):
