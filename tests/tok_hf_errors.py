@@ -168,6 +168,7 @@ def main() -> int:
     check(2 not in info.get("special_ids", []) and 32007 in info.get("special_ids", []),
           "phi-3: </s> is not special there, <|end|> is")
     check(enc == [[6324]], f"phi-3: add_bos_token false in its config: {enc}")
+    check("cut at word starts" in info.get("describe", ""), f"phi-3 describe: {info.get('describe')}")
     info, enc = facts(["--hf", phi3], ["Hi"])
     check(info.get("bos") == -1 and enc == [[6324]], f"phi-3 without config: {info} {enc}")
     d = os.path.join(tmp, "llama2dir")

@@ -199,6 +199,17 @@ def main() -> int:
         v = shallow(pj, "model")
         v["model"].update(byte_fallback=bf, fuse_unk=fuse, unk_token=unk)
         variants.append((f"no byte fallback, fuse_unk={fuse}, unk_token={unk}", v))
+    # a vocabulary that defeats the cut at word starts: one token no merge uses becomes "s▁",
+    # made by a new last merge
+    nosplit = shallow(pj, "model")
+    used = set()
+    for mg in pj["model"]["merges"]:
+        a, b = mg.split(" ")
+        used.update((a, b, a + b))
+    spare = max((t for t in pj["model"]["vocab"] if t not in used and len(t) == 1), key=pj["model"]["vocab"].get)
+    nosplit["model"]["vocab"] = {("s▁" if t == spare else t): i for t, i in pj["model"]["vocab"].items()}
+    nosplit["model"]["merges"] = pj["model"]["merges"] + ["s ▁"]
+    variants.append(("a token with \"▁\" inside (no cutting at word starts: the heap path)", nosplit))
     for name, j in variants:
         path = tmp_path(f"{len(suites)}.json")
         write_json(path, j)

@@ -16,10 +16,18 @@
  *     priorities (merge_prio), so both modes run the same loop.
  * Two loops with the same order: a rescanning array for short pieces, a heap over a linked
  * list for long ones (a whole paragraph is one piece when there is no pre-tokenizer).
+ *
+ * Fast path: when no token of the vocabulary contains "▁" right after another character
+ * (checked when the tokenizer is built: true of Llama-2, Mistral and Phi-3), no merge can
+ * join the symbols on both sides of such a position, so the piece is cut there and each part
+ * (a word with its leading space marker, mostly) is encoded alone: the merges inside a part
+ * happen in the same relative order either way. Parts that are whole tokens come from the
+ * whole-piece map without merging.
  */
 #include "tokenizer/tokenizer_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define SPM_SMALL     32
 #define SPM_WHOLE_MAX 48
@@ -129,14 +137,39 @@ static pllm_status merge_large(const pllm_tokenizer *t, tok_ws *ws, size_t m, pl
     return PLLM_OK;
 }
 
-pllm_status tok_spm_piece(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n,
-                          pllm_tokens *out)
+static pllm_status spm_part(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n,
+                            pllm_tokens *out)
 {
     if (n <= SPM_WHOLE_MAX && t->whole.slots) {
         int32_t id = tok_strmap_find(&t->whole, t->str, t->str_off, s, n);
         if (id >= 0) return pllm_tokens_push(out, id);
     }
     return tok_spm_piece_uncached(t, ws, s, n, out);
+}
+
+pllm_status tok_spm_piece(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n,
+                          pllm_tokens *out)
+{
+    if (!t->spm_split) return spm_part(t, ws, s, n, out);
+    /* cut before each "▁" (E2 96 81) whose previous character is not "▁" */
+    size_t start = 0;
+    for (size_t i = 1; i + 3 <= n;) {
+        const char *hit = memchr(s + i, '\xE2', n - i - 2);
+        if (!hit) break;
+        i = (size_t)(hit - s);
+        if ((unsigned char)s[i + 1] == 0x96 && (unsigned char)s[i + 2] == 0x81) {
+            bool after_marker = i >= 3 && (unsigned char)s[i - 3] == 0xE2 &&
+                                (unsigned char)s[i - 2] == 0x96 && (unsigned char)s[i - 1] == 0x81;
+            if (!after_marker && i > start) {
+                PLLM_TRY(spm_part(t, ws, s + start, i - start, out));
+                start = i;
+            }
+            i += 3;
+        } else {
+            i++;
+        }
+    }
+    return spm_part(t, ws, s + start, n - start, out);
 }
 
 pllm_status tok_spm_piece_uncached(const pllm_tokenizer *t, tok_ws *ws, const char *s, size_t n,

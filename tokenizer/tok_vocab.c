@@ -726,6 +726,25 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
         }
     }
 
+    /* the SentencePiece cut rule (tok_spm.c): no model token has "▁" after another
+     * character, "▁" itself is a token, no character can vanish, and no whole-piece lookup
+     * (ignore_merges) */
+    if (sp->model == TOK_MODEL_SPM_BPE) {
+        bool all_bytes = t->byte_fallback;
+        for (int b = 0; b < 256; b++) all_bytes = all_bytes && t->byte_id[b] >= 0;
+        /* a character that vanishes (no byte tokens, no unk) would let its neighbours meet */
+        t->spm_split = !t->ignore_merges && t->char_id[0x2581] >= 0 && (all_bytes || t->unk >= 0);
+        for (int32_t i = 0; i < t->n_vocab && t->spm_split; i++) {
+            if (t->added[i] & TOK_ADDED_NOT_MODEL) continue;
+            size_t len;
+            const char *s = tok_str(t, i, &len);
+            for (size_t k = 1; k + 3 <= len && t->spm_split; k++)
+                if (memcmp(s + k, "\xE2\x96\x81", 3) == 0 &&
+                    !(k >= 3 && memcmp(s + k - 3, "\xE2\x96\x81", 3) == 0))
+                    t->spm_split = false;
+        }
+    }
+
     /* merges */
     if (sp->scores) {
         if (sp->model != TOK_MODEL_SPM_BPE) {
@@ -799,12 +818,12 @@ fail_dec:
                  "byte-level BPE (gpt2), pre-tokenizer %s, %d tokens, %d merges", t->pre.name,
                  t->n_vocab, t->n_merges);
     else
-        snprintf(t->describe, sizeof t->describe, "%s%s%s, %d tokens, %d merges%s%s%s",
+        snprintf(t->describe, sizeof t->describe, "%s%s%s, %d tokens, %d merges%s%s%s%s",
                  sp->model == TOK_MODEL_BYTE_BPE ? "byte-level BPE" : "SentencePiece-style BPE",
                  t->pre.n ? ", pre-tokenizer " : "", t->pre.n ? t->pre.name : "", t->n_vocab,
                  t->n_merges, sp->scores ? " (by score)" : "",
-                 t->byte_fallback ? ", byte fallback" : "",
-                 t->norm.n ? ", normalized" : "");
+                 t->byte_fallback ? ", byte fallback" : "", t->norm.n ? ", normalized" : "",
+                 t->spm_split ? ", pieces cut at word starts" : "");
     *out = t;
     return PLLM_OK;
 fail:

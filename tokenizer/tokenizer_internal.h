@@ -323,6 +323,8 @@ struct pllm_tokenizer {
     /* SentencePiece-style symbols */
     bool byte_fallback; /* an unknown character becomes its "<0xHH>" tokens */
     bool fuse_unk;      /* consecutive unknown characters give one unk */
+    bool spm_split;     /* no token holds "▁" after another character: a piece can be cut
+                         * before every such "▁" and its parts encoded alone, exactly */
     int32_t *char_id;   /* [TOK_CHAR_TABLE] id of each code point's one-character token */
 
     /* added tokens, matched in text before pre-tokenization */
