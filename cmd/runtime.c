@@ -91,12 +91,8 @@ int cmd_runtime_open(cmd_runtime *rt, const cmd_runtime_opts *o, bool quiet)
         free(def);
         return 3;
     }
-    if (!rt->model->gguf) {
-        pllm_buf m = {0};
-        pllm_buf_appendf(&m, "%s: pllm cannot load the tokenizer of a Hugging Face directory yet (tokenizer.json)", path);
-        rt->tok_error = m.s;
-        st = PLLM_ERR_UNSUPPORTED;
-    } else if ((st = pllm_tokenizer_from_gguf(&rt->tok, rt->model->gguf)) != PLLM_OK) {
+    st = rt->model->gguf ? pllm_tokenizer_from_gguf(&rt->tok, rt->model->gguf) : pllm_tokenizer_from_dir(&rt->tok, path);
+    if (st != PLLM_OK) {
         pllm_buf m = {0};
         pllm_buf_appendf(&m, "cannot load the tokenizer of %s: %s", path, pllm_errmsg());
         rt->tok_error = m.s;

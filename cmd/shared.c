@@ -40,7 +40,7 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
                                  "longest context (prompt + output)", NULL});
     push(opts, n, cap, (cmd_opt){"max-bypass", 0, CMD_OPT_INT, &o->ep.max_bypass, "N", o->defs[3],
                                  "fairness bound: times a waiting request may be overtaken (0: strict FCFS)", NULL});
-    push(opts, n, cap, (cmd_opt){"no-prefix-cache", 0, CMD_OPT_FLAG, &o->no_prefix_cache, NULL, NULL,
+    push(opts, n, cap, (cmd_opt){"no-prefix-cache", 0, CMD_OPT_FLAG, &o->no_prefix_cache, NULL, "off (prefix caching on)",
                                  "disable block-level prefix reuse", NULL});
 }
 
