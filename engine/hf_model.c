@@ -305,7 +305,13 @@ pllm_status pllm_hf_load(pllm_model *m, const char *dir)
         m->hf->weights_file = single_path;
         single_path = NULL;
     }
-    if ((st = load_weights(&L)) != PLLM_OK) goto fail;
+    /* the vectors are read from the mappings: a file cut short meanwhile reads zeros, caught here */
+    for (int32_t i = 0; i < m->hf->n_files; i++) pllm_safetensors_set_polled(m->hf->files[i], true);
+    st = load_weights(&L);
+    for (int32_t i = 0; i < m->hf->n_files; i++) pllm_safetensors_set_polled(m->hf->files[i], false);
+    if (st != PLLM_OK) goto fail;
+    for (int32_t i = 0; i < m->hf->n_files; i++)
+        if ((st = pllm_safetensors_check_file(m->hf->files[i])) != PLLM_OK) goto fail;
     for (int32_t i = 0; i < m->hf->n_files; i++) {
         const pllm_safetensors *s = m->hf->files[i];
         h = XXH3_64bits_withSeed(s->map, s->data_offset, h ^ (uint64_t)s->size);

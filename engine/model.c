@@ -327,7 +327,11 @@ pllm_status pllm_model_load(pllm_model **out, const char *path)
         goto fail;
     }
     if ((st = read_config(&L)) != PLLM_OK) goto fail;
-    if ((st = load_weights(&L)) != PLLM_OK) goto fail;
+    /* the vectors are read from the mapping: a file cut short meanwhile reads zeros, caught here */
+    if (m->gguf->owns_map) pllm_mapped_file_set_polled(&m->gguf->file, true);
+    st = load_weights(&L);
+    if (m->gguf->owns_map) pllm_mapped_file_set_polled(&m->gguf->file, false);
+    if (st != PLLM_OK || (st = pllm_gguf_check_file(m->gguf)) != PLLM_OK) goto fail;
     if ((st = read_gguf_sampling(m->gguf, &m->gen)) != PLLM_OK) goto fail;
 
     pllm_gguf_str gname = {0};
@@ -361,6 +365,13 @@ void pllm_model_free(pllm_model *m)
     free(m->name);
     free(m->path);
     free(m);
+}
+
+pllm_status pllm_model_check_files(const pllm_model *m)
+{
+    if (m->gguf) return pllm_gguf_check_file(m->gguf);
+    for (int32_t i = 0; m->hf && i < m->hf->n_files; i++) PLLM_TRY(pllm_safetensors_check_file(m->hf->files[i]));
+    return PLLM_OK;
 }
 
 int pllm_model_apply_generation_defaults(const pllm_model *m, pllm_sampling_params *p)

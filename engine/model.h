@@ -22,6 +22,10 @@
  *   ff_i = rope_factor            when rope_scaling == PLLM_ROPE_SCALING_LINEAR,
  *   ff_i = 1                      otherwise.
  *
+ * Hugging Face directories: path is the directory; the tokenizer and chat template are in its
+ * tokenizer.json and tokenizer_config.json (read by tokenizer/, not here); generation defaults
+ * (generation_config.json) are in gen.
+ *
  * Ownership: pllm_model_load() returns a model freed with pllm_model_free(); the model owns its
  * GGUF handle (gguf) or its safetensors files (hf), so the tokenizer can be built from the
  * same GGUF file while the model lives.
@@ -170,6 +174,12 @@ const char *pllm_model_format_name(pllm_model_format f); /* "gguf", "hf" */
  * untouched. As vLLM does with generation_config.json, do_sample is not consulted (a file that
  * sets temperature means it). Returns the number of fields set. */
 int pllm_model_apply_generation_defaults(const pllm_model *m, pllm_sampling_params *p);
+
+/* PLLM_OK while every file the model maps (the GGUF file, or each safetensors shard) is as it
+ * was at load; else PLLM_ERR_IO naming the file that was truncated or rewritten (see
+ * mapped_file.h). One fstat per file: call after each phase that read weights (each engine
+ * step) and stop on error. The loader itself checks after reading the norm/bias vectors. */
+pllm_status pllm_model_check_files(const pllm_model *m);
 
 /* Append a one-line JSON description of the model to out (for `pllm info`): format, path,
  * architecture, every hyperparameter, RoPE (mode, scaling, factors), tensor dtype counts,

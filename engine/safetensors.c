@@ -1,13 +1,8 @@
 #include "engine/safetensors.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define ST_MAX_HEADER 100000000u /* the format's own cap on N */
 
@@ -240,34 +235,39 @@ fail:
 pllm_status pllm_safetensors_open(pllm_safetensors **out, const char *path)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return pllm_errorf(errno == ENOENT ? PLLM_ERR_NOT_FOUND : PLLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return pllm_errorf(PLLM_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    pllm_mapped_file f;
+    PLLM_TRY(pllm_mapped_file_open(&f, path));
+    pllm_status st;
+    if (f.size < 8) {
+        st = pllm_errorf(PLLM_ERR_FORMAT, "%s: truncated file: %zu bytes, too small for the 8-byte header length", path, f.size);
+        goto fail;
     }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return pllm_errorf(PLLM_ERR_IO, "%s: not a regular file", path);
-    }
-    size_t size = (size_t)sb.st_size;
-    if (size < 8) {
-        close(fd);
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: truncated file: %zu bytes, too small for the 8-byte header length", path, size);
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) return pllm_errorf(PLLM_ERR_IO, "%s: cannot mmap %zu bytes: %s", path, size, strerror(e));
-    pllm_status st = pllm_safetensors_parse(out, map, size, path);
-    if (st != PLLM_OK) {
-        munmap(map, size);
+    pllm_mapped_file_set_polled(&f, true); /* checked right after the parse */
+    st = pllm_safetensors_parse(out, f.data, f.size, path);
+    pllm_mapped_file_set_polled(&f, false);
+    if (st != PLLM_OK) goto fail;
+    (*out)->owns_map = true;
+    (*out)->file = f;
+    /* the header was read from the mapping: a file cut short meanwhile read as zeros */
+    if ((st = pllm_mapped_file_check(&(*out)->file)) != PLLM_OK) {
+        pllm_safetensors_close(*out);
+        *out = NULL;
         return st;
     }
-    (*out)->owns_map = true;
     return PLLM_OK;
+fail:
+    pllm_mapped_file_close(&f);
+    return st;
+}
+
+pllm_status pllm_safetensors_check_file(const pllm_safetensors *s)
+{
+    return s->owns_map ? pllm_mapped_file_poll(&s->file) : PLLM_OK;
+}
+
+void pllm_safetensors_set_polled(const pllm_safetensors *s, bool polled)
+{
+    if (s->owns_map) pllm_mapped_file_set_polled(&s->file, polled);
 }
 
 void pllm_safetensors_close(pllm_safetensors *s)
@@ -275,7 +275,7 @@ void pllm_safetensors_close(pllm_safetensors *s)
     if (!s) return;
     for (int64_t i = 0; i < s->n_tensors; i++) free(s->tensors[i].name);
     free(s->tensors);
-    if (s->owns_map) munmap((void *)s->map, s->size);
+    if (s->owns_map) pllm_mapped_file_close(&s->file);
     free(s->path);
     free(s);
 }

@@ -15,6 +15,10 @@
  * tensor's data aligned to its element size. Every error names the file, the tensor (or
  * field) and a byte offset.
  *
+ * A file changed on disk while mapped: open() maps through mapped_file.h (as the GGUF reader
+ * does), so a read past a truncated end reads zeros plus a "damaged" mark while polled, and
+ * pllm_safetensors_check_file() reports that, or a changed size or modification time.
+ *
  * Ownership: pllm_safetensors_open() returns a handle freed with pllm_safetensors_close();
  * every pointer obtained from it (names, data) lives until then.
  */
@@ -22,6 +26,7 @@
 
 #include "engine/common.h"
 #include "engine/dtype.h"
+#include "engine/mapped_file.h"
 
 #define PLLM_ST_MAX_DIMS 8
 
@@ -43,6 +48,7 @@ typedef struct pllm_safetensors {
     const uint8_t *map;
     size_t size;
     bool owns_map;          /* opened (and unmapped on close) by pllm_safetensors_open */
+    pllm_mapped_file file;  /* the mapping when owns_map */
     size_t header_len;      /* N */
     size_t data_offset;     /* 8 + N: start of the data section */
     int64_t n_tensors;
@@ -55,6 +61,12 @@ pllm_status pllm_safetensors_open(pllm_safetensors **out, const char *path);
  * messages. */
 pllm_status pllm_safetensors_parse(pllm_safetensors **out, const void *data, size_t size, const char *name);
 void pllm_safetensors_close(pllm_safetensors *s);
+/* PLLM_OK while the opened file is as it was at open (always for parse()d images); else
+ * PLLM_ERR_IO naming the file (mapped_file.h, poll). */
+pllm_status pllm_safetensors_check_file(const pllm_safetensors *s);
+/* Whether faults in the mapping read zeros (polled: the caller checks afterwards) or end the
+ * process with a message (the default). No-op for parse()d images. */
+void pllm_safetensors_set_polled(const pllm_safetensors *s, bool polled);
 
 /* The tensor called name, or NULL. */
 const pllm_st_tensor *pllm_safetensors_find(const pllm_safetensors *s, const char *name);

@@ -418,6 +418,41 @@ def main():
     check("gguf: unsupported architecture", gguf_file("arch-gemma", arch="gemma"), "unsupported", "arch-gemma.gguf", "'gemma'",
           "supported: llama, mistral, qwen2")
 
+    # -- files changed on disk after loading: pllm_model_check_files names the file --
+    def recheck(name, path, change, *needles):
+        p = subprocess.Popen([TOOL, "recheck", path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        first = p.stdout.readline().strip()
+        change()
+        out, _ = p.communicate("go\n")
+        out = out.strip()
+        ok = first == "loaded" and p.returncode == 1 and out.startswith("ERROR") and all(n in out for n in needles)
+        RESULTS.append((name, ok, out))
+        print(f"{'ok  ' if ok else 'FAIL'} {name}\n       {out[:300]}")
+
+    def truncate(path):
+        return lambda: os.truncate(path, os.path.getsize(path) // 2)
+
+    def rewrite(path):  # same size, new bytes and modification time
+        def f():
+            data = bytearray(open(path, "rb").read())
+            data[-1] ^= 0xFF
+            st = os.stat(path)
+            with open(path, "r+b") as fh:
+                fh.write(data)
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+        return f
+    d = fresh(based, "changed shard")
+    recheck("loaded HF shard truncated", d, truncate(os.path.join(d, shard2)), shard2)
+    d = fresh(based, "rewritten shard")
+    recheck("loaded HF shard rewritten in place", d, rewrite(os.path.join(d, shard2)), shard2)
+    p = gguf_file("changed")
+    recheck("loaded GGUF truncated", p, truncate(p), "changed.gguf")
+    pr = subprocess.Popen([TOOL, "recheck", base], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    out, _ = pr.communicate("go\n")
+    ok = out.split() == ["loaded", "OK"] and pr.returncode == 0
+    RESULTS.append(("unchanged files check OK", ok, out))
+    print(f"{'ok  ' if ok else 'FAIL'} unchanged files check OK")
+
     n_ok = sum(ok for _, ok, _ in RESULTS)
     failures += [f"{n}: {o}" for n, ok, o in RESULTS if not ok]
     print(f"{n_ok} of {len(RESULTS)} error cases as expected")

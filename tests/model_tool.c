@@ -8,6 +8,9 @@
  *   model_tool dequant DTYPE N IN OUT  dequantize N elements of DTYPE (a pllm dtype name) from the
  *                                      raw bytes of IN into float32 OUT (pllm_dequantize_row)
  *   model_tool supported DTYPE         exit 0 when pllm_dtype_supported(DTYPE)
+ *   model_tool recheck PATH            load, print "loaded", wait for a line on stdin (the test
+ *                                      changes a file meanwhile), then print the outcome of
+ *                                      pllm_model_check_files: "OK" or "ERROR <status>: <message>"
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,14 +88,34 @@ static int cmd_dequant(const char *dtname, const char *ns, const char *in, const
     return 0;
 }
 
+static int cmd_recheck(const char *path)
+{
+    pllm_model *m = NULL;
+    pllm_status st = pllm_model_load(&m, path);
+    if (st != PLLM_OK) {
+        printf("ERROR %s: %s\n", pllm_status_str(st), pllm_errmsg());
+        return 1;
+    }
+    printf("loaded\n");
+    fflush(stdout);
+    char line[64];
+    if (!fgets(line, sizeof line, stdin)) line[0] = 0;
+    st = pllm_model_check_files(m);
+    if (st == PLLM_OK) printf("OK\n");
+    else printf("ERROR %s: %s\n", pllm_status_str(st), pllm_errmsg());
+    pllm_model_free(m);
+    return st == PLLM_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "recheck") == 0) return cmd_recheck(argv[2]);
     if (argc == 3 && strcmp(argv[1], "load") == 0) return cmd_load(argv[2]);
     if (argc == 6 && strcmp(argv[1], "dequant") == 0) return cmd_dequant(argv[2], argv[3], argv[4], argv[5]);
     if (argc == 3 && strcmp(argv[1], "supported") == 0) {
         pllm_dtype dt;
         return dtype_by_name(argv[2], &dt) == 0 && pllm_dtype_supported(dt) ? 0 : 1;
     }
-    fprintf(stderr, "usage: model_tool load PATH | dequant DTYPE N IN OUT | supported DTYPE\n");
+    fprintf(stderr, "usage: model_tool load PATH | dequant DTYPE N IN OUT | supported DTYPE | recheck PATH\n");
     return 2;
 }
