@@ -27,7 +27,8 @@ static pllm_status open_tokenizer(int argc, char **argv, pllm_tokenizer **t)
         return pllm_tokenizer_from_hf(t, argv[1], argc > 2 ? argv[2] : NULL);
     if (argc == 3 && !strcmp(argv[0], "--vocab-merges"))
         return pllm_tokenizer_from_vocab_merges(t, argv[1], argv[2]);
-    if (argc == 2 && !strcmp(argv[0], "--spm")) return pllm_tokenizer_from_sentencepiece(t, argv[1]);
+    if (argc == 2 && !strcmp(argv[0], "--spm"))
+        return pllm_tokenizer_from_sentencepiece(t, argv[1]);
     if (argc != 1) return pllm_errorf(PLLM_ERR_INVALID, "bad tokenizer arguments");
     pllm_gguf *g = NULL;
     pllm_status st = pllm_gguf_open(&g, argv[0]);

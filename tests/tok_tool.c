@@ -150,7 +150,8 @@ static pllm_status open_tokenizer(int argc, char **argv, pllm_tokenizer **t)
         return pllm_tokenizer_from_hf(t, argv[2], argc > 3 ? argv[3] : NULL);
     if (argc == 4 && !strcmp(argv[1], "--vocab-merges"))
         return pllm_tokenizer_from_vocab_merges(t, argv[2], argv[3]);
-    if (argc == 3 && !strcmp(argv[1], "--spm")) return pllm_tokenizer_from_sentencepiece(t, argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--spm"))
+        return pllm_tokenizer_from_sentencepiece(t, argv[2]);
     if (argc == 3 && !strcmp(argv[1], "--dir")) return pllm_tokenizer_from_dir(t, argv[2]);
     if (argc != 2) return pllm_errorf(PLLM_ERR_INVALID, "bad arguments");
     pllm_gguf *g = NULL;

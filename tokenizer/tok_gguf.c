@@ -171,8 +171,8 @@ pllm_status pllm_tokenizer_from_gguf(pllm_tokenizer **out, const pllm_gguf *g)
     } else {
         PLLM_TRY(pllm_gguf_get_arr(g, KEY_MERGES, PLLM_GGUF_STRING, &merges));
         if (merges->arr_n > (uint64_t)INT32_MAX)
-            return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' has %llu merges", g->path,
-                               KEY_MERGES, (unsigned long long)merges->arr_n);
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' has %llu merges", g->path, KEY_MERGES,
+                               (unsigned long long)merges->arr_n);
         sp.n_merges = (int32_t)merges->arr_n;
     }
 
@@ -210,8 +210,11 @@ pllm_status pllm_tokenizer_from_gguf(pllm_tokenizer **out, const pllm_gguf *g)
                 goto done;
             }
         }
-        ns = (tok_norm_step){.kind = TOK_NORM_REPLACE, .a = pllm_strdup(" "), .a_len = 1,
-                             .b = pllm_strdup("\xE2\x96\x81"), .b_len = 3};
+        ns = (tok_norm_step){.kind = TOK_NORM_REPLACE,
+                             .a = pllm_strdup(" "),
+                             .a_len = 1,
+                             .b = pllm_strdup("\xE2\x96\x81"),
+                             .b_len = 3};
         if (!ns.a || !ns.b) {
             free(ns.a), free(ns.b);
             st = PLLM_ERR_NOMEM;

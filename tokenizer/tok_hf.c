@@ -35,10 +35,10 @@
 #include <sys/stat.h>
 
 typedef struct hf_ctx {
-    const char *path;      /* tokenizer.json, for messages */
-    tok_strview *tokens;   /* [n_vocab] */
-    int32_t *types;        /* [n_vocab] */
-    uint8_t *in_model;     /* [n_vocab] */
+    const char *path;    /* tokenizer.json, for messages */
+    tok_strview *tokens; /* [n_vocab] */
+    int32_t *types;      /* [n_vocab] */
+    uint8_t *in_model;   /* [n_vocab] */
     int32_t n_vocab;
     tok_added_spec *added; /* [n_added] */
     int32_t n_added;
@@ -86,8 +86,7 @@ static pllm_status load_json(const char *path, json_t **out)
     *out = json_load_file(path, JSON_ALLOW_NUL, &err);
     if (!*out) {
         struct stat sb;
-        if (stat(path, &sb) != 0)
-            return pllm_errorf(PLLM_ERR_IO, "%s: cannot open", path);
+        if (stat(path, &sb) != 0) return pllm_errorf(PLLM_ERR_IO, "%s: cannot open", path);
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: line %d, column %d: %s", path, err.line,
                            err.column, err.text);
     }
@@ -113,8 +112,10 @@ static pllm_status get_pattern(const hf_ctx *c, json_t *o, const char *where, co
         *s = json_string_value(re), *n = json_string_length(re), *regex = true;
         return PLLM_OK;
     }
-    return pllm_errorf(PLLM_ERR_FORMAT, "%s: %s: \"pattern\" is neither {\"String\": ...} nor "
-                       "{\"Regex\": ...}", c->path, where);
+    return pllm_errorf(PLLM_ERR_FORMAT,
+                       "%s: %s: \"pattern\" is neither {\"String\": ...} nor "
+                       "{\"Regex\": ...}",
+                       c->path, where);
 }
 
 static char *dup_n(const char *s, size_t n)
@@ -210,12 +211,15 @@ static pllm_status parse_prepend_scheme(const hf_ctx *c, json_t *o, const char *
     json_t *ps = json_object_get(o, "prepend_scheme");
     if (json_is_string(ps)) {
         const char *s = json_string_value(ps);
-        if (!strcmp(s, "always")) *out = TOK_PREPEND_ALWAYS;
-        else if (!strcmp(s, "first")) *out = TOK_PREPEND_FIRST;
-        else if (!strcmp(s, "never")) *out = TOK_PREPEND_NEVER;
+        if (!strcmp(s, "always"))
+            *out = TOK_PREPEND_ALWAYS;
+        else if (!strcmp(s, "first"))
+            *out = TOK_PREPEND_FIRST;
+        else if (!strcmp(s, "never"))
+            *out = TOK_PREPEND_NEVER;
         else
-            return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: %s prepend_scheme \"%s\" is not supported",
-                               c->path, what, s);
+            return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                               "%s: %s prepend_scheme \"%s\" is not supported", c->path, what, s);
         return PLLM_OK;
     }
     /* older files: add_prefix_space (true = always) */
@@ -264,8 +268,8 @@ static pllm_status add_pretok(hf_ctx *c, json_t *o)
         }
         if (get_bool(o, "use_regex", true)) {
             const char *re = tok_pretok_gpt2_regex();
-            PLLM_TRY(tok_pretok_add_split(&c->pre, re, strlen(re), false, TOK_SPLIT_ISOLATED,
-                                          false, c->path));
+            PLLM_TRY(tok_pretok_add_split(&c->pre, re, strlen(re), false, TOK_SPLIT_ISOLATED, false,
+                                          c->path));
         }
         c->byte_level = true;
         return PLLM_OK;
@@ -280,12 +284,18 @@ static pllm_status add_pretok(hf_ctx *c, json_t *o)
         if (!b)
             return pllm_errorf(PLLM_ERR_FORMAT, "%s: pre_tokenizer Split has no \"behavior\"",
                                c->path);
-        if (!strcmp(b, "Removed")) beh = TOK_SPLIT_REMOVED;
-        else if (!strcmp(b, "Isolated")) beh = TOK_SPLIT_ISOLATED;
-        else if (!strcmp(b, "MergedWithPrevious")) beh = TOK_SPLIT_MERGED_PREV;
-        else if (!strcmp(b, "MergedWithNext")) beh = TOK_SPLIT_MERGED_NEXT;
-        else if (!strcmp(b, "Contiguous")) beh = TOK_SPLIT_CONTIGUOUS;
-        else return unsupported(c, "pre_tokenizer Split behavior", b);
+        if (!strcmp(b, "Removed"))
+            beh = TOK_SPLIT_REMOVED;
+        else if (!strcmp(b, "Isolated"))
+            beh = TOK_SPLIT_ISOLATED;
+        else if (!strcmp(b, "MergedWithPrevious"))
+            beh = TOK_SPLIT_MERGED_PREV;
+        else if (!strcmp(b, "MergedWithNext"))
+            beh = TOK_SPLIT_MERGED_NEXT;
+        else if (!strcmp(b, "Contiguous"))
+            beh = TOK_SPLIT_CONTIGUOUS;
+        else
+            return unsupported(c, "pre_tokenizer Split behavior", b);
         return tok_pretok_add_split(&c->pre, pat, pn, !regex, beh, get_bool(o, "invert", false),
                                     c->path);
     }
@@ -342,7 +352,8 @@ static pllm_status set_decoder(hf_ctx *c, json_t *o)
     if (json_array_size(arr) == 1) return set_decoder(c, json_array_get(arr, 0));
     /* the accepted shape: Replace* ByteFallback? Fuse? Strip? (Strip only after Fuse) */
     int stage = 0; /* 0 replaces, 1 after ByteFallback, 2 after Fuse, 3 after Strip */
-    json_array_foreach(arr, i, v) {
+    json_array_foreach(arr, i, v)
+    {
         const char *dt = type_of(v);
         if (!dt) return unsupported(c, "decoder", NULL);
         if (!strcmp(dt, "Replace") && stage == 0) {
@@ -355,8 +366,7 @@ static pllm_status set_decoder(hf_ctx *c, json_t *o)
             if (!json_is_string(content) || pn == 0 || pn >= sizeof d->repl[0].from ||
                 json_string_length(content) >= sizeof d->repl[0].to ||
                 d->n_repl == (int)PLLM_ARRAY_LEN(d->repl))
-                return unsupported(c, "decoder Replace (pattern/content size or count)",
-                                   "Replace");
+                return unsupported(c, "decoder Replace (pattern/content size or count)", "Replace");
             memcpy(d->repl[d->n_repl].from, pat, pn);
             d->repl[d->n_repl].from_len = pn;
             memcpy(d->repl[d->n_repl].to, json_string_value(content), json_string_length(content));
@@ -391,8 +401,8 @@ static pllm_status set_decoder(hf_ctx *c, json_t *o)
 
 /* ---- post-processor ---- */
 
-static pllm_status special_ids(hf_ctx *c, json_t *specials, const char *name, int32_t *ids,
-                               int *n, int cap)
+static pllm_status special_ids(hf_ctx *c, json_t *specials, const char *name, int32_t *ids, int *n,
+                               int cap)
 {
     json_t *sp = json_object_get(specials, name), *arr = json_object_get(sp, "ids"), *v;
     size_t i;
@@ -401,7 +411,8 @@ static pllm_status special_ids(hf_ctx *c, json_t *specials, const char *name, in
                            "%s: post_processor template names \"%s\", which its special_tokens "
                            "do not define",
                            c->path, name);
-    json_array_foreach(arr, i, v) {
+    json_array_foreach(arr, i, v)
+    {
         if (*n == cap)
             return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: post_processor adds more than %d tokens",
                                c->path, cap);
@@ -427,19 +438,19 @@ static pllm_status add_post(hf_ctx *c, json_t *o)
     }
     if (!strcmp(ty, "ByteLevel")) return PLLM_OK;
     if (!strcmp(ty, "TemplateProcessing")) {
-        json_t *single = json_object_get(o, "single"), *specials = json_object_get(o, "special_tokens"),
-               *v;
+        json_t *single = json_object_get(o, "single"),
+               *specials = json_object_get(o, "special_tokens"), *v;
         size_t i;
         bool seen = false;
         if (!json_is_array(single))
             return pllm_errorf(PLLM_ERR_FORMAT, "%s: TemplateProcessing has no \"single\"",
                                c->path);
-        json_array_foreach(single, i, v) {
+        json_array_foreach(single, i, v)
+        {
             json_t *tok = json_object_get(v, "SpecialToken");
             if (json_object_get(v, "Sequence")) {
                 if (seen)
-                    return unsupported(c, "post_processor template with the sequence twice",
-                                       ty);
+                    return unsupported(c, "post_processor template with the sequence twice", ty);
                 seen = true;
             } else if (tok) {
                 const char *name = json_string_value(json_object_get(tok, "id"));
@@ -449,8 +460,10 @@ static pllm_status add_post(hf_ctx *c, json_t *o)
                 PLLM_TRY(seen ? special_ids(c, specials, name, suf, &ns, TOK_MAX_POST)
                               : special_ids(c, specials, name, pre, &np, TOK_MAX_POST));
             } else {
-                return pllm_errorf(PLLM_ERR_FORMAT, "%s: TemplateProcessing item %zu is neither "
-                                   "Sequence nor SpecialToken", c->path, i);
+                return pllm_errorf(PLLM_ERR_FORMAT,
+                                   "%s: TemplateProcessing item %zu is neither "
+                                   "Sequence nor SpecialToken",
+                                   c->path, i);
             }
         }
     } else if (!strcmp(ty, "RobertaProcessing") || !strcmp(ty, "BertProcessing")) {
@@ -493,14 +506,16 @@ static pllm_status build_vocab(hf_ctx *c, json_t *vocab, json_t *added, bool byt
     const char *k;
     json_t *v;
     int64_t max_id = -1;
-    json_object_foreach(vocab, k, v) {
+    json_object_foreach(vocab, k, v)
+    {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= INT32_MAX)
             return pllm_errorf(PLLM_ERR_FORMAT, "%s: model.vocab[\"%.80s\"] is not a token id",
                                c->path, k);
         max_id = PLLM_MAX(max_id, (int64_t)json_integer_value(v));
     }
     size_t i;
-    json_array_foreach(added, i, v) {
+    json_array_foreach(added, i, v)
+    {
         json_t *id = json_object_get(v, "id");
         if (!json_is_integer(id) || json_integer_value(id) < 0 ||
             json_integer_value(id) >= INT32_MAX || !json_is_string(json_object_get(v, "content")))
@@ -515,7 +530,8 @@ static pllm_status build_vocab(hf_ctx *c, json_t *vocab, json_t *added, bool byt
     c->in_model = pllm_calloc((size_t)c->n_vocab, 1);
     c->added = pllm_calloc(json_array_size(added) + 1, sizeof *c->added);
     if (!c->tokens || !c->types || !c->in_model || !c->added) return PLLM_ERR_NOMEM;
-    json_object_foreach(vocab, k, v) {
+    json_object_foreach(vocab, k, v)
+    {
         int32_t id = (int32_t)json_integer_value(v);
         if (c->tokens[id].s)
             return pllm_errorf(PLLM_ERR_FORMAT,
@@ -527,15 +543,16 @@ static pllm_status build_vocab(hf_ctx *c, json_t *vocab, json_t *added, bool byt
         bool byte = byte_fallback && strlen(k) == 6 && memcmp(k, "<0x", 3) == 0 && k[5] == '>';
         c->types[id] = byte ? TOK_TYPE_BYTE : TOK_TYPE_NORMAL;
     }
-    json_array_foreach(added, i, v) {
+    json_array_foreach(added, i, v)
+    {
         int32_t id = (int32_t)json_integer_value(json_object_get(v, "id"));
         json_t *content = json_object_get(v, "content");
         tok_strview cv = {json_string_value(content), json_string_length(content)};
         if (c->tokens[id].s &&
             (c->tokens[id].len != cv.len || memcmp(c->tokens[id].s, cv.s, cv.len) != 0))
             return pllm_errorf(PLLM_ERR_UNSUPPORTED,
-                               "%s: added_tokens[%zu] \"%.80s\" reuses id %d of \"%.80s\"",
-                               c->path, i, cv.s, id, c->tokens[id].s);
+                               "%s: added_tokens[%zu] \"%.80s\" reuses id %d of \"%.80s\"", c->path,
+                               i, cv.s, id, c->tokens[id].s);
         for (int32_t o = 0; o < c->n_vocab; o++)
             if (o != id && c->in_model[o] && c->tokens[o].len == cv.len &&
                 memcmp(c->tokens[o].s, cv.s, cv.len) == 0)
@@ -570,15 +587,18 @@ static pllm_status build_merges(hf_ctx *c, json_t *merges)
     if (n > INT32_MAX) return pllm_errorf(PLLM_ERR_FORMAT, "%s: too many merges", c->path);
     c->pairs = pllm_malloc((2 * n + 1) * sizeof *c->pairs);
     if (!c->pairs) return PLLM_ERR_NOMEM;
-    json_array_foreach(merges, i, v) {
+    json_array_foreach(merges, i, v)
+    {
         if (json_is_string(v)) {
             /* "a b": exactly one space (Hugging Face rejects anything else) */
             const char *s = json_string_value(v);
             size_t len = json_string_length(v);
             const char *sp = memchr(s, ' ', len);
             if (!sp || memchr(sp + 1, ' ', len - (size_t)(sp - s) - 1))
-                return pllm_errorf(PLLM_ERR_FORMAT, "%s: model.merges[%zu] = \"%.80s\" is not "
-                                   "\"left right\"", c->path, i, s);
+                return pllm_errorf(PLLM_ERR_FORMAT,
+                                   "%s: model.merges[%zu] = \"%.80s\" is not "
+                                   "\"left right\"",
+                                   c->path, i, s);
             c->pairs[2 * i] = (tok_strview){s, (size_t)(sp - s)};
             c->pairs[2 * i + 1] = (tok_strview){sp + 1, len - (size_t)(sp - s) - 1};
         } else if (json_is_array(v) && json_array_size(v) == 2 &&
@@ -653,8 +673,10 @@ pllm_status pllm_tokenizer_from_hf(pllm_tokenizer **out, const char *json_path,
     json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
     json_t *added = json_object_get(root, "added_tokens");
     if (!json_is_object(vocab) || !json_is_array(merges)) {
-        st = pllm_errorf(PLLM_ERR_FORMAT, "%s: model needs a \"vocab\" object and a \"merges\" "
-                         "array", json_path);
+        st = pllm_errorf(PLLM_ERR_FORMAT,
+                         "%s: model needs a \"vocab\" object and a \"merges\" "
+                         "array",
+                         json_path);
         goto done;
     }
     if (added && !json_is_array(added)) {
@@ -667,7 +689,8 @@ pllm_status pllm_tokenizer_from_hf(pllm_tokenizer **out, const char *json_path,
     json_decref(empty);
     if (st || (st = build_merges(&c, merges))) goto done;
 
-    json_t *norm = json_object_get(root, "normalizer"), *pre = json_object_get(root, "pre_tokenizer");
+    json_t *norm = json_object_get(root, "normalizer"),
+           *pre = json_object_get(root, "pre_tokenizer");
     json_t *post = json_object_get(root, "post_processor"), *dec = json_object_get(root, "decoder");
     snprintf(c.pre.name, sizeof c.pre.name, "tokenizer.json");
     if (json_is_object(norm) && (st = add_normalizer(&c, norm))) goto done;
@@ -703,11 +726,17 @@ pllm_status pllm_tokenizer_from_hf(pllm_tokenizer **out, const char *json_path,
         .ignore_merges = get_bool(model, "ignore_merges", false),
         .n_added = c.n_added,
         .added = c.added,
-        .bos = -1, .eos = -1, .unk = -1, .pad = -1, .eot = -1,
+        .bos = -1,
+        .eos = -1,
+        .unk = -1,
+        .pad = -1,
+        .eot = -1,
         .post_given = true,
         .key_tokens = "model.vocab",
         .key_merges = "model.merges",
-        .key_bos = "bos_token", .key_eos = "eos_token", .key_unk = "model.unk_token",
+        .key_bos = "bos_token",
+        .key_eos = "eos_token",
+        .key_unk = "model.unk_token",
         .key_pad = "pad_token",
     };
     memcpy(sp.post_pre, c.post_pre, sizeof c.post_pre);
@@ -730,7 +759,8 @@ pllm_status pllm_tokenizer_from_hf(pllm_tokenizer **out, const char *json_path,
             (st = config_id(&c, cfg, config_path, "eos_token", &sp.eos)) ||
             (st = config_id(&c, cfg, config_path, "pad_token", &sp.pad)))
             goto done;
-        json_t *ab = json_object_get(cfg, "add_bos_token"), *ae = json_object_get(cfg, "add_eos_token");
+        json_t *ab = json_object_get(cfg, "add_bos_token"),
+               *ae = json_object_get(cfg, "add_eos_token");
         if (json_is_boolean(ab) || json_is_boolean(ae)) {
             /* transformers' update_post_processor: the template becomes [bos] $A [eos] */
             bool add_bos = json_is_boolean(ab) ? json_is_true(ab) : false;
@@ -742,8 +772,9 @@ pllm_status pllm_tokenizer_from_hf(pllm_tokenizer **out, const char *json_path,
                 if (!json_is_boolean(ae)) add_eos = tmpl_eos;
             }
             if ((add_bos && sp.bos < 0) || (add_eos && sp.eos < 0)) {
-                st = pllm_errorf(PLLM_ERR_FORMAT, "%s: add_%s_token is true but there is no %s_token",
-                                 config_path, add_bos && sp.bos < 0 ? "bos" : "eos",
+                st = pllm_errorf(PLLM_ERR_FORMAT,
+                                 "%s: add_%s_token is true but there is no %s_token", config_path,
+                                 add_bos && sp.bos < 0 ? "bos" : "eos",
                                  add_bos && sp.bos < 0 ? "bos" : "eos");
                 goto done;
             }
@@ -801,8 +832,8 @@ pllm_status pllm_tokenizer_from_vocab_merges(pllm_tokenizer **out, const char *v
         if (!(ll >= 8 && memcmp(text + i, "#version", 8) == 0)) {
             char *sp = memchr(text + i, ' ', ll);
             if (!sp || memchr(sp + 1, ' ', ll - (size_t)(sp - (text + i)) - 1)) {
-                st = pllm_errorf(PLLM_ERR_FORMAT, "%s: line %zu is not \"left right\"",
-                                 merges_path, line_no);
+                st = pllm_errorf(PLLM_ERR_FORMAT, "%s: line %zu is not \"left right\"", merges_path,
+                                 line_no);
                 goto done;
             }
             if (n_lines + 2 > cap) {
@@ -852,7 +883,11 @@ pllm_status pllm_tokenizer_from_vocab_merges(pllm_tokenizer **out, const char *v
         .merges_last_wins = true,
         .n_added = eot_id >= 0,
         .added = &eot,
-        .bos = eot_id, .eos = eot_id, .unk = -1, .pad = -1, .eot = -1,
+        .bos = eot_id,
+        .eos = eot_id,
+        .unk = -1,
+        .pad = -1,
+        .eot = -1,
         .post_given = true,
         .key_tokens = vocab_path,
         .key_merges = merges_path,

@@ -93,7 +93,8 @@ static pllm_status icu_apply(int mode, const char *s, size_t n, pllm_buf *out)
     pllm_status st = PLLM_OK;
     UErrorCode err = U_ZERO_ERROR;
     UChar *a = NULL, *b = NULL;
-    if (n > INT32_MAX / 4) return pllm_errorf(PLLM_ERR_RANGE, "normalizer: %zu bytes is too long", n);
+    if (n > INT32_MAX / 4)
+        return pllm_errorf(PLLM_ERR_RANGE, "normalizer: %zu bytes is too long", n);
     int32_t cap = (int32_t)n + 16, la = 0;
     a = pllm_malloc((size_t)cap * sizeof *a);
     if (!a) return PLLM_ERR_NOMEM;

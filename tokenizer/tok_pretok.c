@@ -165,8 +165,7 @@ static int re_match(const tok_pre_stage *st, tok_ws *ws, const char *s, size_t n
         if (st->jit)
             rc = pcre2_jit_match(st->re, (PCRE2_SPTR)s, n, start, 0, ws->md, ws->mctx);
         else
-            rc = pcre2_match(st->re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, ws->md,
-                             ws->mctx);
+            rc = pcre2_match(st->re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, ws->md, ws->mctx);
         if ((rc != PCRE2_ERROR_JIT_STACKLIMIT && rc != PCRE2_ERROR_NOMEMORY &&
              rc != PCRE2_ERROR_HEAPLIMIT) ||
             ws->jstack)
@@ -193,8 +192,9 @@ static pllm_status next_match(const tok_pretok *p, const tok_pre_stage *st, tok_
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
-            return pllm_errorf(PLLM_ERR_INTERNAL, "pre-tokenizer %s, regex stage %d, on %zu bytes: %s",
-                               p->name, (int)(st - p->st), n, (const char *)msg);
+            return pllm_errorf(PLLM_ERR_INTERNAL,
+                               "pre-tokenizer %s, regex stage %d, on %zu bytes: %s", p->name,
+                               (int)(st - p->st), n, (const char *)msg);
         }
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(ws->md);
         if (ov[1] <= ov[0]) {
@@ -371,8 +371,8 @@ static pllm_status split_stage(const tok_pretok *p, tok_ws *ws, int stage, const
         PLLM_TRY(next_match(p, st, ws, s, n, &start, &ms, &me, &found));
         if (!found) break;
         if (ms > last)
-            PLLM_TRY(split_stage(p, ws, stage + 1, s + last, ms - last, at_start && last == 0, fn,
-                                 ctx));
+            PLLM_TRY(
+                split_stage(p, ws, stage + 1, s + last, ms - last, at_start && last == 0, fn, ctx));
         PLLM_TRY(split_stage(p, ws, stage + 1, s + ms, me - ms, at_start && ms == 0, fn, ctx));
         last = me;
     }

@@ -114,15 +114,15 @@ static pllm_status read_piece(pb *r, spm_model *m)
         uint64_t v = 0;
         pb sub = {0};
         PLLM_TRY(pb_field(r, &f, &wt, &v, &sub));
-        if (f == 1 && wt == 2) piece = (tok_strview){(const char *)sub.p, (size_t)(sub.end - sub.p)};
+        if (f == 1 && wt == 2)
+            piece = (tok_strview){(const char *)sub.p, (size_t)(sub.end - sub.p)};
         if (f == 2 && wt == 5) {
             uint32_t w = (uint32_t)v;
             memcpy(&score, &w, 4);
         }
         if (f == 3 && wt == 0) type = (int32_t)v;
     }
-    if (!piece.s)
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: piece %d has no text", r->path, m->n);
+    if (!piece.s) return pllm_errorf(PLLM_ERR_FORMAT, "%s: piece %d has no text", r->path, m->n);
     m->pieces[m->n] = piece;
     m->scores[m->n] = score;
     m->types[m->n] = type;
@@ -184,8 +184,14 @@ pllm_status pllm_tokenizer_from_sentencepiece(pllm_tokenizer **out, const char *
     *out = NULL;
     pllm_status st = PLLM_OK;
     pllm_buf data = {0};
-    spm_model m = {.model_type = 1, .unk_id = 0, .bos_id = 1, .eos_id = 2, .pad_id = -1,
-                   .add_dummy_prefix = true, .remove_extra_ws = true, .escape_ws = true};
+    spm_model m = {.model_type = 1,
+                   .unk_id = 0,
+                   .bos_id = 1,
+                   .eos_id = 2,
+                   .pad_id = -1,
+                   .add_dummy_prefix = true,
+                   .remove_extra_ws = true,
+                   .escape_ws = true};
     tok_norm norm = {0};
     tok_pretok none = {0};
     FILE *f = fopen(path, "rb");
@@ -211,8 +217,8 @@ pllm_status pllm_tokenizer_from_sentencepiece(pllm_tokenizer **out, const char *
                          path, (long long)m.model_type);
         goto done;
     }
-    bool identity = m.norm_name.len == 0 ||
-                    (m.norm_name.len == 8 && memcmp(m.norm_name.s, "identity", 8) == 0);
+    bool identity =
+        m.norm_name.len == 0 || (m.norm_name.len == 8 && memcmp(m.norm_name.s, "identity", 8) == 0);
     if (!identity || m.charsmap_len || m.remove_extra_ws || !m.escape_ws) {
         st = pllm_errorf(PLLM_ERR_UNSUPPORTED,
                          "%s: normalizer_spec (name \"%.*s\", %zu-byte charsmap, "
@@ -238,8 +244,11 @@ pllm_status pllm_tokenizer_from_sentencepiece(pllm_tokenizer **out, const char *
         }
         if ((st = tok_norm_add(&norm, &ns, path))) goto done;
     }
-    ns = (tok_norm_step){.kind = TOK_NORM_REPLACE, .a = pllm_strdup(" "), .a_len = 1,
-                         .b = pllm_strdup("\xE2\x96\x81"), .b_len = 3};
+    ns = (tok_norm_step){.kind = TOK_NORM_REPLACE,
+                         .a = pllm_strdup(" "),
+                         .a_len = 1,
+                         .b = pllm_strdup("\xE2\x96\x81"),
+                         .b_len = 3};
     if (!ns.a || !ns.b) {
         free(ns.a), free(ns.b);
         st = PLLM_ERR_NOMEM;

@@ -308,10 +308,9 @@ static pllm_status add_stop(pllm_tokenizer *t, int32_t id)
 static pllm_status alloc_merges(pllm_tokenizer *t, const tok_spec *sp, int64_t n)
 {
     if (n > TOK_MAX_MERGES || t->n_vocab > TOK_MAX_PAIR_VOCAB)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
-                           "%s: %lld merges over %d tokens is more than supported (%d, %d)",
-                           sp->source, (long long)n, t->n_vocab, TOK_MAX_MERGES,
-                           TOK_MAX_PAIR_VOCAB);
+        return pllm_errorf(
+            PLLM_ERR_UNSUPPORTED, "%s: %lld merges over %d tokens is more than supported (%d, %d)",
+            sp->source, (long long)n, t->n_vocab, TOK_MAX_MERGES, TOK_MAX_PAIR_VOCAB);
     size_t cap = pow2_at_least((size_t)n * 2 + 1);
     t->merges.slots = pllm_calloc(cap, sizeof *t->merges.slots);
     t->merge_result = pllm_malloc(((size_t)n + 1) * sizeof *t->merge_result);
@@ -355,7 +354,8 @@ static pllm_status build_merges(pllm_tokenizer *t, const tok_spec *sp)
             const char *what = a < 0 ? "left part" : b < 0 ? "right part" : "merged token";
             const char *ws = a < 0 ? m : b < 0 ? rs : cat.s;
             size_t wn = a < 0 ? ln : b < 0 ? rn : cat.n;
-            st = pllm_errorf(PLLM_ERR_FORMAT, "%s: %s[%d] (\"%.*s\" + \"%.*s\"): %s \"%.*s\" is "
+            st = pllm_errorf(PLLM_ERR_FORMAT,
+                             "%s: %s[%d] (\"%.*s\" + \"%.*s\"): %s \"%.*s\" is "
                              "not in the vocabulary",
                              sp->source, key, r, (int)PLLM_MIN(ln, 80), m, (int)PLLM_MIN(rn, 80),
                              rs, what, (int)PLLM_MIN(wn, 80), ws);
@@ -398,7 +398,8 @@ static pllm_status build_score_merges(pllm_tokenizer *t, const tok_spec *sp)
     size_t n = 0, cap = 0;
     for (int32_t id = 0; id < t->n_vocab; id++) {
         if (!isfinite(sp->scores[id])) {
-            st = pllm_errorf(PLLM_ERR_FORMAT, "%s: score of token %d is not finite", sp->source, id);
+            st =
+                pllm_errorf(PLLM_ERR_FORMAT, "%s: score of token %d is not finite", sp->source, id);
             goto done;
         }
         size_t len;
@@ -449,7 +450,8 @@ static pllm_status build_score_merges(pllm_tokenizer *t, const tok_spec *sp)
     }
     int32_t prio = 0;
     for (size_t i = 0; i < n; i++) {
-        if (i > 0 && (pairs[i].score != pairs[i - 1].score || pairs[i].result != pairs[i - 1].result))
+        if (i > 0 &&
+            (pairs[i].score != pairs[i - 1].score || pairs[i].result != pairs[i - 1].result))
             prio++;
         t->merge_result[i] = pairs[i].result;
         t->merge_prio[i] = prio;

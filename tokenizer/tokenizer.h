@@ -49,8 +49,8 @@ pllm_status pllm_tokenizer_from_dir(pllm_tokenizer **out, const char *dir);
 void pllm_tokenizer_free(pllm_tokenizer *t);
 
 typedef struct pllm_encode_opts {
-    bool add_special;    /* add BOS/EOS as the model's metadata says (add_bos_token, ...) */
-    bool parse_special;  /* match special tokens spelled in the text (as HF does by default) */
+    bool add_special;   /* add BOS/EOS as the model's metadata says (add_bos_token, ...) */
+    bool parse_special; /* match special tokens spelled in the text (as HF does by default) */
 } pllm_encode_opts;
 
 /* Append the ids of text[0..len) to out. Never fails on odd input: invalid UTF-8 sequences
@@ -60,8 +60,8 @@ typedef struct pllm_encode_opts {
 pllm_status pllm_tokenizer_encode(const pllm_tokenizer *t, const char *text, size_t len,
                                   const pllm_encode_opts *opts, pllm_tokens *out);
 /* Decode ids to text (appended to out). skip_special drops control tokens. */
-pllm_status pllm_tokenizer_decode(const pllm_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
-                                  pllm_buf *out);
+pllm_status pllm_tokenizer_decode(const pllm_tokenizer *t, const int32_t *ids, size_t n,
+                                  bool skip_special, pllm_buf *out);
 
 int32_t pllm_tokenizer_n_vocab(const pllm_tokenizer *t);
 int32_t pllm_tokenizer_bos(const pllm_tokenizer *t); /* -1 when none */

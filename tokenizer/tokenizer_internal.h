@@ -137,15 +137,15 @@ typedef struct tok_trie {
  * AddedToken fields; GGUF control tokens are ADDED|SPECIAL, user-defined ones ADDED. */
 enum {
     TOK_ADDED = 1,
-    TOK_ADDED_SPECIAL = 2,     /* skipped by decode(skip_special); not matched unless parse_special */
-    TOK_ADDED_LSTRIP = 4,      /* the match swallows the whitespace on its left */
-    TOK_ADDED_RSTRIP = 8,      /* ... and on its right */
+    TOK_ADDED_SPECIAL = 2, /* skipped by decode(skip_special); not matched unless parse_special */
+    TOK_ADDED_LSTRIP = 4,  /* the match swallows the whitespace on its left */
+    TOK_ADDED_RSTRIP = 8,  /* ... and on its right */
     TOK_ADDED_SINGLE_WORD = 16, /* matches only between non-word characters */
-    TOK_ADDED_NORMALIZED = 32, /* matched in normalized text, as its normalized content */
-    TOK_ADDED_NOT_MODEL = 64,  /* not in the model's own vocabulary (BPE never makes it) */
-    TOK_ADDED_NO_SKIP = 128,   /* special, yet kept by skip_special: HF looks the special set up
-                                * by the decoded string, which for a normalized token is its
-                                * normalized content */
+    TOK_ADDED_NORMALIZED = 32,  /* matched in normalized text, as its normalized content */
+    TOK_ADDED_NOT_MODEL = 64,   /* not in the model's own vocabulary (BPE never makes it) */
+    TOK_ADDED_NO_SKIP = 128,    /* special, yet kept by skip_special: HF looks the special set up
+                                 * by the decoded string, which for a normalized token is its
+                                 * normalized content */
 };
 
 /* ---- normalizer (tok_norm.c) ---- */
@@ -278,10 +278,10 @@ typedef enum tok_dec_kind {
 
 typedef struct tok_decoder {
     tok_dec_kind kind;
-    bool byte_fallback;   /* "<0xHH>" tokens: a run of them is one UTF-8 string, or one
-                           * U+FFFD per byte when the run is not valid UTF-8 */
-    int strip_start;      /* Strip after Fuse: drop up to this many leading strip_char */
-    char strip_char[4];   /* UTF-8 of the stripped character */
+    bool byte_fallback; /* "<0xHH>" tokens: a run of them is one UTF-8 string, or one
+                         * U+FFFD per byte when the run is not valid UTF-8 */
+    int strip_start;    /* Strip after Fuse: drop up to this many leading strip_char */
+    char strip_char[4]; /* UTF-8 of the stripped character */
     size_t strip_char_len;
     char meta_repl[8];    /* Metaspace decoder: its replacement character ("" if none): in the */
     size_t meta_repl_len; /* first token every one is dropped, elsewhere it becomes ' ' */
@@ -335,10 +335,10 @@ struct pllm_tokenizer {
     tok_pretok pre;
     tok_decoder dec;
 
-    int32_t bos, eos, unk, pad, eot; /* -1 when none */
+    int32_t bos, eos, unk, pad, eot;                        /* -1 when none */
     int32_t post_pre[TOK_MAX_POST], post_suf[TOK_MAX_POST]; /* ids added around the text */
     int n_post_pre, n_post_suf;                             /* when add_special */
-    int32_t *stop_ids; /* [n_stop] */
+    int32_t *stop_ids;                                      /* [n_stop] */
     int32_t n_stop;
 
     char describe[256];
@@ -360,22 +360,22 @@ typedef struct tok_spec {
     tok_model model;
     const char *pre; /* pre-tokenizer name (when pre_built is NULL); NULL = "default" */
     size_t pre_len;
-    tok_pretok *pre_built; /* a pre-tokenizer built by the builder, or NULL */
-    tok_norm *norm;        /* a normalizer built by the builder, or NULL (none) */
+    tok_pretok *pre_built;  /* a pre-tokenizer built by the builder, or NULL */
+    tok_norm *norm;         /* a normalizer built by the builder, or NULL (none) */
     const tok_decoder *dec; /* NULL: the family's default (ByteLevel; SPM: Replace "▁" -> " ",
                              * ByteFallback, Fuse, Strip one leading space) */
     int32_t n_vocab;
     const tok_strview *tokens; /* [n_vocab] */
     const int32_t *types;      /* [n_vocab] or NULL (all normal) */
     int32_t n_merges;
-    const tok_strview *merges;    /* [n_merges] "left right", or NULL with merge_pairs */
+    const tok_strview *merges;      /* [n_merges] "left right", or NULL with merge_pairs */
     const tok_strview *merge_pairs; /* [2 * n_merges] left, right (tokenizer.json lists) */
-    bool merges_last_wins;        /* a repeated pair takes its last rank (HF), else first */
-    const float *scores;          /* [n_vocab] SPM: merge by piece score (no merges list) */
-    bool byte_fallback, fuse_unk; /* SPM */
-    int ignore_merges;            /* -1: from the pre-tokenizer name (llama3), else 0/1 */
+    bool merges_last_wins;          /* a repeated pair takes its last rank (HF), else first */
+    const float *scores;            /* [n_vocab] SPM: merge by piece score (no merges list) */
+    bool byte_fallback, fuse_unk;   /* SPM */
+    int ignore_merges;              /* -1: from the pre-tokenizer name (llama3), else 0/1 */
     int32_t n_added;
-    const tok_added_spec *added; /* NULL: control tokens special, user-defined not (GGUF) */
+    const tok_added_spec *added;     /* NULL: control tokens special, user-defined not (GGUF) */
     int64_t bos, eos, unk, pad, eot; /* -1 when none; checked against n_vocab */
     int add_bos, add_eos;            /* -1 = the family's default, else 0/1 */
     bool post_given;                 /* post_pre/post_suf below replace add_bos/add_eos */
