@@ -200,8 +200,8 @@ static bool evict_before(const pllm_block_pool *p, int32_t a, int32_t b)
     if (x->indexed != y->indexed) return !x->indexed;
     if (!x->indexed) return x->tick > y->tick; /* empty: last released first */
     if (!pllm_label_eq(x->next_use, y->next_use)) return pllm_label_lt(y->next_use, x->next_use);
+    if (x->tick != y->tick) return x->tick < y->tick; /* LRU */
     if (x->depth != y->depth) return x->depth > y->depth;
-    if (x->tick != y->tick) return x->tick < y->tick;
     return a < b;
 }
 

@@ -25,9 +25,9 @@
  *     carries a next-use label set by the caller (pllm_block_pool_set_next_use: the position
  *     in the run order of the first queued request that will reuse the block, or
  *     PLLM_LABEL_NEVER), and the queue evicts first: unindexed blocks (last released first);
- *     then indexed blocks by next use, farthest (or never) first (Belady); ties deepest first;
- *     then least recently released first. Labels are kept while a block is held and reset to
- *     NEVER when its index entry is dropped.
+ *     then indexed blocks by next use, farthest (or never) first (Belady); ties least recently
+ *     released first (so with no known future use it is LRU). Labels are kept while a block is
+ *     held and reset to NEVER when its index entry is dropped.
  *
  * Eviction never orphans a chain. Rule: leaves first. Callers release a sequence's blocks
  * tail first (pllm_kv_free does), and whoever holds a block also holds its parent (prefix
@@ -35,9 +35,10 @@
  *   LRU: a parent reaches reference count 0 no earlier than its children and enters the queue
  *     behind them: the queue's head is never a block with indexed children.
  *   FUTURE: a caller that labels a parent no later than its children (a request reusing a block
- *     also reuses its parent; the planner guarantees it) gets children evicted first, by the
- *     depth tie-break. Should the first block still have indexed children (a caller that breaks
- *     the label order), allocation takes a free leaf of its subtree instead (counted in
+ *     also reuses its parent; the planner guarantees it) gets children evicted first: with equal
+ *     labels the parent was released later (its last holder held the children too and released
+ *     them first). Should the first block still have indexed children (a caller that breaks the
+ *     label order), allocation takes a free leaf of its subtree instead (counted in
  *     n_leaf_redirects).
  * As a safety net for callers that break the release order, evicting a block that still has
  * indexed children also drops all its indexed descendants from the index (they stay valid

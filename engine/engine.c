@@ -73,6 +73,7 @@ void pllm_engine_params_defaults(pllm_engine_params *p)
         .max_batched_tokens = 2048,
         .max_seqs = 64,
         .max_bypass = 1024,
+        .eviction = PLLM_EVICT_FUTURE,
     };
 }
 

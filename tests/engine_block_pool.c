@@ -189,7 +189,7 @@ static void test_collisions(void)
     pllm_block_pool_free(p);
 }
 
-/* FUTURE: unindexed first (last released first), then farthest next use, deepest, oldest. */
+/* FUTURE: unindexed first (last released first), then farthest next use, then oldest. */
 static void test_future_order(void)
 {
     pllm_block_pool *p = make_pool_policy(8, 1, NULL, PLLM_EVICT_FUTURE);
@@ -223,7 +223,7 @@ static void test_future_order(void)
     pllm_block_pool_release(p, (int32_t[]){2, 1, 0, 5, 4, 3}, 6);
     CHECK_OK(pllm_block_pool_check(p, true));
     /* order: unindexed 5 (released last), 6, 7; then B's leaf 4 (never);
-     * then 3 (9); then A deepest first: 2, 1, 0 */
+     * then 3 (9); then A, released 2, 1, 0: oldest first */
     CHECK(queue_is(p, (int32_t[]){5, 6, 7, 4, 3, 2, 1, 0}, 8));
     /* re-keying a free block moves it: A is needed never, B at 2 */
     pllm_block_pool_set_next_use(p, 0, PLLM_LABEL_NEVER);
@@ -299,8 +299,8 @@ static bool model_before(const model *m, int32_t a, int32_t b)
     if (ia != ib) return !ia;
     if (!ia) return m->tick[a] > m->tick[b];
     if (m->label[a] != m->label[b]) return m->label[a] > m->label[b];
-    if (m->idx[a].len != m->idx[b].len) return m->idx[a].len > m->idx[b].len;
     if (m->tick[a] != m->tick[b]) return m->tick[a] < m->tick[b];
+    if (m->idx[a].len != m->idx[b].len) return m->idx[a].len > m->idx[b].len;
     return a < b;
 }
 

@@ -147,7 +147,7 @@ static void test_validation(void)
     ep.max_bypass = -1;
     CHECK(!rig_open(&g, &ep, NULL, NULL) && msg_has("max_bypass"));
     pllm_engine_params_defaults(&ep);
-    CHECK(ep.eviction == PLLM_EVICT_LRU);
+    CHECK(ep.eviction == PLLM_EVICT_FUTURE);
     ep.eviction = (pllm_evict_policy)9;
     CHECK(!rig_open(&g, &ep, NULL, NULL) && msg_has("eviction"));
     /* a zeroed struct means the defaults (max_bypass 0: strict FCFS) */
