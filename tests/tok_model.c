@@ -5,7 +5,10 @@
  * Covers what the HF parity test cannot see: the metadata-derived ids (BOS/EOS, stop ids,
  * special flags, find), that encode/decode are safe to run concurrently on one tokenizer,
  * and that long inputs (one 200k-byte piece, long whitespace runs, 1 MB of mixed text) take
- * time linear in their length (no quadratic blow-up in BPE or the regexes).
+ * time linear in their length (no quadratic blow-up in BPE or the regexes). The concurrency
+ * and long-input checks also run on the SentencePiece family: phi-3-mini's tokenizer.json
+ * and Mistral's .model from $PLLM_SHARED_DATA/tokenizers (encoded without BOS, so that
+ * decoding gives the text back).
  */
 #include "engine/gguf.h"
 #include "tests/testutil.h"
@@ -15,7 +18,8 @@
 #include <pthread.h>
 #include <string.h>
 
-static pllm_tokenizer *g_tok; /* test fixture, read-only after main() builds it */
+static pllm_tokenizer *g_tok;          /* test fixture, read-only while a check runs */
+static const pllm_encode_opts *g_opts; /* encode options of the checks (NULL: HF defaults) */
 
 static void check_ids(void)
 {
@@ -81,7 +85,8 @@ static void *worker(void *arg)
         for (size_t i = 0; i < j->c->n; i++) {
             toks.n = 0;
             out.n = 0;
-            if (pllm_tokenizer_encode(g_tok, j->c->text[i], j->c->len[i], NULL, &toks) != PLLM_OK ||
+            if (pllm_tokenizer_encode(g_tok, j->c->text[i], j->c->len[i], g_opts, &toks) !=
+                    PLLM_OK ||
                 pllm_tokenizer_decode(g_tok, toks.ids, toks.n, false, &out) != PLLM_OK) {
                 j->errors++;
                 continue;
@@ -121,7 +126,7 @@ static void check_threads(const char *data)
     }
     pllm_tokens *want = calloc(c.n, sizeof *want);
     for (size_t i = 0; i < c.n; i++)
-        CHECK_OK(pllm_tokenizer_encode(g_tok, c.text[i], c.len[i], NULL, &want[i]));
+        CHECK_OK(pllm_tokenizer_encode(g_tok, c.text[i], c.len[i], g_opts, &want[i]));
     enum { N_THREADS = 4 };
     pthread_t th[N_THREADS];
     job jobs[N_THREADS];
@@ -151,7 +156,7 @@ static double time_encode(const char *what, const char *s, size_t n, size_t *n_t
 {
     pllm_tokens toks = {0};
     double t0 = pllm_now();
-    CHECK_OK(pllm_tokenizer_encode(g_tok, s, n, NULL, &toks));
+    CHECK_OK(pllm_tokenizer_encode(g_tok, s, n, g_opts, &toks));
     double dt = pllm_now() - t0;
     /* decoding gives the text back (all of these inputs are valid UTF-8) */
     pllm_buf out = {0};
@@ -228,9 +233,33 @@ int main(void)
         fprintf(stderr, "tok_model: FAIL: %s\n", pllm_errmsg());
         return 1;
     }
+    const char *data = pllm_test_env("PLLM_SHARED_DATA", "/work/shared/data");
     check_ids();
-    check_threads(pllm_test_env("PLLM_SHARED_DATA", "/work/shared/data"));
+    check_threads(data);
     check_long();
     pllm_tokenizer_free(g_tok);
+
+    /* the SentencePiece family */
+    static const pllm_encode_opts no_bos = {.add_special = false, .parse_special = true};
+    g_opts = &no_bos;
+    char cfg[4096];
+    snprintf(path, sizeof path, "%s/tokenizers/phi-3-mini/tokenizer.json", data);
+    snprintf(cfg, sizeof cfg, "%s/tokenizers/phi-3-mini/tokenizer_config.json", data);
+    CHECK_OK(pllm_tokenizer_from_hf(&g_tok, path, cfg));
+    if (g_tok) {
+        fprintf(stderr, "%s\n", pllm_tokenizer_describe(g_tok));
+        check_threads(data);
+        check_long();
+        pllm_tokenizer_free(g_tok);
+    }
+    snprintf(path, sizeof path, "%s/tokenizers/mistral-7b-instruct/tokenizer.model.v1", data);
+    g_tok = NULL;
+    CHECK_OK(pllm_tokenizer_from_sentencepiece(&g_tok, path));
+    if (g_tok) {
+        fprintf(stderr, "%s\n", pllm_tokenizer_describe(g_tok));
+        check_threads(data);
+        check_long();
+        pllm_tokenizer_free(g_tok);
+    }
     return pllm_test_finish("tok_model");
 }
