@@ -47,7 +47,7 @@ typedef struct pllm_engine_params {
                                    by a queued request is farthest away or never (Belady,
                                    from the queued requests' prompts); ties, and blocks no
                                    queued request needs, least recently used first. With
-                                   nothing queued it is LRU. Measured to compute 0.3-5%
+                                   nothing queued it is LRU. Measured to compute up to 5%
                                    fewer prompt tokens and never to lose hit rate (see
                                    bench/engine_bench.c);
                                    PLLM_EVICT_LRU (0, a zeroed struct): least recently used.
@@ -135,13 +135,15 @@ typedef struct pllm_engine_stats {
  * reuse it if there is one, and served from the cache to every other prompt that can reuse it.
  * Without prefix caching only completions 1..n-1 reuse completion 0's prompt blocks:
  *     best = bs * sum over completions k >= 1 of (n_prompt - 1) / bs.
- * The KV size does not lower it: add() refuses a prompt the cache cannot hold alone, and
- * running the requests one at a time in trie (sorted) order keeps every block it needs
- * cached, since a request shares the most with the one just before it, whose blocks are then
- * the most recently used and the last it released. So it is achievable with any cache that
- * admits the requests; with many sequences running at once it is reached only when the cache
- * also holds the running groups' prefixes. Tokens of generated text are not in it (a prompt
- * that repeats another request's output can hit beyond it).
+ * The KV size does not lower it (so no cap applies): add() refuses a prompt the cache cannot
+ * hold alone, and with prefix caching, running the requests one at a time in sorted token
+ * order (the trie depth first, a prompt before its extensions) keeps every block each needs
+ * cached: a request shares the most with the one just before it, whose blocks it takes from
+ * the cache before allocating anything. So it is achievable with any cache that admits the
+ * requests; with many sequences running at once it is reached only when the cache also holds
+ * the running groups' prefixes (engine_bench measures how close the scheduler gets). Tokens
+ * of generated text are not in it (a prompt that repeats another request's output can hit
+ * beyond it).
  *
  * hit_rate, the achieved rate: prompt_tokens_cached / prompt_tokens over finished requests
  * (cached at first admission, as pllm_completion.cached_tokens). After a run in which every
