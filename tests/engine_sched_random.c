@@ -23,7 +23,9 @@
  * an eviction, and is whole (every block free) at the end; the prefix planner passes its check
  * after every step (trie, waiting heaps, every linked block's next-use label); the best
  * achievable prompt-cache hit reported before the first step equals an independent count over
- * the prompts.
+ * the prompts. A third run per workload checks that this best is achievable with the smallest
+ * cache that admits the requests: one request at a time, added in sorted token order, reaches
+ * it (or exceeds it, when a prompt repeats another request's generated text).
  */
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
@@ -82,7 +84,7 @@ typedef struct run_state {
 
 typedef struct totals {
     int64_t workloads, runs, completions, steps, preemptions, refused, cached_tokens, forks,
-        max_overtaken, grouped, best_checked, future_runs, relabels;
+        max_overtaken, grouped, best_checked, future_runs, relabels, sorted_runs, sorted_beyond;
     int64_t finish_stop, finish_length;
 } totals;
 
@@ -518,6 +520,72 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     tot->runs++;
 }
 
+/* Lexicographic token order, a prompt before its extensions. */
+static int cmp_prompts(const wreq *a, const wreq *b)
+{
+    int32_t n = PLLM_MIN(a->n_prompt, b->n_prompt);
+    for (int32_t i = 0; i < n; i++)
+        if (a->prompt[i] != b->prompt[i]) return a->prompt[i] < b->prompt[i] ? -1 : 1;
+    return a->n_prompt < b->n_prompt ? -1 : a->n_prompt > b->n_prompt;
+}
+
+static void run_sorted(const workload *w, pllm_evict_policy eviction, totals *tot)
+{
+    int32_t order[MAX_REQ], n = 0, bs = w->block_size, need = 1;
+    for (int32_t r = 0; r < w->n_req; r++) {
+        int32_t j = n++;
+        while (j > 0 && cmp_prompts(&w->reqs[r], &w->reqs[order[j - 1]]) < 0) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = r;
+        need = PLLM_MAX(need, (w->reqs[r].n_prompt + 1 + bs - 1) / bs);
+    }
+    pllm_model model = {0};
+    model.cfg.n_vocab = VOCAB;
+    model.cfg.n_ctx_train = 1000;
+    model.identity = 0xabcdef;
+    fake_backend_params fp = {.n_vocab = VOCAB};
+    pllm_backend be = {0};
+    CHECK_OK(fake_backend_create(&be, &fp));
+    pllm_engine_params ep;
+    pllm_engine_params_defaults(&ep);
+    ep.block_size = bs;
+    ep.n_blocks = need; /* the smallest cache that admits every request */
+    ep.max_seqs = 1;
+    ep.max_batched_tokens = 7;
+    ep.eviction = eviction;
+    pllm_engine_hooks hooks = {.no_grouping = true};
+    pllm_engine *e = NULL;
+    CHECK_OK(pllm_engine_create_hooked(&e, &model, &be, NULL, &ep, &hooks));
+    if (!e) {
+        pllm_backend_free(&be);
+        return;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const wreq *q = &w->reqs[order[i]];
+        CHECK_OK(pllm_engine_add(e, q->prompt, q->n_prompt, &q->params, NULL, NULL));
+    }
+    while (pllm_engine_has_work(e)) {
+        pllm_status st = pllm_engine_step(e, NULL, NULL);
+        CHECK_OK(st);
+        if (st != PLLM_OK) break;
+    }
+    pllm_engine_plan_stats ps;
+    pllm_engine_get_plan_stats(e, &ps);
+    pllm_engine_stats es;
+    pllm_engine_get_stats(e, &es);
+    CHECK(es.preemptions == 0 && ps.finished_requests == ps.requests);
+    CHECK(ps.finished_cached_tokens >= ps.best_cached_tokens);
+    if (ps.finished_cached_tokens < ps.best_cached_tokens)
+        fprintf(stderr, "  sorted, one at a time, %d blocks: cached %lld < best %lld\n", need,
+                (long long)ps.finished_cached_tokens, (long long)ps.best_cached_tokens);
+    tot->sorted_runs++;
+    if (ps.finished_cached_tokens > ps.best_cached_tokens) tot->sorted_beyond++;
+    pllm_engine_free(e);
+    pllm_backend_free(&be);
+}
+
 int main(int argc, char **argv)
 {
     int32_t n_workloads = argc > 1 ? atoi(argv[1]) : 3000;
@@ -542,6 +610,7 @@ int main(int argc, char **argv)
             run_variant(&w, &v, seed, &tot);
             if (pllm_test_failures) break;
         }
+        run_sorted(&w, rnd(&s, 2) ? PLLM_EVICT_FUTURE : PLLM_EVICT_LRU, &tot);
         tot.workloads++;
         if (pllm_test_failures) break;
     }
@@ -552,15 +621,17 @@ int main(int argc, char **argv)
         "%lld preemptions, %lld prompts refused, %lld cached prompt tokens, %lld forks without "
         "the cache, "
         "%lld grouped, max overtaken %lld, %lld best-hit checks, %lld runs with FUTURE eviction, "
-        "%lld label respacings, %.2f s\n",
+        "%lld label respacings, %lld sorted one-at-a-time runs reaching the best hit (%lld beyond "
+        "it), %.2f s\n",
         (long long)tot.workloads, (long long)tot.runs, (long long)tot.completions,
         (long long)tot.finish_stop, (long long)tot.finish_length, (long long)tot.steps,
         (long long)tot.preemptions, (long long)tot.refused, (long long)tot.cached_tokens,
         (long long)tot.forks, (long long)tot.grouped, (long long)tot.max_overtaken,
         (long long)tot.best_checked, (long long)tot.future_runs, (long long)tot.relabels,
-        pllm_now() - t0);
+        (long long)tot.sorted_runs, (long long)tot.sorted_beyond, pllm_now() - t0);
     CHECK(tot.preemptions > 0 && tot.refused > 0 && tot.cached_tokens > 0 && tot.forks > 0 &&
-          tot.grouped > 0 && tot.best_checked > 0 && tot.future_runs > 0 && tot.relabels > 0);
+          tot.grouped > 0 && tot.best_checked > 0 && tot.future_runs > 0 && tot.relabels > 0 &&
+          tot.sorted_runs == tot.workloads);
     CHECK(tot.finish_stop > 0 && tot.finish_length > 0);
     return pllm_test_finish("engine_sched_random");
 }
