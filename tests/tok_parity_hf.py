@@ -128,6 +128,37 @@ def baseline_suite(name, tool, argv, baseline_path, inputs):
     return s
 
 
+def qwen_boundaries(tool, path, base_dir, inputs):
+    """Every boundary between pllm's pre-tokenizer pieces is a boundary between the
+    baseline's Qwen2.5 tokens (byte offsets; tokens spelled in the GPT-2 byte alphabet)."""
+    import subprocess
+
+    base = json.load(open(os.path.join(base_dir, "qwen2_5_multilingual.json"), encoding="utf-8"))
+    texts = {e["id"]: e["text"] for e in inputs}
+    entries = base["entries"]
+    proc = subprocess.run([tool, "--hf", path], input="\n".join(json.dumps({"pretok": texts[e["id"]]})
+                                                                   for e in entries) + "\n",
+                          capture_output=True, text=True)
+    outs = [json.loads(x) for x in proc.stdout.splitlines()]
+    s = tp.Suite("Qwen2.5 baseline: pre-tokenizer pieces vs its tokens")
+    if len(outs) != len(entries):
+        s.check("encode", False, f"tok_tool exited {proc.returncode}: {proc.stderr[-500:]}")
+        return s
+    to_byte = {tp.hf_tok_byte_char(b): b for b in range(256)}
+    for e, o in zip(entries, outs):
+        tok_ends, pos = set(), 0
+        for t in e["tokens"]:
+            pos += len(t) if all(c in to_byte for c in t) else len(t.encode())
+            tok_ends.add(pos)
+        piece_ends, pos = [], 0
+        for p in o.get("pieces", []):
+            pos += len(p.encode())
+            piece_ends.append(pos)
+        ok = pos == max(tok_ends, default=0) and all(p in tok_ends for p in piece_ends)
+        s.check("encode", ok, f"{e['id']}: pieces {o.get('pieces')} vs tokens {e['tokens']}")
+    return s
+
+
 def write_json(path, obj):
     with open(path, "w", encoding="utf-8") as f:
         f.write(json.dumps(obj, ensure_ascii=False))  # dumps: the C encoder (dump is Python)
@@ -271,6 +302,20 @@ def main() -> int:
         write_json(path, j)
         suites.append(run_suite(name, tool, ["--hf", path], hf_tok.from_hf_file(path), corpus, rng, 100, 80, 60, 3))
         os.unlink(path)
+
+    # ---- Qwen2.5: no vocabulary in the shared data, so only its pre-tokenizer is checked:
+    # transformers' Qwen2.5 tokens of the swift-transformers corpus must never cross a
+    # boundary between pllm's pieces (NFC normalizer + Qwen2 Split regex + ByteLevel) ----
+    v = shallow(gj)
+    v["normalizer"] = {"type": "NFC"}
+    v["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": hf_tok.QWEN2_RE}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    path = tmp_path("qwen2_pre.json")
+    write_json(path, v)
+    suites.append(qwen_boundaries(tool, path, os.path.join(tokdir, "parity-baselines", "swift-transformers"),
+                                  inputs))
+    os.unlink(path)
 
     # ---- Mistral SentencePiece models, and a GGUF "llama" from the v1 pieces ----
     for fname in ("tokenizer.model.v1", "mistral_instruct_tokenizer_240323.model.v3"):

@@ -14,6 +14,8 @@
  *     optional "ids": [...]      decode these ids instead of the encoded ones
  *     {"info": true}             the tokenizer's facts instead: {"n_vocab", "bos", "eos",
  *                                "stop_ids", "special_ids" (is_special), "describe"}
+ *     {"pretok": "..."}          the text normalized and pre-tokenized (no added-token
+ *                                matching): {"pieces": [...]} (internal API)
  * Output, one line per input line, same order:
  *     {"ids": [...],             the encoding (absent when "ids" was given)
  *      "decoded": "...",         pllm_tokenizer_decode(ids, skip_special = false)
@@ -25,6 +27,7 @@
  */
 #include "engine/gguf.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_internal.h" /* pretok: the normalizer and pre-tokenizer alone */
 
 #include <jansson.h>
 #include <stdio.h>
@@ -76,9 +79,40 @@ static json_t *info(const pllm_tokenizer *t)
     return o;
 }
 
+static pllm_status add_piece(void *ctx, const char *s, size_t n)
+{
+    return json_array_append_new(ctx, json_stringn(s, n)) ? PLLM_ERR_NOMEM : PLLM_OK;
+}
+
+static json_t *pretok(const pllm_tokenizer *t, json_t *text)
+{
+    tok_ws ws = {0};
+    pllm_buf norm = {0}, tmp = {0};
+    json_t *pieces = json_array(), *res = NULL;
+    const char *s = json_string_value(text);
+    size_t n = json_string_length(text);
+    if (tok_norm_apply(&t->norm, s, n, &norm, &tmp) == PLLM_OK &&
+        (t->pre.n ? tok_pretok_split(&t->pre, &ws, norm.s, norm.n, true, add_piece, pieces)
+                  : add_piece(pieces, norm.s, norm.n)) == PLLM_OK) {
+        res = json_object();
+        json_object_set_new(res, "pieces", pieces);
+        pieces = NULL;
+    }
+    json_decref(pieces);
+    tok_ws_free(&ws);
+    pllm_buf_free(&norm);
+    pllm_buf_free(&tmp);
+    return res;
+}
+
 static json_t *process(const pllm_tokenizer *t, json_t *in, char *err, size_t errcap)
 {
     if (json_is_true(json_object_get(in, "info"))) return info(t);
+    if (json_is_string(json_object_get(in, "pretok"))) {
+        json_t *r = pretok(t, json_object_get(in, "pretok"));
+        if (!r) snprintf(err, errcap, "%s", pllm_errmsg());
+        return r;
+    }
     pllm_buf text = {0};
     pllm_tokens ids = {0};
     json_t *res = NULL;
