@@ -403,6 +403,8 @@ pllm_status pllm_engine_add(pllm_engine *e, const int32_t *prompt, int32_t n_pro
             pllm_req_free(reqs[i]);
         }
     }
+    /* accepted: count the prompts in the plan statistics */
+    for (int32_t i = 0; st == PLLM_OK && i < made; i++) pllm_plan_account(e->plan, reqs[i]);
     free(reqs);
     if (--g->n_alive == 0) free(g);
     if (st != PLLM_OK) return st;

@@ -74,7 +74,7 @@ void pllm_plan_free(pllm_plan *pl);
 /* A new request (its pool keys already cover its tokens): build its path, link cached blocks.
  * On error nothing of r stays in the planner. */
 pllm_status pllm_plan_add(pllm_plan *pl, pllm_req *r);
-/* Count r's prompt in the plan statistics (once the request is accepted). */
+/* Count r's prompt in the plan statistics (once the request and its siblings are queued). */
 void pllm_plan_account(pllm_plan *pl, pllm_req *r);
 /* The last waiting request (queue order) of the deepest node of r's path that has waiting
  * requests, or NULL. *depth: that node's depth in blocks (1 = first block). */

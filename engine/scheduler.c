@@ -144,6 +144,18 @@ static void relabel(pllm_sched *s)
     s->n_relabels++;
 }
 
+/* The smallest label above after's among the waiting and running requests (a running one
+ * keeps its label for when it is preempted, so labels stay unique). */
+static u128 next_label(const pllm_sched *s, const pllm_req *after)
+{
+    u128 x = lab_u(after->order), y = lab_u(after->w_next->order);
+    for (int32_t i = 0; i < s->n_running; i++) {
+        u128 r = lab_u(s->running[i]->order);
+        if (r > x && r < y) y = r;
+    }
+    return y;
+}
+
 /* A label for a new request queued right after `after` (the tail or NULL: after every label
  * handed out). */
 static pllm_order label_after(pllm_sched *s, const pllm_req *after)
@@ -153,11 +165,11 @@ static pllm_order label_after(pllm_sched *s, const pllm_req *after)
         s->max_label += (u128)1 << s->p.label_bits;
         return u_lab(s->max_label);
     }
-    u128 x = lab_u(after->order), y = lab_u(after->w_next->order);
+    u128 x = lab_u(after->order), y = next_label(s, after);
     if (y - x < 2) {
         relabel(s);
         x = lab_u(after->order);
-        y = lab_u(after->w_next->order);
+        y = next_label(s, after);
     }
     /* close to x: the group's next member will go right after this one */
     u128 step = (y - x) / 64;
@@ -281,7 +293,6 @@ pllm_status pllm_sched_add(pllm_sched *s, pllm_req *r)
         for (pllm_req *x = s->w_tail; x != r; x = x->w_prev) x->n_bypassed++;
         pllm_plan_note_grouped(s->plan);
     }
-    pllm_plan_account(s->plan, r);
     return PLLM_OK;
 }
 

@@ -230,6 +230,15 @@ static void snapshot(pllm_engine *e, run_state *rs, const bool *accepted)
     for (int32_t r = 0; r < rs->w->n_req; r++)
         for (int32_t k = 0; accepted[r] && k < rs->w->reqs[r].params.n; k++)
             CHECK(seen[r][k] == rs->waiting[r][k]);
+    /* labels are unique among waiting and running requests (a preempted one returns to its own
+     * place), and running requests are in label order */
+    int32_t n_run;
+    pllm_req *const *run = pllm_sched_running(pllm_engine_sched(e), &n_run);
+    for (int32_t i = 0; i < n_run; i++) {
+        CHECK(i == 0 || pllm_order_lt(run[i - 1]->order, run[i]->order));
+        for (const pllm_req *x = pllm_sched_waiting_head(pllm_engine_sched(e)); x; x = x->w_next)
+            CHECK(!pllm_label_eq(x->order, run[i]->order));
+    }
 }
 
 static void overtake(run_state *rs, int32_t r, int32_t k, int32_t by, int32_t max_bypass,
