@@ -334,6 +334,30 @@ def main() -> int:
                                     corpus, rng, 100, 100, 100, 64))
         os.unlink(gpath)
 
+    # ---- mistral-common's own ids for a chat (its v1 and v3 tokenizers), from the prompt
+    # string the Mistral templates render: v1 "<s>[INST] user [/INST] answer</s>[INST] ...",
+    # v3 with [INST]/[/INST] as control tokens and no spaces around them ----
+    sdir = os.path.join(tokdir, "mistral-7b-instruct", "mistral-common-samples", "no_tools")
+    msgs = json.load(open(os.path.join(sdir, "sample.json"), encoding="utf-8"))["messages"]
+    for ver, fname, sep in (("v1", "tokenizer.model.v1", " "),
+                            ("v3", "mistral_instruct_tokenizer_240323.model.v3", "")):
+        text = "<s>"
+        for m in msgs:
+            if m["role"] == "user":
+                text += f"[INST]{sep}{m['content']}{sep}[/INST]"
+            else:
+                text += f"{sep}{m['content']}</s>" if sep else f"{m['content']}</s>"
+        want = json.load(open(os.path.join(sdir, f"tokens_{ver}.json")))["tokens"]
+        import subprocess
+
+        mpath = os.path.join(tokdir, "mistral-7b-instruct", fname)
+        out = subprocess.run([tool, "--spm", mpath], input=json.dumps({"text": text, "add_special": False}) + "\n",
+                             capture_output=True, text=True)
+        got = json.loads(out.stdout).get("ids") if out.stdout else None
+        ms = tp.Suite(f"mistral-common {ver} chat ids")
+        ms.check("encode", got == want, f"{text!r}: got {got} want {want}")
+        suites.append(ms)
+
     bad = 0
     for s in suites:
         for f in s.failures:
