@@ -321,7 +321,7 @@ TOKENS = [("<s>", "</s>"), ("<|begin_of_text|>", "<|eot_id|>"), (None, "<|im_end
 FUZZ_ATOMS = ["1", "2", "0", "-3", "7", "2.5", "0.1", "1e3", "-0.5", "'a'", "'Hello World'", "'  x y  '", "''", "'é'",
               "'ΣΑΣ'", "none", "true", "false", "[1, 2, 3]", "['b', 'a']", "[]", "(1, 'x')", "{'k': 1, 'j': 'v'}",
               "{}", "messages", "messages[0]", "messages[-1].content", "m", "m.role", "m.content", "loop.index",
-              "missing", "ns.v", "range(4)", "bos_token", "eos_token"]
+              "missing", "ns.v", "range(4)", "bos_token", "eos_token", "1e400", "('nan'|float)"]
 FUZZ_BINOPS = ["+", "-", "*", "/", "//", "%", "~", "==", "!=", "<", "<=", ">", ">=", "in", "not in", "and", "or", "**"]
 FUZZ_FILTERS = ["length", "trim", "upper", "lower", "title", "capitalize", "first", "last", "list", "string", "int",
                 "float", "abs", "default('d')", "join(',')", "join", "tojson", "reverse|list", "sort|list", "unique|list",

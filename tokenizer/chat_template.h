@@ -18,8 +18,8 @@
  * rsplit, splitlines, startswith, endswith, upper, lower, title, capitalize, replace, find,
  * rfind, index, rindex, count, join, removeprefix, removesuffix, isspace, islower, isupper,
  * isdigit, isalpha, isalnum; dict: items, keys, values, get; list/tuple: count, index),
- * filters (abs, attr, capitalize, count, d/default, dictsort, e/escape, first, float, indent,
- * int, items, join, last, length, list, lower, map, max, min, reject, rejectattr, replace,
+ * filters (abs, attr, batch, capitalize, count, d/default, dictsort, e/escape, first, float,
+ * indent, int, items, join, last, length, list, lower, map, max, min, reject, rejectattr, replace,
  * reverse, round, safe, select, selectattr, sort, string, sum, title, tojson, trim, unique,
  * upper), every jinja2 test except `filter`/`test`, and the globals range, namespace, dict,
  * raise_exception(msg), strftime_now(fmt). Python's Unicode rules apply (lengths and slices

@@ -11,6 +11,8 @@
  */
 #include "tokenizer/jinja.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 enum { FLOW_NORMAL, FLOW_BREAK, FLOW_CONTINUE };
@@ -338,8 +340,15 @@ static pllm_status eval_inner(pllm_jctx *c, const pllm_jnode *n, pllm_jscope *s,
         PLLM_TRY(eval(c, n->a, s, &t));
         if (pllm_jv_truthy(t)) return eval(c, n->b, s, out);
         if (n->c) return eval(c, n->c, s, out);
-        *out = pllm_jv_undef();
-        return PLLM_OK;
+        /* as_const gives up here (the undefined is made at run time) */
+        if (c->const_mode) return pllm_jerr(c, PLLM_ERR_INVALID, "not a constant");
+        char *hint = pllm_jarena_alloc(c->arena, 128);
+        if (!hint) return pllm_error_prefix(PLLM_ERR_NOMEM, "%s:%d: ", c->name, c->line);
+        snprintf(hint, 128,
+                 "the inline if-expression on line %d evaluated to false and no else section was "
+                 "defined.",
+                 n->line);
+        return pllm_jv_undef_hint(c, hint, out);
     }
     case PLLM_JE_LIST:
     case PLLM_JE_TUPLE: {
@@ -359,6 +368,15 @@ static pllm_status eval_inner(pllm_jctx *c, const pllm_jnode *n, pllm_jscope *s,
         return PLLM_OK;
     }
     case PLLM_JE_FAIL:
+        /* op 1: a folded non-finite float constant, fine for a folded output, but jinja2
+         * writes repr() into its generated code, where `nan` / `inf` are unknown names */
+        if (n->op == 1) {
+            if (c->const_mode) {
+                *out = n->value;
+                return PLLM_OK;
+            }
+            return pllm_jerr(c, PLLM_ERR_INVALID, "NameError: name '%s' is not defined", n->text);
+        }
         return pllm_jerr(c, PLLM_ERR_UNSUPPORTED, "%s", n->text);
     default:
         return pllm_jerr(c, PLLM_ERR_INTERNAL, "unexpected node kind %d in an expression", n->kind);
@@ -567,6 +585,30 @@ static bool safe_repr(pllm_jv v)
     }
 }
 
+/* The first non-finite float in repr() order: "nan" or "inf"; NULL when none. */
+static const char *non_finite(pllm_jv v)
+{
+    switch (v.t) {
+    case PLLM_JV_FLOAT:
+        return isnan(v.f) ? "nan" : isinf(v.f) ? "inf" : NULL;
+    case PLLM_JV_LIST:
+        for (size_t i = 0; i < v.l->n; i++) {
+            const char *b = non_finite(v.l->v[i]);
+            if (b) return b;
+        }
+        return NULL;
+    case PLLM_JV_DICT:
+        for (size_t i = 0; i < v.d->n; i++) {
+            const char *b = non_finite(v.d->keys[i]);
+            if (!b) b = non_finite(v.d->vals[i]);
+            if (b) return b;
+        }
+        return NULL;
+    default:
+        return NULL;
+    }
+}
+
 /* Copy a safe_repr value into the template's arena. */
 static bool copy_const(pllm_jarena *a, pllm_jv v, pllm_jv *out)
 {
@@ -689,6 +731,12 @@ static void fold_expr(folder *f, pllm_jnode **slot)
     k->line = n->line;
     k->fn = -1;
     k->value = v;
+    const char *bad = non_finite(v);
+    if (bad) {
+        k->kind = PLLM_JE_FAIL;
+        k->op = 1;
+        k->text = bad;
+    }
     *slot = k;
 }
 

@@ -10,6 +10,7 @@
 
 #include "tokenizer/jinja_unicode.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -598,6 +599,12 @@ static pllm_status parse_primary(parser *p, bool with_namespace, pllm_jnode **ou
         advance(p);
         PLLM_TRY(new_node(p, PLLM_JE_CONST, line, out));
         (*out)->value = t->type == PLLM_JT_INT ? pllm_jv_int(t->i) : pllm_jv_float(t->f);
+        if (t->type == PLLM_JT_FLOAT && isinf(t->f)) {
+            /* jinja2 writes str(inf) into its generated code: see PLLM_JE_FAIL */
+            (*out)->kind = PLLM_JE_FAIL;
+            (*out)->op = 1;
+            (*out)->text = "inf";
+        }
         return PLLM_OK;
     }
     if (is_op(p, "(")) {
@@ -930,6 +937,8 @@ static pllm_status parse_statements(parser *p, const char *const *end_tokens, bo
     return PLLM_OK;
 }
 
+static bool uses_name(const pllm_jnode *n, const char *nm);
+
 static pllm_status parse_for(parser *p, pllm_jnode **out)
 {
     int line = cur(p)->line;
@@ -938,6 +947,10 @@ static pllm_status parse_for(parser *p, pllm_jnode **out)
     PLLM_TRY(new_node(p, PLLM_JN_FOR, line, &n));
     end_rules in_rule = {{"in", NULL}}, rec_rule = {{"recursive", NULL}};
     PLLM_TRY(parse_assign_target(p, false, &in_rule, false, &n->a));
+    if (uses_name(n->a, "loop"))
+        return fail_at(
+            p, line, PLLM_ERR_FORMAT,
+            "template syntax error: Can't assign to special loop variable in for-loop target");
     PLLM_TRY(expect_name(p, "in"));
     PLLM_TRY(parse_tuple(p, false, false, &rec_rule, false, false, &n->b));
     if (is_name(p, "if")) {
