@@ -22,8 +22,20 @@ Usage (importable; the module has no side effects on import):
                                         fields replaced (None removes one): for testing other
                                         pre-tokenizers and BOS/EOS set-ups on a real vocab
 
-Supported: tokenizer.ggml.model == "gpt2" (byte-level BPE) with tokenizer.ggml.pre in
-PRE_TOKENIZERS below. The set-up, per field:
+SentencePiece family and Hugging Face files (second half of this module):
+    from_hf_file(tokenizer.json)           the file as `tokenizers` itself loads it
+    gpt2_from_vocab_merges(vocab, merges)  what transformers' GPT2TokenizerFast builds
+    spm_meta(x.model)                      GGUF-style fields of a SentencePiece model (tokens,
+                                           scores, types as llama.cpp's converter writes them)
+    spm_from_meta(meta)                    the tokenizer transformers' LlamaConverter makes from
+                                           such pieces (merges derived from the scores)
+    write_spm_gguf(dst, meta)              a metadata-only GGUF "llama"
+    llama2_json_from_phi3(j), llama2_gguf_meta(j)
+                                           the Llama-2 tokenizer.json / GGUF fields from Phi-3's
+                                           tokenizer.json (same 32000-piece base vocabulary)
+
+Supported for GGUF: tokenizer.ggml.model == "gpt2" (byte-level BPE) with tokenizer.ggml.pre in
+PRE_TOKENIZERS below (and "llama" through spm_from_meta). The set-up, per field:
   * model: BPE(vocab = {token: id} from tokenizer.ggml.tokens, merges = tokenizer.ggml.merges
     split at the space, no unk token, no dropout); ignore_merges for Llama-3 as its
     tokenizer.json has it.
