@@ -18,6 +18,8 @@
 extern "C" {
 #endif
 
+#include "engine/sampling.h"
+
 /*
  * RMSNorm fused with the residual add (cuda/rmsnorm.cu). For each row r < n_rows:
  *     if x: residual[r] += x[r]          (residual is updated in place)
@@ -185,6 +187,15 @@ typedef struct pllm_cuda_sample_args {
     int32_t n_samples, n_vocab;
 } pllm_cuda_sample_args;
 pllm_status pllm_cuda_sample(pllm_cuda_dev *dev, const pllm_cuda_sample_args *a);
+
+/* Host side (cuda/sample_pack.c): the ids a request needs uploaded (its prompt when the
+ * repetition penalty is on, its output when a penalty is on, its banned ids), and its record:
+ * the lists are copied to ids[0 ..) and referenced at offsets ids_base + ... of the packed
+ * array. n_top is min(p->logprobs, n_vocab). */
+int32_t pllm_cuda_sample_n_ids(const pllm_sampling_params *p, const pllm_sample_ctx *ctx);
+void pllm_cuda_sample_fill(pllm_cuda_sample_params *rec, const pllm_sampling_params *p,
+                           const pllm_sample_ctx *ctx, int32_t n_vocab, int32_t *ids,
+                           int32_t ids_base);
 
 #ifdef __cplusplus
 }

@@ -324,10 +324,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(pllm_cuda_sample_args 
         }
         best = pllm_cuda::block_reduce(best, sh.u, 0ull, pllm_cuda::warp_max_op());
         prev = best;
-        if (tid == 0) {
-            const int id = argmax_id(best);
-            a.top[s].ids[k] = id;
-            a.top[s].logprobs[k] = rmax > -INFINITY ? (float)((double)lg[id] - lse) : -INFINITY;
+        if (tid == 0) { /* the value from the key: lg[] may already be changing (bans) */
+            const double v = key_float((uint32_t)(best >> 32));
+            a.top[s].ids[k] = argmax_id(best);
+            a.top[s].logprobs[k] = rmax > -INFINITY ? (float)(v - lse) : -INFINITY;
         }
     }
 

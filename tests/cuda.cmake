@@ -1,7 +1,7 @@
 # Tests of the CUDA backend (owner: cuda), label "cuda". Each C test is built twice: against the
 # emulator (pllm_cuda_emu: runs on any machine with the toolkit's headers) and, when nvcc is
 # found, against the real build as <name>_gpu (skips with exit 77 when no GPU answers).
-set(_pllm_cuda_tests cuda_ops)
+set(_pllm_cuda_tests cuda_ops cuda_sampler)
 if(TARGET pllm_cuda_emu)
   foreach(t ${_pllm_cuda_tests})
     pllm_add_c_test(${t} SOURCES ${t}.c LABELS cuda)
@@ -18,4 +18,23 @@ if(TARGET pllm_cuda)
     pllm_add_c_test(${t}_gpu SOURCES ${t}.c LABELS cuda)
     target_link_libraries(${t}_gpu PRIVATE pllm_cuda)
   endforeach()
+endif()
+
+# The end-to-end comparison tool (tests/cuda_vs_cpu.c), driven by cuda_forward.py on the random
+# test models and run directly on the real default model.
+if(TARGET pllm_cuda_emu)
+  add_executable(cuda_vs_cpu ${CMAKE_CURRENT_SOURCE_DIR}/cuda_vs_cpu.c ${CMAKE_CURRENT_SOURCE_DIR}/testutil.c)
+  target_link_libraries(cuda_vs_cpu PRIVATE pllm_cuda_emu pllm_cpu pllm_core)
+endif()
+if(TARGET pllm_cuda)
+  add_executable(cuda_vs_cpu_gpu ${CMAKE_CURRENT_SOURCE_DIR}/cuda_vs_cpu.c ${CMAKE_CURRENT_SOURCE_DIR}/testutil.c)
+  target_link_libraries(cuda_vs_cpu_gpu PRIVATE pllm_cuda pllm_cpu pllm_core)
+endif()
+if(TARGET cuda_vs_cpu)
+  pllm_add_py_test(cuda_forward cuda_e2e.py LABELS cuda ARGS $<TARGET_FILE:cuda_vs_cpu> random)
+  pllm_add_py_test(cuda_model cuda_e2e.py LABELS cuda ARGS $<TARGET_FILE:cuda_vs_cpu> model)
+endif()
+if(TARGET cuda_vs_cpu_gpu)
+  pllm_add_py_test(cuda_forward_gpu cuda_e2e.py LABELS cuda ARGS $<TARGET_FILE:cuda_vs_cpu_gpu> random)
+  pllm_add_py_test(cuda_model_gpu cuda_e2e.py LABELS cuda ARGS $<TARGET_FILE:cuda_vs_cpu_gpu> model)
 endif()

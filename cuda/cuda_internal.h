@@ -1,0 +1,120 @@
+/*
+ * cuda_internal.h: what the CUDA backend's host files share (cuda_backend.c: the vtable, steps,
+ * graphs; cuda_weights.c: the upload; cuda_plan.c: validation and packing). Not for kernels.
+ */
+#pragma once
+
+#include "cuda/cuda_backend.h"
+#include "cuda/kernels.h"
+
+#define CUDA_MAX_GRAPHS 256 /* captured graphs kept at most (then decode steps run eagerly) */
+#define CUDA_MAX_SPLITS 32  /* decode attention splits at most (longer contexts split coarser) */
+
+/* A layer's weights on the device. */
+typedef struct cuda_layer {
+    void *w_qkv;      /* [QD + 2 KVD][n_embd] wdt: wq rows, then wk, then wv */
+    void *w_o;        /* [n_embd][QD] wdt */
+    void *w_gu;       /* [2 n_ff][n_embd] wdt: w_gate rows, then w_up */
+    void *w_down;     /* [n_embd][n_ff] wdt */
+    float *attn_norm; /* [n_embd] */
+    float *ffn_norm;  /* [n_embd] */
+    float *b_qkv;     /* [QD + 2 KVD] or NULL */
+} cuda_layer;
+
+/* Where a packed plan's arrays live, as byte offsets from its start; a step's counts decide
+ * them, so a graph captured for (T, S, items, tiles) reads a later plan of the same counts. */
+typedef struct cuda_plan_layout {
+    int32_t n_tokens, n_samples, n_items, n_tiles; /* as packed (graphs: padded) */
+    size_t tokens, positions, slots, rows, items, tiles, params, block_tables, ids;
+    size_t bytes; /* total, with the block tables and ids that follow */
+} cuda_plan_layout;
+
+/* A captured decode graph: batch B (padded), attention splits. */
+typedef struct cuda_graph {
+    int32_t batch, n_splits, split_len;
+    pllm_cuda_graph *g;
+} cuda_graph;
+
+/* A submitted step, until wait(). */
+typedef struct cuda_pending {
+    bool busy;
+    pllm_step_out *out;
+    int32_t n_samples, s_cap;  /* real samples; the results layout's sample capacity */
+    int32_t *req_top;          /* [n_samples] n_top of each sample (host copy) */
+    int32_t req_top_cap;
+    size_t res_bytes;          /* bytes downloaded */
+} cuda_pending;
+
+typedef struct cuda_ctx {
+    const pllm_model *model;
+    pllm_cuda_params params;
+    pllm_cuda_dev *dev;
+    pllm_cuda_dev_info info;
+
+    /* weights */
+    pllm_dtype wdt;           /* matrices and GEMM inputs: F16, BF16 or F32 */
+    size_t wsz;               /* its element size */
+    cuda_layer *layers;       /* [n_layer] */
+    void *tok_embd;           /* [n_vocab][n_embd] wdt */
+    void *output;             /* [n_vocab][n_embd] wdt (== tok_embd when tied) */
+    float *output_norm;       /* [n_embd] */
+    double *inv_freq;         /* [rope_dim / 2] */
+    size_t weight_bytes;
+    double load_seconds;
+
+    /* KV cache: layer l's K at kv_mem + 2l * kv_layer_bytes, V at (2l + 1) * kv_layer_bytes,
+     * each [n_blocks][n_head_kv][block_size][head_dim] of kv.dtype */
+    pllm_kv_layout kv;
+    bool kv_ready;
+    void *kv_mem;
+    size_t kv_layer_bytes;
+    uint64_t *slot_bits;      /* host: duplicate-slot check of validation */
+
+    /* activation workspace for cap_tokens tokens and cap_samples samples */
+    int32_t cap_tokens, cap_samples;
+    float *x;                 /* [T][n_embd] residual stream */
+    float *proj;              /* [T][n_embd] output of wo and w_down (added by the next norm) */
+    void *xb;                 /* [T][n_embd] wdt: normed input of a projection */
+    float *qkv;               /* [T][QD + 2 KVD] */
+    void *att;                /* [T][QD] wdt */
+    void *gu;                 /* [T][2 n_ff] wdt */
+    void *h;                  /* [T][n_ff] wdt */
+    void *xs;                 /* [S][n_embd] wdt: final-normed rows of the sampled tokens */
+    float *logits;            /* [S][n_vocab] */
+    float *work;              /* [S][n_vocab] sampler scratch */
+    int32_t *counts;          /* [S][n_vocab] zero between steps */
+    void *part;               /* decode attention split partials */
+    size_t part_bytes;
+    void *d_res;              /* results: [S][tokens] [S][logprobs] [S][pllm_cuda_sample_top] */
+    size_t d_res_bytes;
+    void *d_plan;             /* the packed plan on the device */
+    size_t d_plan_bytes;
+    size_t workspace_bytes;
+
+    /* pinned host buffers and events, one pair per step in flight */
+    void *h_plan[2], *h_res[2];
+    size_t h_plan_bytes[2], h_res_bytes[2];
+    pllm_cuda_event *ev_uploaded[2], *ev_done[2];
+    cuda_pending pend[2];
+    int32_t next_slot;        /* slot of the next submit */
+    int32_t oldest;           /* slot of the oldest pending step */
+
+    /* host scratch of the packing */
+    pllm_cuda_attn_item *items;
+    pllm_cuda_attn_tile *tiles;
+    int32_t cap_items, cap_tiles;
+
+    /* graphs */
+    cuda_graph graphs[CUDA_MAX_GRAPHS];
+    int32_t n_graphs;
+    int64_t steps, graph_steps, split_steps;
+} cuda_ctx;
+
+/* cuda_weights.c */
+pllm_status pllm_cuda_weights_upload(cuda_ctx *c);
+void pllm_cuda_weights_free(cuda_ctx *c);
+/* inv_freq [rope_dim / 2] by model.h's rule (the CPU backend's formula). */
+void pllm_cuda_rope_freqs(double *inv_freq, const pllm_model *m);
+
+/* cuda_plan.c: the same checks as the CPU backend's step, before anything is queued. */
+pllm_status pllm_cuda_validate_plan(cuda_ctx *c, const pllm_batch_plan *p, const pllm_step_out *out);

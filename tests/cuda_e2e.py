@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""The CUDA backend end to end against the CPU backend (tests/cuda_vs_cpu.c does each run).
+
+    cuda_e2e.py TOOL random     the random test models of tests/gen_models.py (5 shapes, 11
+                                weight dtypes): every model with F32 weights and an F32 KV cache
+                                (logits to ~1e-6 of the CPU's, the same greedy token at every
+                                step; through the engine too for one model per shape), one model
+                                per shape in the production setting (F16 or BF16 weights, F16
+                                KV), attention split over the context, and a run without graphs
+    cuda_e2e.py TOOL model      the default model ($PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf):
+                                3 short text prompts, 3 greedy tokens each, production setting
+
+TOOL is cuda_vs_cpu (the emulated build) or cuda_vs_cpu_gpu (the real one; it exits 77 when no
+GPU answers, and so does this script). Runs go two at a time (the machine's cores).
+"""
+import concurrent.futures
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def run(tool, model, args):
+    p = subprocess.run([tool, model] + args, capture_output=True, text=True)
+    return p.returncode, p.stderr
+
+
+def random_runs(tmp):
+    import gen_models  # noqa: E402 (numpy, gguf: only needed here)
+
+    models = gen_models.generate(os.path.join(tmp, "models"))
+    runs = []
+    by_shape = {}
+    for m in models:
+        by_shape.setdefault(m["shape"], []).append(m)
+    # every model teacher forced (identical greedy tokens at every step); through the engine too
+    # for the first model of each shape
+    firsts = {ms[0]["path"] for ms in by_shape.values()}
+    for m in models:
+        runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--seed", "7"] +
+                     (["--engine"] if m["path"] in firsts else [])))
+    for shape, ms in sorted(by_shape.items()):
+        pick = next((m for m in ms if m["dtype"] in ("Q4_1", "Q4_K")), ms[0])
+        runs.append((pick["path"], ["--kv", "f16", "--engine", "--seed", "11"]))
+    bf16 = next(m for m in models if m["dtype"] == "BF16")
+    runs.append((bf16["path"], ["--kv", "f16", "--seed", "13"]))
+    # contexts of 60..130 positions, decode attention split into 64-position ranges
+    for m in (models[0], next(m for m in models if m["shape"] == "odd")):
+        runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--split", "64", "--len", "60:130", "--gen", "4",
+                                 "--budget", "64", "--seed", "17"]))
+    runs.append((models[1]["path"], ["--no-graphs", "--kv", "f16", "--seed", "19"]))
+    return runs
+
+
+def model_runs():
+    home = os.environ.get("PLLM_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "pllm")
+    path = os.path.join(home, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(path):
+        print(f"FAIL: the default model is missing: {path} (run scripts/setup.sh or set PLLM_HOME)")
+        sys.exit(1)
+    return [(path, ["--text", "--prompts", "3", "--gen", "3", "--engine", "--block-size", "16", "--budget", "48"])]
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[2] not in ("random", "model"):
+        sys.exit("usage: cuda_e2e.py TOOL random|model")
+    tool, mode = sys.argv[1], sys.argv[2]
+    probe = subprocess.run([tool, "--probe"], capture_output=True, text=True)
+    if probe.returncode == 77:
+        print(probe.stderr.strip())
+        return 77
+    tmp = os.path.join(os.environ.get("PLLM_TEST_TMP", "/tmp"), "cuda_e2e")
+    os.makedirs(tmp, exist_ok=True)
+    runs = random_runs(tmp) if mode == "random" else model_runs()
+    failures, skipped = [], 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        for (model, args), (rc, err) in zip(runs, pool.map(lambda r: run(tool, *r), runs)):
+            name = os.path.basename(model) + " " + " ".join(args)
+            if rc == 77:
+                skipped += 1
+                print(err.strip().splitlines()[-1])
+                continue
+            lines = [l for l in err.splitlines() if l.startswith("cuda_vs_cpu ") or l.startswith("  ")]
+            print(f"== {name}\n" + "\n".join(lines))
+            if rc != 0:
+                print(err)
+                failures.append(name)
+    if skipped == len(runs):
+        return 77
+    if failures:
+        print("FAILURES:\n  " + "\n  ".join(failures))
+        return 1
+    print(f"cuda_e2e {mode}: {len(runs)} runs passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
