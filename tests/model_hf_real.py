@@ -16,6 +16,11 @@ prompt position plus 8 greedy tokens each, through tests/cpu_logits_tool.c:
     float32 math; only the order of head dims in q.k differs, so float32 rounding: ~1e-7);
   - greedy tokens identical;
   - the descriptions agree on every hyperparameter; rope mode norm (GGUF) vs neox (HF).
+End to end: the directory also gets the files a Hugging Face checkpoint has beside the weights:
+tokenizer.json (the `tokenizers` reference of tests/pyref/hf_tok.py, saved), tokenizer_config.json
+(the GGUF's chat template, BOS/EOS tokens, add_bos_token) and generation_config.json (bos/eos);
+`pllm generate` ($PLLM_BIN) on 8 ShareGPT first turns as chat messages, greedy, 24 tokens, must
+give the same prompt token counts and the same text from the GGUF and from the directory.
 The converted directory (540 MB) is deleted afterwards.
 """
 import json
@@ -93,6 +98,34 @@ def convert(gguf_path, outdir):
         json.dump({"metadata": {"total_size": sum(v.nbytes for v in hf.values())}, "weight_map": wmap}, f)
 
 
+def add_tokenizer_files(gguf_path, outdir):
+    """tokenizer.json, tokenizer_config.json and generation_config.json as a checkpoint has them."""
+    import gguf
+    ref = hf_tok.load(gguf_path)
+    ref.tokenizer.save(os.path.join(outdir, "tokenizer.json"))
+    r = gguf.GGUFReader(gguf_path)
+    f = r.fields["tokenizer.chat_template"]
+    toks, bos, eos = ref.meta["tokens"], ref.meta["bos_token_id"], ref.meta["eos_token_id"]
+    cfg = {"add_bos_token": bool(ref.meta.get("add_bos_token")), "add_eos_token": False, "bos_token": toks[bos],
+           "eos_token": toks[eos], "chat_template": bytes(f.parts[f.data[0]]).decode(), "model_max_length": 8192,
+           "tokenizer_class": "GPT2Tokenizer", "clean_up_tokenization_spaces": False}
+    with open(os.path.join(outdir, "tokenizer_config.json"), "w") as fh:
+        json.dump(cfg, fh, indent=1)
+    with open(os.path.join(outdir, "generation_config.json"), "w") as fh:
+        json.dump({"bos_token_id": bos, "eos_token_id": eos}, fh)
+
+
+def generate(tmp, name, model, records):
+    inp, out = os.path.join(tmp, "chat.jsonl"), os.path.join(tmp, name + ".out.jsonl")
+    with open(inp, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    p = subprocess.run([os.environ["PLLM_BIN"], "generate", "-q", "-t", "2", "--max-tokens", "24", "--order", "input", "-m", model,
+                        "-o", out, inp], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"pllm generate -m {model}: exit {p.returncode}: {p.stderr[-2000:]}")
+    return [json.loads(line) for line in open(out)]
+
+
 def run(build, tmp, name, model, prompts):
     spec = dict(model=model, threads=2, block_size=16, max_step_tokens=96, max_step_seqs=4, shuffle_seed=3,
                 out=os.path.join(tmp, name + ".npy"),
@@ -138,18 +171,27 @@ def main():
     data = os.path.join(os.environ.get("PLLM_SHARED_DATA", os.path.join(HERE, "..", "..", "shared", "data")),
                         "sharegpt", "ShareGPT_V3_filtered_1000.json")
     tok = hf_tok.load(path)
-    prompts = []
+    prompts, chats = [], []
     for c in json.load(open(data)):
         turns = [t["value"] for t in c["conversations"] if t["from"] == "human"]
         if turns:
             ids = tok.encode(turns[0], add_special=False, parse_special=False)[:MAX_TOKENS]
             if len(ids) >= 2:
                 prompts.append(ids)
+                chats.append({"id": f"c{len(chats)}", "messages": [{"role": "user", "content": turns[0][:1000]}]})
         if len(prompts) == N_PROMPTS:
             break
     ia, ra = run(build, tmp, "gguf", path, prompts)
     ib, rb = run(build, tmp, "hf", hfdir, prompts)
+
+    add_tokenizer_files(path, hfdir)
+    ga, gb = generate(tmp, "gguf", path, chats), generate(tmp, "hf", hfdir, chats)
     shutil.rmtree(hfdir)
+    same = sum(a["text"] == b["text"] and a["prompt_tokens"] == b["prompt_tokens"] for a, b in zip(ga, gb))
+    print(f"pllm generate (chat template, tokenizer, model; greedy 24 tokens): GGUF vs HF directory identical "
+          f"{same}/{len(ga)}; e.g. {gb[0]['text']!r}")
+    if same != len(ga) or len(ga) != len(chats):
+        failures.append(f"pllm generate: {same}/{len(ga)} outputs identical between the GGUF and the HF directory")
     same_tokens = [s["generated"] for s in ia["seqs"]] == [s["generated"] for s in ib["seqs"]]
     errs = [float(np.linalg.norm(ra[i].astype(np.float64) - rb[i]) / np.linalg.norm(ra[i].astype(np.float64)))
             for i in range(ra.shape[0])]
