@@ -108,6 +108,12 @@ def main() -> int:
             {"type": "Strip", "content": " ", "start": 1, "stop": 0}, {"type": "Fuse"}]}), ("Strip", "position 0")),
         ("strip_stop.json", lambda j: j["decoder"]["decoders"][3].__setitem__("stop", 1), ("Strip",)),
         ("post.json", lambda j: j.__setitem__("post_processor", {"type": "Mystery"}), ("post_processor", "Mystery")),
+        ("meta_norm.json", lambda j: (j.__setitem__("decoder", {"type": "Metaspace", "replacement": "▁",
+                                                                 "prepend_scheme": "always"}),
+                                      j["added_tokens"].append(dict(id=j["model"]["vocab"]["hello"], content="hello",
+                                                                    special=False, normalized=True, lstrip=False,
+                                                                    rstrip=False, single_word=False))),
+         ("normalized to other text", "Metaspace decoder")),
         ("mixed.json", lambda j: j.__setitem__("pre_tokenizer", {"type": "ByteLevel", "add_prefix_space": False}),
          ("ByteLevel pre-tokenizer with a non-ByteLevel decoder",)),
     ]

@@ -791,8 +791,16 @@ pllm_status tok_build(pllm_tokenizer **out, const tok_spec *sp)
         const char *ss = tok_str(t, i, &sl);
         if (t->added[i] & TOK_ADDED_NORMALIZED) {
             if ((st = tok_norm_apply(&t->norm, ss, sl, &nb, &nt))) goto fail_dec;
-            if ((t->added[i] & TOK_ADDED_SPECIAL) && (nb.n != sl || memcmp(nb.s, ss, sl) != 0))
-                t->added[i] |= TOK_ADDED_NO_SKIP;
+            bool changed = nb.n != sl || memcmp(nb.s, ss, sl) != 0;
+            if ((t->added[i] & TOK_ADDED_SPECIAL) && changed) t->added[i] |= TOK_ADDED_NO_SKIP;
+            if (changed && t->dec.meta_repl_len) {
+                /* the detokenizer's first-token rule re-reads vocabulary strings */
+                st = pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                                 "%s: added token %d \"%.*s\" is normalized to other text, which "
+                                 "the Metaspace decoder is not supported with",
+                                 src, i, (int)PLLM_MIN(sl, 80), ss);
+                goto fail_dec;
+            }
             ss = nb.s, sl = nb.n;
         }
         t->bytes_off[i] = (uint32_t)off;
