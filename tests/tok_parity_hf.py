@@ -292,6 +292,20 @@ def main() -> int:
                 {"type": "Digits", "individual_digits": False},
                 {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
             bl.append((f"gpt2 vocab, Split {beh} invert={inv} + String Split + Digits", v))
+    eot = {"id": "<|endoftext|>", "ids": [50256], "tokens": ["<|endoftext|>"]}
+    v = shallow(gj)
+    v["post_processor"] = {"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        {"type": "TemplateProcessing",
+         "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                    {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}],
+         "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+         "special_tokens": {"<|endoftext|>": eot}}]}
+    bl.append(("gpt2 vocab, post_processor Sequence[ByteLevel, TemplateProcessing]", v))
+    v = shallow(gj)
+    v["post_processor"] = {"type": "RobertaProcessing", "sep": ["<|endoftext|>", 50256], "cls": ["Ġthe", 262],
+                           "trim_offsets": True, "add_prefix_space": False}
+    bl.append(("gpt2 vocab, post_processor RobertaProcessing", v))
     v = shallow(gj, "added_tokens")
     v["normalizer"] = {"type": "NFC"}
     v["added_tokens"].append(dict(id=len(gj["model"]["vocab"]), content="<|im_start|>", single_word=False,
