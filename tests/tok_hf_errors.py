@@ -177,6 +177,10 @@ def main() -> int:
     check("cut at word starts" in info.get("describe", ""), f"phi-3 describe: {info.get('describe')}")
     info, enc = facts(["--hf", phi3], ["Hi"])
     check(info.get("bos") == -1 and enc == [[6324]], f"phi-3 without config: {info} {enc}")
+    p = write("llama2_noconfig.json", hf_tok.llama2_json_from_phi3(pj))
+    info, enc = facts(["--hf", p], ["Hi"])
+    check(info.get("bos") == 1 and info.get("eos") == -1 and enc == [[1, 6324]],
+          f"llama-2 without config: BOS from the template: {info} {enc}")
     d = os.path.join(tmp, "llama2dir")
     os.makedirs(d, exist_ok=True)
     write(os.path.join("llama2dir", "tokenizer.json"), hf_tok.llama2_json_from_phi3(pj))

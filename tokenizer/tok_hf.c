@@ -18,10 +18,11 @@
  * BPE, decoder ByteLevel), without it characters (SentencePiece-style BPE). Anything else is
  * PLLM_ERR_UNSUPPORTED naming the construct and the file.
  *
- * tokenizer_config.json (optional): bos_token, eos_token, unk_token, pad_token (a string or
- * an AddedToken object with "content") name the special ids; add_bos_token/add_eos_token,
- * when present, replace the post-processor's ids by [bos] before and [eos] after (what
- * transformers' LlamaTokenizerFast.update_post_processor does).
+ * tokenizer_config.json (optional): bos_token, eos_token, pad_token (a string or an
+ * AddedToken object with "content") name the special ids; add_bos_token/add_eos_token, when
+ * present, replace the post-processor's ids by [bos] before and [eos] after (what
+ * transformers' LlamaTokenizerFast.update_post_processor does). Without a config entry, the
+ * one token the post-processor puts before (after) the text is the BOS (EOS).
  *
  * vocab.json + merges.txt: GPT-2's files; the tokenizer transformers' GPT2TokenizerFast
  * builds from them (ByteLevel pre-tokenizer and decoder, "<|endoftext|>" special).
@@ -783,6 +784,10 @@ pllm_status pllm_tokenizer_from_hf(pllm_tokenizer **out, const char *json_path,
             if (add_eos) sp.post_suf[sp.n_post_suf++] = (int32_t)sp.eos;
         }
     }
+    /* no tokenizer_config.json entry: the single token the post-processor puts before
+     * (after) the text is the BOS (EOS) */
+    if (sp.bos < 0 && sp.n_post_pre == 1) sp.bos = sp.post_pre[0];
+    if (sp.eos < 0 && sp.n_post_suf == 1) sp.eos = sp.post_suf[0];
     st = tok_build(out, &sp);
 done:
     hf_ctx_free(&c);

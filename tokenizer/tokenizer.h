@@ -63,6 +63,9 @@ pllm_status pllm_tokenizer_encode(const pllm_tokenizer *t, const char *text, siz
 pllm_status pllm_tokenizer_decode(const pllm_tokenizer *t, const int32_t *ids, size_t n,
                                   bool skip_special, pllm_buf *out);
 
+/* Ids are 0..n_vocab-1 (max id + 1 of the tokenizer's files). A model's embedding may have
+ * more rows (padding, e.g. Phi-3's 32064 for 32011 tokens): decode refuses those ids with
+ * PLLM_ERR_RANGE (Hugging Face silently drops them). */
 int32_t pllm_tokenizer_n_vocab(const pllm_tokenizer *t);
 int32_t pllm_tokenizer_bos(const pllm_tokenizer *t); /* -1 when none */
 int32_t pllm_tokenizer_eos(const pllm_tokenizer *t); /* -1 when none */
