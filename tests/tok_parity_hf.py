@@ -256,6 +256,10 @@ def main() -> int:
             hf_tok.write_spm_gguf(gpath, gmeta)
             suites.append(run_suite("GGUF llama: Llama-2 vocabulary, scores in merge order", tool, [gpath],
                                     hf_tok.spm_from_meta(gmeta), corpus, rng, None, 300, 200, 64))
+            # the same GGUF against the tokenizer.json itself (its own merges list, not one
+            # derived from scores): what a user converting TinyLlama to GGUF gets
+            suites.append(run_suite("GGUF llama vs the Llama-2 tokenizer.json itself", tool, [gpath], ref, corpus, rng,
+                                    300, 200, 100, 64))
             suites.append(baseline_suite("swift-transformers TinyLlama baseline (GGUF llama)", tool, [gpath],
                                          os.path.join(tokdir, "parity-baselines", "swift-transformers",
                                                       "tinyllama_multilingual.json"), inputs))

@@ -404,9 +404,10 @@ def llama2_json_from_phi3(phi3_json: dict) -> dict:
 
 def llama2_gguf_meta(llama2_json: dict) -> dict:
     """GGUF "llama" fields for the Llama-2 vocabulary of a tokenizer.json, with scores as the
-    original tokenizer.model has them in order: a merged piece scores -(rank of the first
-    merge that makes it), whitespace pieces included (their merges come last, as their -1e9
-    scores put them); other pieces 0 (specials, bytes) or below every merge (characters)."""
+    original tokenizer.model has them: a merged piece scores -(rank of the first merge that
+    makes it), except the pieces of two or more "▁", which all score -1e9 (Llama-2's
+    tokenizer.model ties them there); other pieces 0 (specials, bytes) or below every merge
+    (characters)."""
     m = llama2_json["model"]
     vocab = m["vocab"]
     tokens = [None] * len(vocab)
@@ -430,6 +431,8 @@ def llama2_gguf_meta(llama2_json: dict) -> dict:
             types.append(NORMAL)
         if scores[i] is None:
             scores[i] = 0.0 if types[-1] != NORMAL else -float(len(m["merges"]) + i)
+        if len(t) >= 2 and set(t) == {"▁"}:
+            scores[i] = -1e9
     return {"model": "llama", "tokens": tokens, "scores": scores, "token_type": types,
             "bos_token_id": 1, "eos_token_id": 2, "unknown_token_id": 0, "add_bos_token": True,
             "add_space_prefix": True}
