@@ -390,7 +390,8 @@ static int cmp_score_pair(const void *x, const void *y)
  * (its merges list is sorted stably by score), which Hugging Face then runs. llama.cpp and
  * sentencepiece break exact score ties between different tokens by position instead; the
  * Llama-2/Mistral vocabularies tie only their whitespace pieces ("▁▁", "▁▁▁▁", ... all at
- * -1e9), where the two orders can give different splits of long space runs. */
+ * -1e9), and there the two orders gave the same ids on every input tried (sentencepiece vs
+ * the converted HF tokenizer on 3000 whitespace-heavy random strings and the test corpus). */
 static pllm_status build_score_merges(pllm_tokenizer *t, const tok_spec *sp)
 {
     pllm_status st = PLLM_OK;
