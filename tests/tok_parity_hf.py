@@ -352,6 +352,29 @@ def main() -> int:
                                     corpus, rng, 100, 100, 100, 64))
         os.unlink(gpath)
 
+    # ---- the sentencepiece library itself on the .model files (a second, independent
+    # reference: its own BPE, which breaks score ties by position; special tokens spelled in
+    # the text are plain text to it, hence parse_special off) ----
+    import sentencepiece as spm
+    import subprocess
+
+    for fname in ("tokenizer.model.v1", "mistral_instruct_tokenizer_240323.model.v3"):
+        mpath = os.path.join(tokdir, "mistral-7b-instruct", fname)
+        sp = spm.SentencePieceProcessor(model_file=mpath)
+        texts = [t for _, t in corpus] + tp.HARD_CASES + SPM_HARD + [random_spm_case(rng) for _ in range(300)]
+        texts = [t if isinstance(t, str) else t.decode("utf-8", errors="replace") for t in texts]
+        out = subprocess.run([tool, "--spm", mpath], input="\n".join(
+            json.dumps({"text": t, "add_special": False, "parse_special": False}) for t in texts) + "\n",
+            capture_output=True, text=True)
+        got = [json.loads(x).get("ids") for x in out.stdout.splitlines()]
+        ss = tp.Suite(f"sentencepiece library, {fname}")
+        if len(got) != len(texts):
+            ss.check("encode", False, f"tok_tool exited {out.returncode}: {out.stderr[-500:]}")
+        for t, g in zip(texts, got):
+            want = sp.encode(t)
+            ss.check("encode", g == want, f"{t[:100]!r}: got {g[:20]} want {want[:20]}")
+        suites.append(ss)
+
     # ---- mistral-common's own ids for a chat (its v1 and v3 tokenizers), from the prompt
     # string the Mistral templates render: v1 "<s>[INST] user [/INST] answer</s>[INST] ...",
     # v3 with [INST]/[/INST] as control tokens and no spaces around them ----
