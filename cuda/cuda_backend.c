@@ -37,6 +37,10 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* ---- plan layout ---------------------------------------------------------------------------- */
 
+/* (cuda_plan_layout: every offset but ids' depends only on the counts, so a graph captured for
+ * some counts reads any later plan of the same counts; ids follows the variable-length block
+ * tables, so the kernels address it from the block tables' start.) */
+
 static void layout_init(cuda_plan_layout *L, int32_t T, int32_t S, int32_t n_items, int32_t n_tiles, int32_t n_bt,
                         int32_t n_ids)
 {
@@ -361,12 +365,15 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
     for (; it < n_items; it++) items[it] = (pllm_cuda_attn_item){.tok = it, .n_ctx = 0, .bt = 0}; /* padding */
     pllm_sampling_params greedy;
     pllm_sampling_defaults(&greedy);
+    /* the kernels see the id lists through the block tables' base, which sits at the same place
+     * for every plan of a graph's counts (the lists' own start moves with the tables' length) */
+    const int32_t ids_base = (int32_t)((L.ids - L.block_tables) / sizeof(int32_t));
     for (int32_t s = 0, at = 0; s < S; s++) {
         if (s < p->n_samples) {
             const pllm_sample_req *r = &p->samples[s];
             const pllm_seq_plan *sp = &p->seqs[r->seq];
             rows[s] = sp->token_start + sp->n_new - 1;
-            pllm_cuda_sample_fill(&rec[s], r->params, &r->ctx, V, ids + at, at);
+            pllm_cuda_sample_fill(&rec[s], r->params, &r->ctx, V, ids + at, ids_base + at);
             at += pllm_cuda_sample_n_ids(r->params, &r->ctx);
             pd->req_top[s] = rec[s].n_top;
         } else { /* padding: a greedy sample of a padding row */
@@ -398,7 +405,8 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
     uint8_t *dr = c->d_res;
     step_dev d = {.tokens = (const int32_t *)(dp + L.tokens), .positions = (const int32_t *)(dp + L.positions),
                   .slots = (const int32_t *)(dp + L.slots), .rows = (const int32_t *)(dp + L.rows),
-                  .block_tables = (const int32_t *)(dp + L.block_tables), .ids = (const int32_t *)(dp + L.ids),
+                  .block_tables = (const int32_t *)(dp + L.block_tables),
+                  .ids = (const int32_t *)(dp + L.block_tables), /* see ids_base */
                   .items = (const pllm_cuda_attn_item *)(dp + L.items), .tiles = (const pllm_cuda_attn_tile *)(dp + L.tiles),
                   .params = (const pllm_cuda_sample_params *)(dp + L.params), .n_tokens = T, .n_samples = S,
                   .n_items = n_items, .n_tiles = n_tiles, .n_splits = n_splits, .split_len = split_len,

@@ -22,7 +22,9 @@ typedef struct cuda_layer {
 } cuda_layer;
 
 /* Where a packed plan's arrays live, as byte offsets from its start; a step's counts decide
- * them, so a graph captured for (T, S, items, tiles) reads a later plan of the same counts. */
+ * them (all but ids, which follows the variable-length block tables: the kernels address it
+ * from the block tables' start), so a graph captured for (T, S, items, tiles) reads a later
+ * plan of the same counts. */
 typedef struct cuda_plan_layout {
     int32_t n_tokens, n_samples, n_items, n_tiles; /* as packed (graphs: padded) */
     size_t tokens, positions, slots, rows, items, tiles, params, block_tables, ids;

@@ -6,7 +6,8 @@
                                 (logits to ~1e-6 of the CPU's, the same greedy token at every
                                 step; through the engine too for one model per shape), one model
                                 per shape in the production setting (F16 or BF16 weights, F16
-                                KV), attention split over the context, and a run without graphs
+                                KV), attention split over the context, a run without graphs, and
+                                sampled runs (same tokens, logprobs and top logprobs as the CPU)
     cuda_e2e.py TOOL model      the default model ($PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf):
                                 3 short text prompts, 3 greedy tokens each, production setting
 
@@ -51,6 +52,10 @@ def random_runs(tmp):
         runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--split", "64", "--len", "60:130", "--gen", "4",
                                  "--budget", "64", "--seed", "17"]))
     runs.append((models[1]["path"], ["--no-graphs", "--kv", "f16", "--seed", "19"]))
+    # sampling (temperature, top-k/p, min-p, penalties, bans, logprobs) through graphs and eager steps
+    for m in (models[0], next(m for m in models if m["shape"] == "qwen2" and m["dtype"] == "Q4_1")):
+        runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--sample", "--prompts", "6", "--gen", "8",
+                                 "--seed", "23"]))
     return runs
 
 

@@ -4,7 +4,7 @@
  *
  *     cuda_vs_cpu MODEL [--weights auto|f16|bf16|f32] [--kv f16|f32] [--no-graphs]
  *                 [--split LEN] [--prompts N] [--len MIN:MAX] [--gen G] [--text] [--engine]
- *                 [--block-size B] [--budget T] [--seed S] [--tol X]
+ *                 [--sample] [--block-size B] [--budget T] [--seed S] [--tol X]
  *
  * Part 1, teacher forced: both backends run the same batch plans (this tool's own small
  * scheduler: prefill chunks under a token budget mixed with decode steps, block tables drawn
@@ -15,6 +15,10 @@
  * the CPU's top two logits are within --tol (relative to the largest magnitude) of each other,
  * and fails otherwise. Every other step submits two independent halves of the batch before
  * waiting for either (pllm_cuda_backend_submit/_wait).
+ * With --sample, each sequence samples instead (its own temperature, top_k, top_p, min_p,
+ * repetition/presence/frequency penalties, seed, two banned ids, 3 top logprobs): the tokens,
+ * their logprobs (to 1e-4) and the top-logprob ids must be the CPU's (with F32 weights the
+ * logits differ by ~1e-7, far from any sampling threshold); the CPU's token is fed to both.
  * Part 2 (--engine): the engine (pllm_engine) generates greedily with each backend; the token
  * sequences must be identical, except after a divergence at a position part 1 found ambiguous.
  *
@@ -44,7 +48,7 @@ typedef struct opts {
     const char *model;
     pllm_cuda_weights weights;
     pllm_dtype kv;
-    bool graphs, text, engine;
+    bool graphs, text, engine, sample;
     int32_t split, n_prompts, len_min, len_max, gen, block_size, budget;
     uint64_t seed;
     double tol;
@@ -64,7 +68,8 @@ static int32_t rnd(int32_t n) { return (int32_t)(pllm_test_rand(&g_rng) % (uint6
 static void usage(void)
 {
     fprintf(stderr, "usage: cuda_vs_cpu MODEL [--weights auto|f16|bf16|f32] [--kv f16|f32] [--no-graphs] [--split LEN]\n"
-                    "       [--prompts N] [--len MIN:MAX] [--gen G] [--text] [--engine] [--block-size B] [--budget T]\n"
+                    "       [--prompts N] [--len MIN:MAX] [--gen G] [--text] [--engine] [--sample] [--block-size B]\n"
+                    "       [--budget T]"
                     "       [--seed S] [--tol X]\n");
     exit(2);
 }
@@ -80,6 +85,7 @@ static void parse(opts *o, int argc, char **argv)
         if (!strcmp(a, "--no-graphs")) o->graphs = false;
         else if (!strcmp(a, "--text")) o->text = true;
         else if (!strcmp(a, "--engine")) o->engine = true;
+        else if (!strcmp(a, "--sample")) o->sample = true;
         else if (!v) usage();
         else if (!strcmp(a, "--weights") && ++i)
             o->weights = !strcmp(v, "f16")    ? PLLM_CUDA_WEIGHTS_F16
@@ -134,8 +140,8 @@ static int32_t top2(const float *row, int32_t n, float *gap, float *mag)
 }
 
 typedef struct stats {
-    int64_t rows, agree, ambiguous, wrong;
-    double max_rel, sum_rel;
+    int64_t rows, agree, ambiguous, wrong, top_wrong;
+    double max_rel, sum_rel, lp_err;
 } stats;
 
 /* Part 1: teacher-forced comparison of the two backends. */
@@ -174,6 +180,27 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
     float *cl = malloc(sizeof(float) * (size_t)N * V), *gl = malloc(sizeof(float) * (size_t)N * V);
     pllm_sampling_params greedy;
     pllm_sampling_defaults(&greedy);
+    pllm_sampling_params *sparams = malloc(sizeof *sparams * (size_t)N);
+    int32_t *banned = malloc(sizeof(int32_t) * 2 * (size_t)N);
+    for (int32_t s = 0; s < N; s++) {
+        pllm_sampling_params *q = &sparams[s];
+        *q = greedy;
+        if (o->sample) {
+            q->temperature = 0.5f + 0.25f * (float)(s % 4);
+            q->top_k = s % 3 == 0 ? 0 : 5 + 7 * s;
+            q->top_p = s % 2 ? 0.9f : 1.0f;
+            q->min_p = s % 3 == 1 ? 0.02f : 0.0f;
+            q->repetition_penalty = s % 2 ? 1.15f : 1.0f;
+            q->presence_penalty = s % 3 == 2 ? 0.4f : 0.0f;
+            q->frequency_penalty = s % 4 == 1 ? 0.3f : 0.0f;
+            q->seed = 1000 + (uint64_t)s;
+            q->logprobs = 3;
+        }
+        banned[2 * s] = rnd(V), banned[2 * s + 1] = rnd(V);
+    }
+    int32_t *c_top = malloc(sizeof(int32_t) * 3 * (size_t)N), *g_top = malloc(sizeof(int32_t) * 3 * (size_t)N);
+    float *c_lp = malloc(sizeof(float) * (size_t)N), *g_lp = malloc(sizeof(float) * (size_t)N);
+    float *c_tlp = malloc(sizeof(float) * 3 * (size_t)N), *g_tlp = malloc(sizeof(float) * 3 * (size_t)N);
     int64_t steps = 0;
     for (;;) {
         /* schedule: every unfinished sequence, round robin from a rotating start, under the budget */
@@ -196,9 +223,11 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
                 slots[nt + j] = q->blocks[p / bs] * bs + p % bs;
             }
             if (q->n_done + take == q->n_known) {
-                sr[nsamp] = (pllm_sample_req){.seq = ns, .params = &greedy,
+                sr[nsamp] = (pllm_sample_req){.seq = ns, .params = &sparams[s],
                                               .ctx = {.prompt = q->toks, .n_prompt = q->n_prompt,
-                                                      .output = q->toks + q->n_prompt, .n_output = q->n_gen_done}};
+                                                      .output = q->toks + q->n_prompt, .n_output = q->n_gen_done,
+                                                      .banned = o->sample ? banned + 2 * s : NULL,
+                                                      .n_banned = o->sample ? 2 : 0}};
                 sample_seq[nsamp++] = s;
             }
             nt += take;
@@ -208,6 +237,10 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
         pllm_batch_plan plan = {.n_tokens = nt, .tokens = tokens, .positions = pos, .slots = slots, .n_seqs = ns,
                                 .seqs = sp, .block_tables = bts, .n_samples = nsamp, .samples = sr};
         pllm_step_out co = {.tokens = ct, .logits = cl}, go = {.tokens = gt, .logits = gl};
+        if (o->sample) {
+            co.logprobs = c_lp, co.top_n = 3, co.top_ids = c_top, co.top_logprobs = c_tlp;
+            go.logprobs = g_lp, go.top_n = 3, go.top_ids = g_top, go.top_logprobs = g_tlp;
+        }
         CHECK_OK(cpu->iface->step(cpu->ctx, &plan, &co));
         if (steps % 2 == 1 && ns >= 2 && nsamp == ns) {
             /* two independent halves in flight at once */
@@ -224,7 +257,9 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
             a.n_tokens = t_h, a.n_seqs = h, a.n_samples = h;
             b.n_tokens = nt - t_h, b.tokens += t_h, b.positions += t_h, b.slots += t_h, b.n_seqs = ns - h;
             b.seqs = sp2, b.n_samples = ns - h, b.samples = sr2;
-            pllm_step_out ga = {.tokens = gt, .logits = gl}, gb = {.tokens = gt + h, .logits = gl + (size_t)h * V};
+            pllm_step_out ga = go, gb = go;
+            gb.tokens += h, gb.logits += (size_t)h * V;
+            if (o->sample) gb.logprobs += h, gb.top_ids += 3 * h, gb.top_logprobs += 3 * h;
             CHECK_OK(pllm_cuda_backend_submit(gpu, &a, &ga));
             CHECK_OK(pllm_cuda_backend_submit(gpu, &b, &gb));
             CHECK_OK(pllm_cuda_backend_wait(gpu));
@@ -243,8 +278,17 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
             st->sum_rel += rel;
             float gap, mag;
             int32_t am = top2(c, V, &gap, &mag);
-            CHECK(am == ct[k]);
             bool amb = gap <= o->tol * fmaxf(mag, 1e-30f);
+            if (o->sample) {
+                amb = false; /* sampled: the same draw from logits 1e-7 apart */
+                st->lp_err = fmax(st->lp_err, fabs((double)g_lp[k] - c_lp[k]));
+                for (int32_t j = 0; j < 3; j++) {
+                    st->lp_err = fmax(st->lp_err, fabs((double)g_tlp[3 * k + j] - c_tlp[3 * k + j]));
+                    if (g_top[3 * k + j] != c_top[3 * k + j]) st->top_wrong++;
+                }
+            } else {
+                CHECK(am == ct[k]);
+            }
             if (gt[k] == ct[k]) st->agree++;
             else if (amb) st->ambiguous++;
             else {
@@ -259,7 +303,8 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
         for (int32_t i = 0; i < ns; i++) seqs[sched[i]].n_done = sp[i].n_ctx;
     }
     free(pool), free(tokens), free(pos), free(slots), free(bts), free(sp), free(sr), free(sample_seq), free(sched), free(ct), free(gt);
-    free(cl), free(gl);
+    free(cl), free(gl), free(sparams), free(banned), free(c_top), free(g_top), free(c_lp), free(g_lp), free(c_tlp);
+    free(g_tlp);
 }
 
 typedef struct gen_out {
@@ -355,6 +400,8 @@ int main(int argc, char **argv)
     if (!cpu.iface || !gpu.iface) return pllm_test_finish("cuda_vs_cpu");
     pllm_cuda_backend_info info;
     pllm_cuda_backend_get_info(&gpu, &info);
+    fprintf(stderr, "cuda_vs_cpu %s: %s: %.1f MiB of %s weights converted and uploaded in %.2f s\n", m->name,
+            info.device_name, (double)info.weight_bytes / (1 << 20), pllm_dtype_name(info.weight_dtype), info.load_seconds);
 
     stats st = {0};
     part1(m, &cpu, &gpu, seqs, &o, &st);
@@ -367,6 +414,12 @@ int main(int argc, char **argv)
             st.rows ? st.sum_rel / (double)st.rows : 0.0, tol_rel, (long long)st.agree, (long long)st.ambiguous,
             (long long)st.wrong, (long long)info.steps, (long long)info.graph_steps, info.graphs,
             (long long)info.split_steps, pllm_now() - t0);
+    if (o.sample) {
+        fprintf(stderr, "cuda_vs_cpu %s: sampled: logprob max abs err %.2g, %lld top-logprob ids differ\n", m->name,
+                st.lp_err, (long long)st.top_wrong);
+        CHECK(st.lp_err <= 1e-4);
+        CHECK(st.top_wrong == 0);
+    }
     CHECK(st.rows == (int64_t)o.n_prompts * o.gen);
     CHECK(st.wrong == 0);
     CHECK(st.max_rel <= tol_rel);
