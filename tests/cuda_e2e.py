@@ -6,8 +6,10 @@
                                 (logits to ~1e-6 of the CPU's, the same greedy token at every
                                 step; through the engine too for one model per shape), one model
                                 per shape in the production setting (F16 or BF16 weights, F16
-                                KV), attention split over the context, a run without graphs, and
-                                sampled runs (same tokens, logprobs and top logprobs as the CPU)
+                                KV), attention split over the context, a run without graphs,
+                                three Hugging Face directories (tests/gen_hf_models.py: BF16
+                                shards as they are, mistral head_dim 48, Llama-3 rope scaling),
+                                and sampled runs (same tokens, logprobs and top logprobs)
     cuda_e2e.py TOOL model      the default model ($PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf):
                                 3 short text prompts, 3 greedy tokens each, production setting
 
@@ -52,6 +54,13 @@ def random_runs(tmp):
         runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--split", "64", "--len", "60:130", "--gen", "4",
                                  "--budget", "64", "--seed", "17"]))
     runs.append((models[1]["path"], ["--no-graphs", "--kv", "f16", "--seed", "19"]))
+    # Hugging Face directories (tests/gen_hf_models.py): BF16 shards uploaded as they are, a
+    # mistral with head_dim 48 != hidden / heads, Llama-3 rope scaling
+    hf = os.path.join(tmp, "hf")
+    subprocess.run([sys.executable, os.path.join(HERE, "gen_hf_models.py"), hf], check=True, capture_output=True)
+    runs.append((os.path.join(hf, "qwen2-hf-bf16-sharded"), ["--kv", "f16", "--engine", "--seed", "29"]))
+    runs.append((os.path.join(hf, "mistral-hf-f32-sharded"), ["--weights", "f32", "--kv", "f32", "--seed", "31"]))
+    runs.append((os.path.join(hf, "llama3-hf-f32"), ["--weights", "f32", "--kv", "f32", "--len", "30:90", "--seed", "37"]))
     # sampling (temperature, top-k/p, min-p, penalties, bans, logprobs) through graphs and eager steps
     for m in (models[0], next(m for m in models if m["shape"] == "qwen2" and m["dtype"] == "Q4_1")):
         runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--sample", "--prompts", "6", "--gen", "8",
