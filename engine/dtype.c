@@ -31,11 +31,26 @@ _Static_assert(sizeof(pllm_block_q4_k) == 144, "q4_K layout");
 _Static_assert(sizeof(pllm_block_q5_k) == 176, "q5_K layout");
 _Static_assert(sizeof(pllm_block_q6_k) == 210, "q6_K layout");
 
-const char *pllm_dtype_name(pllm_dtype t) { return (unsigned)t < PLLM_DTYPE_COUNT ? g_dtypes[t].name : "?"; }
-bool pllm_dtype_is_quantized(pllm_dtype t) { return (unsigned)t < PLLM_DTYPE_COUNT && g_dtypes[t].block_elems > 1; }
-int pllm_dtype_block_elems(pllm_dtype t) { return g_dtypes[t].block_elems; }
-size_t pllm_dtype_block_bytes(pllm_dtype t) { return g_dtypes[t].block_bytes; }
-bool pllm_dtype_supported(pllm_dtype t) { return (unsigned)t < PLLM_DTYPE_COUNT && g_dtypes[t].supported; }
+const char *pllm_dtype_name(pllm_dtype t)
+{
+    return (unsigned)t < PLLM_DTYPE_COUNT ? g_dtypes[t].name : "?";
+}
+bool pllm_dtype_is_quantized(pllm_dtype t)
+{
+    return (unsigned)t < PLLM_DTYPE_COUNT && g_dtypes[t].block_elems > 1;
+}
+int pllm_dtype_block_elems(pllm_dtype t)
+{
+    return g_dtypes[t].block_elems;
+}
+size_t pllm_dtype_block_bytes(pllm_dtype t)
+{
+    return g_dtypes[t].block_bytes;
+}
+bool pllm_dtype_supported(pllm_dtype t)
+{
+    return (unsigned)t < PLLM_DTYPE_COUNT && g_dtypes[t].supported;
+}
 
 size_t pllm_dtype_row_bytes(pllm_dtype t, int64_t n)
 {
@@ -53,7 +68,10 @@ float pllm_fp16_to_fp32(uint16_t h)
             bits = sign;
         } else { /* subnormal: normalise */
             int e = -1;
-            do { e++; mant <<= 1; } while (!(mant & 0x400));
+            do {
+                e++;
+                mant <<= 1;
+            } while (!(mant & 0x400));
             bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ff) << 13);
         }
     } else if (exp == 0x1f) {
@@ -75,11 +93,11 @@ uint16_t pllm_fp32_to_fp16(float f)
     if (absx >= 0x7f800000u) /* inf or nan */
         return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
     if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to inf */
-    if (absx < 0x38800000u) { /* subnormal or zero in half */
+    if (absx < 0x38800000u) {                                  /* subnormal or zero in half */
         /* value = absx as float; half subnormal unit is 2^-24 */
         float af;
         memcpy(&af, &absx, 4);
-        float scaled = af * 16777216.0f; /* / 2^-24 */
+        float scaled = af * 16777216.0f;           /* / 2^-24 */
         uint32_t q = (uint32_t)nearbyintf(scaled); /* default rounding: to nearest even */
         return (uint16_t)(sign | q);
     }
@@ -121,14 +139,16 @@ static void kq_scale_min(const uint8_t *scales, int s, int *sc, int *mn)
 }
 
 /* Q4_K (qh == NULL) and Q5_K: 256 elements of one super-block. */
-static void dequant_q45_k(float *y, uint16_t d16, uint16_t dmin16, const uint8_t *scales, const uint8_t *qh, const uint8_t *qs)
+static void dequant_q45_k(float *y, uint16_t d16, uint16_t dmin16, const uint8_t *scales,
+                          const uint8_t *qh, const uint8_t *qs)
 {
     const float d = pllm_fp16_to_fp32(d16), dmin = pllm_fp16_to_fp32(dmin16);
     for (int c = 0; c < 4; c++) { /* chunk of 64: sub-blocks 2c (low nibbles) and 2c+1 (high) */
         int sc0, mn0, sc1, mn1;
         kq_scale_min(scales, 2 * c, &sc0, &mn0);
         kq_scale_min(scales, 2 * c + 1, &sc1, &mn1);
-        const float d0 = d * (float)sc0, m0 = dmin * (float)mn0, d1 = d * (float)sc1, m1 = dmin * (float)mn1;
+        const float d0 = d * (float)sc0, m0 = dmin * (float)mn0, d1 = d * (float)sc1,
+                    m1 = dmin * (float)mn1;
         for (int l = 0; l < 32; l++) {
             int lo = qs[32 * c + l] & 15, hi = qs[32 * c + l] >> 4;
             if (qh) {
@@ -150,7 +170,8 @@ static void dequant_q6_k(float *y, const pllm_block_q6_k *b)
         float *yh = y + 128 * h;
         for (int l = 0; l < 32; l++) {
             int q[4] = {(ql[l] & 15) | (qh[l] & 3) << 4, (ql[32 + l] & 15) | (qh[l] >> 2 & 3) << 4,
-                        (ql[l] >> 4) | (qh[l] >> 4 & 3) << 4, (ql[32 + l] >> 4) | (qh[l] >> 6) << 4};
+                        (ql[l] >> 4) | (qh[l] >> 4 & 3) << 4,
+                        (ql[32 + l] >> 4) | (qh[l] >> 6) << 4};
             for (int k = 0; k < 4; k++) {
                 int e = 32 * k + l;
                 yh[e] = d * (float)sc[e / 16] * (float)(q[k] - 32);

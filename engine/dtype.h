@@ -58,9 +58,23 @@ typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[PLLM_QK / 2]; } pllm_b
  * ql[l] | (qh[l] >> 4 & 3) << 4; element 96+l = high nibble of ql[32+l] | (qh[l] >> 6) << 4;
  * element e of the half has sub-block scale scales[8h + e/16].
  */
-typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[PLLM_QK_K / 2]; } pllm_block_q4_k;
-typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[PLLM_QK_K / 8]; uint8_t qs[PLLM_QK_K / 2]; } pllm_block_q5_k;
-typedef struct { uint8_t ql[PLLM_QK_K / 2]; uint8_t qh[PLLM_QK_K / 4]; int8_t scales[PLLM_QK_K / 16]; uint16_t d; } pllm_block_q6_k;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qs[PLLM_QK_K / 2];
+} pllm_block_q4_k; /* 144 bytes */
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[PLLM_QK_K / 8];
+    uint8_t qs[PLLM_QK_K / 2];
+} pllm_block_q5_k; /* 176 bytes */
+typedef struct {
+    uint8_t ql[PLLM_QK_K / 2];
+    uint8_t qh[PLLM_QK_K / 4];
+    int8_t scales[PLLM_QK_K / 16];
+    uint16_t d;
+} pllm_block_q6_k; /* 210 bytes */
 
 const char *pllm_dtype_name(pllm_dtype t);
 bool pllm_dtype_is_quantized(pllm_dtype t);

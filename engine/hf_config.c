@@ -21,7 +21,9 @@ pllm_status pllm_hf_read_json(const char *path, json_t **out)
 {
     *out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f) return pllm_errorf(errno == ENOENT ? PLLM_ERR_NOT_FOUND : PLLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!f)
+        return pllm_errorf(errno == ENOENT ? PLLM_ERR_NOT_FOUND : PLLM_ERR_IO,
+                           "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
         fclose(f);
@@ -29,8 +31,9 @@ pllm_status pllm_hf_read_json(const char *path, json_t **out)
     }
     if ((uint64_t)sb.st_size > JSON_MAX_BYTES) {
         fclose(f);
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: %lld bytes is too large for a JSON configuration file (limit %u)", path,
-                           (long long)sb.st_size, JSON_MAX_BYTES);
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: %lld bytes is too large for a JSON configuration file (limit %u)",
+                           path, (long long)sb.st_size, JSON_MAX_BYTES);
     }
     size_t n = (size_t)sb.st_size;
     char *buf = pllm_malloc(n + 1);
@@ -48,8 +51,9 @@ pllm_status pllm_hf_read_json(const char *path, json_t **out)
     *out = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &jerr);
     free(buf);
     if (!*out)
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: invalid JSON at line %d, column %d (byte offset %d): %s", path, jerr.line, jerr.column,
-                           jerr.position, jerr.text);
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: invalid JSON at line %d, column %d (byte offset %d): %s", path,
+                           jerr.line, jerr.column, jerr.position, jerr.text);
     if (!json_is_object(*out)) {
         json_decref(*out);
         *out = NULL;
@@ -61,13 +65,21 @@ pllm_status pllm_hf_read_json(const char *path, json_t **out)
 static const char *jtype(const json_t *v)
 {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
     }
 }
 
@@ -84,41 +96,46 @@ static pllm_status jget(const jfile *j, const char *key, bool required, const js
 {
     const json_t *v = json_object_get(j->obj, key);
     *out = v && !json_is_null(v) ? v : NULL;
-    if (!*out && required) return pllm_errorf(PLLM_ERR_FORMAT, "%s: missing field '%s%s'", j->path, j->pre, key);
+    if (!*out && required)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: missing field '%s%s'", j->path, j->pre, key);
     return PLLM_OK;
 }
 
-static pllm_status jint(const jfile *j, const char *key, bool required, int64_t lo, int64_t hi, int64_t *out, bool *present)
+static pllm_status jint(const jfile *j, const char *key, bool required, int64_t lo, int64_t hi,
+                        int64_t *out, bool *present)
 {
     const json_t *v;
     PLLM_TRY(jget(j, key, required, &v));
     if (present) *present = v != NULL;
     if (!v) return PLLM_OK;
     if (!json_is_integer(v))
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be an integer, not %s", j->path, j->pre, key, jtype(v));
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be an integer, not %s", j->path,
+                           j->pre, key, jtype(v));
     int64_t x = (int64_t)json_integer_value(v);
     if (x < lo || x > hi)
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' = %lld is out of range [%lld, %lld]", j->path, j->pre, key, (long long)x,
-                           (long long)lo, (long long)hi);
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' = %lld is out of range [%lld, %lld]",
+                           j->path, j->pre, key, (long long)x, (long long)lo, (long long)hi);
     *out = x;
     return PLLM_OK;
 }
 
 /* A number in [lo, hi] (open at lo when lo_open). */
-static pllm_status jnum(const jfile *j, const char *key, bool required, double lo, bool lo_open, double hi, double *out, bool *present)
+static pllm_status jnum(const jfile *j, const char *key, bool required, double lo, bool lo_open,
+                        double hi, double *out, bool *present)
 {
     const json_t *v;
     PLLM_TRY(jget(j, key, required, &v));
     if (present) *present = v != NULL;
     if (!v) return PLLM_OK;
     if (!json_is_number(v))
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be a number, not %s", j->path, j->pre, key, jtype(v));
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be a number, not %s", j->path,
+                           j->pre, key, jtype(v));
     double x = json_number_value(v);
     /* the value is kept as a float: it must stay above an open bound once rounded to float
      * (an rms_norm_eps of 1e-75 is 0 in single precision) */
     if (!isfinite(x) || x < lo || (lo_open && (x == lo || (float)x <= (float)lo)) || x > hi)
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' = %g is out of range %s%g, %g]", j->path, j->pre, key, x, lo_open ? "(" : "[",
-                           lo, hi);
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' = %g is out of range %s%g, %g]",
+                           j->path, j->pre, key, x, lo_open ? "(" : "[", lo, hi);
     *out = x;
     return PLLM_OK;
 }
@@ -130,7 +147,8 @@ static pllm_status jbool(const jfile *j, const char *key, bool *out, bool *prese
     if (present) *present = v != NULL;
     if (!v) return PLLM_OK;
     if (!json_is_boolean(v))
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be a boolean, not %s", j->path, j->pre, key, jtype(v));
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be a boolean, not %s", j->path,
+                           j->pre, key, jtype(v));
     *out = json_is_true(v);
     return PLLM_OK;
 }
@@ -141,7 +159,8 @@ static pllm_status jstr(const jfile *j, const char *key, bool required, const ch
     PLLM_TRY(jget(j, key, required, &v));
     if (!v) return PLLM_OK;
     if (!json_is_string(v))
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be a string, not %s", j->path, j->pre, key, jtype(v));
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be a string, not %s", j->path,
+                           j->pre, key, jtype(v));
     *out = json_string_value(v);
     return PLLM_OK;
 }
@@ -156,19 +175,25 @@ static pllm_status jids(const jfile *j, const char *key, int32_t *ids, int32_t c
     if (json_is_integer(v)) {
         int64_t x = (int64_t)json_integer_value(v);
         if (x < 0 || x > INT32_MAX)
-            return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s' = %lld is not a valid token id", j->path, key, (long long)x);
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s' = %lld is not a valid token id",
+                               j->path, key, (long long)x);
         ids[(*n)++] = (int32_t)x;
         return PLLM_OK;
     }
     if (!json_is_array(v))
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s' must be a token id or a list of token ids, not %s", j->path, key, jtype(v));
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: field '%s' must be a token id or a list of token ids, not %s",
+                           j->path, key, jtype(v));
     if (json_array_size(v) > (size_t)cap)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field '%s' lists %zu ids (at most %d)", j->path, key, json_array_size(v), cap);
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field '%s' lists %zu ids (at most %d)",
+                           j->path, key, json_array_size(v), cap);
     for (size_t i = 0; i < json_array_size(v); i++) {
         const json_t *e = json_array_get(v, i);
         if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX)
-            return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s[%zu]' must be a token id (a non-negative integer), not %s", j->path, key, i,
-                               jtype(e));
+            return pllm_errorf(
+                PLLM_ERR_FORMAT,
+                "%s: field '%s[%zu]' must be a token id (a non-negative integer), not %s", j->path,
+                key, i, jtype(e));
         ids[(*n)++] = (int32_t)json_integer_value(e);
     }
     return PLLM_OK;
@@ -177,12 +202,16 @@ static pllm_status jids(const jfile *j, const char *key, int32_t *ids, int32_t c
 static const struct {
     const char *model_type;
     pllm_arch arch;
-} g_hf_archs[] = {{"llama", PLLM_ARCH_LLAMA}, {"mistral", PLLM_ARCH_LLAMA}, {"qwen2", PLLM_ARCH_QWEN2}};
+} g_hf_archs[] = {
+    {"llama", PLLM_ARCH_LLAMA}, {"mistral", PLLM_ARCH_LLAMA}, {"qwen2", PLLM_ARCH_QWEN2}};
 
 /* rope_scaling (or transformers 5's rope_parameters) object: type and parameters. */
-static pllm_status parse_rope_scaling(const char *path, const json_t *rs, const char *field, pllm_model_config *c)
+static pllm_status parse_rope_scaling(const char *path, const json_t *rs, const char *field,
+                                      pllm_model_config *c)
 {
-    if (!json_is_object(rs)) return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s' must be an object or null, not %s", path, field, jtype(rs));
+    if (!json_is_object(rs))
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s' must be an object or null, not %s",
+                           path, field, jtype(rs));
     char pre[64];
     snprintf(pre, sizeof pre, "%s.", field);
     jfile j = {path, rs, pre};
@@ -210,8 +239,10 @@ static pllm_status parse_rope_scaling(const char *path, const json_t *rs, const 
         PLLM_TRY(jnum(&j, "high_freq_factor", true, 0, true, 1e6, &hi, NULL));
         PLLM_TRY(jint(&j, "original_max_position_embeddings", true, 1, INT32_MAX, &orig, NULL));
         if (!((float)hi > (float)lo)) /* compared as stored: equal floats would divide by zero */
-            return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s.high_freq_factor' = %g must be greater than low_freq_factor = %g", path,
-                               field, hi, lo);
+            return pllm_errorf(
+                PLLM_ERR_FORMAT,
+                "%s: field '%s.high_freq_factor' = %g must be greater than low_freq_factor = %g",
+                path, field, hi, lo);
         c->rope_scaling = PLLM_ROPE_SCALING_LLAMA3;
         c->rope_factor = (float)factor;
         c->rope_low_freq_factor = (float)lo;
@@ -219,8 +250,10 @@ static pllm_status parse_rope_scaling(const char *path, const json_t *rs, const 
         c->rope_orig_ctx = (int32_t)orig;
         return PLLM_OK;
     }
-    return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field '%s.rope_type' = '%.32s' is not supported (supported: default, linear, llama3)", path,
-                       field, type);
+    return pllm_errorf(
+        PLLM_ERR_UNSUPPORTED,
+        "%s: field '%s.rope_type' = '%.32s' is not supported (supported: default, linear, llama3)",
+        path, field, type);
 }
 
 pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_config *out)
@@ -240,11 +273,15 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
         }
     }
     if (!found)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field 'model_type' = '%.64s': architecture not supported (supported: llama, mistral, qwen2)",
-                           path, mt);
-    if (json_object_get(root, "quantization_config"))
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
-                           "%s: field 'quantization_config': quantized Hugging Face checkpoints are not supported (use F32/F16/BF16 "
+                           "%s: field 'model_type' = '%.64s': architecture not supported "
+                           "(supported: llama, mistral, qwen2)",
+                           path, mt);
+    const json_t *qc = json_object_get(root, "quantization_config");
+    if (qc && !json_is_null(qc))
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: field 'quantization_config': quantized Hugging Face checkpoints "
+                           "are not supported (use F32/F16/BF16 "
                            "safetensors, or a GGUF file)",
                            path);
 
@@ -260,36 +297,51 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     PLLM_TRY(jint(&j, "max_position_embeddings", false, 1, INT64_MAX, &n_ctx, NULL));
     if (!has_kv) n_head_kv = n_head;
     if (n_head % n_head_kv != 0)
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'num_key_value_heads' = %lld does not divide num_attention_heads = %lld", path,
-                           (long long)n_head_kv, (long long)n_head);
+        return pllm_errorf(
+            PLLM_ERR_FORMAT,
+            "%s: field 'num_key_value_heads' = %lld does not divide num_attention_heads = %lld",
+            path, (long long)n_head_kv, (long long)n_head);
     if (!has_hd) {
         if (hidden % n_head != 0)
-            return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'num_attention_heads' = %lld does not divide hidden_size = %lld (and no head_dim)",
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: field 'num_attention_heads' = %lld does not divide hidden_size "
+                               "= %lld (and no head_dim)",
                                path, (long long)n_head, (long long)hidden);
         head_dim = hidden / n_head;
     }
     if (head_dim % 2 != 0 || head_dim > 1024)
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: head dimension %lld (field '%s') must be even and at most 1024", path, (long long)head_dim,
-                           has_hd ? "head_dim" : "hidden_size / num_attention_heads");
+        return pllm_errorf(
+            PLLM_ERR_FORMAT, "%s: head dimension %lld (field '%s') must be even and at most 1024",
+            path, (long long)head_dim, has_hd ? "head_dim" : "hidden_size / num_attention_heads");
 
     double eps = 1e-6, theta = 10000, prf = 1;
     PLLM_TRY(jnum(&j, "rms_norm_eps", false, 0, true, 0.5, &eps, NULL));
     PLLM_TRY(jnum(&j, "rope_theta", false, 1, true, 1e12, &theta, NULL));
     PLLM_TRY(jnum(&j, "partial_rotary_factor", false, 0, true, 1, &prf, NULL));
     if (prf != 1)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field 'partial_rotary_factor' = %g is not supported for %s (only 1)", path, prf, mt);
-    bool tied = false, attn_bias = false, mlp_bias = false, use_sw = c->arch != PLLM_ARCH_QWEN2, has_use_sw = false;
+        return pllm_errorf(
+            PLLM_ERR_UNSUPPORTED,
+            "%s: field 'partial_rotary_factor' = %g is not supported for %s (only 1)", path, prf,
+            mt);
+    bool tied = false, attn_bias = false, mlp_bias = false, use_sw = c->arch != PLLM_ARCH_QWEN2,
+         has_use_sw = false;
     PLLM_TRY(jbool(&j, "tie_word_embeddings", &tied, NULL));
     PLLM_TRY(jbool(&j, "attention_bias", &attn_bias, NULL));
     PLLM_TRY(jbool(&j, "mlp_bias", &mlp_bias, NULL));
     if (attn_bias && c->arch != PLLM_ARCH_QWEN2)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field 'attention_bias' = true (biases on q/k/v/o projections) is not supported for %s",
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: field 'attention_bias' = true (biases on q/k/v/o projections) is "
+                           "not supported for %s",
                            path, mt);
-    if (mlp_bias) return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field 'mlp_bias' = true is not supported", path);
+    if (mlp_bias)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field 'mlp_bias' = true is not supported",
+                           path);
     const char *act = "silu";
     PLLM_TRY(jstr(&j, "hidden_act", false, &act));
     if (strcmp(act, "silu") != 0)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field 'hidden_act' = '%.32s' is not supported (only silu)", path, act);
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: field 'hidden_act' = '%.32s' is not supported (only silu)", path,
+                           act);
     /* Sliding-window attention is not implemented: the model is exact up to the window, so the
      * usable context stops there. Qwen2 uses it only with use_sliding_window. */
     int64_t window = 0;
@@ -316,16 +368,19 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     const json_t *rs = json_object_get(root, "rope_scaling");
     if (rs && !json_is_null(rs)) PLLM_TRY(parse_rope_scaling(path, rs, "rope_scaling", c));
     const json_t *rp = json_object_get(root, "rope_parameters"); /* transformers >= 5 */
-    if (rp && !json_is_null(rp) && !(rs && !json_is_null(rs))) PLLM_TRY(parse_rope_scaling(path, rp, "rope_parameters", c));
+    if (rp && !json_is_null(rp) && !(rs && !json_is_null(rs)))
+        PLLM_TRY(parse_rope_scaling(path, rp, "rope_parameters", c));
 
     int64_t bos = 0;
     PLLM_TRY(jint(&j, "bos_token_id", false, 0, INT32_MAX, &bos, &out->has_bos));
     out->bos_id = (int32_t)bos;
-    PLLM_TRY(jids(&j, "eos_token_id", out->eos_ids, (int32_t)PLLM_ARRAY_LEN(out->eos_ids), &out->n_eos));
+    PLLM_TRY(
+        jids(&j, "eos_token_id", out->eos_ids, (int32_t)PLLM_ARRAY_LEN(out->eos_ids), &out->n_eos));
     return PLLM_OK;
 }
 
-pllm_status pllm_hf_parse_generation_config(const char *path, const json_t *root, pllm_generation_defaults *g)
+pllm_status pllm_hf_parse_generation_config(const char *path, const json_t *root,
+                                            pllm_generation_defaults *g)
 {
     jfile j = {path, root, ""};
     int32_t ids[64], n = 0;
@@ -363,13 +418,15 @@ void pllm_rope_llama3_factors(float *ff, const pllm_model_config *c)
     const double lo_wl = c->rope_orig_ctx / (double)c->rope_low_freq_factor;
     const double hi_wl = c->rope_orig_ctx / (double)c->rope_high_freq_factor;
     for (int32_t i = 0; i < c->rope_dim / 2; i++) {
-        double freq = pow((double)c->rope_theta, -2.0 * i / (double)c->rope_dim), wl = 2 * pi / freq, f;
+        double freq = pow((double)c->rope_theta, -2.0 * i / (double)c->rope_dim),
+               wl = 2 * pi / freq, f;
         if (wl < hi_wl) {
             f = 1;
         } else if (wl > lo_wl) {
             f = c->rope_factor;
         } else {
-            double s = (c->rope_orig_ctx / wl - c->rope_low_freq_factor) / ((double)c->rope_high_freq_factor - c->rope_low_freq_factor);
+            double s = (c->rope_orig_ctx / wl - c->rope_low_freq_factor) /
+                       ((double)c->rope_high_freq_factor - c->rope_low_freq_factor);
             f = 1 / ((1 - s) / c->rope_factor + s);
         }
         ff[i] = (float)f;

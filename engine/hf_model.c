@@ -11,7 +11,7 @@
 typedef struct hf_loader {
     pllm_model *m;
     const char *dir;
-    json_t *weight_map;        /* the index's weight_map, or NULL for a single file */
+    json_t *weight_map; /* the index's weight_map, or NULL for a single file */
     const char *index_path;
     size_t f32_used, f32_cap;
 } hf_loader;
@@ -53,7 +53,8 @@ static pllm_status open_shard(hf_loader *L, const char *name, pllm_safetensors *
     free(path);
     if (st != PLLM_OK) {
         if (st == PLLM_ERR_NOT_FOUND && L->index_path)
-            return pllm_error_prefix(st, "%s: shard '%s' named in weight_map is missing: ", L->index_path, name);
+            return pllm_error_prefix(
+                st, "%s: shard '%s' named in weight_map is missing: ", L->index_path, name);
         return st;
     }
     hf->files[hf->n_files++] = *out;
@@ -67,15 +68,21 @@ static pllm_status open_index(hf_loader *L, json_t *root)
     const char *ip = L->index_path;
     json_t *wm = json_object_get(root, "weight_map");
     if (!wm) return pllm_errorf(PLLM_ERR_FORMAT, "%s: missing field 'weight_map'", ip);
-    if (!json_is_object(wm)) return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'weight_map' must be an object", ip);
+    if (!json_is_object(wm))
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'weight_map' must be an object", ip);
     const char *key;
     json_t *v;
-    json_object_foreach(wm, key, v) {
+    json_object_foreach(wm, key, v)
+    {
         if (!json_is_string(v))
-            return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'weight_map.%s' must be a file name (a string)", ip, key);
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: field 'weight_map.%s' must be a file name (a string)", ip, key);
         const char *f = json_string_value(v);
         if (!f[0] || strchr(f, '/') || strcmp(f, ".") == 0 || strcmp(f, "..") == 0)
-            return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'weight_map.%s' = '%.64s' must be a plain file name in the directory", ip, key, f);
+            return pllm_errorf(
+                PLLM_ERR_FORMAT,
+                "%s: field 'weight_map.%s' = '%.64s' must be a plain file name in the directory",
+                ip, key, f);
         pllm_safetensors *s;
         PLLM_TRY(open_shard(L, f, &s));
     }
@@ -84,19 +91,24 @@ static pllm_status open_index(hf_loader *L, json_t *root)
 }
 
 /* The tensor called name (NULL when absent and not required). */
-static pllm_status find(hf_loader *L, const char *name, bool required, const pllm_st_tensor **t, const pllm_safetensors **file)
+static pllm_status find(hf_loader *L, const char *name, bool required, const pllm_st_tensor **t,
+                        const pllm_safetensors **file)
 {
     *t = NULL;
     pllm_hf_files *hf = L->m->hf;
     if (!L->weight_map) {
         *file = hf->files[0];
         *t = pllm_safetensors_find(hf->files[0], name);
-        if (!*t && required) return pllm_errorf(PLLM_ERR_NOT_FOUND, "%s: missing tensor '%s'", hf->files[0]->path, name);
+        if (!*t && required)
+            return pllm_errorf(PLLM_ERR_NOT_FOUND, "%s: missing tensor '%s'", hf->files[0]->path,
+                               name);
         return PLLM_OK;
     }
     const json_t *v = json_object_get(L->weight_map, name);
     if (!v) {
-        if (required) return pllm_errorf(PLLM_ERR_NOT_FOUND, "%s: missing tensor '%s' (not in weight_map)", L->index_path, name);
+        if (required)
+            return pllm_errorf(PLLM_ERR_NOT_FOUND, "%s: missing tensor '%s' (not in weight_map)",
+                               L->index_path, name);
         return PLLM_OK;
     }
     pllm_safetensors *s;
@@ -104,27 +116,34 @@ static pllm_status find(hf_loader *L, const char *name, bool required, const pll
     *file = s;
     *t = pllm_safetensors_find(s, name);
     if (!*t)
-        return pllm_errorf(PLLM_ERR_NOT_FOUND, "%s: tensor '%s' is not in this shard, where the weight_map of %s puts it", s->path, name,
-                           L->index_path);
+        return pllm_errorf(
+            PLLM_ERR_NOT_FOUND,
+            "%s: tensor '%s' is not in this shard, where the weight_map of %s puts it", s->path,
+            name, L->index_path);
     return PLLM_OK;
 }
 
 static pllm_status check_dtype(const pllm_safetensors *s, const pllm_st_tensor *t)
 {
-    if (t->dtype == PLLM_DTYPE_F32 || t->dtype == PLLM_DTYPE_F16 || t->dtype == PLLM_DTYPE_BF16) return PLLM_OK;
-    return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: tensor '%s' (header entry at byte offset %zu): dtype %s is not supported (F32, F16, BF16)",
+    if (t->dtype == PLLM_DTYPE_F32 || t->dtype == PLLM_DTYPE_F16 || t->dtype == PLLM_DTYPE_BF16)
+        return PLLM_OK;
+    return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                       "%s: tensor '%s' (header entry at byte offset %zu): dtype %s is not "
+                       "supported (F32, F16, BF16)",
                        s->path, t->name, t->entry_offset, t->dtype_name);
 }
 
 static void shape_str(char *buf, size_t n, const pllm_st_tensor *t)
 {
     size_t k = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < t->n_dims && k < n; d++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    for (int d = 0; d < t->n_dims && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
 /* A matrix of n_rows rows of n_cols elements: shape [n_rows, n_cols]. */
-static pllm_status load_matrix(hf_loader *L, const char *name, int64_t n_rows, int64_t n_cols, pllm_tensor *out)
+static pllm_status load_matrix(hf_loader *L, const char *name, int64_t n_rows, int64_t n_cols,
+                               pllm_tensor *out)
 {
     const pllm_st_tensor *t;
     const pllm_safetensors *s;
@@ -133,12 +152,18 @@ static pllm_status load_matrix(hf_loader *L, const char *name, int64_t n_rows, i
         char sh[128];
         shape_str(sh, sizeof sh, t);
         return pllm_errorf(PLLM_ERR_FORMAT,
-                           "%s: tensor '%s' (header entry at byte offset %zu) has shape %s but config.json needs [%lld, %lld]", s->path, name,
-                           t->entry_offset, sh, (long long)n_rows, (long long)n_cols);
+                           "%s: tensor '%s' (header entry at byte offset %zu) has shape %s but "
+                           "config.json needs [%lld, %lld]",
+                           s->path, name, t->entry_offset, sh, (long long)n_rows,
+                           (long long)n_cols);
     }
     PLLM_TRY(check_dtype(s, t));
-    *out = (pllm_tensor){.data = t->data, .dtype = t->dtype, .n_rows = n_rows, .n_cols = n_cols,
-                         .row_bytes = pllm_dtype_row_bytes(t->dtype, n_cols), .name = t->name};
+    *out = (pllm_tensor){.data = t->data,
+                         .dtype = t->dtype,
+                         .n_rows = n_rows,
+                         .n_cols = n_cols,
+                         .row_bytes = pllm_dtype_row_bytes(t->dtype, n_cols),
+                         .name = t->name};
     L->m->weight_bytes += t->nbytes;
     return PLLM_OK;
 }
@@ -152,7 +177,9 @@ static pllm_status load_vector(hf_loader *L, const char *name, int64_t n, const 
     if (t->n_dims != 1 || t->shape[0] != n) {
         char sh[128];
         shape_str(sh, sizeof sh, t);
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: tensor '%s' (header entry at byte offset %zu) has shape %s but config.json needs [%lld]",
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: tensor '%s' (header entry at byte offset %zu) has shape %s but "
+                           "config.json needs [%lld]",
                            s->path, name, t->entry_offset, sh, (long long)n);
     }
     PLLM_TRY(check_dtype(s, t));
@@ -169,16 +196,21 @@ static pllm_status load_weights(hf_loader *L)
 {
     pllm_model *m = L->m;
     const pllm_model_config *c = &m->cfg;
-    const int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_head_kv * c->head_dim;
+    const int64_t q_dim = (int64_t)c->n_head * c->head_dim,
+                  kv_dim = (int64_t)c->n_head_kv * c->head_dim;
     char name[160];
 
-    L->f32_cap = (size_t)c->n_layer * (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0)) + (size_t)c->n_embd +
-                 (size_t)c->rope_dim / 2;
+    L->f32_cap = (size_t)c->n_layer * (2 * (size_t)c->n_embd +
+                                       (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0)) +
+                 (size_t)c->n_embd + (size_t)c->rope_dim / 2;
     /* the vectors are in the files at 2 bytes or more per element: no allocation beyond that */
     size_t data_bytes = 0;
-    for (int32_t i = 0; i < m->hf->n_files; i++) data_bytes += m->hf->files[i]->size - m->hf->files[i]->data_offset;
+    for (int32_t i = 0; i < m->hf->n_files; i++)
+        data_bytes += m->hf->files[i]->size - m->hf->files[i]->data_offset;
     if (L->f32_cap - (size_t)c->rope_dim / 2 > data_bytes / 2)
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: config.json needs %zu norm/bias elements but the weight files hold only %zu bytes of data",
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: config.json needs %zu norm/bias elements but the weight files hold "
+                           "only %zu bytes of data",
                            L->dir, L->f32_cap - (size_t)c->rope_dim / 2, data_bytes);
     m->owned_f32 = pllm_malloc(L->f32_cap * sizeof(float));
     m->layers = pllm_calloc((size_t)c->n_layer, sizeof *m->layers);
@@ -187,14 +219,17 @@ static pllm_status load_weights(hf_loader *L)
     PLLM_TRY(load_matrix(L, "model.embed_tokens.weight", c->n_vocab, c->n_embd, &m->tok_embd));
     PLLM_TRY(load_vector(L, "model.norm.weight", c->n_embd, &m->output_norm));
     if (c->tied_embeddings) {
-        m->output = m->tok_embd; /* transformers ties lm_head to the embeddings, whatever the file holds */
+        m->output =
+            m->tok_embd; /* transformers ties lm_head to the embeddings, whatever the file holds */
     } else {
         const pllm_st_tensor *t;
         const pllm_safetensors *s;
         PLLM_TRY(find(L, "lm_head.weight", false, &t, &s));
         if (!t)
-            return pllm_errorf(PLLM_ERR_NOT_FOUND, "%s: missing tensor 'lm_head.weight' (config.json has tie_word_embeddings false)",
-                               L->index_path ? L->index_path : m->hf->files[0]->path);
+            return pllm_errorf(
+                PLLM_ERR_NOT_FOUND,
+                "%s: missing tensor 'lm_head.weight' (config.json has tie_word_embeddings false)",
+                L->index_path ? L->index_path : m->hf->files[0]->path);
         PLLM_TRY(load_matrix(L, "lm_head.weight", c->n_vocab, c->n_embd, &m->output));
     }
     for (int32_t i = 0; i < c->n_layer; i++) {
@@ -230,9 +265,13 @@ static pllm_status check_ids(const char *path, const pllm_generation_defaults *g
 {
     for (int32_t i = 0; i < g->n_eos; i++)
         if (g->eos_ids[i] >= n_vocab)
-            return pllm_errorf(PLLM_ERR_FORMAT, "%s: eos_token_id %d is outside the vocabulary (vocab_size %d)", path, g->eos_ids[i], n_vocab);
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: eos_token_id %d is outside the vocabulary (vocab_size %d)",
+                               path, g->eos_ids[i], n_vocab);
     if (g->has_bos && g->bos_id >= n_vocab)
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: bos_token_id %d is outside the vocabulary (vocab_size %d)", path, g->bos_id, n_vocab);
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: bos_token_id %d is outside the vocabulary (vocab_size %d)", path,
+                           g->bos_id, n_vocab);
     return PLLM_OK;
 }
 
@@ -241,16 +280,24 @@ pllm_status pllm_hf_load(pllm_model *m, const char *dir)
     pllm_status st;
     json_t *config = NULL, *gen = NULL, *index = NULL;
     char *config_path = join(dir, "config.json"), *gen_path = join(dir, "generation_config.json"),
-         *index_path = join(dir, "model.safetensors.index.json"), *single_path = join(dir, "model.safetensors");
+         *index_path = join(dir, "model.safetensors.index.json"),
+         *single_path = join(dir, "model.safetensors");
     hf_loader L = {.m = m, .dir = dir};
     XXH64_hash_t h = 0;
-    if (!config_path || !gen_path || !index_path || !single_path) { st = PLLM_ERR_NOMEM; goto fail; }
+    if (!config_path || !gen_path || !index_path || !single_path) {
+        st = PLLM_ERR_NOMEM;
+        goto fail;
+    }
     m->format = PLLM_MODEL_HF;
-    if (!(m->hf = pllm_calloc(1, sizeof *m->hf))) { st = PLLM_ERR_NOMEM; goto fail; }
+    if (!(m->hf = pllm_calloc(1, sizeof *m->hf))) {
+        st = PLLM_ERR_NOMEM;
+        goto fail;
+    }
 
     /* config.json */
     if ((st = pllm_hf_read_json(config_path, &config)) != PLLM_OK) {
-        if (st == PLLM_ERR_NOT_FOUND) pllm_error_prefix(st, "%s is not a Hugging Face model directory: ", dir);
+        if (st == PLLM_ERR_NOT_FOUND)
+            pllm_error_prefix(st, "%s is not a Hugging Face model directory: ", dir);
         goto fail;
     }
     pllm_hf_config hc;
@@ -259,7 +306,10 @@ pllm_status pllm_hf_load(pllm_model *m, const char *dir)
     m->source_arch = hc.source_arch;
     {
         char *s = json_dumps(config, JSON_SORT_KEYS | JSON_COMPACT);
-        if (!s) { st = pllm_errorf(PLLM_ERR_NOMEM, "out of memory"); goto fail; }
+        if (!s) {
+            st = pllm_errorf(PLLM_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
         h = XXH3_64bits_withSeed(s, strlen(s), h);
         free(s);
     }
@@ -274,7 +324,10 @@ pllm_status pllm_hf_load(pllm_model *m, const char *dir)
         m->gen.has_bos = hc.has_bos;
         m->gen.bos_id = hc.bos_id;
         if (hc.n_eos) {
-            if (!(m->gen.eos_ids = pllm_malloc(sizeof(int32_t) * (size_t)hc.n_eos))) { st = PLLM_ERR_NOMEM; goto fail; }
+            if (!(m->gen.eos_ids = pllm_malloc(sizeof(int32_t) * (size_t)hc.n_eos))) {
+                st = PLLM_ERR_NOMEM;
+                goto fail;
+            }
             memcpy(m->gen.eos_ids, hc.eos_ids, sizeof(int32_t) * (size_t)hc.n_eos);
             m->gen.n_eos = hc.n_eos;
         }
@@ -298,17 +351,21 @@ pllm_status pllm_hf_load(pllm_model *m, const char *dir)
         pllm_safetensors *s;
         if ((st = open_shard(&L, "model.safetensors", &s)) != PLLM_OK) {
             if (st == PLLM_ERR_NOT_FOUND)
-                pllm_errorf(st, "%s: no weights: neither model.safetensors nor model.safetensors.index.json (only safetensors are supported)",
+                pllm_errorf(st,
+                            "%s: no weights: neither model.safetensors nor "
+                            "model.safetensors.index.json (only safetensors are supported)",
                             dir);
             goto fail;
         }
         m->hf->weights_file = single_path;
         single_path = NULL;
     }
-    /* the vectors are read from the mappings: a file cut short meanwhile reads zeros, caught here */
+    /* the vectors are read from the mappings: a file cut short meanwhile reads zeros, caught here
+     */
     for (int32_t i = 0; i < m->hf->n_files; i++) pllm_safetensors_set_polled(m->hf->files[i], true);
     st = load_weights(&L);
-    for (int32_t i = 0; i < m->hf->n_files; i++) pllm_safetensors_set_polled(m->hf->files[i], false);
+    for (int32_t i = 0; i < m->hf->n_files; i++)
+        pllm_safetensors_set_polled(m->hf->files[i], false);
     if (st != PLLM_OK) goto fail;
     for (int32_t i = 0; i < m->hf->n_files; i++)
         if ((st = pllm_safetensors_check_file(m->hf->files[i])) != PLLM_OK) goto fail;

@@ -11,7 +11,8 @@
  *   model.embed_tokens.weight [vocab, hidden]      model.norm.weight [hidden]
  *   lm_head.weight [vocab, hidden] (absent when tie_word_embeddings)
  *   model.layers.N.input_layernorm.weight           model.layers.N.post_attention_layernorm.weight
- *   model.layers.N.self_attn.{q,k,v,o}_proj.weight  model.layers.N.self_attn.{q,k,v}_proj.bias (qwen2)
+ *   model.layers.N.self_attn.{q,k,v,o}_proj.weight
+ *   model.layers.N.self_attn.{q,k,v}_proj.bias (qwen2)
  *   model.layers.N.mlp.{gate,up,down}_proj.weight
  * Other tensors in the files are ignored. Matrices stay in the mapping (F32, F16 or BF16);
  * vectors are converted to float32 into the model's owned store. Q/K are used unpermuted
@@ -52,6 +53,7 @@ pllm_status pllm_hf_read_json(const char *path, json_t **out);
 /* Parse config.json (path is used in messages). */
 pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_config *out);
 /* Parse generation_config.json into g (eos_ids allocated; freed by the model). */
-pllm_status pllm_hf_parse_generation_config(const char *path, const json_t *root, pllm_generation_defaults *g);
+pllm_status pllm_hf_parse_generation_config(const char *path, const json_t *root,
+                                            pllm_generation_defaults *g);
 /* Llama-3 per-pair frequency factors ff[rope_dim/2] from c's LLAMA3 parameters. */
 void pllm_rope_llama3_factors(float *ff, const pllm_model_config *c);

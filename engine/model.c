@@ -12,14 +12,21 @@
 
 static const char *g_arch_names[PLLM_ARCH_COUNT] = {"llama", "qwen2"};
 
-const char *pllm_arch_name(pllm_arch a) { return (unsigned)a < PLLM_ARCH_COUNT ? g_arch_names[a] : "?"; }
-const char *pllm_model_format_name(pllm_model_format f) { return f == PLLM_MODEL_HF ? "hf" : "gguf"; }
+const char *pllm_arch_name(pllm_arch a)
+{
+    return (unsigned)a < PLLM_ARCH_COUNT ? g_arch_names[a] : "?";
+}
+const char *pllm_model_format_name(pllm_model_format f)
+{
+    return f == PLLM_MODEL_HF ? "hf" : "gguf";
+}
 
 /* Architectures accepted from general.architecture, and the graph they run on. */
 static const struct {
     const char *name;
     pllm_arch arch;
-} g_gguf_archs[] = {{"llama", PLLM_ARCH_LLAMA}, {"mistral", PLLM_ARCH_LLAMA}, {"qwen2", PLLM_ARCH_QWEN2}};
+} g_gguf_archs[] = {
+    {"llama", PLLM_ARCH_LLAMA}, {"mistral", PLLM_ARCH_LLAMA}, {"qwen2", PLLM_ARCH_QWEN2}};
 
 typedef struct loader {
     pllm_model *m;
@@ -43,7 +50,8 @@ static pllm_status get_hp_f(loader *L, const char *suffix, float *out)
     return pllm_gguf_opt_f32(L->g, key, out);
 }
 
-static pllm_status find_tensor(loader *L, const char *name, bool required, const pllm_gguf_tensor **out)
+static pllm_status find_tensor(loader *L, const char *name, bool required,
+                               const pllm_gguf_tensor **out)
 {
     *out = pllm_gguf_find_tensor(L->g, name);
     if (!*out && required)
@@ -52,26 +60,35 @@ static pllm_status find_tensor(loader *L, const char *name, bool required, const
 }
 
 /* A matrix with n_cols elements per row and n_rows rows. */
-static pllm_status load_matrix(loader *L, const char *name, int64_t n_rows, int64_t n_cols, pllm_tensor *out)
+static pllm_status load_matrix(loader *L, const char *name, int64_t n_rows, int64_t n_cols,
+                               pllm_tensor *out)
 {
     const pllm_gguf_tensor *t;
     PLLM_TRY(find_tensor(L, name, true, &t));
     if (t->n_dims > 2 || t->ne[0] != n_cols || t->ne[1] != n_rows)
         return pllm_errorf(PLLM_ERR_FORMAT,
-                           "%s: tensor '%s' (entry at byte offset %zu) has shape [%lld, %lld] but the hyperparameters need [%lld, %lld]",
-                           L->g->path, name, t->info_offset, (long long)t->ne[0], (long long)t->ne[1],
-                           (long long)n_cols, (long long)n_rows);
+                           "%s: tensor '%s' (entry at byte offset %zu) has shape [%lld, %lld] but "
+                           "the hyperparameters need [%lld, %lld]",
+                           L->g->path, name, t->info_offset, (long long)t->ne[0],
+                           (long long)t->ne[1], (long long)n_cols, (long long)n_rows);
     if (!pllm_dtype_supported(t->dtype))
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: tensor '%s' (entry at byte offset %zu): type %s is not supported yet",
-                           L->g->path, name, t->info_offset, pllm_dtype_name(t->dtype));
-    *out = (pllm_tensor){.data = t->data, .dtype = t->dtype, .n_rows = n_rows, .n_cols = n_cols,
-                         .row_bytes = pllm_dtype_row_bytes(t->dtype, n_cols), .name = t->name};
+        return pllm_errorf(
+            PLLM_ERR_UNSUPPORTED,
+            "%s: tensor '%s' (entry at byte offset %zu): type %s is not supported yet", L->g->path,
+            name, t->info_offset, pllm_dtype_name(t->dtype));
+    *out = (pllm_tensor){.data = t->data,
+                         .dtype = t->dtype,
+                         .n_rows = n_rows,
+                         .n_cols = n_cols,
+                         .row_bytes = pllm_dtype_row_bytes(t->dtype, n_cols),
+                         .name = t->name};
     L->m->weight_bytes += t->nbytes;
     return PLLM_OK;
 }
 
 /* A vector of n floats, converted to float32 into the model's owned store. */
-static pllm_status load_vector(loader *L, const char *name, int64_t n, bool required, const float **out)
+static pllm_status load_vector(loader *L, const char *name, int64_t n, bool required,
+                               const float **out)
 {
     const pllm_gguf_tensor *t;
     *out = NULL;
@@ -79,11 +96,15 @@ static pllm_status load_vector(loader *L, const char *name, int64_t n, bool requ
     if (!t) return PLLM_OK;
     if (t->n_dims != 1 || t->ne[0] != n)
         return pllm_errorf(PLLM_ERR_FORMAT,
-                           "%s: tensor '%s' (entry at byte offset %zu) has shape [%lld, %lld] but the hyperparameters need [%lld]",
-                           L->g->path, name, t->info_offset, (long long)t->ne[0], (long long)t->ne[1], (long long)n);
+                           "%s: tensor '%s' (entry at byte offset %zu) has shape [%lld, %lld] but "
+                           "the hyperparameters need [%lld]",
+                           L->g->path, name, t->info_offset, (long long)t->ne[0],
+                           (long long)t->ne[1], (long long)n);
     if (t->dtype != PLLM_DTYPE_F32 && t->dtype != PLLM_DTYPE_F16 && t->dtype != PLLM_DTYPE_BF16)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: tensor '%s' (entry at byte offset %zu): a vector must be F32, F16 or BF16, not %s",
-                           L->g->path, name, t->info_offset, pllm_dtype_name(t->dtype));
+        return pllm_errorf(
+            PLLM_ERR_UNSUPPORTED,
+            "%s: tensor '%s' (entry at byte offset %zu): a vector must be F32, F16 or BF16, not %s",
+            L->g->path, name, t->info_offset, pllm_dtype_name(t->dtype));
     PLLM_ASSERT(L->f32_used + (size_t)n <= L->f32_cap);
     float *dst = L->m->owned_f32 + L->f32_used;
     pllm_dequantize_row(dst, t->data, t->dtype, n);
@@ -97,7 +118,8 @@ static pllm_status read_config(loader *L)
 {
     pllm_model_config *c = &L->m->cfg;
     const pllm_gguf *g = L->g;
-    uint32_t n_embd, n_layer, n_head, n_head_kv = 0, n_ff, n_ctx = 0, rope_dim = 0, n_vocab = 0, head_dim = 0;
+    uint32_t n_embd, n_layer, n_head, n_head_kv = 0, n_ff, n_ctx = 0, rope_dim = 0, n_vocab = 0,
+                                      head_dim = 0;
     PLLM_TRY(get_hp(L, "embedding_length", &n_embd, true));
     PLLM_TRY(get_hp(L, "block_count", &n_layer, true));
     PLLM_TRY(get_hp(L, "attention.head_count", &n_head, true));
@@ -109,11 +131,11 @@ static pllm_status read_config(loader *L)
     PLLM_TRY(get_hp(L, "vocab_size", &n_vocab, false));
     if (!n_head_kv) n_head_kv = n_head;
 
-#define CHECK_HP(cond, key, val)                                                                                   \
-    do {                                                                                                           \
-        if (!(cond))                                                                                               \
-            return pllm_errorf(PLLM_ERR_FORMAT, "%s: hyperparameter '%s.%s' = %u is invalid (%s)", g->path,         \
-                               L->prefix, key, (unsigned)(val), #cond);                                           \
+#define CHECK_HP(cond, key, val)                                                                   \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: hyperparameter '%s.%s' = %u is invalid (%s)", \
+                               g->path, L->prefix, key, (unsigned)(val), #cond);                   \
     } while (0)
     CHECK_HP(n_embd > 0 && n_embd <= 65536, "embedding_length", n_embd);
     CHECK_HP(n_layer > 0 && n_layer <= 1024, "block_count", n_layer);
@@ -124,7 +146,8 @@ static pllm_status read_config(loader *L)
         CHECK_HP(n_embd % n_head == 0, "attention.head_count", n_head);
         head_dim = n_embd / n_head;
     }
-    CHECK_HP(head_dim > 0 && head_dim % 2 == 0 && head_dim <= 1024, "attention.key_length", head_dim);
+    CHECK_HP(head_dim > 0 && head_dim % 2 == 0 && head_dim <= 1024, "attention.key_length",
+             head_dim);
     if (!rope_dim) rope_dim = head_dim;
     CHECK_HP(rope_dim % 2 == 0 && rope_dim <= head_dim, "rope.dimension_count", rope_dim);
 #undef CHECK_HP
@@ -142,9 +165,12 @@ static pllm_status read_config(loader *L)
     PLLM_TRY(get_hp_f(L, "attention.layer_norm_rms_epsilon", &c->norm_eps));
     PLLM_TRY(get_hp_f(L, "rope.freq_base", &c->rope_theta));
     if (!(c->norm_eps > 0 && c->norm_eps < 1))
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: '%s.attention.layer_norm_rms_epsilon' = %g is invalid", g->path, L->prefix, c->norm_eps);
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: '%s.attention.layer_norm_rms_epsilon' = %g is invalid", g->path,
+                           L->prefix, c->norm_eps);
     if (!(c->rope_theta > 1))
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: '%s.rope.freq_base' = %g is invalid", g->path, L->prefix, c->rope_theta);
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: '%s.rope.freq_base' = %g is invalid", g->path,
+                           L->prefix, c->rope_theta);
     c->rope_mode = c->arch == PLLM_ARCH_QWEN2 ? PLLM_ROPE_NEOX : PLLM_ROPE_NORM;
     c->has_qkv_bias = c->arch == PLLM_ARCH_QWEN2;
 
@@ -162,9 +188,12 @@ static pllm_status read_config(loader *L)
             c->rope_factor = 1.0f;
             PLLM_TRY(get_hp_f(L, "rope.scaling.factor", &c->rope_factor));
             if (!(c->rope_factor > 0))
-                return pllm_errorf(PLLM_ERR_FORMAT, "%s: '%s.rope.scaling.factor' = %g is invalid", g->path, L->prefix, c->rope_factor);
+                return pllm_errorf(PLLM_ERR_FORMAT, "%s: '%s.rope.scaling.factor' = %g is invalid",
+                                   g->path, L->prefix, c->rope_factor);
         } else {
-            return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: key '%s' at byte offset %zu: rope scaling '%.*s' is not supported (none, linear)",
+            return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                               "%s: key '%s' at byte offset %zu: rope scaling '%.*s' is not "
+                               "supported (none, linear)",
                                g->path, key, st->offset, (int)s.len, s.s);
         }
     }
@@ -172,21 +201,26 @@ static pllm_status read_config(loader *L)
      * (read in load_weights); the parameters they came from are not in the file. */
     if (pllm_gguf_find_tensor(g, "rope_freqs.weight")) {
         if (c->rope_scaling != PLLM_ROPE_SCALING_NONE)
-            return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: tensor 'rope_freqs.weight' together with '%s.rope.scaling.type' is not supported",
+            return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                               "%s: tensor 'rope_freqs.weight' together with "
+                               "'%s.rope.scaling.type' is not supported",
                                g->path, L->prefix);
         c->rope_scaling = PLLM_ROPE_SCALING_LLAMA3;
     }
 
     /* Vocabulary size: from the metadata when present, else from the token list. */
     const pllm_gguf_kv *toks = pllm_gguf_find(g, "tokenizer.ggml.tokens");
-    if (!n_vocab && toks && toks->type == PLLM_GGUF_ARRAY) n_vocab = (uint32_t)PLLM_MIN(toks->arr_n, (uint64_t)UINT32_MAX);
+    if (!n_vocab && toks && toks->type == PLLM_GGUF_ARRAY)
+        n_vocab = (uint32_t)PLLM_MIN(toks->arr_n, (uint64_t)UINT32_MAX);
     if (!n_vocab) {
         const pllm_gguf_tensor *te = pllm_gguf_find_tensor(g, "token_embd.weight");
         if (te && te->n_dims == 2) n_vocab = (uint32_t)PLLM_MIN(te->ne[1], (int64_t)UINT32_MAX);
     }
     if (!n_vocab || n_vocab > (1u << 24))
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: vocabulary size %u is invalid (from %s.vocab_size or tokenizer.ggml.tokens)",
-                           g->path, n_vocab, L->prefix);
+        return pllm_errorf(
+            PLLM_ERR_FORMAT,
+            "%s: vocabulary size %u is invalid (from %s.vocab_size or tokenizer.ggml.tokens)",
+            g->path, n_vocab, L->prefix);
     c->n_vocab = (int32_t)n_vocab;
     return PLLM_OK;
 }
@@ -199,12 +233,15 @@ static pllm_status load_weights(loader *L)
     char name[128];
 
     /* Owned float store: 2 norms per layer + output norm (+ biases) (+ rope factors). */
-    L->f32_cap = (size_t)c->n_layer * (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0)) +
+    L->f32_cap = (size_t)c->n_layer * (2 * (size_t)c->n_embd +
+                                       (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0)) +
                  (size_t)c->n_embd + (size_t)c->rope_dim / 2;
     /* the vectors are in the file at 2 bytes or more per element: no allocation beyond that */
     if (L->f32_cap > L->g->size / 2)
-        return pllm_errorf(PLLM_ERR_FORMAT, "%s: the hyperparameters need %zu norm/bias elements but the file has only %zu bytes", L->g->path,
-                           L->f32_cap, L->g->size);
+        return pllm_errorf(
+            PLLM_ERR_FORMAT,
+            "%s: the hyperparameters need %zu norm/bias elements but the file has only %zu bytes",
+            L->g->path, L->f32_cap, L->g->size);
     m->owned_f32 = pllm_malloc(L->f32_cap * sizeof(float));
     m->layers = pllm_calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->owned_f32 || !m->layers) return PLLM_ERR_NOMEM;
@@ -241,8 +278,10 @@ static pllm_status load_weights(loader *L)
         PLLM_TRY(load_vector(L, "rope_freqs.weight", c->rope_dim / 2, true, &m->rope_freq_factors));
         for (int32_t i = 0; i < c->rope_dim / 2; i++)
             if (!(m->rope_freq_factors[i] > 0 && isfinite(m->rope_freq_factors[i])))
-                return pllm_errorf(PLLM_ERR_FORMAT, "%s: tensor 'rope_freqs.weight' element %d = %g is not a positive factor", L->g->path, (int)i,
-                                   m->rope_freq_factors[i]);
+                return pllm_errorf(
+                    PLLM_ERR_FORMAT,
+                    "%s: tensor 'rope_freqs.weight' element %d = %g is not a positive factor",
+                    L->g->path, (int)i, m->rope_freq_factors[i]);
     }
     return PLLM_OK;
 }
@@ -254,23 +293,31 @@ static pllm_status read_gguf_sampling(const pllm_gguf *g, pllm_generation_defaul
         const char *key;
         float *dst;
         bool *has;
-    } fl[] = {{"general.sampling.temp", &d->temperature, &d->has_temperature},
-              {"general.sampling.top_p", &d->top_p, &d->has_top_p},
-              {"general.sampling.min_p", &d->min_p, &d->has_min_p},
-              {"general.sampling.penalty_repeat", &d->repetition_penalty, &d->has_repetition_penalty}};
+    } fl[] = {
+        {"general.sampling.temp", &d->temperature, &d->has_temperature},
+        {"general.sampling.top_p", &d->top_p, &d->has_top_p},
+        {"general.sampling.min_p", &d->min_p, &d->has_min_p},
+        {"general.sampling.penalty_repeat", &d->repetition_penalty, &d->has_repetition_penalty}};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(fl); i++) {
         const pllm_gguf_kv *kv = pllm_gguf_find(g, fl[i].key);
         if (!kv) continue;
         PLLM_TRY(pllm_gguf_get_f32(g, fl[i].key, fl[i].dst));
         *fl[i].has = true;
         float v = *fl[i].dst;
-        bool ok = isfinite(v) && v >= 0 && (i == 0 || (i == 1 && v > 0 && v <= 1) || (i == 2 && v <= 1) || (i == 3 && v > 0));
-        if (!ok) return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' at byte offset %zu: value %g is out of range", g->path, fl[i].key, kv->offset, v);
+        bool ok =
+            isfinite(v) && v >= 0 &&
+            (i == 0 || (i == 1 && v > 0 && v <= 1) || (i == 2 && v <= 1) || (i == 3 && v > 0));
+        if (!ok)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: key '%s' at byte offset %zu: value %g is out of range", g->path,
+                               fl[i].key, kv->offset, v);
     }
     if (pllm_gguf_find(g, "general.sampling.top_k")) {
         uint32_t k;
         PLLM_TRY(pllm_gguf_get_u32(g, "general.sampling.top_k", &k));
-        if (k > INT32_MAX) return pllm_errorf(PLLM_ERR_FORMAT, "%s: key 'general.sampling.top_k' = %u is out of range", g->path, k);
+        if (k > INT32_MAX)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: key 'general.sampling.top_k' = %u is out of range", g->path, k);
         d->has_top_k = true;
         d->top_k = (int32_t)k;
     }
@@ -303,7 +350,10 @@ pllm_status pllm_model_load(pllm_model **out, const char *path)
         if ((st = pllm_hf_load(m, path)) != PLLM_OK) goto fail;
         m->name = base_name(path);
         m->path = pllm_strdup(path);
-        if (!m->name || !m->path) { st = PLLM_ERR_NOMEM; goto fail; }
+        if (!m->name || !m->path) {
+            st = PLLM_ERR_NOMEM;
+            goto fail;
+        }
         *out = m;
         return PLLM_OK;
     }
@@ -315,15 +365,19 @@ pllm_status pllm_model_load(pllm_model **out, const char *path)
     if ((st = pllm_gguf_get_str(m->gguf, "general.architecture", &arch)) != PLLM_OK) goto fail;
     bool found = false;
     for (size_t i = 0; i < PLLM_ARRAY_LEN(g_gguf_archs); i++) {
-        if (strlen(g_gguf_archs[i].name) == arch.len && memcmp(g_gguf_archs[i].name, arch.s, arch.len) == 0) {
+        if (strlen(g_gguf_archs[i].name) == arch.len &&
+            memcmp(g_gguf_archs[i].name, arch.s, arch.len) == 0) {
             m->cfg.arch = g_gguf_archs[i].arch;
             m->source_arch = L.prefix = g_gguf_archs[i].name;
             found = true;
         }
     }
     if (!found) {
-        st = pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: unsupported architecture '%.*s' (general.architecture at byte offset %zu); supported: llama, mistral, qwen2",
-                         path, (int)(arch.len > 64 ? 64 : arch.len), arch.s, pllm_gguf_find(m->gguf, "general.architecture")->offset);
+        st = pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                         "%s: unsupported architecture '%.*s' (general.architecture at byte offset "
+                         "%zu); supported: llama, mistral, qwen2",
+                         path, (int)(arch.len > 64 ? 64 : arch.len), arch.s,
+                         pllm_gguf_find(m->gguf, "general.architecture")->offset);
         goto fail;
     }
     if ((st = read_config(&L)) != PLLM_OK) goto fail;
@@ -339,12 +393,18 @@ pllm_status pllm_model_load(pllm_model **out, const char *path)
     if (nk && nk->type == PLLM_GGUF_STRING) gname = nk->v.str;
     if (gname.len) {
         m->name = pllm_malloc(gname.len + 1);
-        if (m->name) { memcpy(m->name, gname.s, gname.len); m->name[gname.len] = 0; }
+        if (m->name) {
+            memcpy(m->name, gname.s, gname.len);
+            m->name[gname.len] = 0;
+        }
     } else {
         m->name = base_name(path);
     }
     m->path = pllm_strdup(path);
-    if (!m->name || !m->path) { st = PLLM_ERR_NOMEM; goto fail; }
+    if (!m->name || !m->path) {
+        st = PLLM_ERR_NOMEM;
+        goto fail;
+    }
     /* Identity: the header bytes (metadata + tensor table) and the file size. */
     m->identity = XXH3_64bits_withSeed(m->gguf->map, m->gguf->data_offset, (uint64_t)m->gguf->size);
     *out = m;
@@ -370,7 +430,8 @@ void pllm_model_free(pllm_model *m)
 pllm_status pllm_model_check_files(const pllm_model *m)
 {
     if (m->gguf) return pllm_gguf_check_file(m->gguf);
-    for (int32_t i = 0; m->hf && i < m->hf->n_files; i++) PLLM_TRY(pllm_safetensors_check_file(m->hf->files[i]));
+    for (int32_t i = 0; m->hf && i < m->hf->n_files; i++)
+        PLLM_TRY(pllm_safetensors_check_file(m->hf->files[i]));
     return PLLM_OK;
 }
 
@@ -378,35 +439,59 @@ int pllm_model_apply_generation_defaults(const pllm_model *m, pllm_sampling_para
 {
     const pllm_generation_defaults *g = &m->gen;
     int n = 0;
-    if (g->has_temperature) { p->temperature = g->temperature; n++; }
-    if (g->has_top_k) { p->top_k = g->top_k; n++; }
-    if (g->has_top_p) { p->top_p = g->top_p; n++; }
-    if (g->has_min_p) { p->min_p = g->min_p; n++; }
-    if (g->has_repetition_penalty) { p->repetition_penalty = g->repetition_penalty; n++; }
+    if (g->has_temperature) {
+        p->temperature = g->temperature;
+        n++;
+    }
+    if (g->has_top_k) {
+        p->top_k = g->top_k;
+        n++;
+    }
+    if (g->has_top_p) {
+        p->top_p = g->top_p;
+        n++;
+    }
+    if (g->has_min_p) {
+        p->min_p = g->min_p;
+        n++;
+    }
+    if (g->has_repetition_penalty) {
+        p->repetition_penalty = g->repetition_penalty;
+        n++;
+    }
     return n;
 }
 
 static const char *rope_scaling_name(pllm_rope_scaling s)
 {
     switch (s) {
-    case PLLM_ROPE_SCALING_LINEAR: return "linear";
-    case PLLM_ROPE_SCALING_LLAMA3: return "llama3";
-    default: return "none";
+    case PLLM_ROPE_SCALING_LINEAR:
+        return "linear";
+    case PLLM_ROPE_SCALING_LLAMA3:
+        return "llama3";
+    default:
+        return "none";
     }
 }
 
 /* Set key of o to v (which it steals); false when v is NULL or the set failed. */
-static bool jset(json_t *o, const char *key, json_t *v) { return v && json_object_set_new(o, key, v) == 0; }
+static bool jset(json_t *o, const char *key, json_t *v)
+{
+    return v && json_object_set_new(o, key, v) == 0;
+}
 
 /* Move the object *v under key of o (when *ok), or drop it; *v is NULL afterwards. */
 static void jattach(json_t *o, const char *key, json_t **v, bool *ok)
 {
-    if (*ok) *ok = jset(o, key, *v);
-    else json_decref(*v);
+    if (*ok)
+        *ok = jset(o, key, *v);
+    else
+        json_decref(*v);
     *v = NULL;
 }
 
-/* A float as JSON: rounded to float precision so 1e-5f prints as 1e-05, not 9.99999974737875e-06. */
+/* A float as JSON: rounded to float precision so 1e-5f prints as 1e-05, not 9.99999974737875e-06.
+ */
 static json_t *jfloat(float f)
 {
     char buf[32];
@@ -420,28 +505,39 @@ static json_t *jfloat(float f)
 pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
 {
     const pllm_model_config *c = &m->cfg;
-    json_t *o = json_object(), *rope = json_object(), *dt = json_object(), *gen = json_object(), *files = json_array();
+    json_t *o = json_object(), *rope = json_object(), *dt = json_object(), *gen = json_object(),
+           *files = json_array();
     bool ok = o && rope && dt && gen && files;
-    ok = ok && jset(o, "name", json_string(m->name ? m->name : "")) && jset(o, "path", json_string(m->path ? m->path : ""));
+    ok = ok && jset(o, "name", json_string(m->name ? m->name : "")) &&
+         jset(o, "path", json_string(m->path ? m->path : ""));
     ok = ok && jset(o, "format", json_string(pllm_model_format_name(m->format)));
-    ok = ok && jset(o, "arch", json_string(pllm_arch_name(c->arch))) && jset(o, "source_arch", json_string(m->source_arch ? m->source_arch : ""));
-    ok = ok && jset(o, "n_vocab", json_integer(c->n_vocab)) && jset(o, "n_embd", json_integer(c->n_embd)) &&
-         jset(o, "n_layer", json_integer(c->n_layer)) && jset(o, "n_head", json_integer(c->n_head)) &&
-         jset(o, "n_head_kv", json_integer(c->n_head_kv)) && jset(o, "head_dim", json_integer(c->head_dim)) &&
-         jset(o, "n_ff", json_integer(c->n_ff)) && jset(o, "n_ctx_train", json_integer(c->n_ctx_train)) &&
-         jset(o, "norm_eps", jfloat(c->norm_eps)) && jset(o, "tied_embeddings", json_boolean(c->tied_embeddings)) &&
+    ok = ok && jset(o, "arch", json_string(pllm_arch_name(c->arch))) &&
+         jset(o, "source_arch", json_string(m->source_arch ? m->source_arch : ""));
+    ok = ok && jset(o, "n_vocab", json_integer(c->n_vocab)) &&
+         jset(o, "n_embd", json_integer(c->n_embd)) &&
+         jset(o, "n_layer", json_integer(c->n_layer)) &&
+         jset(o, "n_head", json_integer(c->n_head)) &&
+         jset(o, "n_head_kv", json_integer(c->n_head_kv)) &&
+         jset(o, "head_dim", json_integer(c->head_dim)) && jset(o, "n_ff", json_integer(c->n_ff)) &&
+         jset(o, "n_ctx_train", json_integer(c->n_ctx_train)) &&
+         jset(o, "norm_eps", jfloat(c->norm_eps)) &&
+         jset(o, "tied_embeddings", json_boolean(c->tied_embeddings)) &&
          jset(o, "qkv_bias", json_boolean(c->has_qkv_bias));
-    ok = ok && jset(rope, "theta", jfloat(c->rope_theta)) && jset(rope, "dim", json_integer(c->rope_dim)) &&
+    ok = ok && jset(rope, "theta", jfloat(c->rope_theta)) &&
+         jset(rope, "dim", json_integer(c->rope_dim)) &&
          jset(rope, "mode", json_string(c->rope_mode == PLLM_ROPE_NEOX ? "neox" : "norm")) &&
          jset(rope, "scaling", json_string(rope_scaling_name(c->rope_scaling)));
-    if (ok && c->rope_scaling != PLLM_ROPE_SCALING_NONE && c->rope_factor > 0) ok = jset(rope, "factor", jfloat(c->rope_factor));
+    if (ok && c->rope_scaling != PLLM_ROPE_SCALING_NONE && c->rope_factor > 0)
+        ok = jset(rope, "factor", jfloat(c->rope_factor));
     if (ok && c->rope_scaling == PLLM_ROPE_SCALING_LLAMA3 && c->rope_orig_ctx > 0)
-        ok = jset(rope, "low_freq_factor", jfloat(c->rope_low_freq_factor)) && jset(rope, "high_freq_factor", jfloat(c->rope_high_freq_factor)) &&
+        ok = jset(rope, "low_freq_factor", jfloat(c->rope_low_freq_factor)) &&
+             jset(rope, "high_freq_factor", jfloat(c->rope_high_freq_factor)) &&
              jset(rope, "original_max_position_embeddings", json_integer(c->rope_orig_ctx));
     if (ok && m->rope_freq_factors) {
         json_t *ff = json_array();
         ok = ff != NULL;
-        for (int32_t i = 0; ok && i < c->rope_dim / 2; i++) ok = json_array_append_new(ff, jfloat(m->rope_freq_factors[i])) == 0;
+        for (int32_t i = 0; ok && i < c->rope_dim / 2; i++)
+            ok = json_array_append_new(ff, jfloat(m->rope_freq_factors[i])) == 0;
         jattach(rope, "freq_factors", &ff, &ok);
     }
     jattach(o, "rope", &rope, &ok);
@@ -453,7 +549,8 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
         if (!c->tied_embeddings) counts[m->output.dtype]++;
         for (int32_t l = 0; l < c->n_layer; l++) {
             const pllm_layer_weights *w = &m->layers[l];
-            const pllm_tensor *ts[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+            const pllm_tensor *ts[] = {&w->wq,     &w->wk,   &w->wv,    &w->wo,
+                                       &w->w_gate, &w->w_up, &w->w_down};
             for (size_t i = 0; i < PLLM_ARRAY_LEN(ts); i++) counts[ts[i]->dtype]++;
         }
     }
@@ -462,7 +559,8 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
     jattach(o, "matrix_dtypes", &dt, &ok);
     ok = ok && jset(o, "weight_bytes", json_integer((json_int_t)m->weight_bytes));
     if (ok && m->hf) {
-        for (int32_t i = 0; ok && i < m->hf->n_files; i++) ok = json_array_append_new(files, json_string(m->hf->files[i]->path)) == 0;
+        for (int32_t i = 0; ok && i < m->hf->n_files; i++)
+            ok = json_array_append_new(files, json_string(m->hf->files[i]->path)) == 0;
         ok = ok && jset(o, "weights_file", json_string(m->hf->weights_file));
     } else if (ok && m->gguf) {
         ok = json_array_append_new(files, json_string(m->gguf->path)) == 0;
@@ -473,7 +571,8 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
     if (ok && g->n_eos) {
         json_t *e = json_array();
         ok = e != NULL;
-        for (int32_t i = 0; ok && i < g->n_eos; i++) ok = json_array_append_new(e, json_integer(g->eos_ids[i])) == 0;
+        for (int32_t i = 0; ok && i < g->n_eos; i++)
+            ok = json_array_append_new(e, json_integer(g->eos_ids[i])) == 0;
         jattach(gen, "eos_token_id", &e, &ok);
     }
     if (ok && g->has_bos) ok = jset(gen, "bos_token_id", json_integer(g->bos_id));
@@ -482,20 +581,26 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
     if (ok && g->has_top_k) ok = jset(gen, "top_k", json_integer(g->top_k));
     if (ok && g->has_top_p) ok = jset(gen, "top_p", jfloat(g->top_p));
     if (ok && g->has_min_p) ok = jset(gen, "min_p", jfloat(g->min_p));
-    if (ok && g->has_repetition_penalty) ok = jset(gen, "repetition_penalty", jfloat(g->repetition_penalty));
-    if (ok && g->has_max_new_tokens) ok = jset(gen, "max_new_tokens", json_integer(g->max_new_tokens));
+    if (ok && g->has_repetition_penalty)
+        ok = jset(gen, "repetition_penalty", jfloat(g->repetition_penalty));
+    if (ok && g->has_max_new_tokens)
+        ok = jset(gen, "max_new_tokens", json_integer(g->max_new_tokens));
     jattach(o, "generation_defaults", &gen, &ok);
     char id[17];
     snprintf(id, sizeof id, "%016llx", (unsigned long long)m->identity);
     ok = ok && jset(o, "identity", json_string(id));
 
-    char *s = ok ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
+    char *s =
+        ok ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(o);
     json_decref(rope);
     json_decref(dt);
     json_decref(gen);
     json_decref(files);
-    if (!s) return pllm_errorf(PLLM_ERR_NOMEM, "describing model %s: out of memory, or a name that is not UTF-8", m->name ? m->name : "?");
+    if (!s)
+        return pllm_errorf(PLLM_ERR_NOMEM,
+                           "describing model %s: out of memory, or a name that is not UTF-8",
+                           m->name ? m->name : "?");
     pllm_status st = pllm_buf_append(out, s, strlen(s));
     free(s);
     return st;

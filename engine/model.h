@@ -139,7 +139,7 @@ typedef struct pllm_hf_files pllm_hf_files; /* the open safetensors files of an 
 typedef struct pllm_model {
     pllm_model_config cfg;
     pllm_model_format format;
-    const char *source_arch;   /* the architecture as the file names it: "llama", "mistral", "qwen2" */
+    const char *source_arch;   /* as the file names it: "llama", "mistral", "qwen2" */
     pllm_tensor tok_embd;      /* [n_vocab][n_embd] */
     const float *output_norm;  /* [n_embd] */
     pllm_tensor output;        /* [n_vocab][n_embd]; == tok_embd when tied */

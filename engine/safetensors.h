@@ -33,7 +33,7 @@
 typedef struct pllm_st_tensor {
     char *name;             /* NUL-terminated copy */
     const char *dtype_name; /* the file's dtype ("F32", "BF16", "I64", ...); static storage */
-    pllm_dtype dtype;       /* F32/F16/BF16, or PLLM_DTYPE_COUNT for dtypes pllm does not compute with */
+    pllm_dtype dtype;       /* F32/F16/BF16; PLLM_DTYPE_COUNT for what pllm does not use */
     size_t elem_bytes;      /* bytes per element of dtype_name */
     int n_dims;
     int64_t shape[PLLM_ST_MAX_DIMS]; /* shape[0] slowest-varying; unused dims are 1 */
@@ -59,7 +59,8 @@ typedef struct pllm_safetensors {
 pllm_status pllm_safetensors_open(pllm_safetensors **out, const char *path);
 /* Parse an image already in memory (not copied; must outlive the handle); name is used in
  * messages. */
-pllm_status pllm_safetensors_parse(pllm_safetensors **out, const void *data, size_t size, const char *name);
+pllm_status pllm_safetensors_parse(pllm_safetensors **out, const void *data, size_t size,
+                                   const char *name);
 void pllm_safetensors_close(pllm_safetensors *s);
 /* PLLM_OK while the opened file is as it was at open (always for parse()d images); else
  * PLLM_ERR_IO naming the file (mapped_file.h, poll). */

@@ -42,7 +42,8 @@ static int parse_one(const uint8_t *img, size_t n)
         for (int64_t i = 0; s && i < s->n_tensors; i++) {
             const pllm_st_tensor *t = &s->tensors[i];
             CHECK(t->end <= n - s->data_offset && t->begin <= t->end);
-            CHECK((const uint8_t *)t->data >= copy && (const uint8_t *)t->data + t->nbytes <= copy + n);
+            CHECK((const uint8_t *)t->data >= copy &&
+                  (const uint8_t *)t->data + t->nbytes <= copy + n);
             CHECK(pllm_safetensors_find(s, t->name) == t);
         }
         ok = 1;
@@ -65,7 +66,8 @@ int main(void)
         CHECK_OK(pllm_safetensors_parse(&s, img, n, "fuzz.safetensors"));
         CHECK(s && s->n_tensors == 4);
         const pllm_st_tensor *t = s ? pllm_safetensors_find(s, "c.bias") : NULL;
-        CHECK(t && t->dtype == PLLM_DTYPE_BF16 && t->n_dims == 2 && t->shape[0] == 8 && t->shape[1] == 2 && t->nbytes == 32);
+        CHECK(t && t->dtype == PLLM_DTYPE_BF16 && t->n_dims == 2 && t->shape[0] == 8 &&
+              t->shape[1] == 2 && t->nbytes == 32);
         t = s ? pllm_safetensors_find(s, "d.count") : NULL;
         CHECK(t && t->dtype == PLLM_DTYPE_COUNT && t->n_dims == 0 && t->nbytes == 8);
         CHECK(!s || pllm_safetensors_find(s, "__metadata__") == NULL);
@@ -86,10 +88,13 @@ int main(void)
         for (int j = 0; j < k; j++) {
             size_t pos = 8 + (size_t)(pllm_test_rand(&rng) % (hdr_end - 8));
             uint64_t r = pllm_test_rand(&rng);
-            buf[pos] = (r & 1) ? (uint8_t)(r >> 8) : (uint8_t)special[(r >> 8) % (sizeof special - 1)];
+            buf[pos] =
+                (r & 1) ? (uint8_t)(r >> 8) : (uint8_t)special[(r >> 8) % (sizeof special - 1)];
         }
-        if (parse_one(buf, n)) accepted++;
-        else rejected++;
+        if (parse_one(buf, n))
+            accepted++;
+        else
+            rejected++;
     }
     int len_ok = 0;
     for (int it = 0; it < 2000; it++) {
@@ -98,8 +103,10 @@ int main(void)
         for (int i = 0; i < 8; i++) buf[i] = (uint8_t)(v >> (8 * i));
         len_ok += parse_one(buf, n);
     }
-    fprintf(stderr, "model_st_fuzz: %zu truncations rejected; header mutations: %d accepted, %d rejected; random header lengths: "
-                    "%d accepted of 2000\n",
+    fprintf(stderr,
+            "model_st_fuzz: %zu truncations rejected; header mutations: %d accepted, %d rejected; "
+            "random header lengths: "
+            "%d accepted of 2000\n",
             n, accepted, rejected, len_ok);
     return pllm_test_finish("model_st_fuzz");
 }

@@ -48,8 +48,10 @@ static int cmd_load(const char *path)
     pllm_sampling_params p;
     pllm_sampling_defaults(&p);
     int n = pllm_model_apply_generation_defaults(m, &p);
-    printf("%s\n{\"n_set\": %d, \"temperature\": %.9g, \"top_k\": %d, \"top_p\": %.9g, \"min_p\": %.9g, \"repetition_penalty\": %.9g}\n",
-           b.s, n, (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p, (double)p.repetition_penalty);
+    printf("%s\n{\"n_set\": %d, \"temperature\": %.9g, \"top_k\": %d, \"top_p\": %.9g, \"min_p\": "
+           "%.9g, \"repetition_penalty\": %.9g}\n",
+           b.s, n, (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p,
+           (double)p.repetition_penalty);
     pllm_buf_free(&b);
     pllm_model_free(m);
     return 0;
@@ -65,7 +67,8 @@ static int cmd_dequant(const char *dtname, const char *ns, const char *in, const
     long long n = atoll(ns);
     size_t bytes = pllm_dtype_row_bytes(dt, n);
     if (n <= 0 || bytes == 0) {
-        fprintf(stderr, "model_tool: %lld elements is not a whole number of %s blocks\n", n, dtname);
+        fprintf(stderr, "model_tool: %lld elements is not a whole number of %s blocks\n", n,
+                dtname);
         return 2;
     }
     FILE *f = fopen(in, "rb");
@@ -101,8 +104,10 @@ static int cmd_recheck(const char *path)
     char line[64];
     if (!fgets(line, sizeof line, stdin)) line[0] = 0;
     st = pllm_model_check_files(m);
-    if (st == PLLM_OK) printf("OK\n");
-    else printf("ERROR %s: %s\n", pllm_status_str(st), pllm_errmsg());
+    if (st == PLLM_OK)
+        printf("OK\n");
+    else
+        printf("ERROR %s: %s\n", pllm_status_str(st), pllm_errmsg());
     pllm_model_free(m);
     return st == PLLM_OK ? 0 : 1;
 }
@@ -111,11 +116,14 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "recheck") == 0) return cmd_recheck(argv[2]);
     if (argc == 3 && strcmp(argv[1], "load") == 0) return cmd_load(argv[2]);
-    if (argc == 6 && strcmp(argv[1], "dequant") == 0) return cmd_dequant(argv[2], argv[3], argv[4], argv[5]);
+    if (argc == 6 && strcmp(argv[1], "dequant") == 0)
+        return cmd_dequant(argv[2], argv[3], argv[4], argv[5]);
     if (argc == 3 && strcmp(argv[1], "supported") == 0) {
         pllm_dtype dt;
         return dtype_by_name(argv[2], &dt) == 0 && pllm_dtype_supported(dt) ? 0 : 1;
     }
-    fprintf(stderr, "usage: model_tool load PATH | dequant DTYPE N IN OUT | supported DTYPE | recheck PATH\n");
+    fprintf(
+        stderr,
+        "usage: model_tool load PATH | dequant DTYPE N IN OUT | supported DTYPE | recheck PATH\n");
     return 2;
 }
