@@ -131,6 +131,49 @@ def main():
     cfgp = lambda d: os.path.join(d, "config.json")  # noqa: E731
     genp = lambda d: os.path.join(d, "generation_config.json")  # noqa: E731
 
+    # -- valid variants: each loads, and the description shows the rule applied --
+    def variant(name, base_dir, edit, expect):
+        d = fresh(base_dir, "variant " + name)
+        edit(d)
+        rc, out = load(d)
+        got = json.loads(out.splitlines()[0]) if rc == 0 else None
+        ok = got is not None and all(fn(got) for fn in expect.values())
+        RESULTS.append((f"valid variant: {name}", ok, out[:300]))
+        print(f"{'ok  ' if ok else 'FAIL'} valid variant: {name}" + ("" if ok else f"\n       {out[:600]}"))
+    variant("mistral sliding_window 256 caps the context", base,
+            lambda d: edit_json(cfgp(d), lambda j: j.update(model_type="mistral", sliding_window=256)),
+            {"ctx": lambda g: g["n_ctx_train"] == 256, "arch": lambda g: g["source_arch"] == "mistral"})
+    variant("mistral sliding_window null", base,
+            lambda d: edit_json(cfgp(d), lambda j: j.update(model_type="mistral", sliding_window=None)),
+            {"ctx": lambda g: g["n_ctx_train"] == 512})
+    variant("qwen2 use_sliding_window false ignores sliding_window", baseq,
+            lambda d: edit_json(cfgp(d), lambda j: j.update(sliding_window=128, use_sliding_window=False)),
+            {"ctx": lambda g: g["n_ctx_train"] == 512})
+    variant("qwen2 use_sliding_window true", baseq,
+            lambda d: edit_json(cfgp(d), lambda j: j.update(sliding_window=128, use_sliding_window=True)),
+            {"ctx": lambda g: g["n_ctx_train"] == 128})
+    variant("head_dim null (hidden_size / heads)", base,
+            lambda d: edit_json(cfgp(d), lambda j: j.update(head_dim=None)),
+            {"hd": lambda g: g["head_dim"] == 8})
+    variant("rope_parameters (transformers 5) with llama3", base,
+            lambda d: edit_json(cfgp(d), lambda j: (j.pop("rope_theta"), j.update(rope_parameters={
+                "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}))),
+            {"theta": lambda g: g["rope"]["theta"] == 500000.0, "scaling": lambda g: g["rope"]["scaling"] == "llama3",
+             "ff": lambda g: len(g["rope"]["freq_factors"]) == 4 and g["rope"]["freq_factors"][0] == 1.0})
+    variant("rope_scaling type default", base,
+            lambda d: edit_json(cfgp(d), lambda j: j.update(rope_scaling={"rope_type": "default"})),
+            {"scaling": lambda g: g["rope"]["scaling"] == "none"})
+    variant("no generation_config.json: config.json's eos list", base,
+            lambda d: (os.remove(genp(d)), edit_json(cfgp(d), lambda j: j.update(eos_token_id=[2, 9], bos_token_id=1))),
+            {"eos": lambda g: g["generation_defaults"] == {"eos_token_id": [2, 9], "bos_token_id": 1}})
+    variant("quantization_config null", base,
+            lambda d: edit_json(cfgp(d), lambda j: j.update(quantization_config=None)),
+            {"arch": lambda g: g["arch"] == "llama"})
+    variant("tied with an lm_head.weight present (transformers ties it)", base,
+            lambda d: edit_json(cfgp(d), lambda j: j.update(tie_word_embeddings=True)),
+            {"tied": lambda g: g["tied_embeddings"] is True})
+
     # -- config.json --
     d = fresh(base, "config bad json")
     open(cfgp(d), "w").write('{"model_type": "llama", "hidden_size": 32,')
@@ -455,7 +498,7 @@ def main():
 
     n_ok = sum(ok for _, ok, _ in RESULTS)
     failures += [f"{n}: {o}" for n, ok, o in RESULTS if not ok]
-    print(f"{n_ok} of {len(RESULTS)} error cases as expected")
+    print(f"{n_ok} of {len(RESULTS)} cases as expected (errors, valid variants, changed files)")
     if failures:
         print("FAILURES:\n  " + "\n  ".join(failures))
         return 1
