@@ -296,6 +296,17 @@ def main() -> int:
                 {"type": "Digits", "individual_digits": False},
                 {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
             bl.append((f"gpt2 vocab, Split {beh} invert={inv} + String Split + Digits", v))
+    # the Qwen2 tokenizer.json shape: NFC, the Qwen2 Split regex, ByteLevel without regex,
+    # ChatML added tokens (special, not normalized)
+    v = shallow(gj, "added_tokens")
+    v["normalizer"] = {"type": "NFC"}
+    v["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": hf_tok.QWEN2_RE}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    n0 = len(gj["model"]["vocab"])
+    v["added_tokens"] += [dict(id=n0 + k, content=c, single_word=False, lstrip=False, rstrip=False, normalized=False,
+                               special=True) for k, c in enumerate(("<|im_start|>", "<|im_end|>"))]
+    bl.append(("gpt2 vocab in the Qwen2 tokenizer.json shape (NFC, Split, ChatML tokens)", v))
     eot = {"id": "<|endoftext|>", "ids": [50256], "tokens": ["<|endoftext|>"]}
     v = shallow(gj)
     v["post_processor"] = {"type": "Sequence", "processors": [
