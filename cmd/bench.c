@@ -508,6 +508,11 @@ int cmd_bench(int argc, char **argv)
         json_decref(base);
         return rc;
     }
+    if ((rc = cmd_check_kv_budget(&rt, &eo)) != 0) {
+        cmd_runtime_close(&rt);
+        json_decref(base);
+        return rc;
+    }
     int32_t max_len = eo.ep.max_model_len > 0 ? eo.ep.max_model_len : rt.model->cfg.n_ctx_train;
     bench_workload w;
     memset(&w, 0, sizeof w);

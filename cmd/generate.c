@@ -60,8 +60,18 @@ typedef struct gen_slot {
     int32_t n_lines, n_got;
 } gen_slot;
 
+/* An output line computed in the current step, written once the step's weights are known to
+ * have been intact (pllm_model_check_files). */
+typedef struct gen_pending {
+    int64_t seq;
+    int32_t k;
+    char *line;
+} gen_pending;
+
 typedef struct gen_ctx {
     pllm_writer *w;
+    gen_pending *pending; /* [n_pending] lines of the current step */
+    size_t n_pending, cap_pending;
     pllm_status write_st;
     bool openai_out;
     pllm_output_opts oo;
@@ -76,6 +86,7 @@ typedef struct gen_ctx {
     cmd_progress prog;
     cmd_progress_state ps;
     int64_t n_logged;
+    int64_t n_lines;      /* output lines written */
     bool quiet;
 } gen_ctx;
 
@@ -106,6 +117,7 @@ static void gen_req_free(gen_req *r)
 static void write_now(gen_ctx *g, char *line)
 {
     if (g->write_st == PLLM_OK) g->write_st = pllm_writer_line(g->w, line, strlen(line));
+    if (g->write_st == PLLM_OK) g->n_lines++;
     free(line);
 }
 
@@ -171,6 +183,37 @@ static void flush_all(gen_ctx *g)
     }
 }
 
+/* A line computed in this step: kept until the step is known good. */
+static void hold_line(gen_ctx *g, int64_t seq, int32_t k, char *line)
+{
+    if (!line) {
+        put_line(g, seq, k, NULL);
+        return;
+    }
+    if (g->n_pending == g->cap_pending) {
+        size_t cap = g->cap_pending ? 2 * g->cap_pending : 64;
+        gen_pending *p = pllm_realloc(g->pending, cap * sizeof *p);
+        if (!p) {
+            free(line);
+            put_line(g, seq, k, NULL);
+            return;
+        }
+        g->pending = p;
+        g->cap_pending = cap;
+    }
+    g->pending[g->n_pending++] = (gen_pending){seq, k, line};
+}
+
+/* The step's weights were intact: write its lines (write = false: drop them). */
+static void release_pending(gen_ctx *g, bool write)
+{
+    for (size_t i = 0; i < g->n_pending; i++) {
+        if (write) put_line(g, g->pending[i].seq, g->pending[i].k, g->pending[i].line);
+        else free(g->pending[i].line);
+    }
+    g->n_pending = 0;
+}
+
 static void on_done(const pllm_completion *c, void *arg)
 {
     gen_ctx *g = arg;
@@ -190,11 +233,11 @@ static void on_done(const pllm_completion *c, void *arg)
             if (pllm_output_openai(&line, r->id, r->line, r->endpoint, r->model ? r->model : g->model_name, choices,
                                    &r->usage, cmd_unix_time()) != PLLM_OK)
                 line = NULL;
-            put_line(g, r->seq, 0, line);
+            hold_line(g, r->seq, 0, line);
         }
     } else {
         if (pllm_output_completion(&line, r->id, r->prompt, r->n, c, -1, &g->oo) != PLLM_OK) line = NULL;
-        put_line(g, r->seq, c->index, line);
+        hold_line(g, r->seq, c->index, line);
     }
     g->ps.output_tokens += c->n_tokens;
     g->ps.prompt_tokens += c->prompt_tokens;
@@ -348,6 +391,7 @@ int cmd_generate(int argc, char **argv)
         fprintf(stderr, "pllm: input %s: %s%s%s\n", pllm_source_path(src), pllm_format_name(in_format),
                 pllm_source_is_list(src) ? " (a JSON list)" : " (JSON lines)", format == PLLM_FORMAT_AUTO ? ", detected" : "");
     if ((rc = cmd_runtime_open(&rt, &eo.rt, quiet)) != 0) goto out;
+    if ((rc = cmd_check_kv_budget(&rt, &eo)) != 0) goto out;
     g.tok = rt.tok;
     g.model_name = rt.model->name;
     if (pllm_engine_create(&eng, rt.model, &rt.backend, rt.tok, &eo.ep) != PLLM_OK) {
@@ -495,7 +539,17 @@ int cmd_generate(int argc, char **argv)
             continue;
         }
         if (interrupted || input_error) break;
-        if (pllm_engine_step(eng, on_done, &g) != PLLM_OK) {
+        pllm_status sst = pllm_engine_step(eng, on_done, &g);
+        if (sst == PLLM_OK && (sst = pllm_model_check_files(rt.model)) != PLLM_OK) {
+            /* the weights changed on disk under the run: nothing computed in this step is written */
+            release_pending(&g, false);
+            cmd_progress_clear(&g.prog);
+            fprintf(stderr, "pllm: the model's files changed during the run (restore them and resume): %s\n", pllm_errmsg());
+            engine_error = true;
+            break;
+        }
+        release_pending(&g, true);
+        if (sst != PLLM_OK) {
             cmd_progress_clear(&g.prog);
             fprintf(stderr, "pllm: engine step failed: %s\n", pllm_errmsg());
             engine_error = true;
@@ -534,16 +588,16 @@ int cmd_generate(int argc, char **argv)
                 pllm_errmsg());
         rc = 3;
     } else if (interrupted) {
-        fprintf(stderr, "pllm: interrupted: %lld finished requests are in %s; rerun the same command with --resume to continue\n",
-                (long long)g.ps.done, where);
+        fprintf(stderr, "pllm: interrupted: %lld output lines are in %s; rerun the same command with --resume to continue\n",
+                (long long)g.n_lines, where);
         rc = 130;
     } else if (engine_error) {
-        fprintf(stderr, "pllm: the run stopped: %lld finished requests are in %s; rerun the same command with --resume to continue\n",
-                (long long)g.ps.done, where);
+        fprintf(stderr, "pllm: the run stopped: %lld output lines are in %s; rerun the same command with --resume to continue\n",
+                (long long)g.n_lines, where);
         rc = 3;
     } else if (input_error) {
         if (!strict)
-            fprintf(stderr, "pllm: the input cannot be read further; %lld finished requests are in %s\n", (long long)g.ps.done, where);
+            fprintf(stderr, "pllm: the input cannot be read further; %lld output lines are in %s\n", (long long)g.n_lines, where);
         rc = 3;
     } else if (g.rep.n_failed > 0) {
         rc = 1;
@@ -556,6 +610,8 @@ out:
             rc = 3;
         }
     }
+    release_pending(&g, false);
+    free(g.pending);
     if (g.slots) {
         for (int64_t i = 0; i < g.n_slots; i++) {
             for (int32_t k = 0; k < g.slots[i].n_lines; k++) free(g.slots[i].lines[k]);

@@ -1,6 +1,7 @@
 /* main.c: the pllm binary: subcommand dispatch and the top-level help. */
 #include "cmd/commands.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,6 +34,8 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    /* A file size limit (ulimit -f) must be a write error the run reports, not a kill. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         fprintf(stderr, "\nRun 'pllm --help' for every command's options.\n");

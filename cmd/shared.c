@@ -70,6 +70,28 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
     return 0;
 }
 
+int cmd_check_kv_budget(const cmd_runtime *rt, const cmd_engine_opts *o)
+{
+    if (o->ep.kv_bytes == 0 && o->ep.n_blocks == 0) return 0;
+    const pllm_backend *b = &rt->backend;
+    size_t avail = 0;
+    pllm_kv_layout l;
+    memset(&l, 0, sizeof l);
+    if (b->iface->kv_available(b->ctx, &avail) != PLLM_OK || b->iface->kv_layout(b->ctx, o->ep.block_size, &l) != PLLM_OK)
+        return 0; /* the engine reports it */
+    size_t per_block = pllm_kv_block_bytes(&l);
+    size_t want = o->ep.n_blocks > 0 ? (size_t)o->ep.n_blocks * per_block : o->ep.kv_bytes;
+    if (want <= avail) return 0;
+    size_t mb = avail / 10 * 9 >> 20; /* a margin: free memory moves */
+    if (o->ep.n_blocks > 0)
+        fprintf(stderr, "pllm: --num-blocks %d needs %.1f GB of KV cache, more than the %.1f GB this machine can give it now (free memory less the model's weights and a reserve); the largest budget that fits is %zu MB: use --num-blocks %zu or fewer (or --kv-cache-mb %zu)\n",
+                o->ep.n_blocks, (double)want / 1e9, (double)avail / 1e9, mb, per_block ? (mb << 20) / per_block : 0, mb);
+    else
+        fprintf(stderr, "pllm: --kv-cache-mb %d is more than the %.1f GB this machine can give the KV cache now (free memory less the model's weights and a reserve); the largest budget that fits is %zu MB: use --kv-cache-mb %zu or less\n",
+                o->kv_mb, (double)avail / 1e9, mb, mb);
+    return 3;
+}
+
 void cmd_sampling_opts_init(cmd_sampling_opts *o, int32_t max_tokens, const char *max_tokens_default)
 {
     memset(o, 0, sizeof *o);

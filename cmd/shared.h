@@ -32,6 +32,11 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
 /* Validate and fill o->ep; 0 or 2 (message printed). */
 int cmd_engine_opts_finish(cmd_engine_opts *o);
 
+/* An explicit KV budget (--kv-cache-mb, --num-blocks) larger than the memory the backend may
+ * use is refused up front, naming the largest budget that fits (rather than allocating it and
+ * being killed later). 0 or 3 (message printed). */
+int cmd_check_kv_budget(const cmd_runtime *rt, const cmd_engine_opts *o);
+
 /* Sampling and generation options (generate, bench). */
 typedef struct cmd_sampling_opts {
     int32_t max_tokens, min_tokens, top_k;

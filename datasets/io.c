@@ -1,6 +1,7 @@
 #include "datasets/io.h"
 
 #include <errno.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -252,6 +253,9 @@ struct pllm_writer {
     char *path;
     FILE *f;
     bool is_stdout;
+    bool seekable;        /* a regular file: a failed line can be cut off again */
+    off_t committed;      /* the file's size after the last line that was written whole */
+    pllm_status broken;   /* a line failed: nothing more is written */
     ZSTD_CStream *zc;
     unsigned char *zout;
     size_t zout_cap;
@@ -276,6 +280,11 @@ pllm_status pllm_writer_open(pllm_writer **out, const char *path, bool append)
             return st;
         }
     }
+    struct stat sb;
+    if (fstat(fileno(w->f), &sb) == 0 && S_ISREG(sb.st_mode)) {
+        w->seekable = true;
+        w->committed = sb.st_size;
+    }
     if (!w->is_stdout && pllm_path_is_zst(path)) {
         w->zc = ZSTD_createCStream();
         w->zout_cap = ZSTD_CStreamOutSize();
@@ -285,6 +294,12 @@ pllm_status pllm_writer_open(pllm_writer **out, const char *path, bool append)
     }
     *out = w;
     return PLLM_OK;
+}
+
+/* Drop a FILE's buffered output without writing it. */
+static void fpurge_compat(FILE *f)
+{
+    __fpurge(f);
 }
 
 static pllm_status write_all(pllm_writer *w, const void *p, size_t n)
@@ -306,24 +321,50 @@ static pllm_status zstd_push(pllm_writer *w, const void *p, size_t n, ZSTD_EndDi
     }
 }
 
+/* A line could not be written whole (disk full, file size limit): cut what reached the file
+ * back to the last whole line, so the file holds only whole lines and --resume continues
+ * cleanly. The writer is unusable afterwards (w->broken). */
+static pllm_status line_failed(pllm_writer *w, pllm_status st)
+{
+    w->broken = st;
+    if (!w->seekable) return st;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", pllm_errmsg());
+    clearerr(w->f);
+    fpurge_compat(w->f); /* drop stdio's buffer without writing it: the failed line's tail */
+    if (ftruncate(fileno(w->f), w->committed) != 0)
+        return pllm_errorf(st, "%s (and cutting the partial line off failed too: %s)", msg, strerror(errno));
+    return pllm_errorf(st, "%s; the partial line was cut off, the file ends with the last whole line", msg);
+}
+
 pllm_status pllm_writer_line(pllm_writer *w, const char *s, size_t n)
 {
+    if (w->broken != PLLM_OK) return pllm_errorf(w->broken, "%s: an earlier write failed", w->path);
+    pllm_status st;
     if (w->zc) {
-        PLLM_TRY(zstd_push(w, s, n, ZSTD_e_continue));
-        PLLM_TRY(zstd_push(w, "\n", 1, ZSTD_e_flush));
-    } else {
-        PLLM_TRY(write_all(w, s, n));
-        PLLM_TRY(write_all(w, "\n", 1));
+        if ((st = zstd_push(w, s, n, ZSTD_e_continue)) != PLLM_OK || (st = zstd_push(w, "\n", 1, ZSTD_e_flush)) != PLLM_OK)
+            return line_failed(w, st);
+    } else if ((st = write_all(w, s, n)) != PLLM_OK || (st = write_all(w, "\n", 1)) != PLLM_OK) {
+        return line_failed(w, st);
     }
-    if (fflush(w->f) != 0) return pllm_errorf(PLLM_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
+    if (fflush(w->f) != 0)
+        return line_failed(w, pllm_errorf(PLLM_ERR_IO, "%s: write failed: %s", w->path, strerror(errno)));
+    if (w->seekable) {
+        off_t pos = ftello(w->f);
+        if (pos >= 0) w->committed = pos;
+    }
     return PLLM_OK;
 }
 
 pllm_status pllm_writer_close(pllm_writer *w)
 {
     if (!w) return PLLM_OK;
-    pllm_status st = PLLM_OK;
-    if (w->zc && w->f) st = zstd_push(w, "", 0, ZSTD_e_end);
+    pllm_status st = w->broken;
+    if (w->zc && w->f && st == PLLM_OK) {
+        st = zstd_push(w, "", 0, ZSTD_e_end);
+        if (st != PLLM_OK) line_failed(w, st); /* the frame stays open: --resume repairs it */
+    }
+    if (w->f && w->broken != PLLM_OK) fpurge_compat(w->f); /* never flush a failed line's tail on close */
     if (w->f) {
         if (fflush(w->f) != 0 && st == PLLM_OK)
             st = pllm_errorf(PLLM_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));

@@ -50,7 +50,9 @@ typedef struct pllm_writer pllm_writer;
 
 /* Open path ("-" for stdout) for writing; append keeps existing content (for --resume). */
 pllm_status pllm_writer_open(pllm_writer **out, const char *path, bool append);
-/* Write s[0..n) and a newline as one unit, then flush. */
+/* Write s[0..n) and a newline as one unit, then flush. If that fails (disk full, file size
+ * limit), whatever part of the line reached a regular file is cut off again, so the file ends
+ * with the last whole line, and every later call fails. */
 pllm_status pllm_writer_line(pllm_writer *w, const char *s, size_t n);
 /* Flush and close; reports a failed final flush (disk full). Accepts NULL. */
 pllm_status pllm_writer_close(pllm_writer *w);

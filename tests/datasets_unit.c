@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char g_dir[512];
@@ -598,6 +601,37 @@ static void test_synth(void)
     pllm_tokens_free(&a2);
 }
 
+/* A write that fails part way (a file size limit here, as a full disk would) leaves only whole
+ * lines, and the writer refuses further lines. */
+static void test_writer_failure(void)
+{
+    const char *path = tmp_path("limited.jsonl");
+    remove(path);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 4096;
+    signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    pllm_writer *w;
+    CHECK_OK(pllm_writer_open(&w, path, false));
+    char line[150];
+    memset(line, 'x', sizeof line);
+    int ok = 0;
+    pllm_status st = PLLM_OK;
+    for (int i = 0; i < 100 && st == PLLM_OK; i++) {
+        st = pllm_writer_line(w, line, sizeof line - 1); /* 150 bytes with the newline */
+        ok += st == PLLM_OK;
+    }
+    CHECK(st == PLLM_ERR_IO && strstr(pllm_errmsg(), "limited.jsonl") && strstr(pllm_errmsg(), "cut off"));
+    CHECK(pllm_writer_line(w, "y", 1) != PLLM_OK);
+    CHECK(pllm_writer_close(w) != PLLM_OK);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, SIG_DFL);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && sb.st_size == (off_t)ok * 150 && ok == 4096 / 150);
+}
+
 static void test_idset_resume(void)
 {
     const char *path = tmp_path("out.jsonl");
@@ -672,6 +706,7 @@ int main(void)
     test_json_array_edges();
     test_source_detection();
     test_synth();
+    test_writer_failure();
     test_idset_resume();
     return pllm_test_finish("datasets_unit");
 }
