@@ -327,13 +327,16 @@ FUZZ_FILTERS = ["length", "trim", "upper", "lower", "title", "capitalize", "firs
                 "float", "abs", "default('d')", "join(',')", "join", "tojson", "reverse|list", "sort|list", "unique|list",
                 "select|list", "reject('odd')|list", "map('string')|list", "items|list", "dictsort", "sum", "min",
                 "max", "round", "round(1)", "replace('a', 'b')", "safe", "e", "indent(2)", "count", "d",
-                "map(attribute='role')|list", "selectattr('role', 'eq', 'user')|list", "batch(2)|list"]
+                "map(attribute='role')|list", "selectattr('role', 'eq', 'user')|list", "batch(2)|list",
+                "format(1, 'x')", "format(k=2)"]
 FUZZ_TESTS = ["defined", "undefined", "none", "string", "number", "integer", "float", "mapping", "sequence",
               "iterable", "odd", "even", "divisibleby(2)", "lower", "upper", "true", "false", "boolean", "callable",
               "in([1, 2])", "eq(1)", "sameas(none)", "escaped"]
 FUZZ_METHODS = ["strip()", "upper()", "lower()", "split()", "split(' ')", "startswith('a')", "endswith('d')",
                 "replace('l', 'L')", "title()", "find('o')", "count('l')", "items()|list", "keys()|list",
-                "get('k')", "get('role', 0)", "index(2)", "count(1)", "rstrip('x ')", "splitlines()", "lstrip()"]
+                "get('k')", "get('role', 0)", "index(2)", "count(1)", "rstrip('x ')", "splitlines()", "lstrip()",
+                "format(1, 'a')", "format(m)", "format(k=messages)"]
+FUZZ_ATOMS += ["'%s-%d'", "'%(k)s %%'", "'{} {}'", "'{0.role}|{0[content]!r}'", "'{k}{{}}'", "'%r'", "'{!s:}'"]
 
 
 def fuzz_expr(rng, depth=0):

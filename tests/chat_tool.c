@@ -81,6 +81,8 @@ static json_t *handle(json_t *req)
         res = json_pack("{s:b, s:s%}", "ok", 1, "text", out.s ? out.s : "", out.n);
     else
         res = result_error(st, pllm_errmsg());
+    /* jansson rejects invalid UTF-8: that would be a pllm bug, reported as such */
+    if (!res) res = result_error(PLLM_ERR_INTERNAL, "chat_tool: result is not valid UTF-8");
     pllm_buf_free(&out);
     pllm_chat_template_free(t);
     free(msgs);

@@ -119,7 +119,8 @@ static void test_errors(void)
     EXPECT_ERROR("{% macro m() %}{{ varargs }}{% endmacro %}", &p, PLLM_ERR_UNSUPPORTED, "varargs",
                  NULL);
     EXPECT_ERROR("{{ 'a b'|wordcount }}", &p, PLLM_ERR_UNSUPPORTED, "wordcount", "tpl:1:");
-    EXPECT_ERROR("{{ '%s' % 1 }}", &p, PLLM_ERR_UNSUPPORTED, "printf", NULL);
+    EXPECT_ERROR("{{ '%5s' % 1 }}", &p, PLLM_ERR_UNSUPPORTED, "printf", NULL);
+    EXPECT_ERROR("{{ '{:>5}'.format(1) }}", &p, PLLM_ERR_UNSUPPORTED, "format spec", NULL);
     EXPECT_ERROR("{{ messages|map('upper') }}", &p, PLLM_ERR_UNSUPPORTED, "generator", NULL);
     EXPECT_ERROR("{{ 9223372036854775807 + 1 }}", &p, PLLM_ERR_UNSUPPORTED, "overflow", NULL);
     EXPECT_ERROR("{{ é }}", &p, PLLM_ERR_UNSUPPORTED, "non-ASCII", NULL);
@@ -157,6 +158,11 @@ static void test_semantics(void)
     q.n_messages = 0;
     EXPECT_TEXT("{{ messages|length }}{% for m in messages %}x{% else %}empty{% endfor %}", &q,
                 "0empty");
+    EXPECT_TEXT("{{ '%s=%d %r' % ('a', 2.5, 'q') }} {{ '{0}/{x}'.format(1, x='y') }} {{ "
+                "'%s!'|format('hi') }}",
+                &p, "a=2 'q' 1/y hi!");
+    /* jinja2's lexer ignores a comment opened at the very end */
+    EXPECT_TEXT("x{#", &p, "x");
     /* whitespace control */
     EXPECT_TEXT("a  {%- if true -%}  b  {%- endif -%}  c", &p, "abc");
     EXPECT_TEXT("x\n    {% if true %}\n    y\n    {% endif %}\nz", &p, "x\n    y\nz");

@@ -3,6 +3,7 @@
 #include "tokenizer/jinja.h"
 #include "tokenizer/jinja_unicode.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,23 @@
 struct pllm_chat_template {
     pllm_jtemplate t;
 };
+
+/* Error messages quote template text: keep them valid UTF-8 (they end up in JSON records). */
+static pllm_status clean_error(pllm_status st)
+{
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", pllm_errmsg());
+    size_t n = strlen(msg), i = 0;
+    while (i < n) {
+        size_t l = pllm_jinja_utf8_seq(msg + i, n - i);
+        if (l == 0) {
+            msg[i] = '?';
+            l = 1;
+        }
+        i += l;
+    }
+    return pllm_errorf(st, "%s", msg);
+}
 
 pllm_status pllm_chat_template_parse(pllm_chat_template **out, const char *src, size_t len,
                                      const char *name)
@@ -27,7 +45,7 @@ pllm_status pllm_chat_template_parse(pllm_chat_template **out, const char *src, 
     pllm_status st = ct->t.name ? pllm_jinja_parse(&ct->t, src, len) : PLLM_ERR_NOMEM;
     if (st != PLLM_OK) {
         pllm_chat_template_free(ct);
-        return st;
+        return clean_error(st);
     }
     *out = ct;
     return PLLM_OK;
@@ -115,5 +133,5 @@ pllm_status pllm_chat_template_render(const pllm_chat_template *t, const pllm_ch
     pllm_status st = render(&c, &t->t, p, &text);
     if (st == PLLM_OK) st = pllm_buf_append(out, text.n ? text.s : "", text.n);
     pllm_jarena_free(&arena);
-    return st;
+    return st == PLLM_OK ? st : clean_error(st);
 }

@@ -17,16 +17,20 @@
  * getattr/getitem and undefined rules, method calls (str: strip, lstrip, rstrip, split,
  * rsplit, splitlines, startswith, endswith, upper, lower, title, capitalize, replace, find,
  * rfind, index, rindex, count, join, removeprefix, removesuffix, isspace, islower, isupper,
- * isdigit, isalpha, isalnum; dict: items, keys, values, get; list/tuple: count, index),
- * filters (abs, attr, batch, capitalize, count, d/default, dictsort, e/escape, first, float,
- * indent, int, items, join, last, length, list, lower, map, max, min, reject, rejectattr, replace,
- * reverse, round, safe, select, selectattr, sort, string, sum, title, tojson, trim, unique,
- * upper), every jinja2 test except `filter`/`test`, and the globals range, namespace, dict,
- * raise_exception(msg), strftime_now(fmt). Python's Unicode rules apply (lengths and slices
- * count code points; case mappings and whitespace come from CPython's tables).
+ * isdigit, isalpha, isalnum, format; dict: items, keys, values, get; list/tuple: count,
+ * index), printf-style `%` (%s %r %d %i %u %% and %(key)s), filters (abs, attr, batch,
+ * capitalize, count, d/default, dictsort, e/escape, first, float, format, indent, int, items,
+ * join, last, length, list, lower, map, max, min, reject, rejectattr, replace, reverse, round,
+ * safe, select, selectattr, sort, string, sum, title, tojson, trim, unique, upper), every
+ * jinja2 test except `filter`/`test`, and the globals range, namespace, dict,
+ * raise_exception(msg), strftime_now(fmt). jinja2's compile-time behaviour is reproduced too
+ * (constant folding, unknown filters failing at parse time outside if-blocks). Python's
+ * Unicode rules apply (lengths and slices count code points; case mappings, digits and
+ * whitespace come from CPython's tables).
  * Anything else is an error naming the construct and its line: other tags (include, extends,
- * block, import, call, autoescape, recursive loops), other filters, printf-style `%` and
- * str.format, printing objects that Python shows by address, integers beyond 64 bits.
+ * block, import, call, autoescape, recursive loops), other filters, format specs (widths,
+ * precisions: '%5s', '{:>5}'), printing objects that Python shows by address (generators,
+ * functions), integers beyond 64 bits.
  *
  * Limits: output, memory, loop iterations + macro calls and macro depth are bounded (see the
  * params); exceeding one is an error, never a hang or a crash.

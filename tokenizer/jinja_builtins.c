@@ -30,6 +30,7 @@ enum filter_id {
     F_ESCAPE,
     F_FIRST,
     F_FLOAT,
+    F_FORMAT,
     F_INDENT,
     F_INT,
     F_ITEMS,
@@ -128,6 +129,7 @@ enum func_id {
     M_ISDIGIT,
     M_ISALPHA,
     M_ISALNUM,
+    M_FORMAT,
     M_DICT_ITEMS,
     M_DICT_KEYS,
     M_DICT_VALUES,
@@ -144,51 +146,31 @@ typedef struct named {
 } named;
 
 static const named k_filters[] = {
-    {"abs", F_ABS},
-    {"attr", F_ATTR},
-    {"batch", F_BATCH},
-    {"capitalize", F_CAPITALIZE},
-    {"count", F_LENGTH},
-    {"d", F_DEFAULT},
-    {"default", F_DEFAULT},
-    {"dictsort", F_DICTSORT},
-    {"e", F_ESCAPE},
-    {"escape", F_ESCAPE},
-    {"first", F_FIRST},
-    {"float", F_FLOAT},
-    {"indent", F_INDENT},
-    {"int", F_INT},
-    {"items", F_ITEMS},
-    {"join", F_JOIN},
-    {"last", F_LAST},
-    {"length", F_LENGTH},
-    {"list", F_LIST},
-    {"lower", F_LOWER},
-    {"map", F_MAP},
-    {"max", F_MAX},
-    {"min", F_MIN},
-    {"reject", F_REJECT},
-    {"rejectattr", F_REJECTATTR},
-    {"replace", F_REPLACE},
-    {"reverse", F_REVERSE},
-    {"round", F_ROUND},
-    {"safe", F_SAFE},
-    {"select", F_SELECT},
-    {"selectattr", F_SELECTATTR},
-    {"sort", F_SORT},
-    {"string", F_STRING},
-    {"sum", F_SUM},
-    {"title", F_TITLE},
-    {"tojson", F_TOJSON},
-    {"trim", F_TRIM},
-    {"unique", F_UNIQUE},
-    {"upper", F_UPPER},
+    {"abs", F_ABS},         {"attr", F_ATTR},
+    {"batch", F_BATCH},     {"capitalize", F_CAPITALIZE},
+    {"count", F_LENGTH},    {"d", F_DEFAULT},
+    {"default", F_DEFAULT}, {"dictsort", F_DICTSORT},
+    {"e", F_ESCAPE},        {"escape", F_ESCAPE},
+    {"first", F_FIRST},     {"float", F_FLOAT},
+    {"format", F_FORMAT},   {"indent", F_INDENT},
+    {"int", F_INT},         {"items", F_ITEMS},
+    {"join", F_JOIN},       {"last", F_LAST},
+    {"length", F_LENGTH},   {"list", F_LIST},
+    {"lower", F_LOWER},     {"map", F_MAP},
+    {"max", F_MAX},         {"min", F_MIN},
+    {"reject", F_REJECT},   {"rejectattr", F_REJECTATTR},
+    {"replace", F_REPLACE}, {"reverse", F_REVERSE},
+    {"round", F_ROUND},     {"safe", F_SAFE},
+    {"select", F_SELECT},   {"selectattr", F_SELECTATTR},
+    {"sort", F_SORT},       {"string", F_STRING},
+    {"sum", F_SUM},         {"title", F_TITLE},
+    {"tojson", F_TOJSON},   {"trim", F_TRIM},
+    {"unique", F_UNIQUE},   {"upper", F_UPPER},
 };
 /* jinja2 filters outside the subset */
 static const char *const k_filters_unsupported[] = {
-    "center",    "filesizeformat", "forceescape", "format",    "groupby",
-    "pprint",    "random",         "slice",       "striptags", "truncate",
-    "urlencode", "urlize",         "wordcount",   "wordwrap",  "xmlattr"};
+    "center",    "filesizeformat", "forceescape", "groupby", "pprint",    "random",   "slice",
+    "striptags", "truncate",       "urlencode",   "urlize",  "wordcount", "wordwrap", "xmlattr"};
 
 static const named k_tests[] = {
     {"odd", T_ODD},
@@ -265,14 +247,15 @@ static const named k_str_methods[] = {
     {"isdigit", M_ISDIGIT},
     {"isalpha", M_ISALPHA},
     {"isalnum", M_ISALNUM},
+    {"format", M_FORMAT},
 };
 
 /* Python attributes of builtin types that pllm does not implement: using one fails. */
-static const char *const k_str_other[] = {"casefold",     "center",     "encode",      "expandtabs",
-                                          "format",       "format_map", "isascii",     "isdecimal",
-                                          "isidentifier", "isnumeric",  "isprintable", "istitle",
-                                          "ljust",        "maketrans",  "partition",   "rjust",
-                                          "rpartition",   "swapcase",   "translate",   "zfill"};
+static const char *const k_str_other[] = {"casefold",   "center",      "encode",    "expandtabs",
+                                          "format_map", "isascii",     "isdecimal", "isidentifier",
+                                          "isnumeric",  "isprintable", "istitle",   "ljust",
+                                          "maketrans",  "partition",   "rjust",     "rpartition",
+                                          "swapcase",   "translate",   "zfill"};
 static const char *const k_dict_unsafe[] = {"clear", "pop", "popitem", "setdefault", "update"};
 static const char *const k_dict_other[] = {"copy", "fromkeys"};
 static const char *const k_list_unsafe[] = {"append", "clear",  "extend",  "insert",
@@ -1013,21 +996,272 @@ static pllm_status repeat(pllm_jctx *c, pllm_jv seq, int64_t times, pllm_jv *out
     return PLLM_OK;
 }
 
-/* str % args. Only a format without conversions is supported: Python then returns the string
- * when args is an empty tuple or anything it treats as a mapping (has __getitem__). */
+/* Python's printf-style `str % args` for the conversions %s %r %d %i %u and %%, with an
+ * optional %(key) mapping lookup; flags, width, precision and other conversions fail as
+ * unsupported. args: a tuple, one value, or anything with __getitem__ used as a mapping. */
+static pllm_status float_to_int(pllm_jctx *c, double f, pllm_jv *out);
+
 static pllm_status str_format(pllm_jctx *c, pllm_jv fmt, pllm_jv args, pllm_jv *out)
 {
-    if (fmt.s->markup || memchr(fmt.s->s, '%', fmt.s->len))
+    if (fmt.s->markup)
         return pllm_jerr(c, PLLM_ERR_UNSUPPORTED,
-                         "printf-style string formatting ('...' %% x) is not supported");
-    bool mapping =
-        args.t == PLLM_JV_DICT || args.t == PLLM_JV_UNDEF ||
-        (args.t == PLLM_JV_LIST && (args.l->kind == PLLM_JL_LIST || args.l->kind == PLLM_JL_RANGE));
-    bool empty_tuple = args.t == PLLM_JV_LIST && args.l->kind == PLLM_JL_TUPLE && args.l->n == 0;
-    if (!mapping && !empty_tuple)
+                         "printf-style formatting of Markup strings is not supported");
+    bool is_tuple = args.t == PLLM_JV_LIST && args.l->kind == PLLM_JL_TUPLE;
+    bool mapping = !is_tuple && (args.t == PLLM_JV_DICT || args.t == PLLM_JV_UNDEF ||
+                                 (args.t == PLLM_JV_LIST &&
+                                  (args.l->kind == PLLM_JL_LIST || args.l->kind == PLLM_JL_RANGE)));
+    int64_t arglen = is_tuple ? (int64_t)args.l->n : -1, argidx = is_tuple ? 0 : -2;
+    const char *f = fmt.s->s;
+    size_t n = fmt.s->len, i = 0;
+    pllm_jsb b = {0};
+    while (i < n) {
+        const char *pct = memchr(f + i, '%', n - i);
+        size_t end = pct ? (size_t)(pct - f) : n;
+        PLLM_TRY(pllm_jsb_append(c, &b, f + i, end - i));
+        if (!pct) break;
+        i = end + 1;
+        if (i >= n) return pllm_jerr(c, PLLM_ERR_INVALID, "ValueError: incomplete format");
+        pllm_jv v;
+        bool have = false;
+        if (f[i] == '(') {
+            size_t k = i + 1;
+            int depth = 1;
+            while (k < n && depth) {
+                if (f[k] == '(') depth++;
+                if (f[k] == ')') depth--;
+                if (depth) k++;
+            }
+            if (k >= n) return pllm_jerr(c, PLLM_ERR_INVALID, "ValueError: incomplete format key");
+            if (!mapping) return TYPE_ERROR(c, "format requires a mapping");
+            pllm_jv key;
+            PLLM_TRY(pllm_jv_str(c, f + i + 1, k - i - 1, &key));
+            if (args.t == PLLM_JV_UNDEF) return pllm_jv_undef_fail(c, args);
+            if (args.t != PLLM_JV_DICT)
+                return TYPE_ERROR(c, "%s indices must be integers or slices, not str",
+                                  pllm_jv_type_name(args));
+            if (!pllm_jdict_get(args.d, key, &v))
+                return pllm_jerr(c, PLLM_ERR_INVALID, "KeyError: '%s'", key.s->s);
+            have = true; /* CPython: args = dict[key], then consumed by this conversion */
+            arglen = -1;
+            argidx = -1;
+            i = k + 1;
+            if (i >= n) return pllm_jerr(c, PLLM_ERR_INVALID, "ValueError: incomplete format");
+        }
+        char conv = f[i];
+        size_t conv_len = pllm_jinja_utf8_seq(f + i, n - i);
+        if (!conv_len) conv_len = 1;
+        i += conv_len;
+        if (conv == '%') {
+            PLLM_TRY(pllm_jsb_append(c, &b, "%", 1));
+            continue;
+        }
+        if (conv != 's' && conv != 'r' && conv != 'd' && conv != 'i' && conv != 'u')
+            return pllm_jerr(
+                c, PLLM_ERR_UNSUPPORTED,
+                "printf-style format '%%%.*s' is not supported (only %%s %%r %%d %%i %%u %%%%)",
+                (int)conv_len, f + i - conv_len);
+        if (!have) {
+            if (arglen < 0 && argidx == -2) {
+                v = args;
+                argidx = -1;
+            } else if (argidx >= 0 && argidx < arglen) {
+                v = args.l->v[argidx++];
+            } else {
+                return TYPE_ERROR(c, "not enough arguments for format string");
+            }
+        }
+        if (conv == 's') {
+            PLLM_TRY(pllm_jv_write_str(c, &b, v));
+        } else if (conv == 'r') {
+            PLLM_TRY(pllm_jv_write_repr(c, &b, v));
+        } else {
+            int64_t iv;
+            if (is_int_like(v)) {
+                iv = as_int(v);
+            } else if (v.t == PLLM_JV_FLOAT) {
+                if (isnan(v.f))
+                    return pllm_jerr(c, PLLM_ERR_INVALID,
+                                     "ValueError: cannot convert float NaN to integer");
+                if (isinf(v.f))
+                    return pllm_jerr(c, PLLM_ERR_INVALID,
+                                     "OverflowError: cannot convert float infinity to integer");
+                pllm_jv t;
+                PLLM_TRY(float_to_int(c, v.f, &t));
+                iv = t.i;
+            } else {
+                if (v.t == PLLM_JV_UNDEF) return pllm_jv_undef_fail(c, v);
+                return TYPE_ERROR(c, "%%%c format: a real number is required, not %s", conv,
+                                  pllm_jv_type_name(v));
+            }
+            char tmp[32];
+            snprintf(tmp, sizeof tmp, "%lld", (long long)iv);
+            PLLM_TRY(pllm_jsb_appendc(c, &b, tmp));
+        }
+    }
+    if (argidx < arglen && !mapping)
         return TYPE_ERROR(c, "not all arguments converted during string formatting");
-    *out = fmt;
-    return PLLM_OK;
+    return pllm_jv_str_sb(c, &b, out);
+}
+
+/* str.format(*args, **kwargs) through jinja2's SandboxedFormatter: fields {}, {0}, {name},
+ * with .attr / [key] lookups (sandboxed getattr/getitem) and !s / !r; a format spec after ':'
+ * fails as unsupported. */
+static pllm_status str_dot_format(pllm_jctx *c, const pllm_jstr *fmt, const pllm_jargs *a,
+                                  pllm_jv *out)
+{
+    const char *f = fmt->s;
+    size_t n = fmt->len, i = 0;
+    int numbering = 0; /* 1 automatic, 2 manual */
+    size_t auto_idx = 0;
+    pllm_jsb b = {0};
+    while (i < n) {
+        char ch = f[i];
+        if (ch == '}') {
+            if (i + 1 < n && f[i + 1] == '}') {
+                PLLM_TRY(pllm_jsb_append(c, &b, "}", 1));
+                i += 2;
+                continue;
+            }
+            return pllm_jerr(c, PLLM_ERR_INVALID,
+                             "ValueError: Single '}' encountered in format string");
+        }
+        if (ch != '{') {
+            size_t j = i;
+            while (j < n && f[j] != '{' && f[j] != '}') j++;
+            PLLM_TRY(pllm_jsb_append(c, &b, f + i, j - i));
+            i = j;
+            continue;
+        }
+        if (i + 1 < n && f[i + 1] == '{') {
+            PLLM_TRY(pllm_jsb_append(c, &b, "{", 1));
+            i += 2;
+            continue;
+        }
+        /* a replacement field: name [!conv] [:spec] } */
+        size_t j = i + 1;
+        int brackets = 0;
+        while (j < n && (brackets || (f[j] != '}' && f[j] != '!' && f[j] != ':'))) {
+            if (f[j] == '[') brackets++;
+            if (f[j] == ']' && brackets) brackets--;
+            if (f[j] == '{')
+                return pllm_jerr(c, PLLM_ERR_UNSUPPORTED,
+                                 "nested fields in str.format are not supported");
+            j++;
+        }
+        if (j >= n)
+            return pllm_jerr(c, PLLM_ERR_INVALID, "ValueError: expected '}' before end of string");
+        size_t name_end = j;
+        char conv = 0;
+        if (f[j] == '!') {
+            if (j + 1 >= n)
+                return pllm_jerr(
+                    c, PLLM_ERR_INVALID,
+                    "ValueError: end of string while looking for conversion specifier");
+            conv = f[j + 1];
+            j += 2;
+            if (j >= n || (f[j] != '}' && f[j] != ':'))
+                return pllm_jerr(c, PLLM_ERR_INVALID,
+                                 "ValueError: expected ':' after conversion specifier");
+        }
+        if (f[j] == ':') {
+            size_t k = j + 1;
+            while (k < n && f[k] != '}') k++;
+            if (k >= n)
+                return pllm_jerr(c, PLLM_ERR_INVALID,
+                                 "ValueError: expected '}' before end of string");
+            if (k > j + 1)
+                return pllm_jerr(c, PLLM_ERR_UNSUPPORTED,
+                                 "format specs in str.format are not supported");
+            j = k;
+        }
+        /* the argument: up to the first '.' or '[' */
+        size_t k = i + 1;
+        while (k < name_end && f[k] != '.' && f[k] != '[') k++;
+        pllm_jv v;
+        if (k == i + 1) {
+            if (numbering == 2)
+                return pllm_jerr(c, PLLM_ERR_INVALID,
+                                 "ValueError: cannot switch from manual field specification to "
+                                 "automatic field numbering");
+            numbering = 1;
+            if (auto_idx >= a->n_pos)
+                return pllm_jerr(
+                    c, PLLM_ERR_INVALID,
+                    "IndexError: Replacement index %zu out of range for positional args tuple",
+                    auto_idx);
+            v = a->pos[auto_idx++];
+        } else {
+            bool digits = true;
+            for (size_t q = i + 1; q < k; q++) digits &= f[q] >= '0' && f[q] <= '9';
+            if (digits) {
+                if (numbering == 1)
+                    return pllm_jerr(c, PLLM_ERR_INVALID,
+                                     "ValueError: cannot switch from automatic field numbering to "
+                                     "manual field specification");
+                numbering = 2;
+                size_t idx = (size_t)strtoull(f + i + 1, NULL, 10);
+                if (k - i - 1 > 9 || idx >= a->n_pos)
+                    return pllm_jerr(
+                        c, PLLM_ERR_INVALID,
+                        "IndexError: Replacement index %zu out of range for positional args tuple",
+                        idx);
+                v = a->pos[idx];
+            } else {
+                size_t q = 0;
+                while (q < a->n_kw && (strlen(a->kw_names[q]) != k - i - 1 ||
+                                       memcmp(a->kw_names[q], f + i + 1, k - i - 1)))
+                    q++;
+                if (q == a->n_kw)
+                    return pllm_jerr(c, PLLM_ERR_INVALID, "KeyError: '%.*s'", (int)(k - i - 1),
+                                     f + i + 1);
+                v = a->kw[q];
+            }
+        }
+        /* .attr and [key] parts */
+        while (k < name_end) {
+            if (f[k] == '.') {
+                size_t e = k + 1;
+                while (e < name_end && f[e] != '.' && f[e] != '[') e++;
+                if (e == k + 1)
+                    return pllm_jerr(c, PLLM_ERR_INVALID,
+                                     "ValueError: Empty attribute in format string");
+                char *attr = pllm_jarena_strndup(c->arena, f + k + 1, e - k - 1);
+                if (!attr) return pllm_error_prefix(PLLM_ERR_NOMEM, "%s:%d: ", c->name, c->line);
+                PLLM_TRY(pllm_jinja_getattr(c, v, attr, &v));
+                k = e;
+            } else {
+                size_t e = k + 1;
+                while (e < name_end && f[e] != ']') e++;
+                if (e >= name_end)
+                    return pllm_jerr(c, PLLM_ERR_INVALID,
+                                     "ValueError: Missing ']' in format string");
+                bool digits = e > k + 1;
+                for (size_t q = k + 1; q < e; q++) digits &= f[q] >= '0' && f[q] <= '9';
+                pllm_jv key;
+                if (digits && e - k - 1 < 18)
+                    key = pllm_jv_int(strtoll(f + k + 1, NULL, 10));
+                else
+                    PLLM_TRY(pllm_jv_str(c, f + k + 1, e - k - 1, &key));
+                PLLM_TRY(pllm_jinja_getitem(c, v, key, &v));
+                k = e + 1;
+                if (k < name_end && f[k] != '.' && f[k] != '[')
+                    return pllm_jerr(
+                        c, PLLM_ERR_INVALID,
+                        "ValueError: Only '.' or '[' may follow ']' in format field specifier");
+            }
+        }
+        if (conv == 'r')
+            PLLM_TRY(pllm_jv_write_repr(c, &b, v));
+        else if (conv == 0 || conv == 's')
+            PLLM_TRY(pllm_jv_write_str(c, &b, v));
+        else if (conv == 'a')
+            return pllm_jerr(c, PLLM_ERR_UNSUPPORTED, "the !a conversion is not supported");
+        else
+            return pllm_jerr(c, PLLM_ERR_INVALID, "ValueError: Unknown conversion specifier %c",
+                             conv);
+        i = j + 1;
+    }
+    return pllm_jv_str_sb(c, &b, out);
 }
 
 pllm_status pllm_jinja_binop(pllm_jctx *c, int op, pllm_jv a, pllm_jv b, pllm_jv *out)
@@ -2554,6 +2788,26 @@ pllm_status pllm_jinja_call_filter(pllm_jctx *c, int id, pllm_jv in, const pllm_
     }
     case F_FLOAT:
         return filter_float(c, in, a, out);
+    case F_FORMAT: {
+        /* soft_str(value) % (kwargs or args) */
+        if (a->n_pos && a->n_kw)
+            return pllm_jerr(c, PLLM_ERR_INVALID,
+                             "FilterArgumentError: can't handle positional and keyword arguments "
+                             "at the same time");
+        pllm_jv fmt, args;
+        PLLM_TRY(soft_str(c, in, &fmt));
+        if (a->n_kw) {
+            PLLM_TRY(pllm_jv_dict(c, &args));
+            for (size_t k = 0; k < a->n_kw; k++) {
+                pllm_jv key;
+                PLLM_TRY(pllm_jv_strc(c, a->kw_names[k], &key));
+                PLLM_TRY(pllm_jdict_set(c, args.d, key, a->kw[k]));
+            }
+        } else {
+            PLLM_TRY(make_list(c, (pllm_jv *)a->pos, a->n_pos, PLLM_JL_TUPLE, &args));
+        }
+        return str_format(c, fmt, args, out);
+    }
     case F_INDENT:
         return filter_indent(c, in, a, out);
     case F_INT:
@@ -3054,6 +3308,8 @@ static pllm_status str_method(pllm_jctx *c, int id, pllm_jv self, const pllm_jar
         *out = pllm_jv_bool(r);
         return PLLM_OK;
     }
+    case M_FORMAT:
+        return str_dot_format(c, s, a, out);
     default:
         return pllm_jerr(c, PLLM_ERR_INTERNAL, "unknown str method %d", id);
     }
@@ -3176,7 +3432,7 @@ pllm_status pllm_jinja_call_func(pllm_jctx *c, const pllm_jfunc *fn, const pllm_
         return PLLM_OK;
     }
     default:
-        if (fn->id >= M_STRIP && fn->id <= M_ISALNUM) return str_method(c, fn->id, self, a, out);
+        if (fn->id >= M_STRIP && fn->id <= M_FORMAT) return str_method(c, fn->id, self, a, out);
         return pllm_jerr(c, PLLM_ERR_INTERNAL, "unknown function id %d", fn->id);
     }
 }

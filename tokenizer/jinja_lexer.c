@@ -575,6 +575,11 @@ pllm_status pllm_jinja_lex(pllm_jarena *a, const char *name, const char *src, si
         }
         PLLM_TRY(emit_text(&lx, lx.pos, p, sign, kind != TAG_VAR));
         lx.line_starting = false;
+        if ((kind == TAG_COMMENT || kind == TAG_RAW) && end >= len) {
+            /* jinja2's lexer stops quietly when a comment or raw block opens at the very end
+             * (its "missing end" rule needs one more character to match) */
+            break;
+        }
         if (kind == TAG_COMMENT) {
             /* (.*?)((?:\+#}|\-#}\s*|#}\n?)) */
             size_t q = end;
