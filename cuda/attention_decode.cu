@@ -14,7 +14,7 @@ namespace
 constexpr int kThreads = 128; /* 4 warps */
 constexpr int kHeads = 8;     /* query heads of one kv head handled by one block */
 constexpr int kTile = 64;     /* positions per tile */
-constexpr int kSlots = PLLM_CUDA_ATTN_MAX_HEAD_DIM / kThreads; /* output dims per thread */
+constexpr int kSlots = 2; /* output dims per thread: 2 tid, 2 tid + 1 (head_dim <= 256) */
 
 /* Dynamic shared memory of a decode block, in floats (plus the tile's row offsets). */
 __host__ __device__ inline size_t decode_smem_floats(int hd)
@@ -45,15 +45,19 @@ template <typename KV> struct kv_ptrs {
  * Launch: grid (n_items, n_head_kv * ceil(G / 8), n_splits), G = n_head / n_head_kv; 128
  *   threads. A block handles up to 8 query heads of one kv head (GQA: they share every K and V
  *   load) over positions [z * split_len, min(n_ctx, (z + 1) * split_len)), 64 at a time:
- *     1. the tile's keys are copied to shared memory (coalesced: a block's slab of one head is
- *        contiguous), with each position's row offset;
+ *     1. the tile's keys are copied to shared memory two elements per load (coalesced: a
+ *        block's slab of one head is contiguous), with each position's row offset;
  *     2. scores: thread i takes key i % 64 and heads i / 64, i / 64 + 2, ... (q from shared
  *        memory, broadcast; K rows padded to head_dim + 1 floats, so conflict-free);
  *     3. softmax: warp w takes heads w, w + 4: tile max, rescale of the running sum (online
  *        softmax), probabilities back into shared memory;
- *     4. V: thread i owns output dims i, i + 128 for all the block's heads, in registers, and
- *        reads V rows straight from global memory (coalesced across the warp).
+ *     4. V: thread i owns output dims 2i, 2i + 1 for all the block's heads, in registers, and
+ *        reads them from each V row straight from global memory in one load (a warp reads
+ *        128 contiguous bytes of an F16 row).
  *   Four barriers per tile.
+ * Preconditions: head_dim even and <= 256; n_head a multiple of n_head_kv; split_len a multiple
+ *   of 64 with n_splits * split_len >= every n_ctx; the block table covers [0, n_ctx); part
+ *   holds pllm_cuda_attn_decode_workspace(n_items, n_head, head_dim, n_splits) bytes.
  * Shared memory: 4 (8 hd + 64 (hd + 1) + 8 * 64 + 24) bytes dynamic (39 KiB at hd = 128,
  *   76 KiB at hd = 256: opt-in) + 512 bytes static (row offsets).
  * Per (query, kv head): reads 2 n_ctx hd sizeof(KV) bytes of cache once for all G heads, plus
@@ -104,9 +108,10 @@ __global__ void __launch_bounds__(kThreads, 4) /* ptxas' own choice on sm_90a (4
             row_s[tid] = (((int64_t)bt[p / bs] * a.n_head_kv + kvh) * bs + p % bs) * hd;
         }
         __syncthreads();
-        for (int e = tid; e < n * hd; e += kThreads) {
-            const int j = e / hd, d = e % hd;
-            k_s[j * (hd + 1) + d] = pllm_cuda::to_float(kv.k[row_s[j] + d]);
+        for (int e = tid; e < n * hd / 2; e += kThreads) { /* pairs: one 4/8-byte load each */
+            const int j = 2 * e / hd, d = 2 * e % hd;
+            const float2 k2 = pllm_cuda::load2(kv.k + row_s[j] + d);
+            k_s[j * (hd + 1) + d] = k2.x, k_s[j * (hd + 1) + d + 1] = k2.y;
         }
         __syncthreads();
         {
@@ -140,18 +145,18 @@ __global__ void __launch_bounds__(kThreads, 4) /* ptxas' own choice on sm_90a (4
             if (lane == 0) l_s[g] = l_s[g] * corr + sum, m_s[g] = m_new, c_s[g] = corr;
         }
         __syncthreads();
-#pragma unroll
-        for (int s = 0; s < kSlots; s++) {
-            const int d = tid + s * kThreads;
-            if (d >= hd) continue;
+        if (2 * tid < hd) { /* this thread's dims 2 tid, 2 tid + 1: one load per V row */
 #pragma unroll
             for (int g = 0; g < kHeads; g++)
-                if (g < gc) acc[s][g] *= c_s[g];
+                if (g < gc) acc[0][g] *= c_s[g], acc[1][g] *= c_s[g];
             for (int j = 0; j < n; j++) {
-                const float v = pllm_cuda::to_float(kv.v[row_s[j] + d]);
+                const float2 v = pllm_cuda::load2(kv.v + row_s[j] + 2 * tid);
 #pragma unroll
                 for (int g = 0; g < kHeads; g++)
-                    if (g < gc) acc[s][g] += s_s[g * kTile + j] * v;
+                    if (g < gc) {
+                        const float p = s_s[g * kTile + j];
+                        acc[0][g] += p * v.x, acc[1][g] += p * v.y;
+                    }
             }
         }
     }
@@ -161,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 4) /* ptxas' own choice on sm_90a (4
         OutT *o = static_cast<OutT *>(a.out) + (int64_t)it.tok * a.n_head * hd + (int64_t)h0 * hd;
 #pragma unroll
         for (int s = 0; s < kSlots; s++) {
-            const int d = tid + s * kThreads;
+            const int d = 2 * tid + s;
             if (d >= hd) continue;
 #pragma unroll
             for (int g = 0; g < kHeads; g++)
@@ -181,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 4) /* ptxas' own choice on sm_90a (4
     }
 #pragma unroll
     for (int s = 0; s < kSlots; s++) {
-        const int d = tid + s * kThreads;
+        const int d = 2 * tid + s;
         if (d >= hd) continue;
 #pragma unroll
         for (int g = 0; g < kHeads; g++)

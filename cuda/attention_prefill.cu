@@ -46,13 +46,17 @@ template <typename KV> struct kv_ptrs {
  *   rows are (token i, head g) = (r / HC, r % HC); warp w owns rows 4w .. 4w + 3 and keeps
  *   their running max, sum and output (lane l: dims l, l + 32, ...) in registers. Keys are
  *   visited 32 at a time from position 0 to the tile's last query position:
- *     1. K and V of the 32 positions are copied to shared memory (all warps share them: every
- *        query row of the tile, so all G heads and QT tokens, reuses one load);
+ *     1. K and V of the 32 positions are copied to shared memory, two elements per load (all
+ *        warps share them: every query row of the tile, so all G heads and QT tokens, reuses
+ *        one load);
  *     2. lane j scores key j against the warp's 4 rows (causal mask: key position <= the
  *        row's query position);
  *     3. per row: warp max, online-softmax rescale, probabilities to shared memory;
  *     4. per row and lane-owned dim: acc += sum_j p_j V[j][d].
  *   Two barriers per key tile (load, then reuse).
+ * Preconditions: head_dim even and <= 256; n_head a multiple of n_head_kv; n_q <= the tile size
+ *   of pllm_cuda_attn_prefill_tile_tokens; the block table covers [0, pos0 + n_q); the keys of
+ *   the tile's own tokens are already stored (qkv_rope runs first).
  * Shared memory (dynamic): 4 (16 hd + 32 (hd + 1) + 32 hd + 512) bytes: 26 KiB at hd = 128,
  *   51 KiB at hd = 256 (opt-in).
  * Per tile of QT tokens x HC heads over n keys: reads 2 n hd sizeof(KV) bytes of cache (shared
@@ -106,11 +110,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int k0 = 0; k0 < n_keys; k0 += kKeys) {
         const int n = min(kKeys, n_keys - k0);
         __syncthreads(); /* the previous tile is consumed (and q_s is written) */
-        for (int e = tid; e < n * hd; e += kThreads) {
-            const int j = e / hd, d = e % hd, p = k0 + j;
+        for (int e = tid; e < n * hd / 2; e += kThreads) { /* pairs: one 4/8-byte load each */
+            const int j = 2 * e / hd, d = 2 * e % hd, p = k0 + j;
             const int64_t off = (((int64_t)bt[p / bs] * a.n_head_kv + kvh) * bs + p % bs) * hd + d;
-            k_s[j * (hd + 1) + d] = pllm_cuda::to_float(kv.k[off]);
-            v_s[j * hd + d] = pllm_cuda::to_float(kv.v[off]);
+            const float2 k2 = pllm_cuda::load2(kv.k + off), v2 = pllm_cuda::load2(kv.v + off);
+            k_s[j * (hd + 1) + d] = k2.x, k_s[j * (hd + 1) + d + 1] = k2.y;
+            v_s[j * hd + d] = v2.x, v_s[j * hd + d + 1] = v2.y;
         }
         __syncthreads();
 

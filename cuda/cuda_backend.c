@@ -417,17 +417,27 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
         for (int32_t i = 0; i < c->n_graphs && !g; i++)
             if (c->graphs[i].batch == B && c->graphs[i].n_splits == n_splits && c->graphs[i].split_len == split_len)
                 g = &c->graphs[i];
-        if (!g && c->n_graphs < CUDA_MAX_GRAPHS) {
-            PLLM_TRY(pllm_cuda_graph_begin(c->dev));
-            pllm_status st = enqueue_forward(c, &d);
-            pllm_cuda_graph *made = NULL;
-            pllm_status st2 = pllm_cuda_graph_end(c->dev, &made);
-            if (st != PLLM_OK || st2 != PLLM_OK) {
-                pllm_cuda_graph_free(made);
-                return st != PLLM_OK ? pllm_error_prefix(st, "cuda backend: capturing the decode graph of batch %d: ", B) : st2;
+        if (!g && c->n_graphs < CUDA_MAX_GRAPHS && !c->graphs_failed) {
+            pllm_status st = pllm_cuda_graph_begin(c->dev);
+            if (st == PLLM_OK) {
+                st = enqueue_forward(c, &d);
+                pllm_cuda_graph *made = NULL;
+                pllm_status st2 = pllm_cuda_graph_end(c->dev, &made);
+                if (st == PLLM_OK) st = st2;
+                if (st == PLLM_OK) {
+                    g = &c->graphs[c->n_graphs++];
+                    *g = (cuda_graph){.batch = B, .n_splits = n_splits, .split_len = split_len, .g = made};
+                } else {
+                    pllm_cuda_graph_free(made);
+                }
             }
-            g = &c->graphs[c->n_graphs++];
-            *g = (cuda_graph){.batch = B, .n_splits = n_splits, .split_len = split_len, .g = made};
+            if (st != PLLM_OK) {
+                /* a capture the driver refuses leaves nothing queued: run eagerly from now on,
+                 * and keep the reason for pllm_cuda_backend_get_info */
+                snprintf(c->graph_error, sizeof c->graph_error, "%s", pllm_errmsg());
+                c->graphs_failed = true;
+                pllm_error_clear();
+            }
         }
         if (g) {
             PLLM_TRY(pllm_cuda_graph_launch(c->dev, g->g));
@@ -762,6 +772,7 @@ void pllm_cuda_backend_get_info(const pllm_backend *b, pllm_cuda_backend_info *o
     out->steps = c->steps;
     out->graph_steps = c->graph_steps;
     out->split_steps = c->split_steps;
+    snprintf(out->graph_error, sizeof out->graph_error, "%s", c->graph_error);
     out->graphs = c->n_graphs;
 }
 

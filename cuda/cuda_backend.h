@@ -101,6 +101,8 @@ typedef struct pllm_cuda_backend_info {
     int64_t steps, graph_steps;    /* steps run, and those run as a CUDA graph */
     int64_t split_steps;           /* steps whose decode attention was split over the context */
     int32_t graphs;                /* graphs captured */
+    char graph_error[256];         /* why graph capture was given up ("" when it was not): a
+                                      capture the driver refuses makes decode steps run eagerly */
 } pllm_cuda_backend_info;
 
 /* Describe a backend made by pllm_cuda_backend_create. */

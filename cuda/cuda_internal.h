@@ -109,6 +109,8 @@ typedef struct cuda_ctx {
     /* graphs */
     cuda_graph graphs[CUDA_MAX_GRAPHS];
     int32_t n_graphs;
+    bool graphs_failed;       /* a capture failed: decode steps run eagerly */
+    char graph_error[256];    /* why */
     int64_t steps, graph_steps, split_steps;
 } cuda_ctx;
 

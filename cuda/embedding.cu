@@ -16,6 +16,7 @@ namespace
  * Launch: one block per token (grid.x = n_tokens), 256 threads striding over the row; each warp
  *   reads 32 consecutive elements (coalesced).
  * Shared memory: none.
+ * Preconditions: dim >= 1; every id in [0, n_vocab) (the kernel traps otherwise).
  * Per token: reads sizeof(T)*dim bytes + 4 (the id), writes 4*dim bytes; no FLOPs beyond the
  *   conversion. Bandwidth bound.
  */

@@ -41,6 +41,18 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
     return __float2bfloat16_rn(v);
 }
 
+/* Two consecutive elements p[0], p[1] as floats, in one load (p must be aligned to 2
+ * elements: an even element index in a cudaMalloc buffer). */
+__device__ __forceinline__ float2 load2(const float *p)
+{
+    return *reinterpret_cast<const float2 *>(p);
+}
+__device__ __forceinline__ float2 load2(const __half *p)
+{
+    const __half2 h = *reinterpret_cast<const __half2 *>(p);
+    return make_float2(__low2float(h), __high2float(h));
+}
+
 /* Sum over the 32 lanes of a full warp; every lane gets the same value (the butterfly adds the
  * same pairs in every lane). */
 __device__ __forceinline__ float warp_sum(float v)

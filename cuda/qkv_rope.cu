@@ -24,6 +24,8 @@ constexpr int kThreads = 128;
  *   take consecutive pairs of one head, so q/k reads and writes and the cache stores are
  *   coalesced (a head's slot in the cache is head_dim contiguous elements).
  * Shared memory: none.
+ * Preconditions: head_dim even; rope_dim even and <= head_dim; ld >= QD + 2 KVD; slots of one
+ *   launch distinct (or < 0); a slot's block inside the caches.
  * Per token: reads 4 (QD + 2 KVD) bytes (+ the bias, L2-resident), writes 4 (QD + KVD) back and
  *   2 KVD sizeof(KV) bytes to the caches; per rotated pair one double sincos and 6 FLOPs.
  *   Bandwidth bound: for Llama-3-8B (QD 4096, KVD 1024) 24 KiB read and 24 KiB written per

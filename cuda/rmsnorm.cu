@@ -21,6 +21,7 @@ namespace
  *   32); thread t handles columns t, t + blockDim.x, ... in both passes, so the second pass reads
  *   only values the same thread wrote in the first (no barrier needed between them).
  * Shared memory: 128 bytes (block_sum's 32 warp partials), static.
+ * Preconditions: dim >= 1; eps >= 0; out does not alias residual or x; rows[] inside residual.
  * Per row: reads 4*dim (residual) + 4*dim (x) + 4*dim (w, L2-resident across rows) bytes,
  *   writes 4*dim (residual) + sizeof(OutT)*dim bytes; ~5*dim FLOPs (add, square-accumulate,
  *   two multiplies). Memory bound: at d=4096, F16 out, 14 bytes/element moved from DRAM for

@@ -274,7 +274,9 @@ __device__ int sample_random(const float *lg, int V, const pllm_cuda_sample_para
  * Launch: one block of 512 threads per sample (grid.x = n_samples); every pass strides the
  *   vocabulary (thread t: ids t, t + 512, ...), except the draw, where thread t owns the
  *   contiguous ids [t c, (t + 1) c), c = ceil(V / 512).
- * Shared memory: ~2.4 KiB static (reduction scratch, one 256-bin double histogram).
+ * Shared memory: 2.8 KiB static (reduction scratch, one 256-bin double histogram).
+ * Preconditions: params validated (pllm_sampling_validate) and packed by pllm_cuda_sample_fill;
+ *   ids in [0, V) (the kernel skips others); counts all zero; top non-NULL when some n_top > 0.
  * Per sample: greedy reads the row 3 times (sanitise + max, lse, arg-max) and writes it once:
  *   16 V bytes (2 MiB at V = 128k); each top logprob adds a 4 V-byte pass; random sampling adds
  *   ~8 passes (up to 12 with top-k and top-p) with a double exp per element and pass. Latency

@@ -23,6 +23,7 @@ constexpr unsigned kMaxBlocks = 8192;
  *   blocks of 256 threads; consecutive threads take consecutive columns, so the gate, up and
  *   output accesses are all coalesced.
  * Shared memory: none.
+ * Preconditions: out does not alias gu.
  * Per token: reads 2 n_ff sizeof(T), writes n_ff sizeof(T) bytes; ~6 n_ff FLOPs and n_ff expf.
  *   Bandwidth bound: Llama-3-8B (n_ff 14336, F16) moves 84 KiB per token.
  * Numerics: silu(g) * u computed as the CPU backend does, g / (1 + expf(-g)) * u in F32.
