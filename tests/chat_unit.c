@@ -205,6 +205,28 @@ static void test_limits(void)
                  "{% endfor %}",
                  &p, PLLM_ERR_NOMEM, "memory budget", NULL);
     EXPECT_ERROR("{{ range(1000000)|list }}", &p, PLLM_ERR_INVALID, "MAX_RANGE", NULL);
+    /* values nested by a loop: repr, ==, hashing and generator chains stop at a depth limit */
+    p.max_steps = 0;
+    EXPECT_ERROR("{% set ns = namespace(l=[]) %}{% for i in range(5000) %}{% set ns.l = [ns.l] "
+                 "%}{% endfor %}"
+                 "{{ ns.l }}",
+                 &p, PLLM_ERR_RANGE, "nested deeper", NULL);
+    EXPECT_ERROR("{% set ns = namespace(l=[]) %}{% for i in range(5000) %}{% set ns.l = [ns.l] "
+                 "%}{% endfor %}"
+                 "{{ ns.l == ns.l }}",
+                 &p, PLLM_ERR_RANGE, "nested deeper", NULL);
+    EXPECT_ERROR("{% set ns = namespace(t=()) %}{% for i in range(5000) %}{% set ns.t = (ns.t,) "
+                 "%}{% endfor %}"
+                 "{{ {ns.t: 1} }}",
+                 &p, PLLM_ERR_RANGE, "nested deeper", NULL);
+    EXPECT_ERROR(
+        "{% set ns = namespace(g=[1, 2]) %}{% for i in range(5000) %}{% set ns.g = ns.g|select %}"
+        "{% endfor %}{{ ns.g|list }}",
+        &p, PLLM_ERR_RANGE, "nested deeper", NULL);
+    /* quadratic work is charged to the same budget as loop iterations */
+    p.max_steps = 1000000;
+    EXPECT_ERROR("{{ (range(100000)|list * 10)|unique|list|length }}", &p, PLLM_ERR_RANGE,
+                 "work steps", NULL);
     /* nesting deeper than the parser allows fails instead of exhausting the stack */
     size_t depth = 5000;
     char *deep = malloc(depth * 2 + 16);

@@ -310,7 +310,19 @@ typedef struct pllm_jctx {
     int loop_depth;
     bool const_mode;       /* folding constants at parse time (jinja2's as_const rules) */
     int const_slice_undef; /* slices that as_const turned into undefined */
+    int nest;              /* recursion through nested values (repr, ==, generators) */
 } pllm_jctx;
+
+/* Charge work units against the budget (loop iterations, macro calls, element visits,
+ * comparisons): what keeps a hostile template from running for hours. */
+pllm_status pllm_jinja_charge(pllm_jctx *c, uint64_t units);
+/* Enter / leave a recursion through nested values; fails beyond PLLM_JINJA_MAX_NEST. */
+#define PLLM_JINJA_MAX_NEST 400
+pllm_status pllm_jinja_nest_enter(pllm_jctx *c);
+static inline void pllm_jinja_nest_leave(pllm_jctx *c)
+{
+    c->nest--;
+}
 
 /* Record "name:line: message" for the current node and return st. */
 pllm_status pllm_jerr(pllm_jctx *c, pllm_status st, const char *fmt, ...)

@@ -1039,6 +1039,7 @@ static pllm_status str_format(pllm_jctx *c, pllm_jv fmt, pllm_jv args, pllm_jv *
             if (args.t != PLLM_JV_DICT)
                 return TYPE_ERROR(c, "%s indices must be integers or slices, not str",
                                   pllm_jv_type_name(args));
+            PLLM_TRY(pllm_jinja_charge(c, args.d->n / 8 + 1));
             if (!pllm_jdict_get(args.d, key, &v))
                 return pllm_jerr(c, PLLM_ERR_INVALID, "KeyError: '%s'", key.s->s);
             have = true; /* CPython: args = dict[key], then consumed by this conversion */
@@ -1520,6 +1521,7 @@ static pllm_status py_getattr(pllm_jctx *c, pllm_jv obj, const char *name, bool 
     case PLLM_JV_NS: {
         pllm_jv key;
         PLLM_TRY(pllm_jv_strc(c, name, &key));
+        PLLM_TRY(pllm_jinja_charge(c, obj.ns->attrs.n / 8 + 1));
         *found = pllm_jdict_get(&obj.ns->attrs, key, out);
         return PLLM_OK;
     }
@@ -1549,6 +1551,7 @@ static pllm_status py_getitem(pllm_jctx *c, pllm_jv obj, pllm_jv key, bool *foun
             pllm_error_clear();
             return PLLM_OK; /* TypeError: falls back like a missing key */
         }
+        PLLM_TRY(pllm_jinja_charge(c, obj.d->n / 8 + 1));
         *found = pllm_jdict_get(obj.d, key, out);
         return PLLM_OK;
     }
@@ -1955,7 +1958,17 @@ static pllm_status batch_next(pllm_jctx *c, pllm_jgen *g, pllm_jv *out, bool *do
     return make_list(c, tmp, n, PLLM_JL_LIST, out);
 }
 
+static pllm_status gen_next(pllm_jctx *c, pllm_jgen *g, pllm_jv *out, bool *done);
+
 pllm_status pllm_jinja_gen_next(pllm_jctx *c, pllm_jgen *g, pllm_jv *out, bool *done)
+{
+    PLLM_TRY(pllm_jinja_nest_enter(c));
+    pllm_status st = gen_next(c, g, out, done);
+    pllm_jinja_nest_leave(c);
+    return st;
+}
+
+static pllm_status gen_next(pllm_jctx *c, pllm_jgen *g, pllm_jv *out, bool *done)
 {
     *done = false;
     if (!g->started) {
@@ -2012,6 +2025,7 @@ pllm_status pllm_jinja_gen_next(pllm_jctx *c, pllm_jgen *g, pllm_jv *out, bool *
             pllm_jv key;
             PLLM_TRY(attr_get(c, item, g->attr, NULL, !g->case_sensitive, &key));
             PLLM_TRY(pllm_jv_check_hashable(c, key));
+            PLLM_TRY(pllm_jinja_charge(c, g->n_seen));
             bool seen = false;
             for (size_t k = 0; k < g->n_seen && !seen; k++)
                 PLLM_TRY(pllm_jv_eq(c, g->seen[k], key, &seen));
@@ -2051,6 +2065,7 @@ static pllm_status merge_sort(pllm_jctx *c, sort_item *v, sort_item *tmp, size_t
     PLLM_TRY(merge_sort(c, v, tmp, mid, reverse));
     PLLM_TRY(merge_sort(c, v + mid, tmp, n - mid, reverse));
     size_t i = 0, j = mid, k = 0;
+    PLLM_TRY(pllm_jinja_charge(c, n));
     while (i < mid && j < n) {
         bool take_right;
         /* right goes first only when strictly before left */
@@ -3378,6 +3393,7 @@ pllm_status pllm_jinja_call_func(pllm_jctx *c, const pllm_jfunc *fn, const pllm_
     case M_DICT_GET:
         PLLM_TRY(pos_only(c, "get()", a, 1, 2));
         PLLM_TRY(pllm_jv_check_hashable(c, a->pos[0]));
+        PLLM_TRY(pllm_jinja_charge(c, self.d->n / 8 + 1));
         if (pllm_jdict_get(self.d, a->pos[0], out)) return PLLM_OK;
         *out = a->n_pos == 2 ? a->pos[1] : pllm_jv_none();
         return PLLM_OK;

@@ -54,11 +54,7 @@ static pllm_status check_builtin(pllm_jctx *c, const pllm_jnode *n)
 
 static pllm_status step(pllm_jctx *c)
 {
-    if (++c->steps > c->max_steps)
-        return pllm_jerr(c, PLLM_ERR_RANGE,
-                         "template exceeded its budget of %llu loop iterations and calls",
-                         (unsigned long long)c->max_steps);
-    return PLLM_OK;
+    return pllm_jinja_charge(c, 1);
 }
 
 /* Render a body into a fresh string (set blocks, filter blocks, macros). */

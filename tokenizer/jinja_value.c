@@ -92,6 +92,26 @@ pllm_status pllm_jerr(pllm_jctx *c, pllm_status st, const char *fmt, ...)
     return pllm_errorf(st, "%s:%d: %s", c->name, c->line, msg);
 }
 
+pllm_status pllm_jinja_charge(pllm_jctx *c, uint64_t units)
+{
+    c->steps += units;
+    if (c->steps > c->max_steps)
+        return pllm_jerr(c, PLLM_ERR_RANGE,
+                         "template exceeded its budget of %llu work steps (loop iterations, calls, "
+                         "element visits)",
+                         (unsigned long long)c->max_steps);
+    return PLLM_OK;
+}
+
+pllm_status pllm_jinja_nest_enter(pllm_jctx *c)
+{
+    if (c->nest >= PLLM_JINJA_MAX_NEST)
+        return pllm_jerr(c, PLLM_ERR_RANGE, "values nested deeper than %d levels",
+                         PLLM_JINJA_MAX_NEST);
+    c->nest++;
+    return PLLM_OK;
+}
+
 static void *jalloc(pllm_jctx *c, size_t n)
 {
     void *p = pllm_jarena_alloc(c->arena, n);
@@ -208,7 +228,7 @@ pllm_status pllm_jv_dict(pllm_jctx *c, pllm_jv *out)
     return PLLM_OK;
 }
 
-pllm_status pllm_jv_check_hashable(pllm_jctx *c, pllm_jv key)
+static pllm_status check_hashable(pllm_jctx *c, pllm_jv key)
 {
     switch (key.t) {
     case PLLM_JV_NONE:
@@ -221,6 +241,7 @@ pllm_status pllm_jv_check_hashable(pllm_jctx *c, pllm_jv key)
     case PLLM_JV_LIST:
         if (key.l->kind == PLLM_JL_RANGE) return PLLM_OK;
         if (key.l->kind == PLLM_JL_TUPLE) {
+            PLLM_TRY(pllm_jinja_charge(c, key.l->n));
             for (size_t i = 0; i < key.l->n; i++) PLLM_TRY(pllm_jv_check_hashable(c, key.l->v[i]));
             return PLLM_OK;
         }
@@ -234,6 +255,14 @@ pllm_status pllm_jv_check_hashable(pllm_jctx *c, pllm_jv key)
                          pllm_jv_type_name(key));
     return pllm_jerr(c, PLLM_ERR_INVALID, "TypeError: unhashable type: '%s'",
                      pllm_jv_type_name(key));
+}
+
+pllm_status pllm_jv_check_hashable(pllm_jctx *c, pllm_jv key)
+{
+    PLLM_TRY(pllm_jinja_nest_enter(c));
+    pllm_status st = check_hashable(c, key);
+    pllm_jinja_nest_leave(c);
+    return st;
 }
 
 /* Equality of hashable keys (no errors possible). */
@@ -329,6 +358,7 @@ static bool dict_find(const pllm_jdict *d, pllm_jv key, size_t *idx)
 pllm_status pllm_jdict_set(pllm_jctx *c, pllm_jdict *d, pllm_jv key, pllm_jv val)
 {
     PLLM_TRY(pllm_jv_check_hashable(c, key));
+    PLLM_TRY(pllm_jinja_charge(c, d->n / 8 + 1));
     size_t idx;
     if (dict_find(d, key, &idx)) {
         d->vals[idx] = val;
@@ -696,7 +726,7 @@ static pllm_status write_dict_repr(pllm_jctx *c, pllm_jsb *b, const pllm_jdict *
     return pllm_jsb_append(c, b, "}", 1);
 }
 
-pllm_status pllm_jv_write_repr(pllm_jctx *c, pllm_jsb *b, pllm_jv v)
+static pllm_status write_repr(pllm_jctx *c, pllm_jsb *b, pllm_jv v)
 {
     char tmp[64];
     switch (v.t) {
@@ -751,6 +781,14 @@ pllm_status pllm_jv_write_repr(pllm_jctx *c, pllm_jsb *b, pllm_jv v)
     return pllm_jerr(c, PLLM_ERR_UNSUPPORTED,
                      "converting a %s to a string is not supported (Python shows its address)",
                      pllm_jv_type_name(v));
+}
+
+pllm_status pllm_jv_write_repr(pllm_jctx *c, pllm_jsb *b, pllm_jv v)
+{
+    PLLM_TRY(pllm_jinja_nest_enter(c));
+    pllm_status st = write_repr(c, b, v);
+    pllm_jinja_nest_leave(c);
+    return st;
 }
 
 pllm_status pllm_jv_write_str(pllm_jctx *c, pllm_jsb *b, pllm_jv v)
@@ -960,7 +998,7 @@ static bool plain_seq(pllm_jv v)
            (v.l->kind == PLLM_JL_LIST || v.l->kind == PLLM_JL_TUPLE || v.l->kind == PLLM_JL_RANGE);
 }
 
-pllm_status pllm_jv_eq(pllm_jctx *c, pllm_jv a, pllm_jv b, bool *eq)
+static pllm_status jv_eq(pllm_jctx *c, pllm_jv a, pllm_jv b, bool *eq)
 {
     if (is_num(a) && is_num(b)) {
         *eq = num_cmp(a, b) == 0;
@@ -985,6 +1023,7 @@ pllm_status pllm_jv_eq(pllm_jctx *c, pllm_jv a, pllm_jv b, bool *eq)
             *eq = false;
             return PLLM_OK;
         }
+        PLLM_TRY(pllm_jinja_charge(c, a.l->n));
         for (size_t i = 0; i < a.l->n; i++) {
             PLLM_TRY(pllm_jv_eq(c, a.l->v[i], b.l->v[i], eq));
             if (!*eq) return PLLM_OK;
@@ -996,6 +1035,7 @@ pllm_status pllm_jv_eq(pllm_jctx *c, pllm_jv a, pllm_jv b, bool *eq)
             *eq = false;
             return PLLM_OK;
         }
+        PLLM_TRY(pllm_jinja_charge(c, (uint64_t)a.d->n * (a.d->n / 8 + 1)));
         for (size_t i = 0; i < a.d->n; i++) {
             pllm_jv bv;
             if (!pllm_jdict_get(b.d, a.d->keys[i], &bv)) {
@@ -1027,8 +1067,26 @@ pllm_status pllm_jv_eq(pllm_jctx *c, pllm_jv a, pllm_jv b, bool *eq)
     }
 }
 
+pllm_status pllm_jv_eq(pllm_jctx *c, pllm_jv a, pllm_jv b, bool *eq)
+{
+    PLLM_TRY(pllm_jinja_nest_enter(c));
+    pllm_status st = jv_eq(c, a, b, eq);
+    pllm_jinja_nest_leave(c);
+    return st;
+}
+
 /* Python's rich comparison for op in LT, LE, GT, GE. */
+static pllm_status cmp_op_inner(pllm_jctx *c, int op, pllm_jv a, pllm_jv b, bool *res);
+
 static pllm_status cmp_op(pllm_jctx *c, int op, pllm_jv a, pllm_jv b, bool *res)
+{
+    PLLM_TRY(pllm_jinja_nest_enter(c));
+    pllm_status st = cmp_op_inner(c, op, a, b, res);
+    pllm_jinja_nest_leave(c);
+    return st;
+}
+
+static pllm_status cmp_op_inner(pllm_jctx *c, int op, pllm_jv a, pllm_jv b, bool *res)
 {
     if (a.t == PLLM_JV_UNDEF) return pllm_jv_undef_fail(c, a);
     if (b.t == PLLM_JV_UNDEF) return pllm_jv_undef_fail(c, b);
@@ -1046,6 +1104,7 @@ static pllm_status cmp_op(pllm_jctx *c, int op, pllm_jv a, pllm_jv b, bool *res)
     } else if (a.t == PLLM_JV_LIST && b.t == PLLM_JV_LIST && a.l->kind == b.l->kind &&
                (a.l->kind == PLLM_JL_LIST || a.l->kind == PLLM_JL_TUPLE)) {
         size_t n = PLLM_MIN(a.l->n, b.l->n);
+        PLLM_TRY(pllm_jinja_charge(c, n));
         for (size_t i = 0; i < n; i++) {
             bool eq;
             PLLM_TRY(pllm_jv_eq(c, a.l->v[i], b.l->v[i], &eq));
@@ -1121,6 +1180,7 @@ pllm_status pllm_jv_contains(pllm_jctx *c, pllm_jv container, pllm_jv item, bool
         return PLLM_OK;
     case PLLM_JV_DICT: {
         PLLM_TRY(pllm_jv_check_hashable(c, item));
+        PLLM_TRY(pllm_jinja_charge(c, container.d->n / 8 + 1));
         pllm_jv v;
         *in = pllm_jdict_get(container.d, item, &v);
         return PLLM_OK;
@@ -1167,6 +1227,7 @@ pllm_status pllm_jiter_init(pllm_jctx *c, pllm_jv v, pllm_jiter *it)
 pllm_status pllm_jiter_next(pllm_jctx *c, pllm_jiter *it, pllm_jv *out, bool *done)
 {
     *done = false;
+    PLLM_TRY(pllm_jinja_charge(c, 1));
     switch (it->v.t) {
     case PLLM_JV_STR: {
         const pllm_jstr *s = it->v.s;
