@@ -200,7 +200,7 @@ def main() -> int:
         phi3 = os.path.join(tokdir, "phi-3-mini", "tokenizer.json")
         phi3_cfg = os.path.join(tokdir, "phi-3-mini", "tokenizer_config.json")
         suites.append(run_suite("phi-3-mini tokenizer.json", tool, ["--hf", phi3, phi3_cfg], hf_tok.from_hf_file(phi3),
-                                corpus, rng, None, 400, 400, 64))
+                                corpus, rng, None, 300, 300, 64))
         pj = json.load(open(phi3, encoding="utf-8"))
         llama2 = hf_tok.llama2_json_from_phi3(pj)
         variants = [("llama-2 (TinyLlama) tokenizer.json", llama2)]
@@ -260,7 +260,7 @@ def main() -> int:
                 gpath = tmp_path("llama2.gguf")
                 hf_tok.write_spm_gguf(gpath, gmeta)
                 suites.append(run_suite("GGUF llama: Llama-2 vocabulary, scores in merge order", tool, [gpath],
-                                        hf_tok.spm_from_meta(gmeta), corpus, rng, None, 300, 200, 64))
+                                        hf_tok.spm_from_meta(gmeta), corpus, rng, 300, 200, 200, 64))
                 # the same GGUF against the tokenizer.json itself (its own merges list, not one
                 # derived from scores): what a user converting TinyLlama to GGUF gets
                 suites.append(run_suite("GGUF llama vs the Llama-2 tokenizer.json itself", tool, [gpath], ref, corpus, rng,
@@ -275,7 +275,7 @@ def main() -> int:
         vocab, merges = os.path.join(tokdir, "gpt2", "vocab.json"), os.path.join(tokdir, "gpt2", "merges.txt")
         gref = hf_tok.gpt2_from_vocab_merges(vocab, merges)
         suites.append(run_suite("gpt2 vocab.json + merges.txt", tool, ["--vocab-merges", vocab, merges], gref,
-                                corpus, rng, None, 400, 400, 3))
+                                corpus, rng, None, 300, 300, 3))
         inputs = json.load(open(os.path.join(tokdir, "parity-baselines", "swift-transformers", "inputs.json")))
         suites.append(baseline_suite("swift-transformers gpt2 baseline", tool, ["--vocab-merges", vocab, merges],
                                      os.path.join(tokdir, "parity-baselines", "swift-transformers", "gpt2_multilingual.json"),
