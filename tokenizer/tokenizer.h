@@ -29,19 +29,22 @@ typedef struct pllm_tokenizer pllm_tokenizer;
 
 pllm_status pllm_tokenizer_from_gguf(pllm_tokenizer **out, const pllm_gguf *g);
 /* From a Hugging Face tokenizer.json; tokenizer_config_json (NULL: none) supplies the
- * bos/eos/unk/pad tokens (strings or AddedToken objects) and add_bos_token/add_eos_token,
+ * bos/eos/pad tokens (strings or AddedToken objects) and add_bos_token/add_eos_token,
  * which, when present, replace the post-processor's BOS/EOS (as transformers' Llama
- * tokenizers do). Supported: model BPE; normalizers Sequence, Prepend, Replace, NFC, NFD,
- * NFKC, NFKD, Lowercase, Strip; pre-tokenizers Sequence, ByteLevel, Split, Digits,
- * Metaspace; post-processors TemplateProcessing, ByteLevel, Roberta/Bert, Sequence; decoders
- * ByteLevel, Metaspace, or a Sequence of Replace/ByteFallback/Fuse/Strip. */
+ * tokenizers do); without it BOS/EOS are the post-processor's single token before/after the
+ * text, if any. (The chat template in tokenizer_config.json is chat_template.h's business.)
+ * Supported: model BPE; normalizers Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Lowercase,
+ * Strip; pre-tokenizers Sequence, ByteLevel, Split, Digits, Metaspace; post-processors
+ * TemplateProcessing, ByteLevel, Roberta/Bert, Sequence; decoders ByteLevel, Metaspace, or a
+ * Sequence of Replace/ByteFallback/Fuse/Strip. */
 pllm_status pllm_tokenizer_from_hf(pllm_tokenizer **out, const char *tokenizer_json_path,
                                    const char *tokenizer_config_json_path);
 /* From GPT-2 style vocab.json + merges.txt: byte-level BPE with GPT-2's pre-tokenizer and
  * "<|endoftext|>" (when present) as BOS/EOS/special token, as transformers' GPT2Tokenizer. */
 pllm_status pllm_tokenizer_from_vocab_merges(pllm_tokenizer **out, const char *vocab_json_path,
                                              const char *merges_txt_path);
-/* From a SentencePiece .model file (BPE models only: Llama-2, Mistral). */
+/* From a SentencePiece .model file (BPE models only: Llama-2, Mistral); BOS added by
+ * add_special, as transformers' LlamaTokenizer does. */
 pllm_status pllm_tokenizer_from_sentencepiece(pllm_tokenizer **out, const char *model_path);
 /* From a Hugging Face model directory: tokenizer.json (+ tokenizer_config.json when there),
  * else vocab.json + merges.txt, else tokenizer.model. PLLM_ERR_NOT_FOUND when none is. */
@@ -59,7 +62,8 @@ typedef struct pllm_encode_opts {
  * special tokens). */
 pllm_status pllm_tokenizer_encode(const pllm_tokenizer *t, const char *text, size_t len,
                                   const pllm_encode_opts *opts, pllm_tokens *out);
-/* Decode ids to text (appended to out). skip_special drops control tokens. */
+/* Decode ids to text (appended to out). skip_special drops special tokens (HF's special added
+ * tokens; GGUF control and unknown tokens). */
 pllm_status pllm_tokenizer_decode(const pllm_tokenizer *t, const int32_t *ids, size_t n,
                                   bool skip_special, pllm_buf *out);
 
@@ -69,8 +73,9 @@ pllm_status pllm_tokenizer_decode(const pllm_tokenizer *t, const int32_t *ids, s
 int32_t pllm_tokenizer_n_vocab(const pllm_tokenizer *t);
 int32_t pllm_tokenizer_bos(const pllm_tokenizer *t); /* -1 when none */
 int32_t pllm_tokenizer_eos(const pllm_tokenizer *t); /* -1 when none */
-/* Ids that end generation: EOS plus end-of-turn tokens the vocabulary marks (<|im_end|>,
- * <|eot_id|>, <|end|>, ...). */
+/* Ids that end generation: EOS plus end-of-turn tokens the vocabulary marks special
+ * (<|im_end|>, <|eot_id|>, <|end|>, ...). A Hugging Face directory's generation_config.json
+ * eos_token_id list is not read here. */
 const int32_t *pllm_tokenizer_stop_ids(const pllm_tokenizer *t, int32_t *n);
 bool pllm_tokenizer_is_special(const pllm_tokenizer *t, int32_t id);
 /* The decoded bytes of one token (byte-level decoding applied); NULL for an invalid id. */
