@@ -88,12 +88,18 @@ int pllm_cuda_dev_count(char *why, size_t n_why)
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* no driver / no device: not an error for the caller */
-        if (why)
-            snprintf(why, n_why, "%s (%s)",
-                     e == cudaErrorNoDevice              ? "no CUDA device"
-                     : e == cudaErrorInsufficientDriver ? "no usable CUDA driver"
-                                                        : "the CUDA runtime cannot start",
-                     cudaGetErrorString(e));
+        if (why) {
+            if (e == cudaErrorNoDevice)
+                snprintf(why, n_why, "no CUDA device (%s)", cudaGetErrorString(e));
+            else if (e == cudaErrorInsufficientDriver)
+                snprintf(why, n_why,
+                         "no usable CUDA driver: no NVIDIA driver is installed, or it is older "
+                         "than this CUDA %d.%d runtime needs (%s)",
+                         CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, cudaGetErrorName(e));
+            else
+                snprintf(why, n_why, "the CUDA runtime cannot start (%s: %s)", cudaGetErrorName(e),
+                         cudaGetErrorString(e));
+        }
         return 0;
     }
     if (why) {

@@ -116,9 +116,9 @@ static void make_plan(plan_buf *b, pseq *seqs, int32_t n, const pllm_sampling_pa
         }
         b->samples[s] = (pllm_sample_req){.seq = s, .params = sp};
         if (sp->repetition_penalty != 1.0f) { /* history and a ban: id lists in the plan */
-            const int32_t n = q->n_done + q->n_new;
-            b->samples[s].ctx = (pllm_sample_ctx){.prompt = q->toks, .n_prompt = PLLM_MIN(n, 3), .output = q->toks + 3,
-                                                  .n_output = PLLM_MAX(n - 3, 0), .banned = q->toks + 1, .n_banned = 1};
+            const int32_t n_all = q->n_done + q->n_new;
+            b->samples[s].ctx = (pllm_sample_ctx){.prompt = q->toks, .n_prompt = PLLM_MIN(n_all, 3), .output = q->toks + 3,
+                                                  .n_output = PLLM_MAX(n_all - 3, 0), .banned = q->toks + 1, .n_banned = 1};
         }
     }
     b->plan = (pllm_batch_plan){.n_tokens = nt, .tokens = b->tokens, .positions = b->positions, .slots = b->slots,
