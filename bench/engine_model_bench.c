@@ -448,6 +448,7 @@ int main(int argc, char **argv)
                .lru = true,
                .future = true};
     bool a = false, b = false, c = false;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows line by line even when redirected */
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "a"))
