@@ -32,8 +32,9 @@
  * precisions: '%5s', '{:>5}'), printing objects that Python shows by address (generators,
  * functions), integers beyond 64 bits.
  *
- * Limits: output, memory, loop iterations + macro calls and macro depth are bounded (see the
- * params); exceeding one is an error, never a hang or a crash.
+ * Limits: output, memory, work (loop iterations, calls, element visits) and macro depth are
+ * bounded (see the params), and so are syntax and value nesting; exceeding one is an error,
+ * never a hang or a crash.
  *
  * Ownership: parse() returns a template freed with pllm_chat_template_free(); a parsed template
  * is immutable, so several threads may render it at once. render appends to a caller's
@@ -60,7 +61,8 @@ typedef struct pllm_chat_render_params {
     /* Limits; 0 selects the default. */
     size_t max_output_bytes; /* rendered text and any string built (default 16 MiB) */
     size_t max_memory_bytes; /* everything a render allocates (default 256 MiB) */
-    uint64_t max_steps;      /* loop iterations + macro calls (default 10,000,000) */
+    uint64_t max_steps;      /* work steps: loop iterations, macro calls, element visits and
+                                comparisons (default 10,000,000) */
     int max_depth;           /* macro call nesting (default 100) */
 } pllm_chat_render_params;
 

@@ -4,9 +4,11 @@
  *
  * Pipeline: source -> lexer (jinja_lexer.c: tokens, with jinja2's whitespace control:
  * trim_blocks, lstrip_blocks, {%- -%}) -> parser (jinja_parser.c: an AST of pllm_jnode, with
- * filter and test names resolved) -> evaluator (jinja_eval.c: statements and expressions over
- * pllm_jv values, scopes; jinja_builtins.c: filters, tests, methods and globals; jinja_value.c:
- * strings, str()/repr(), JSON, equality and ordering with Python's rules).
+ * filter and test names resolved; jinja_eval.c also folds constants like jinja2's optimizer)
+ * -> evaluator (jinja_eval.c: statements and expressions over pllm_jv values, scopes;
+ * jinja_builtins.c: attribute access, operators, globals; jinja_filters.c: filters, tests,
+ * generators; jinja_str.c: str methods and formatting; jinja_value.c: values, str()/repr(),
+ * JSON, equality and ordering with Python's rules).
  *
  * Memory: a parsed template owns one arena (AST, constants). A render allocates every value
  * in a second arena, freed as a whole when the render ends: values are never freed one by one,
