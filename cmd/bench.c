@@ -248,8 +248,8 @@ static void on_done(const pllm_completion *c, void *arg)
 
 /* One run of requests [0, n) on a fresh engine. rep NULL: a warmup (nothing recorded). */
 static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const bench_workload *w, int64_t n,
-                    pllm_report *rep, bool new_run, pllm_engine_stats *es, cmd_progress *prog,
-                    volatile sig_atomic_t *interrupted)
+                    pllm_report *rep, bool new_run, pllm_engine_stats *es, pllm_engine_plan_stats *plan,
+                    volatile sig_atomic_t *interrupted, cmd_progress *prog)
 {
     pllm_engine *eng;
     if (pllm_engine_create(&eng, rt->model, (pllm_backend *)&rt->backend, rt->tok, ep) != PLLM_OK) {
@@ -291,6 +291,7 @@ static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const b
     }
     cmd_progress_finish(prog, &x.ps);
     pllm_engine_get_stats(eng, es);
+    pllm_engine_get_plan_stats(eng, plan);
     pllm_engine_free(eng);
     pllm_report_free(&scratch);
     return rc;
@@ -300,9 +301,10 @@ static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const b
 
 static json_t *engine_params_json(const pllm_engine_params *ep, const pllm_engine_stats *es, int32_t max_len)
 {
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:b, s:i}", "block_size", es->block_size, "num_blocks", es->n_blocks,
+    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:s}", "block_size", es->block_size, "num_blocks", es->n_blocks,
                      "max_batched_tokens", ep->max_batched_tokens, "max_seqs", ep->max_seqs, "max_model_len", max_len,
-                     "prefix_cache", !ep->no_prefix_cache, "max_bypass", ep->max_bypass);
+                     "prefix_cache", !ep->no_prefix_cache, "max_bypass", ep->max_bypass, "eviction",
+                     pllm_evict_policy_str(ep->eviction));
 }
 
 static bool parse_percent(const char *s, double *out)
@@ -544,10 +546,12 @@ int cmd_bench(int argc, char **argv)
     cmd_signals_install(&interrupted);
     cmd_progress prog;
     pllm_engine_stats es0, es;
+    pllm_engine_plan_stats plan0, plan;
     memset(&es0, 0, sizeof es0);
+    memset(&plan0, 0, sizeof plan0);
     if (o.warmup > 0) {
         cmd_progress_init(&prog, quiet, log_interval, "warmup", pllm_now());
-        rc = run_once(&rt, &eo.ep, &w, PLLM_MIN((int64_t)o.warmup, w.n), NULL, false, &es, &prog, &interrupted);
+        rc = run_once(&rt, &eo.ep, &w, PLLM_MIN((int64_t)o.warmup, w.n), NULL, false, &es, &plan, &interrupted, &prog);
         if (rc) goto interrupted;
     }
     bool deterministic = true;
@@ -555,14 +559,20 @@ int cmd_bench(int argc, char **argv)
         char what[32];
         snprintf(what, sizeof what, o.repeat > 1 ? "run %d/%d" : "bench", i + 1, o.repeat);
         cmd_progress_init(&prog, quiet, log_interval, what, pllm_now());
-        rc = run_once(&rt, &eo.ep, &w, w.n, &rep, i > 0, &es, &prog, &interrupted);
+        rc = run_once(&rt, &eo.ep, &w, w.n, &rep, i > 0, &es, &plan, &interrupted, &prog);
         if (rc) goto interrupted;
-        if (i == 0) es0 = es;
-        else if (memcmp(&es, &es0, sizeof es) != 0) deterministic = false;
+        if (i == 0) {
+            es0 = es;
+            plan0 = plan;
+        } else if (memcmp(&es, &es0, sizeof es) != 0 || plan.blocks_computed != plan0.blocks_computed ||
+                   plan.blocks_recomputed != plan0.blocks_recomputed || plan.grouped != plan0.grouped) {
+            deterministic = false;
+        }
     }
     cmd_signals_restore();
 
     out = pllm_report_json(&rep, &es0);
+    cmd_plan_stats_json(out, &plan0);
     char fp[24];
     snprintf(fp, sizeof fp, "%016llx", (unsigned long long)w.fingerprint);
     char ident[24];
@@ -598,7 +608,11 @@ int cmd_bench(int argc, char **argv)
     json_object_set_new(out, "notes", json_pack("[s]", "ITL is null: the engine does not report per-token times yet"));
 
     if (!quiet) {
-        char ds[256], rss[32], runs[96];
+        char ds[256], rss[32], runs[96], best[96], blocks[96];
+        snprintf(best, sizeof best, "%.2f%% (%lld of %lld prompt tokens)", 100.0 * plan0.best_hit_rate,
+                 (long long)plan0.best_cached_tokens, (long long)plan0.prompt_tokens);
+        snprintf(blocks, sizeof blocks, "%lld computed, %lld of them recomputed; %lld requests grouped",
+                 (long long)plan0.blocks_computed, (long long)plan0.blocks_recomputed, (long long)plan0.grouped);
         if (synthetic && !strcmp(o.dataset, "prefix"))
             snprintf(ds, sizeof ds, "prefix: %d prefixes of %d + %d tokens, %d out", o.num_prefixes, o.prefix_len, o.input_len,
                      o.output_len);
@@ -607,7 +621,8 @@ int cmd_bench(int argc, char **argv)
         snprintf(rss, sizeof rss, "%.1f", cmd_peak_rss_mb());
         snprintf(runs, sizeof runs, "%d measured, %d warmup requests; counters %s", o.repeat, o.warmup,
                  o.repeat > 1 ? (deterministic ? "identical in every run" : "DIFFER between runs") : "from one run");
-        pllm_report_note notes[] = {{"Dataset", ds}, {"Workload fingerprint", fp}, {"Runs", runs}, {"Peak RSS (MiB)", rss}};
+        pllm_report_note notes[] = {{"Best achievable hit rate", best}, {"Prompt blocks", blocks}, {"Dataset", ds},
+                                    {"Workload fingerprint", fp}, {"Measured", runs}, {"Peak RSS (MiB)", rss}};
         pllm_report_print(&rep, &es0, "pllm bench", notes, (int)PLLM_ARRAY_LEN(notes), stderr);
     }
     if (stats_json && json_dump_file(out, stats_json, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {

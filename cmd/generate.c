@@ -563,16 +563,24 @@ int cmd_generate(int argc, char **argv)
     cmd_progress_finish(&g.prog, &g.ps);
 
     pllm_engine_stats es;
+    pllm_engine_plan_stats plan;
     pllm_engine_get_stats(eng, &es);
+    pllm_engine_get_plan_stats(eng, &plan);
     if (!quiet) {
         if (n_skipped) fprintf(stderr, "pllm: skipped %lld records already in the output\n", (long long)n_skipped);
-        char rss[32];
+        char rss[32], best[96], blocks[96];
         snprintf(rss, sizeof rss, "%.1f", cmd_peak_rss_mb());
-        pllm_report_note notes[] = {{"Peak RSS (MiB)", rss}};
-        pllm_report_print(&g.rep, &es, interrupted ? "pllm generate (interrupted)" : "pllm generate", notes, 1, stderr);
+        snprintf(best, sizeof best, "%.2f%% (%lld of %lld prompt tokens)", 100.0 * plan.best_hit_rate,
+                 (long long)plan.best_cached_tokens, (long long)plan.prompt_tokens);
+        snprintf(blocks, sizeof blocks, "%lld computed, %lld of them recomputed", (long long)plan.blocks_computed,
+                 (long long)plan.blocks_recomputed);
+        pllm_report_note notes[] = {{"Best achievable hit rate", best}, {"Prompt blocks", blocks}, {"Peak RSS (MiB)", rss}};
+        pllm_report_print(&g.rep, &es, interrupted ? "pllm generate (interrupted)" : "pllm generate", notes,
+                          (int)PLLM_ARRAY_LEN(notes), stderr);
     }
     if (stats_json) {
         json_t *j = pllm_report_json(&g.rep, &es);
+        cmd_plan_stats_json(j, &plan);
         json_object_set_new(j, "command", json_string("generate"));
         json_object_set_new(j, "input", json_string(file));
         json_object_set_new(j, "input_format", json_string(pllm_format_name(in_format)));

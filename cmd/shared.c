@@ -15,6 +15,7 @@ void cmd_engine_opts_init(cmd_engine_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->rt.device = "auto";
+    o->eviction = "lru";
     pllm_engine_params_defaults(&o->ep);
     snprintf(o->defs[0], sizeof o->defs[0], "%d", o->ep.block_size);
     snprintf(o->defs[1], sizeof o->defs[1], "%d", o->ep.max_batched_tokens);
@@ -40,6 +41,8 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
                                  "longest context (prompt + output)", NULL});
     push(opts, n, cap, (cmd_opt){"max-bypass", 0, CMD_OPT_INT, &o->ep.max_bypass, "N", o->defs[3],
                                  "fairness bound: times a waiting request may be overtaken (0: strict FCFS)", NULL});
+    push(opts, n, cap, (cmd_opt){"eviction", 0, CMD_OPT_STR, &o->eviction, "POLICY", "lru",
+                                 "which cached block to evict: lru, or future (the one needed farthest ahead by queued requests)", NULL});
     push(opts, n, cap, (cmd_opt){"no-prefix-cache", 0, CMD_OPT_FLAG, &o->no_prefix_cache, NULL, "off (prefix caching on)",
                                  "disable block-level prefix reuse", NULL});
 }
@@ -64,10 +67,30 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
             fprintf(stderr, "pllm: %s must be >= %d, got %d\n", checks[i].name, checks[i].lo, checks[i].v);
             return 2;
         }
+    if (pllm_evict_policy_parse(o->eviction, &o->ep.eviction) != PLLM_OK) {
+        fprintf(stderr, "pllm: --eviction: %s\n", pllm_errmsg());
+        return 2;
+    }
     o->ep.kv_bytes = (size_t)o->kv_mb << 20;
     o->ep.no_prefix_cache = o->no_prefix_cache;
     o->ep.seed = (uint64_t)o->seed;
     return 0;
+}
+
+void cmd_plan_stats_json(json_t *report, const pllm_engine_plan_stats *ps)
+{
+    json_object_set_new(report, "best_prefix_cache_hit_rate", json_real(ps->best_hit_rate));
+    json_t *c = json_object_get(report, "counters");
+    if (!c) {
+        c = json_object();
+        json_object_set_new(report, "counters", c);
+    }
+    json_object_set_new(c, "best_cached_tokens", json_integer(ps->best_cached_tokens));
+    json_object_set_new(c, "prompt_blocks_distinct", json_integer(ps->distinct_blocks));
+    json_object_set_new(c, "prompt_blocks_shared", json_integer(ps->shared_blocks));
+    json_object_set_new(c, "prompt_blocks_computed", json_integer(ps->blocks_computed));
+    json_object_set_new(c, "prompt_blocks_recomputed", json_integer(ps->blocks_recomputed));
+    json_object_set_new(c, "requests_grouped", json_integer(ps->grouped));
 }
 
 int cmd_check_kv_budget(const cmd_runtime *rt, const cmd_engine_opts *o)

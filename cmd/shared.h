@@ -12,6 +12,7 @@
 #include "cmd/runtime.h"
 #include "engine/engine.h"
 
+#include <jansson.h>
 #include <signal.h>
 
 #define CMD_MAX_OPTS 64
@@ -23,6 +24,7 @@ typedef struct cmd_engine_opts {
     int32_t kv_mb;
     int64_t seed;
     bool no_prefix_cache;
+    const char *eviction;
     char defs[4][32];
 } cmd_engine_opts;
 
@@ -31,6 +33,11 @@ void cmd_engine_opts_init(cmd_engine_opts *o);
 void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t cap);
 /* Validate and fill o->ep; 0 or 2 (message printed). */
 int cmd_engine_opts_finish(cmd_engine_opts *o);
+
+/* Append the engine's prefix-plan figures (best achievable and achieved hit rate, prompt
+ * blocks computed and recomputed, requests grouped) to a report JSON object: top-level
+ * best_prefix_cache_hit_rate, and the exact counts under "counters" (created if absent). */
+void cmd_plan_stats_json(json_t *report, const pllm_engine_plan_stats *ps);
 
 /* An explicit KV budget (--kv-cache-mb, --num-blocks) larger than the memory the backend may
  * use is refused up front, naming the largest budget that fits (rather than allocating it and

@@ -54,7 +54,8 @@ missing = [l for l in labels if l not in err]
 t.check(not missing, f"the table shows every field: missing {missing}")
 keys = ["workload", "setup", "num_runs", "completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
         "total_cached_tokens", "request_throughput", "input_throughput", "output_throughput", "total_token_throughput",
-        "prefix_cache_hit_rate", "throughput_ci95", "runs", "counters", "counters_repeat", "peak_rss_mb"]
+        "prefix_cache_hit_rate", "best_prefix_cache_hit_rate", "throughput_ci95", "runs", "counters", "counters_repeat",
+        "peak_rss_mb"]
 for s in ("ttft", "tpot", "itl", "e2el"):
     keys += [f"{m}_{s}_ms" for m in ("mean", "median", "std", "p99")]
 missing = [k for k in keys if k not in st]
@@ -130,6 +131,12 @@ pc = p.get("counters", {})
 t.check(rc == 0 and p["total_input_tokens"] == 8 * 72 and pc.get("prompt_tokens_cached") == 6 * 64,
         f"prefix: every shared prefix block computed once: cached {pc.get('prompt_tokens_cached')} (want {6 * 64}), {pc}")
 t.check(rc == 0 and close(p["prefix_cache_hit_rate"], 6 * 64 / (8 * 72)), f"prefix: hit rate {p.get('prefix_cache_hit_rate')}")
+t.check(rc == 0 and pc.get("best_cached_tokens") == 6 * 64 and close(p["best_prefix_cache_hit_rate"], p["prefix_cache_hit_rate"])
+        and pc.get("prompt_blocks_recomputed") == 0 and pc.get("prompt_blocks_computed") == 8 * 4 - 6 * 4,
+        f"prefix: the best achievable rate is reached, no shared block computed twice: {pc}")
+rc, pf, err, _ = bench(P + ["--eviction", "future"], "prefix-future")
+t.check(rc == 0 and pf["workload"]["engine"]["eviction"] == "future" and pf["total_output_tokens"] == 16,
+        f"--eviction future runs and is part of the workload: {rc} {err[-300:]}")
 
 # ---------------------------------------------------------------- a prompt file as the dataset
 f = t.write("prompts.jsonl", [{"id": i, "prompt": f"Tell me about {i}.", "max_tokens": 2 + i} for i in range(4)] +
