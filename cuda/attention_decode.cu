@@ -14,15 +14,15 @@ namespace
 constexpr int kThreads = 128; /* 4 warps */
 constexpr int kHeads = 8;     /* query heads of one kv head handled by one block */
 constexpr int kTile = 64;     /* positions per tile */
-constexpr int kSlots = 2; /* output dims per thread: 2 tid, 2 tid + 1 (head_dim <= 256) */
+constexpr int kSlots = 2;     /* output dims per thread: 2 tid, 2 tid + 1 (head_dim <= 256) */
 
 /* Dynamic shared memory of a decode block, in floats (plus the tile's row offsets). */
 __host__ __device__ inline size_t decode_smem_floats(int hd)
 {
-    return (size_t)kHeads * hd          /* q_s: the block's queries, pre-scaled */
-           + (size_t)kTile * (hd + 1)   /* k_s: one tile of keys, rows padded (no bank conflicts) */
-           + (size_t)kHeads * kTile     /* s_s: scores, then probabilities */
-           + 3 * kHeads;                /* m, l, corr per head */
+    return (size_t)kHeads * hd        /* q_s: the block's queries, pre-scaled */
+           + (size_t)kTile * (hd + 1) /* k_s: one tile of keys, rows padded (no bank conflicts) */
+           + (size_t)kHeads * kTile   /* s_s: scores, then probabilities */
+           + 3 * kHeads;              /* m, l, corr per head */
 }
 inline size_t decode_smem_bytes(int hd)
 {
@@ -231,8 +231,9 @@ pllm_status launch(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,
     const int G = a->n_head / a->n_head_kv, n_chunks = (G + kHeads - 1) / kHeads;
     const size_t smem = decode_smem_bytes(a->head_dim);
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute((const void *)attn_decode_kernel<KV, OutT>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e =
+            cudaFuncSetAttribute((const void *)attn_decode_kernel<KV, OutT>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return PLLM_CUDA_LAUNCHED("cudaFuncSetAttribute(attn_decode_kernel)");
     }
     kv_ptrs<KV> kv = {(const KV *)a->k_cache, (const KV *)a->v_cache};
@@ -268,8 +269,8 @@ pllm_status launch_out(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,
 
 } /* namespace */
 
-extern "C" size_t pllm_cuda_attn_decode_workspace(int32_t n_items, int32_t n_head,
-                                                  int32_t head_dim, int32_t n_splits)
+extern "C" size_t pllm_cuda_attn_decode_workspace(int32_t n_items, int32_t n_head, int32_t head_dim,
+                                                  int32_t n_splits)
 {
     if (n_splits <= 1 || n_items <= 0) return 0;
     return (size_t)n_items * (size_t)n_head * (size_t)n_splits * (size_t)(head_dim + 2) *

@@ -15,7 +15,7 @@ namespace
 constexpr int kThreads = 128; /* 4 warps */
 constexpr int kRows = 16;     /* query rows (token, head) per block: 4 per warp */
 constexpr int kRowsPerWarp = kRows / (kThreads / 32);
-constexpr int kKeys = 32;     /* keys per tile: one per lane */
+constexpr int kKeys = 32;                               /* keys per tile: one per lane */
 constexpr int kDims = PLLM_CUDA_ATTN_MAX_HEAD_DIM / 32; /* output dims per lane */
 
 /* Query heads of one kv head a block takes (the rest go to more blocks), and query tokens. */
@@ -26,7 +26,7 @@ __host__ __device__ inline int heads_per_block(int G)
 
 inline size_t prefill_smem_bytes(int hd)
 {
-    return sizeof(float) * ((size_t)kRows * hd        /* q_s, pre-scaled */
+    return sizeof(float) * ((size_t)kRows * hd         /* q_s, pre-scaled */
                             + (size_t)kKeys * (hd + 1) /* k_s, rows padded */
                             + (size_t)kKeys * hd       /* v_s */
                             + (size_t)kRows * kKeys);  /* p_s: each warp's probabilities */
@@ -182,9 +182,11 @@ pllm_status launch(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,
     const int n_chunks = (G + HC - 1) / HC;
     const size_t smem = prefill_smem_bytes(a->head_dim);
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute((const void *)attn_prefill_kernel<KV, OutT>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return PLLM_CUDA_LAUNCHED("cudaFuncSetAttribute(attn_prefill_kernel)");
+        cudaError_t e =
+            cudaFuncSetAttribute((const void *)attn_prefill_kernel<KV, OutT>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return PLLM_CUDA_LAUNCHED("cudaFuncSetAttribute(attn_prefill_kernel)");
     }
     kv_ptrs<KV> kv = {(const KV *)a->k_cache, (const KV *)a->v_cache};
     PLLM_LAUNCH((attn_prefill_kernel<KV, OutT>),

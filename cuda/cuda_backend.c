@@ -28,12 +28,16 @@
 
 /* Padded batch sizes of the decode graphs (a decode step of n sequences runs as the graph of the
  * smallest size >= n). */
-static const int32_t k_graph_batches[] = {1,   2,   4,   8,   16,  24,  32,  40,  48,  56,  64,  80,
-                                          96,  112, 128, 160, 192, 224, 256, 320, 384, 448, 512};
+static const int32_t k_graph_batches[] = {1,  2,   4,   8,   16,  24,  32,  40,  48,  56,  64, 80,
+                                          96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512};
 
-#define KV_MARGIN ((size_t)256 << 20) /* kept free beyond the workspace: graphs, cuBLAS, allocator */
+#define KV_MARGIN                                                                                  \
+    ((size_t)256 << 20) /* kept free beyond the workspace: graphs, cuBLAS, allocator */
 
-static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+static size_t align_up(size_t x, size_t a)
+{
+    return (x + a - 1) / a * a;
+}
 
 /* ---- plan layout ---------------------------------------------------------------------------- */
 
@@ -41,8 +45,8 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
  * some counts reads any later plan of the same counts; ids follows the variable-length block
  * tables, so the kernels address it from the block tables' start.) */
 
-static void layout_init(cuda_plan_layout *L, int32_t T, int32_t S, int32_t n_items, int32_t n_tiles, int32_t n_bt,
-                        int32_t n_ids)
+static void layout_init(cuda_plan_layout *L, int32_t T, int32_t S, int32_t n_items, int32_t n_tiles,
+                        int32_t n_bt, int32_t n_ids)
 {
     size_t o = 0;
     L->n_tokens = T, L->n_samples = S, L->n_items = n_items, L->n_tiles = n_tiles;
@@ -59,10 +63,17 @@ static void layout_init(cuda_plan_layout *L, int32_t T, int32_t S, int32_t n_ite
 }
 
 /* Results on the device and in pinned memory: [s_cap] tokens, [s_cap] logprobs, [s_cap] tops. */
-static size_t res_top_offset(int32_t s_cap) { return align_up(8 * (size_t)s_cap, 16); }
-static size_t res_bytes(int32_t s_cap) { return res_top_offset(s_cap) + sizeof(pllm_cuda_sample_top) * (size_t)s_cap; }
+static size_t res_top_offset(int32_t s_cap)
+{
+    return align_up(8 * (size_t)s_cap, 16);
+}
+static size_t res_bytes(int32_t s_cap)
+{
+    return res_top_offset(s_cap) + sizeof(pllm_cuda_sample_top) * (size_t)s_cap;
+}
 
-/* ---- graphs ----------------------------------------------------------------------------------- */
+/* ---- graphs -----------------------------------------------------------------------------------
+ */
 
 static void graphs_drop(cuda_ctx *c)
 {
@@ -70,7 +81,8 @@ static void graphs_drop(cuda_ctx *c)
     c->n_graphs = 0;
 }
 
-/* ---- workspace -------------------------------------------------------------------------------- */
+/* ---- workspace --------------------------------------------------------------------------------
+ */
 
 typedef struct ws_sizes {
     size_t per_token, per_sample, part;
@@ -85,7 +97,8 @@ static int32_t kv_groups(const pllm_model_config *cfg)
 
 static int32_t split_threshold(const cuda_ctx *c)
 {
-    return c->params.attn_split_blocks > 0 ? c->params.attn_split_blocks : 2 * PLLM_MAX(c->info.n_sm, 1);
+    return c->params.attn_split_blocks > 0 ? c->params.attn_split_blocks
+                                           : 2 * PLLM_MAX(c->info.n_sm, 1);
 }
 
 /* The most decode items a split step may have (beyond that the grid is already wide; the cap
@@ -101,17 +114,21 @@ static ws_sizes ws_of(const cuda_ctx *c)
 {
     const pllm_model_config *cfg = &c->model->cfg;
     const size_t E = (size_t)cfg->n_embd, qd = (size_t)cfg->n_head * cfg->head_dim,
-                 kvd = (size_t)cfg->n_head_kv * cfg->head_dim, F = (size_t)cfg->n_ff, V = (size_t)cfg->n_vocab;
+                 kvd = (size_t)cfg->n_head_kv * cfg->head_dim, F = (size_t)cfg->n_ff,
+                 V = (size_t)cfg->n_vocab;
     ws_sizes w;
-    w.per_token = 4 * E + 4 * E + c->wsz * E + 4 * (qd + 2 * kvd) + c->wsz * qd + c->wsz * 2 * F + c->wsz * F;
+    w.per_token =
+        4 * E + 4 * E + c->wsz * E + 4 * (qd + 2 * kvd) + c->wsz * qd + c->wsz * 2 * F + c->wsz * F;
     w.per_sample = c->wsz * E + 3 * 4 * V + 8 + sizeof(pllm_cuda_sample_top);
-    w.part = pllm_cuda_attn_decode_workspace(max_split_items(c), cfg->n_head, cfg->head_dim, CUDA_MAX_SPLITS);
+    w.part = pllm_cuda_attn_decode_workspace(max_split_items(c), cfg->n_head, cfg->head_dim,
+                                             CUDA_MAX_SPLITS);
     return w;
 }
 
 static void free_token_ws(cuda_ctx *c)
 {
-    void **bufs[] = {(void **)&c->x, (void **)&c->proj, &c->xb, (void **)&c->qkv, &c->att, &c->gu, &c->h};
+    void **bufs[] = {(void **)&c->x, (void **)&c->proj, &c->xb, (void **)&c->qkv, &c->att, &c->gu,
+                     &c->h};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(bufs); i++) {
         pllm_cuda_free(c->dev, *bufs[i]);
         *bufs[i] = NULL;
@@ -122,7 +139,8 @@ static void free_token_ws(cuda_ctx *c)
 
 static void free_sample_ws(cuda_ctx *c)
 {
-    void **bufs[] = {&c->xs, (void **)&c->logits, (void **)&c->work, (void **)&c->counts, &c->d_res};
+    void **bufs[] = {&c->xs, (void **)&c->logits, (void **)&c->work, (void **)&c->counts,
+                     &c->d_res};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(bufs); i++) {
         pllm_cuda_free(c->dev, *bufs[i]);
         *bufs[i] = NULL;
@@ -135,7 +153,8 @@ static pllm_status dalloc(cuda_ctx *c, void **p, size_t bytes, const char *what,
 {
     pllm_status st = pllm_cuda_alloc(c->dev, p, bytes ? bytes : 16);
     if (st != PLLM_OK)
-        return pllm_error_prefix(st, "cuda backend: workspace (%s) for %d: %.1f MiB: ", what, n, (double)bytes / (1 << 20));
+        return pllm_error_prefix(st, "cuda backend: workspace (%s) for %d: %.1f MiB: ", what, n,
+                                 (double)bytes / (1 << 20));
     return PLLM_OK;
 }
 
@@ -145,7 +164,8 @@ static pllm_status reserve(cuda_ctx *c, int32_t n_tokens, int32_t n_samples)
 {
     const pllm_model_config *cfg = &c->model->cfg;
     const size_t E = (size_t)cfg->n_embd, qd = (size_t)cfg->n_head * cfg->head_dim,
-                 kvd = (size_t)cfg->n_head_kv * cfg->head_dim, F = (size_t)cfg->n_ff, V = (size_t)cfg->n_vocab;
+                 kvd = (size_t)cfg->n_head_kv * cfg->head_dim, F = (size_t)cfg->n_ff,
+                 V = (size_t)cfg->n_vocab;
     if (!c->part && ws_of(c).part) {
         c->part_bytes = ws_of(c).part;
         PLLM_TRY(dalloc(c, &c->part, c->part_bytes, "attention splits", max_split_items(c)));
@@ -154,7 +174,8 @@ static pllm_status reserve(cuda_ctx *c, int32_t n_tokens, int32_t n_samples)
     if (n_tokens > c->cap_tokens) {
         graphs_drop(c);
         free_token_ws(c);
-        const int32_t T = (int32_t)align_up((size_t)PLLM_MAX(n_tokens, c->params.max_graph_batch), 64);
+        const int32_t T =
+            (int32_t)align_up((size_t)PLLM_MAX(n_tokens, c->params.max_graph_batch), 64);
         pllm_status st;
         if ((st = dalloc(c, (void **)&c->x, 4 * E * (size_t)T, "residual", T)) ||
             (st = dalloc(c, (void **)&c->proj, 4 * E * (size_t)T, "projection", T)) ||
@@ -172,7 +193,8 @@ static pllm_status reserve(cuda_ctx *c, int32_t n_tokens, int32_t n_samples)
     if (n_samples > c->cap_samples) {
         graphs_drop(c);
         free_sample_ws(c);
-        const int32_t S = (int32_t)align_up((size_t)PLLM_MAX(n_samples, c->params.max_graph_batch), 16);
+        const int32_t S =
+            (int32_t)align_up((size_t)PLLM_MAX(n_samples, c->params.max_graph_batch), 16);
         pllm_status st;
         if ((st = dalloc(c, &c->xs, c->wsz * E * (size_t)S, "final norm", S)) ||
             (st = dalloc(c, (void **)&c->logits, 4 * V * (size_t)S, "logits", S)) ||
@@ -189,7 +211,8 @@ static pllm_status reserve(cuda_ctx *c, int32_t n_tokens, int32_t n_samples)
     return PLLM_OK;
 }
 
-/* ---- the forward pass ------------------------------------------------------------------------- */
+/* ---- the forward pass -------------------------------------------------------------------------
+ */
 
 /* A packed step as the device sees it. */
 typedef struct step_dev {
@@ -204,11 +227,25 @@ typedef struct step_dev {
 } step_dev;
 
 /* C [m][n] (ct) = A [m][k] (wdt) W^T, W [n][k] (wdt): a projection y = W x of m tokens. */
-static pllm_status proj(cuda_ctx *c, void *C, pllm_dtype ct, const void *A, const void *W, int32_t m, int32_t n, int32_t k)
+static pllm_status proj(cuda_ctx *c, void *C, pllm_dtype ct, const void *A, const void *W,
+                        int32_t m, int32_t n, int32_t k)
 {
-    pllm_cuda_gemm_args g = {.m = m, .n = n, .k = k, .batch = 1, .a = A, .a_dtype = c->wdt, .lda = k, .b = W,
-                             .b_dtype = c->wdt, .ldb = k, .trans_b = true, .c = C, .c_dtype = ct, .ldc = n,
-                             .alpha = 1.0f, .beta = 0.0f};
+    pllm_cuda_gemm_args g = {.m = m,
+                             .n = n,
+                             .k = k,
+                             .batch = 1,
+                             .a = A,
+                             .a_dtype = c->wdt,
+                             .lda = k,
+                             .b = W,
+                             .b_dtype = c->wdt,
+                             .ldb = k,
+                             .trans_b = true,
+                             .c = C,
+                             .c_dtype = ct,
+                             .ldc = n,
+                             .alpha = 1.0f,
+                             .beta = 0.0f};
     return pllm_cuda_gemm(c->dev, &g);
 }
 
@@ -224,38 +261,69 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
         void *kc = (uint8_t *)c->kv_mem + (size_t)(2 * l) * c->kv_layer_bytes;
         void *vc = (uint8_t *)c->kv_mem + (size_t)(2 * l + 1) * c->kv_layer_bytes;
         /* x += the previous layer's down projection; xb = norm(x) */
-        PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x, l ? c->proj : NULL, w->attn_norm, T, E, eps));
+        PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x, l ? c->proj : NULL,
+                                            w->attn_norm, T, E, eps));
         PLLM_TRY(proj(c, c->qkv, PLLM_DTYPE_F32, c->xb, w->w_qkv, T, ld, E));
-        pllm_cuda_qkv_rope_args qa = {.qkv = c->qkv, .ld = ld, .bias = w->b_qkv, .positions = d->positions,
-                                      .slots = d->slots, .inv_freq = c->inv_freq, .k_cache = kc, .v_cache = vc,
-                                      .kv_dtype = c->kv.dtype, .n_tokens = T, .n_head = cfg->n_head,
-                                      .n_head_kv = cfg->n_head_kv, .head_dim = hd, .rope_dim = cfg->rope_dim,
-                                      .block_size = c->kv.block_size, .rope_neox = cfg->rope_mode == PLLM_ROPE_NEOX};
+        pllm_cuda_qkv_rope_args qa = {.qkv = c->qkv,
+                                      .ld = ld,
+                                      .bias = w->b_qkv,
+                                      .positions = d->positions,
+                                      .slots = d->slots,
+                                      .inv_freq = c->inv_freq,
+                                      .k_cache = kc,
+                                      .v_cache = vc,
+                                      .kv_dtype = c->kv.dtype,
+                                      .n_tokens = T,
+                                      .n_head = cfg->n_head,
+                                      .n_head_kv = cfg->n_head_kv,
+                                      .head_dim = hd,
+                                      .rope_dim = cfg->rope_dim,
+                                      .block_size = c->kv.block_size,
+                                      .rope_neox = cfg->rope_mode == PLLM_ROPE_NEOX};
         PLLM_TRY(pllm_cuda_qkv_rope(c->dev, &qa));
-        pllm_cuda_attn_args aa = {.out = c->att, .out_dtype = c->wdt, .q = c->qkv, .q_stride = ld, .k_cache = kc,
-                                  .v_cache = vc, .kv_dtype = c->kv.dtype, .block_tables = d->block_tables,
-                                  .n_head = cfg->n_head, .n_head_kv = cfg->n_head_kv, .head_dim = hd,
-                                  .block_size = c->kv.block_size, .scale = 1.0f / sqrtf((float)hd)};
-        PLLM_TRY(pllm_cuda_attn_decode(c->dev, &aa, d->items, d->n_items, d->n_splits, d->split_len, c->part));
+        pllm_cuda_attn_args aa = {.out = c->att,
+                                  .out_dtype = c->wdt,
+                                  .q = c->qkv,
+                                  .q_stride = ld,
+                                  .k_cache = kc,
+                                  .v_cache = vc,
+                                  .kv_dtype = c->kv.dtype,
+                                  .block_tables = d->block_tables,
+                                  .n_head = cfg->n_head,
+                                  .n_head_kv = cfg->n_head_kv,
+                                  .head_dim = hd,
+                                  .block_size = c->kv.block_size,
+                                  .scale = 1.0f / sqrtf((float)hd)};
+        PLLM_TRY(pllm_cuda_attn_decode(c->dev, &aa, d->items, d->n_items, d->n_splits, d->split_len,
+                                       c->part));
         PLLM_TRY(pllm_cuda_attn_prefill(c->dev, &aa, d->tiles, d->n_tiles));
         PLLM_TRY(proj(c, c->proj, PLLM_DTYPE_F32, c->att, w->w_o, T, E, qd));
-        PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x, c->proj, w->ffn_norm, T, E, eps));
+        PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x, c->proj, w->ffn_norm, T, E,
+                                            eps));
         PLLM_TRY(proj(c, c->gu, c->wdt, c->xb, w->w_gu, T, 2 * F, E));
         PLLM_TRY(pllm_cuda_swiglu(c->dev, c->h, c->gu, c->wdt, T, F));
         PLLM_TRY(proj(c, c->proj, PLLM_DTYPE_F32, c->h, w->w_down, T, E, F));
     }
     if (d->n_samples == 0) return PLLM_OK;
     /* the last residual and the final norm, for the sampled rows only; then their logits */
-    PLLM_TRY(pllm_cuda_rmsnorm_rows(c->dev, c->xs, c->wdt, c->x, cfg->n_layer ? c->proj : NULL, d->rows, c->output_norm,
-                                    d->n_samples, E, eps));
+    PLLM_TRY(pllm_cuda_rmsnorm_rows(c->dev, c->xs, c->wdt, c->x, cfg->n_layer ? c->proj : NULL,
+                                    d->rows, c->output_norm, d->n_samples, E, eps));
     PLLM_TRY(proj(c, c->logits, PLLM_DTYPE_F32, c->xs, c->output, d->n_samples, V, E));
-    pllm_cuda_sample_args sa = {.logits = c->logits, .work = c->work, .counts = c->counts, .params = d->params,
-                                .ids = d->ids, .tokens = d->res_tok, .logprobs = d->res_lp, .top = d->res_top,
-                                .n_samples = d->n_samples, .n_vocab = V};
+    pllm_cuda_sample_args sa = {.logits = c->logits,
+                                .work = c->work,
+                                .counts = c->counts,
+                                .params = d->params,
+                                .ids = d->ids,
+                                .tokens = d->res_tok,
+                                .logprobs = d->res_lp,
+                                .top = d->res_top,
+                                .n_samples = d->n_samples,
+                                .n_vocab = V};
     return pllm_cuda_sample(c->dev, &sa);
 }
 
-/* ---- packing ---------------------------------------------------------------------------------- */
+/* ---- packing ----------------------------------------------------------------------------------
+ */
 
 static pllm_status grow_host(cuda_ctx *c, void **buf, size_t *cap, size_t need)
 {
@@ -270,7 +338,8 @@ static pllm_status grow_host(cuda_ctx *c, void **buf, size_t *cap, size_t need)
 }
 
 /* Choose the decode attention split for n_items queries of contexts up to max_ctx. */
-static void choose_split(const cuda_ctx *c, int32_t n_items, int32_t max_ctx, int32_t *n_splits, int32_t *split_len)
+static void choose_split(const cuda_ctx *c, int32_t n_items, int32_t max_ctx, int32_t *n_splits,
+                         int32_t *split_len)
 {
     const int32_t base = c->params.attn_split_len;
     const int32_t natural = (max_ctx + base - 1) / base;
@@ -287,8 +356,10 @@ static void choose_split(const cuda_ctx *c, int32_t n_items, int32_t max_ctx, in
 /* The padded batch of a decode step of n sequences, or 0 when it runs eagerly. */
 static int32_t graph_batch(const cuda_ctx *c, const pllm_batch_plan *p)
 {
-    if (c->params.no_graphs || p->n_tokens == 0 || p->n_tokens > c->params.max_graph_batch) return 0;
-    if (p->n_seqs != p->n_tokens || p->n_samples != p->n_seqs) return 0; /* all decode, all sampled */
+    if (c->params.no_graphs || p->n_tokens == 0 || p->n_tokens > c->params.max_graph_batch)
+        return 0;
+    if (p->n_seqs != p->n_tokens || p->n_samples != p->n_seqs)
+        return 0; /* all decode, all sampled */
     for (size_t i = 0; i < PLLM_ARRAY_LEN(k_graph_batches); i++)
         if (k_graph_batches[i] >= p->n_tokens)
             return k_graph_batches[i] <= c->params.max_graph_batch ? k_graph_batches[i] : 0;
@@ -300,7 +371,9 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
     const int32_t slot = c->next_slot;
     cuda_pending *pd = &c->pend[slot];
     if (pd->busy)
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda backend: 2 steps are in flight; wait for one before submitting another");
+        return pllm_errorf(
+            PLLM_ERR_INVALID,
+            "cuda backend: 2 steps are in flight; wait for one before submitting another");
     PLLM_TRY(pllm_cuda_validate_plan(c, p, out));
     const pllm_model_config *cfg = &c->model->cfg;
     const int32_t bs = c->kv.block_size, V = cfg->n_vocab;
@@ -315,11 +388,14 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
     for (int32_t s = 0; s < p->n_seqs; s++) {
         const pllm_seq_plan *sp = &p->seqs[s];
         n_bt += (sp->n_ctx + bs - 1) / bs;
-        if (sp->n_new == 1) n_items++, max_ctx = PLLM_MAX(max_ctx, sp->n_ctx);
-        else n_tiles += (sp->n_new + qt - 1) / qt;
+        if (sp->n_new == 1)
+            n_items++, max_ctx = PLLM_MAX(max_ctx, sp->n_ctx);
+        else
+            n_tiles += (sp->n_new + qt - 1) / qt;
     }
     if (B) n_items = B; /* padded */
-    for (int32_t s = 0; s < p->n_samples; s++) n_ids += pllm_cuda_sample_n_ids(p->samples[s].params, &p->samples[s].ctx);
+    for (int32_t s = 0; s < p->n_samples; s++)
+        n_ids += pllm_cuda_sample_n_ids(p->samples[s].params, &p->samples[s].ctx);
     int32_t n_splits, split_len;
     choose_split(c, n_items, max_ctx, &n_splits, &split_len);
 
@@ -328,7 +404,8 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
     if (c->pend[slot].req_top_cap < S) {
         free(pd->req_top);
         pd->req_top_cap = 0;
-        if (!(pd->req_top = pllm_malloc(sizeof(int32_t) * (size_t)PLLM_MAX(S, 1)))) return PLLM_ERR_NOMEM;
+        if (!(pd->req_top = pllm_malloc(sizeof(int32_t) * (size_t)PLLM_MAX(S, 1))))
+            return PLLM_ERR_NOMEM;
         pd->req_top_cap = S;
     }
 
@@ -337,7 +414,8 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
     PLLM_TRY(grow_host(c, &c->h_plan[slot], &c->h_plan_bytes[slot], L.bytes));
     uint8_t *h = c->h_plan[slot];
     int32_t *tokens = (int32_t *)(h + L.tokens), *positions = (int32_t *)(h + L.positions);
-    int32_t *slots = (int32_t *)(h + L.slots), *rows = (int32_t *)(h + L.rows), *bt = (int32_t *)(h + L.block_tables);
+    int32_t *slots = (int32_t *)(h + L.slots), *rows = (int32_t *)(h + L.rows),
+            *bt = (int32_t *)(h + L.block_tables);
     int32_t *ids = (int32_t *)(h + L.ids);
     pllm_cuda_attn_item *items = (pllm_cuda_attn_item *)(h + L.items);
     pllm_cuda_attn_tile *tiles = (pllm_cuda_attn_tile *)(h + L.tiles);
@@ -347,22 +425,27 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
         memcpy(positions, p->positions, sizeof(int32_t) * (size_t)p->n_tokens);
         memcpy(slots, p->slots, sizeof(int32_t) * (size_t)p->n_tokens);
     }
-    for (int32_t t = p->n_tokens; t < T; t++) tokens[t] = 0, positions[t] = 0, slots[t] = -1; /* padding */
+    for (int32_t t = p->n_tokens; t < T; t++)
+        tokens[t] = 0, positions[t] = 0, slots[t] = -1; /* padding */
     int32_t bt_at = 0, it = 0, ti = 0;
     for (int32_t s = 0; s < p->n_seqs; s++) {
         const pllm_seq_plan *sp = &p->seqs[s];
         const int32_t nb = (sp->n_ctx + bs - 1) / bs;
         memcpy(bt + bt_at, p->block_tables + sp->block_start, sizeof(int32_t) * (size_t)nb);
         if (sp->n_new == 1) {
-            items[it++] = (pllm_cuda_attn_item){.tok = sp->token_start, .n_ctx = sp->n_ctx, .bt = bt_at};
+            items[it++] =
+                (pllm_cuda_attn_item){.tok = sp->token_start, .n_ctx = sp->n_ctx, .bt = bt_at};
         } else {
             for (int32_t j = 0; j < sp->n_new; j += qt)
-                tiles[ti++] = (pllm_cuda_attn_tile){.tok0 = sp->token_start + j, .n_q = PLLM_MIN(qt, sp->n_new - j),
-                                                    .pos0 = sp->n_ctx - sp->n_new + j, .bt = bt_at};
+                tiles[ti++] = (pllm_cuda_attn_tile){.tok0 = sp->token_start + j,
+                                                    .n_q = PLLM_MIN(qt, sp->n_new - j),
+                                                    .pos0 = sp->n_ctx - sp->n_new + j,
+                                                    .bt = bt_at};
         }
         bt_at += nb;
     }
-    for (; it < n_items; it++) items[it] = (pllm_cuda_attn_item){.tok = it, .n_ctx = 0, .bt = 0}; /* padding */
+    for (; it < n_items; it++)
+        items[it] = (pllm_cuda_attn_item){.tok = it, .n_ctx = 0, .bt = 0}; /* padding */
     pllm_sampling_params greedy;
     pllm_sampling_defaults(&greedy);
     /* the kernels see the id lists through the block tables' base, which sits at the same place
@@ -393,7 +476,11 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
         c->d_plan_bytes = n;
     }
     if (p->n_tokens == 0) { /* nothing to run: an empty step still pairs with a wait */
-        *pd = (cuda_pending){.busy = true, .out = out, .n_samples = 0, .s_cap = 0, .req_top = pd->req_top,
+        *pd = (cuda_pending){.busy = true,
+                             .out = out,
+                             .n_samples = 0,
+                             .s_cap = 0,
+                             .req_top = pd->req_top,
                              .req_top_cap = pd->req_top_cap};
         PLLM_TRY(pllm_cuda_event_record(c->dev, c->ev_done[slot]));
         c->next_slot ^= 1;
@@ -403,19 +490,29 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
     PLLM_TRY(pllm_cuda_event_record(c->dev, c->ev_uploaded[slot]));
     const uint8_t *dp = c->d_plan;
     uint8_t *dr = c->d_res;
-    step_dev d = {.tokens = (const int32_t *)(dp + L.tokens), .positions = (const int32_t *)(dp + L.positions),
-                  .slots = (const int32_t *)(dp + L.slots), .rows = (const int32_t *)(dp + L.rows),
+    step_dev d = {.tokens = (const int32_t *)(dp + L.tokens),
+                  .positions = (const int32_t *)(dp + L.positions),
+                  .slots = (const int32_t *)(dp + L.slots),
+                  .rows = (const int32_t *)(dp + L.rows),
                   .block_tables = (const int32_t *)(dp + L.block_tables),
                   .ids = (const int32_t *)(dp + L.block_tables), /* see ids_base */
-                  .items = (const pllm_cuda_attn_item *)(dp + L.items), .tiles = (const pllm_cuda_attn_tile *)(dp + L.tiles),
-                  .params = (const pllm_cuda_sample_params *)(dp + L.params), .n_tokens = T, .n_samples = S,
-                  .n_items = n_items, .n_tiles = n_tiles, .n_splits = n_splits, .split_len = split_len,
-                  .res_tok = (int32_t *)dr, .res_lp = (float *)(dr + 4 * (size_t)S),
+                  .items = (const pllm_cuda_attn_item *)(dp + L.items),
+                  .tiles = (const pllm_cuda_attn_tile *)(dp + L.tiles),
+                  .params = (const pllm_cuda_sample_params *)(dp + L.params),
+                  .n_tokens = T,
+                  .n_samples = S,
+                  .n_items = n_items,
+                  .n_tiles = n_tiles,
+                  .n_splits = n_splits,
+                  .split_len = split_len,
+                  .res_tok = (int32_t *)dr,
+                  .res_lp = (float *)(dr + 4 * (size_t)S),
                   .res_top = (pllm_cuda_sample_top *)(dr + res_top_offset(S))};
     if (B) {
         cuda_graph *g = NULL;
         for (int32_t i = 0; i < c->n_graphs && !g; i++)
-            if (c->graphs[i].batch == B && c->graphs[i].n_splits == n_splits && c->graphs[i].split_len == split_len)
+            if (c->graphs[i].batch == B && c->graphs[i].n_splits == n_splits &&
+                c->graphs[i].split_len == split_len)
                 g = &c->graphs[i];
         if (!g && c->n_graphs < CUDA_MAX_GRAPHS && !c->graphs_failed) {
             pllm_status st = pllm_cuda_graph_begin(c->dev);
@@ -426,7 +523,8 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
                 if (st == PLLM_OK) st = st2;
                 if (st == PLLM_OK) {
                     g = &c->graphs[c->n_graphs++];
-                    *g = (cuda_graph){.batch = B, .n_splits = n_splits, .split_len = split_len, .g = made};
+                    *g = (cuda_graph){
+                        .batch = B, .n_splits = n_splits, .split_len = split_len, .g = made};
                 } else {
                     pllm_cuda_graph_free(made);
                 }
@@ -453,14 +551,16 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
     bool want_top = false;
     if (out->top_ids && out->top_n > 0)
         for (int32_t s = 0; s < p->n_samples && !want_top; s++) want_top = pd->req_top[s] > 0;
-    size_t bytes = want_top         ? res_top_offset(S) + sizeof(pllm_cuda_sample_top) * (size_t)p->n_samples
+    size_t bytes = want_top
+                       ? res_top_offset(S) + sizeof(pllm_cuda_sample_top) * (size_t)p->n_samples
                    : out->logprobs ? 4 * (size_t)S + 4 * (size_t)p->n_samples
                                    : 4 * (size_t)p->n_samples;
     if (p->n_samples > 0) {
         PLLM_TRY(grow_host(c, &c->h_res[slot], &c->h_res_bytes[slot], res_bytes(S)));
         PLLM_TRY(pllm_cuda_download(c->dev, c->h_res[slot], c->d_res, bytes));
         if (out->logits)
-            PLLM_TRY(pllm_cuda_download(c->dev, out->logits, c->logits, sizeof(float) * (size_t)V * (size_t)p->n_samples));
+            PLLM_TRY(pllm_cuda_download(c->dev, out->logits, c->logits,
+                                        sizeof(float) * (size_t)V * (size_t)p->n_samples));
     }
     PLLM_TRY(pllm_cuda_event_record(c->dev, c->ev_done[slot]));
     pd->busy = true;
@@ -478,7 +578,8 @@ static pllm_status wait_oldest(cuda_ctx *c)
 {
     const int32_t slot = c->oldest;
     cuda_pending *pd = &c->pend[slot];
-    if (!pd->busy) return pllm_errorf(PLLM_ERR_INVALID, "cuda backend: wait without a submitted step");
+    if (!pd->busy)
+        return pllm_errorf(PLLM_ERR_INVALID, "cuda backend: wait without a submitted step");
     pd->busy = false;
     c->oldest ^= 1;
     PLLM_TRY(pllm_cuda_event_sync(c->ev_done[slot]));
@@ -489,28 +590,37 @@ static pllm_status wait_oldest(cuda_ctx *c)
         out->tokens[s] = ((const int32_t *)h)[s];
         if (out->logprobs) out->logprobs[s] = ((const float *)(h + 4 * (size_t)S))[s];
         if (out->top_ids && out->top_n > 0) {
-            const pllm_cuda_sample_top *top = (const pllm_cuda_sample_top *)(h + res_top_offset(S)) + s;
+            const pllm_cuda_sample_top *top =
+                (const pllm_cuda_sample_top *)(h + res_top_offset(S)) + s;
             const bool got = pd->res_bytes > res_top_offset(S);
             for (int32_t j = 0; j < out->top_n; j++) {
                 const bool have = got && j < pd->req_top[s];
                 out->top_ids[(size_t)s * out->top_n + j] = have ? top->ids[j] : -1;
-                if (out->top_logprobs) out->top_logprobs[(size_t)s * out->top_n + j] = have ? top->logprobs[j] : -INFINITY;
+                if (out->top_logprobs)
+                    out->top_logprobs[(size_t)s * out->top_n + j] =
+                        have ? top->logprobs[j] : -INFINITY;
             }
         }
     }
     return PLLM_OK;
 }
 
-/* ---- vtable ----------------------------------------------------------------------------------- */
+/* ---- vtable -----------------------------------------------------------------------------------
+ */
 
 static pllm_status cuda_kv_layout(void *vctx, int32_t block_size, pllm_kv_layout *out)
 {
     cuda_ctx *c = vctx;
     if (block_size < 1 || block_size > 65536)
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda kv_layout: block_size must be in [1, 65536], got %d", block_size);
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cuda kv_layout: block_size must be in [1, 65536], got %d", block_size);
     const pllm_model_config *cfg = &c->model->cfg;
-    *out = (pllm_kv_layout){.n_layer = cfg->n_layer, .n_head_kv = cfg->n_head_kv, .head_dim = cfg->head_dim,
-                            .block_size = block_size, .n_blocks = 0, .dtype = c->params.kv_dtype};
+    *out = (pllm_kv_layout){.n_layer = cfg->n_layer,
+                            .n_head_kv = cfg->n_head_kv,
+                            .head_dim = cfg->head_dim,
+                            .block_size = block_size,
+                            .n_blocks = 0,
+                            .dtype = c->params.kv_dtype};
     return PLLM_OK;
 }
 
@@ -518,8 +628,10 @@ static pllm_status cuda_kv_layout(void *vctx, int32_t block_size, pllm_kv_layout
 static size_t reserve_missing(const cuda_ctx *c)
 {
     const ws_sizes w = ws_of(c);
-    const size_t T = align_up((size_t)PLLM_MAX(c->params.reserve_tokens, c->params.max_graph_batch), 64);
-    const size_t S = align_up((size_t)PLLM_MAX(c->params.reserve_seqs, c->params.max_graph_batch), 16);
+    const size_t T =
+        align_up((size_t)PLLM_MAX(c->params.reserve_tokens, c->params.max_graph_batch), 64);
+    const size_t S =
+        align_up((size_t)PLLM_MAX(c->params.reserve_seqs, c->params.max_graph_batch), 16);
     size_t miss = 0;
     if (T > (size_t)c->cap_tokens) miss += (T - (size_t)c->cap_tokens) * w.per_token;
     if (S > (size_t)c->cap_samples) miss += (S - (size_t)c->cap_samples) * w.per_sample;
@@ -533,8 +645,10 @@ static pllm_status cuda_kv_available(void *vctx, size_t *bytes)
     *bytes = 0;
     pllm_cuda_dev_info info;
     PLLM_TRY(pllm_cuda_dev_info_get(c->dev, &info));
-    const size_t used = info.total_bytes - info.free_bytes, reserve_b = reserve_missing(c) + KV_MARGIN;
-    const size_t allowed = (size_t)((double)c->params.gpu_memory_fraction * (double)info.total_bytes);
+    const size_t used = info.total_bytes - info.free_bytes,
+                 reserve_b = reserve_missing(c) + KV_MARGIN;
+    const size_t allowed =
+        (size_t)((double)c->params.gpu_memory_fraction * (double)info.total_bytes);
     size_t avail = allowed > used + reserve_b ? allowed - used - reserve_b : 0;
     const size_t free_left = info.free_bytes > reserve_b ? info.free_bytes - reserve_b : 0;
     *bytes = PLLM_MIN(avail, free_left);
@@ -555,32 +669,46 @@ static pllm_status cuda_kv_init(void *vctx, const pllm_kv_layout *L)
 {
     cuda_ctx *c = vctx;
     const pllm_model_config *cfg = &c->model->cfg;
-    if (L->n_layer != cfg->n_layer || L->n_head_kv != cfg->n_head_kv || L->head_dim != cfg->head_dim)
+    if (L->n_layer != cfg->n_layer || L->n_head_kv != cfg->n_head_kv ||
+        L->head_dim != cfg->head_dim)
         return pllm_errorf(PLLM_ERR_INVALID,
-                           "cuda kv_init: layout (n_layer %d, n_head_kv %d, head_dim %d) does not match the model (%d, %d, %d)",
-                           L->n_layer, L->n_head_kv, L->head_dim, cfg->n_layer, cfg->n_head_kv, cfg->head_dim);
+                           "cuda kv_init: layout (n_layer %d, n_head_kv %d, head_dim %d) does not "
+                           "match the model (%d, %d, %d)",
+                           L->n_layer, L->n_head_kv, L->head_dim, cfg->n_layer, cfg->n_head_kv,
+                           cfg->head_dim);
     if (L->dtype != PLLM_DTYPE_F32 && L->dtype != PLLM_DTYPE_F16)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "cuda kv_init: KV dtype %s is not supported (F32, F16)", pllm_dtype_name(L->dtype));
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "cuda kv_init: KV dtype %s is not supported (F32, F16)",
+                           pllm_dtype_name(L->dtype));
     if (L->block_size < 1 || L->block_size > 65536 || L->n_blocks < 1)
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda kv_init: block_size %d (1..65536) and n_blocks %d (>= 1) are invalid",
-                           L->block_size, L->n_blocks);
+        return pllm_errorf(
+            PLLM_ERR_INVALID,
+            "cuda kv_init: block_size %d (1..65536) and n_blocks %d (>= 1) are invalid",
+            L->block_size, L->n_blocks);
     if ((int64_t)L->n_blocks * L->block_size > INT32_MAX)
-        return pllm_errorf(PLLM_ERR_RANGE, "cuda kv_init: %d blocks of %d tokens exceed the int32 slot range", L->n_blocks,
-                           L->block_size);
+        return pllm_errorf(PLLM_ERR_RANGE,
+                           "cuda kv_init: %d blocks of %d tokens exceed the int32 slot range",
+                           L->n_blocks, L->block_size);
     for (int i = 0; i < 2; i++)
-        if (c->pend[i].busy) return pllm_errorf(PLLM_ERR_INVALID, "cuda kv_init: a step is in flight");
+        if (c->pend[i].busy)
+            return pllm_errorf(PLLM_ERR_INVALID, "cuda kv_init: a step is in flight");
     size_t layer = 0, total = 0;
-    if (!pllm_mul_size((size_t)L->n_blocks, (size_t)L->n_head_kv * (size_t)L->block_size * (size_t)L->head_dim *
-                                                pllm_dtype_block_bytes(L->dtype), &layer) ||
+    if (!pllm_mul_size((size_t)L->n_blocks,
+                       (size_t)L->n_head_kv * (size_t)L->block_size * (size_t)L->head_dim *
+                           pllm_dtype_block_bytes(L->dtype),
+                       &layer) ||
         !pllm_mul_size(layer, 2 * (size_t)L->n_layer, &total))
-        return pllm_errorf(PLLM_ERR_NOMEM, "cuda kv_init: %d blocks overflow the address space", L->n_blocks);
+        return pllm_errorf(PLLM_ERR_NOMEM, "cuda kv_init: %d blocks overflow the address space",
+                           L->n_blocks);
     kv_free(c);
     /* the workspace first, so the pool cannot starve it */
     PLLM_TRY(reserve(c, c->params.reserve_tokens, c->params.reserve_seqs));
     pllm_status st = pllm_cuda_alloc(c->dev, &c->kv_mem, total);
     if (st != PLLM_OK)
-        return pllm_error_prefix(st, "cuda kv_init: %d KV blocks (%.2f GiB): ", L->n_blocks, (double)total / (1 << 30));
-    c->slot_bits = pllm_calloc(((size_t)L->n_blocks * (size_t)L->block_size + 63) / 64, sizeof(uint64_t));
+        return pllm_error_prefix(st, "cuda kv_init: %d KV blocks (%.2f GiB): ", L->n_blocks,
+                                 (double)total / (1 << 30));
+    c->slot_bits =
+        pllm_calloc(((size_t)L->n_blocks * (size_t)L->block_size + 63) / 64, sizeof(uint64_t));
     if (!c->slot_bits) {
         kv_free(c);
         return PLLM_ERR_NOMEM;
@@ -595,7 +723,8 @@ static pllm_status cuda_step(void *vctx, const pllm_batch_plan *plan, pllm_step_
 {
     cuda_ctx *c = vctx;
     if (c->pend[0].busy || c->pend[1].busy)
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda step: submitted steps are still in flight (call wait first)");
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cuda step: submitted steps are still in flight (call wait first)");
     PLLM_TRY(submit(c, plan, out));
     return wait_oldest(c);
 }
@@ -603,18 +732,23 @@ static pllm_status cuda_step(void *vctx, const pllm_batch_plan *plan, pllm_step_
 static pllm_status cuda_copy_blocks(void *vctx, const int32_t *src, const int32_t *dst, int32_t n)
 {
     cuda_ctx *c = vctx;
-    if (!c->kv_ready) return pllm_errorf(PLLM_ERR_INVALID, "cuda copy_blocks: kv_init was not called");
-    if (n < 0 || (n > 0 && (!src || !dst))) return pllm_errorf(PLLM_ERR_INVALID, "cuda copy_blocks: bad arguments (n = %d)", n);
+    if (!c->kv_ready)
+        return pllm_errorf(PLLM_ERR_INVALID, "cuda copy_blocks: kv_init was not called");
+    if (n < 0 || (n > 0 && (!src || !dst)))
+        return pllm_errorf(PLLM_ERR_INVALID, "cuda copy_blocks: bad arguments (n = %d)", n);
     for (int32_t i = 0; i < n; i++)
         if (src[i] < 0 || src[i] >= c->kv.n_blocks || dst[i] < 0 || dst[i] >= c->kv.n_blocks)
-            return pllm_errorf(PLLM_ERR_RANGE, "cuda copy_blocks: pair %d (%d -> %d) is outside the pool [0, %d)", i, src[i],
-                               dst[i], c->kv.n_blocks);
-    const size_t block = c->kv_layer_bytes / (size_t)c->kv.n_blocks; /* one block of one layer's K (or V) */
+            return pllm_errorf(PLLM_ERR_RANGE,
+                               "cuda copy_blocks: pair %d (%d -> %d) is outside the pool [0, %d)",
+                               i, src[i], dst[i], c->kv.n_blocks);
+    const size_t block =
+        c->kv_layer_bytes / (size_t)c->kv.n_blocks; /* one block of one layer's K (or V) */
     for (int32_t i = 0; i < n; i++) {
         if (src[i] == dst[i]) continue;
         for (int32_t l = 0; l < 2 * c->kv.n_layer; l++) {
             uint8_t *base = (uint8_t *)c->kv_mem + (size_t)l * c->kv_layer_bytes;
-            PLLM_TRY(pllm_cuda_copy(c->dev, base + (size_t)dst[i] * block, base + (size_t)src[i] * block, block));
+            PLLM_TRY(pllm_cuda_copy(c->dev, base + (size_t)dst[i] * block,
+                                    base + (size_t)src[i] * block, block));
         }
     }
     return PLLM_OK; /* ordered before the next step on the stream */
@@ -654,7 +788,8 @@ static const pllm_backend_iface g_cuda_iface = {
     .destroy = cuda_destroy,
 };
 
-/* ---- creation --------------------------------------------------------------------------------- */
+/* ---- creation ---------------------------------------------------------------------------------
+ */
 
 void pllm_cuda_params_defaults(pllm_cuda_params *p)
 {
@@ -671,7 +806,10 @@ void pllm_cuda_params_defaults(pllm_cuda_params *p)
     p->max_graph_batch = 256;
 }
 
-int pllm_cuda_device_count(char *why, size_t n) { return pllm_cuda_dev_count(why, n); }
+int pllm_cuda_device_count(char *why, size_t n)
+{
+    return pllm_cuda_dev_count(why, n);
+}
 
 /* The device dtype of the weights: params, or AUTO's rule over the model's matrices. */
 static pllm_dtype weight_dtype(const pllm_model *m, pllm_cuda_weights w)
@@ -679,10 +817,12 @@ static pllm_dtype weight_dtype(const pllm_model *m, pllm_cuda_weights w)
     if (w == PLLM_CUDA_WEIGHTS_F16) return PLLM_DTYPE_F16;
     if (w == PLLM_CUDA_WEIGHTS_BF16) return PLLM_DTYPE_BF16;
     if (w == PLLM_CUDA_WEIGHTS_F32) return PLLM_DTYPE_F32;
-    bool all_bf16 = m->tok_embd.dtype == PLLM_DTYPE_BF16, all_f32 = m->tok_embd.dtype == PLLM_DTYPE_F32;
+    bool all_bf16 = m->tok_embd.dtype == PLLM_DTYPE_BF16,
+         all_f32 = m->tok_embd.dtype == PLLM_DTYPE_F32;
     for (int32_t l = 0; l < m->cfg.n_layer; l++) {
         const pllm_layer_weights *lw = &m->layers[l];
-        const pllm_tensor *t[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
+        const pllm_tensor *t[] = {&lw->wq,     &lw->wk,   &lw->wv,    &lw->wo,
+                                  &lw->w_gate, &lw->w_up, &lw->w_down};
         for (size_t i = 0; i < PLLM_ARRAY_LEN(t); i++) {
             all_bf16 &= t[i]->dtype == PLLM_DTYPE_BF16;
             all_f32 &= t[i]->dtype == PLLM_DTYPE_F32;
@@ -691,37 +831,51 @@ static pllm_dtype weight_dtype(const pllm_model *m, pllm_cuda_weights w)
     return all_bf16 ? PLLM_DTYPE_BF16 : all_f32 ? PLLM_DTYPE_F32 : PLLM_DTYPE_F16;
 }
 
-pllm_status pllm_cuda_backend_create(pllm_backend *out, const pllm_model *model, const pllm_cuda_params *p)
+pllm_status pllm_cuda_backend_create(pllm_backend *out, const pllm_model *model,
+                                     const pllm_cuda_params *p)
 {
     out->iface = NULL;
     out->ctx = NULL;
     pllm_cuda_params params;
-    if (p) params = *p;
-    else pllm_cuda_params_defaults(&params);
+    if (p)
+        params = *p;
+    else
+        pllm_cuda_params_defaults(&params);
     if (!(params.gpu_memory_fraction > 0.0f && params.gpu_memory_fraction <= 1.0f))
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda backend: gpu_memory_fraction must be in (0, 1], got %g",
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cuda backend: gpu_memory_fraction must be in (0, 1], got %g",
                            (double)params.gpu_memory_fraction);
     if (params.kv_dtype != PLLM_DTYPE_F32 && params.kv_dtype != PLLM_DTYPE_F16)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "cuda backend: kv_dtype %s is not supported (F16, F32)",
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "cuda backend: kv_dtype %s is not supported (F16, F32)",
                            pllm_dtype_name(params.kv_dtype));
     if ((unsigned)params.weights > PLLM_CUDA_WEIGHTS_F32)
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda backend: weights %d is not a pllm_cuda_weights value", (int)params.weights);
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cuda backend: weights %d is not a pllm_cuda_weights value",
+                           (int)params.weights);
     if (params.attn_split_len <= 0) params.attn_split_len = 512;
     if (params.attn_split_len % 64)
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda backend: attn_split_len must be a multiple of 64, got %d",
-                           params.attn_split_len);
-    if (params.reserve_tokens < 1 || params.reserve_seqs < 1 || params.max_graph_batch < 0 || params.attn_split_blocks < 0)
         return pllm_errorf(PLLM_ERR_INVALID,
-                           "cuda backend: reserve_tokens %d and reserve_seqs %d must be >= 1, max_graph_batch %d and "
+                           "cuda backend: attn_split_len must be a multiple of 64, got %d",
+                           params.attn_split_len);
+    if (params.reserve_tokens < 1 || params.reserve_seqs < 1 || params.max_graph_batch < 0 ||
+        params.attn_split_blocks < 0)
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cuda backend: reserve_tokens %d and reserve_seqs %d must be >= 1, "
+                           "max_graph_batch %d and "
                            "attn_split_blocks %d >= 0",
-                           params.reserve_tokens, params.reserve_seqs, params.max_graph_batch, params.attn_split_blocks);
+                           params.reserve_tokens, params.reserve_seqs, params.max_graph_batch,
+                           params.attn_split_blocks);
     const pllm_model_config *cfg = &model->cfg;
     if (cfg->n_head_kv < 1 || cfg->n_head % cfg->n_head_kv != 0 || cfg->head_dim % 2 ||
-        cfg->head_dim > PLLM_CUDA_ATTN_MAX_HEAD_DIM || cfg->rope_dim > cfg->head_dim || cfg->rope_dim % 2)
+        cfg->head_dim > PLLM_CUDA_ATTN_MAX_HEAD_DIM || cfg->rope_dim > cfg->head_dim ||
+        cfg->rope_dim % 2)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
-                           "cuda backend: model %s: heads (n_head %d, n_head_kv %d, head_dim %d (even, <= %d), rope_dim %d) "
+                           "cuda backend: model %s: heads (n_head %d, n_head_kv %d, head_dim %d "
+                           "(even, <= %d), rope_dim %d) "
                            "are not supported",
-                           model->name, cfg->n_head, cfg->n_head_kv, cfg->head_dim, PLLM_CUDA_ATTN_MAX_HEAD_DIM, cfg->rope_dim);
+                           model->name, cfg->n_head, cfg->n_head_kv, cfg->head_dim,
+                           PLLM_CUDA_ATTN_MAX_HEAD_DIM, cfg->rope_dim);
 
     cuda_ctx *c = pllm_calloc(1, sizeof *c);
     if (!c) return PLLM_ERR_NOMEM;
@@ -734,14 +888,17 @@ pllm_status pllm_cuda_backend_create(pllm_backend *out, const pllm_model *model,
     }
     if ((st = pllm_cuda_dev_info_get(c->dev, &c->info)) != PLLM_OK) goto fail;
     if (c->info.sm_major < 8) {
-        st = pllm_errorf(PLLM_ERR_UNSUPPORTED, "cuda backend: %s is sm_%d%d; pllm's kernels are built for sm_80 and later",
-                         c->info.name, c->info.sm_major, c->info.sm_minor);
+        st =
+            pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                        "cuda backend: %s is sm_%d%d; pllm's kernels are built for sm_80 and later",
+                        c->info.name, c->info.sm_major, c->info.sm_minor);
         goto fail;
     }
     c->wdt = weight_dtype(model, params.weights);
     c->wsz = pllm_dtype_block_bytes(c->wdt);
     for (int i = 0; i < 2; i++)
-        if ((st = pllm_cuda_event_create(c->dev, &c->ev_uploaded[i])) || (st = pllm_cuda_event_create(c->dev, &c->ev_done[i])))
+        if ((st = pllm_cuda_event_create(c->dev, &c->ev_uploaded[i])) ||
+            (st = pllm_cuda_event_create(c->dev, &c->ev_done[i])))
             goto fail;
     if ((st = pllm_cuda_weights_upload(c)) != PLLM_OK) goto fail;
     out->iface = &g_cuda_iface;
@@ -776,9 +933,13 @@ void pllm_cuda_backend_get_info(const pllm_backend *b, pllm_cuda_backend_info *o
     out->graphs = c->n_graphs;
 }
 
-pllm_status pllm_cuda_backend_submit(pllm_backend *b, const pllm_batch_plan *plan, pllm_step_out *out)
+pllm_status pllm_cuda_backend_submit(pllm_backend *b, const pllm_batch_plan *plan,
+                                     pllm_step_out *out)
 {
     return submit(b->ctx, plan, out);
 }
 
-pllm_status pllm_cuda_backend_wait(pllm_backend *b) { return wait_oldest(b->ctx); }
+pllm_status pllm_cuda_backend_wait(pllm_backend *b)
+{
+    return wait_oldest(b->ctx);
+}

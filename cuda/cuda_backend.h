@@ -91,18 +91,18 @@ pllm_status pllm_cuda_backend_create(pllm_backend *out, const pllm_model *model,
 typedef struct pllm_cuda_backend_info {
     char device_name[256];
     int32_t ordinal, sm_major, sm_minor, n_sm;
-    bool emulated;                 /* the host emulator, not a GPU */
-    size_t total_bytes;            /* device memory */
-    size_t weight_bytes;           /* weights on the device */
+    bool emulated;       /* the host emulator, not a GPU */
+    size_t total_bytes;  /* device memory */
+    size_t weight_bytes; /* weights on the device */
     pllm_dtype weight_dtype, kv_dtype;
-    size_t kv_bytes;               /* the KV pool (0 before kv_init) */
-    size_t workspace_bytes;        /* activations, logits, plan and result buffers */
-    double load_seconds;           /* weight conversion and upload */
-    int64_t steps, graph_steps;    /* steps run, and those run as a CUDA graph */
-    int64_t split_steps;           /* steps whose decode attention was split over the context */
-    int32_t graphs;                /* graphs captured */
-    char graph_error[256];         /* why graph capture was given up ("" when it was not): a
-                                      capture the driver refuses makes decode steps run eagerly */
+    size_t kv_bytes;            /* the KV pool (0 before kv_init) */
+    size_t workspace_bytes;     /* activations, logits, plan and result buffers */
+    double load_seconds;        /* weight conversion and upload */
+    int64_t steps, graph_steps; /* steps run, and those run as a CUDA graph */
+    int64_t split_steps;        /* steps whose decode attention was split over the context */
+    int32_t graphs;             /* graphs captured */
+    char graph_error[256];      /* why graph capture was given up ("" when it was not): a
+                                   capture the driver refuses makes decode steps run eagerly */
 } pllm_cuda_backend_info;
 
 /* Describe a backend made by pllm_cuda_backend_create. */

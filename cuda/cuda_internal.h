@@ -41,10 +41,10 @@ typedef struct cuda_graph {
 typedef struct cuda_pending {
     bool busy;
     pllm_step_out *out;
-    int32_t n_samples, s_cap;  /* real samples; the results layout's sample capacity */
-    int32_t *req_top;          /* [n_samples] n_top of each sample (host copy) */
+    int32_t n_samples, s_cap; /* real samples; the results layout's sample capacity */
+    int32_t *req_top;         /* [n_samples] n_top of each sample (host copy) */
     int32_t req_top_cap;
-    size_t res_bytes;          /* bytes downloaded */
+    size_t res_bytes; /* bytes downloaded */
 } cuda_pending;
 
 typedef struct cuda_ctx {
@@ -54,13 +54,13 @@ typedef struct cuda_ctx {
     pllm_cuda_dev_info info;
 
     /* weights */
-    pllm_dtype wdt;           /* matrices and GEMM inputs: F16, BF16 or F32 */
-    size_t wsz;               /* its element size */
-    cuda_layer *layers;       /* [n_layer] */
-    void *tok_embd;           /* [n_vocab][n_embd] wdt */
-    void *output;             /* [n_vocab][n_embd] wdt (== tok_embd when tied) */
-    float *output_norm;       /* [n_embd] */
-    double *inv_freq;         /* [rope_dim / 2] */
+    pllm_dtype wdt;     /* matrices and GEMM inputs: F16, BF16 or F32 */
+    size_t wsz;         /* its element size */
+    cuda_layer *layers; /* [n_layer] */
+    void *tok_embd;     /* [n_vocab][n_embd] wdt */
+    void *output;       /* [n_vocab][n_embd] wdt (== tok_embd when tied) */
+    float *output_norm; /* [n_embd] */
+    double *inv_freq;   /* [rope_dim / 2] */
     size_t weight_bytes;
     double load_seconds;
 
@@ -70,26 +70,26 @@ typedef struct cuda_ctx {
     bool kv_ready;
     void *kv_mem;
     size_t kv_layer_bytes;
-    uint64_t *slot_bits;      /* host: duplicate-slot check of validation */
+    uint64_t *slot_bits; /* host: duplicate-slot check of validation */
 
     /* activation workspace for cap_tokens tokens and cap_samples samples */
     int32_t cap_tokens, cap_samples;
-    float *x;                 /* [T][n_embd] residual stream */
-    float *proj;              /* [T][n_embd] output of wo and w_down (added by the next norm) */
-    void *xb;                 /* [T][n_embd] wdt: normed input of a projection */
-    float *qkv;               /* [T][QD + 2 KVD] */
-    void *att;                /* [T][QD] wdt */
-    void *gu;                 /* [T][2 n_ff] wdt */
-    void *h;                  /* [T][n_ff] wdt */
-    void *xs;                 /* [S][n_embd] wdt: final-normed rows of the sampled tokens */
-    float *logits;            /* [S][n_vocab] */
-    float *work;              /* [S][n_vocab] sampler scratch */
-    int32_t *counts;          /* [S][n_vocab] zero between steps */
-    void *part;               /* decode attention split partials */
+    float *x;        /* [T][n_embd] residual stream */
+    float *proj;     /* [T][n_embd] output of wo and w_down (added by the next norm) */
+    void *xb;        /* [T][n_embd] wdt: normed input of a projection */
+    float *qkv;      /* [T][QD + 2 KVD] */
+    void *att;       /* [T][QD] wdt */
+    void *gu;        /* [T][2 n_ff] wdt */
+    void *h;         /* [T][n_ff] wdt */
+    void *xs;        /* [S][n_embd] wdt: final-normed rows of the sampled tokens */
+    float *logits;   /* [S][n_vocab] */
+    float *work;     /* [S][n_vocab] sampler scratch */
+    int32_t *counts; /* [S][n_vocab] zero between steps */
+    void *part;      /* decode attention split partials */
     size_t part_bytes;
-    void *d_res;              /* results: [S][tokens] [S][logprobs] [S][pllm_cuda_sample_top] */
+    void *d_res; /* results: [S][tokens] [S][logprobs] [S][pllm_cuda_sample_top] */
     size_t d_res_bytes;
-    void *d_plan;             /* the packed plan on the device */
+    void *d_plan; /* the packed plan on the device */
     size_t d_plan_bytes;
     size_t workspace_bytes;
 
@@ -98,8 +98,8 @@ typedef struct cuda_ctx {
     size_t h_plan_bytes[2], h_res_bytes[2];
     pllm_cuda_event *ev_uploaded[2], *ev_done[2];
     cuda_pending pend[2];
-    int32_t next_slot;        /* slot of the next submit */
-    int32_t oldest;           /* slot of the oldest pending step */
+    int32_t next_slot; /* slot of the next submit */
+    int32_t oldest;    /* slot of the oldest pending step */
 
     /* host scratch of the packing */
     pllm_cuda_attn_item *items;
@@ -109,8 +109,8 @@ typedef struct cuda_ctx {
     /* graphs */
     cuda_graph graphs[CUDA_MAX_GRAPHS];
     int32_t n_graphs;
-    bool graphs_failed;       /* a capture failed: decode steps run eagerly */
-    char graph_error[256];    /* why */
+    bool graphs_failed;    /* a capture failed: decode steps run eagerly */
+    char graph_error[256]; /* why */
     int64_t steps, graph_steps, split_steps;
 } cuda_ctx;
 
@@ -121,4 +121,5 @@ void pllm_cuda_weights_free(cuda_ctx *c);
 void pllm_cuda_rope_freqs(double *inv_freq, const pllm_model *m);
 
 /* cuda_plan.c: the same checks as the CPU backend's step, before anything is queued. */
-pllm_status pllm_cuda_validate_plan(cuda_ctx *c, const pllm_batch_plan *p, const pllm_step_out *out);
+pllm_status pllm_cuda_validate_plan(cuda_ctx *c, const pllm_batch_plan *p,
+                                    const pllm_step_out *out);

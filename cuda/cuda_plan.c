@@ -5,15 +5,19 @@
  */
 #include "cuda/cuda_internal.h"
 
-static pllm_status check_ids(const int32_t *ids, int32_t n, int32_t n_vocab, int32_t s, const char *what)
+static pllm_status check_ids(const int32_t *ids, int32_t n, int32_t n_vocab, int32_t s,
+                             const char *what)
 {
     if (n < 0 || (n > 0 && !ids))
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda step: samples[%d].ctx.%s: count %d with %s array", s, what, n,
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cuda step: samples[%d].ctx.%s: count %d with %s array", s, what, n,
                            ids ? "an" : "a NULL");
     for (int32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= n_vocab)
-            return pllm_errorf(PLLM_ERR_RANGE, "cuda step: samples[%d].ctx.%s[%d] = %d is outside the vocabulary [0, %d)", s,
-                               what, i, ids[i], n_vocab);
+            return pllm_errorf(
+                PLLM_ERR_RANGE,
+                "cuda step: samples[%d].ctx.%s[%d] = %d is outside the vocabulary [0, %d)", s, what,
+                i, ids[i], n_vocab);
     return PLLM_OK;
 }
 
@@ -23,14 +27,20 @@ pllm_status pllm_cuda_validate_plan(cuda_ctx *c, const pllm_batch_plan *p, const
     if (!c->kv_ready) return pllm_errorf(PLLM_ERR_INVALID, "cuda step: kv_init was not called");
     if (!p || !out) return pllm_errorf(PLLM_ERR_INVALID, "cuda step: NULL plan or output");
     if (p->n_tokens < 0 || p->n_seqs < 0 || p->n_samples < 0)
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda step: negative count (n_tokens %d, n_seqs %d, n_samples %d)", p->n_tokens,
-                           p->n_seqs, p->n_samples);
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cuda step: negative count (n_tokens %d, n_seqs %d, n_samples %d)",
+                           p->n_tokens, p->n_seqs, p->n_samples);
     if (p->n_tokens > 0 && (!p->tokens || !p->positions || !p->slots))
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda step: n_tokens = %d but tokens, positions or slots is NULL", p->n_tokens);
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cuda step: n_tokens = %d but tokens, positions or slots is NULL",
+                           p->n_tokens);
     if (p->n_seqs > 0 && (!p->seqs || !p->block_tables))
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda step: n_seqs = %d but seqs or block_tables is NULL", p->n_seqs);
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cuda step: n_seqs = %d but seqs or block_tables is NULL", p->n_seqs);
     if (p->n_samples > 0 && (!p->samples || !out->tokens))
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda step: n_samples = %d but samples or out->tokens is NULL", p->n_samples);
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cuda step: n_samples = %d but samples or out->tokens is NULL",
+                           p->n_samples);
 
     int32_t next = 0;
     pllm_status st = PLLM_OK;
@@ -38,37 +48,49 @@ pllm_status pllm_cuda_validate_plan(cuda_ctx *c, const pllm_batch_plan *p, const
         const pllm_seq_plan *sp = &p->seqs[s];
         if (sp->token_start != next || sp->n_new < 1 || sp->n_new > p->n_tokens - next)
             st = pllm_errorf(PLLM_ERR_INVALID,
-                             "cuda step: seqs[%d] covers tokens [%d, %d + %d) but must start at %d, take >= 1 token and end by "
+                             "cuda step: seqs[%d] covers tokens [%d, %d + %d) but must start at "
+                             "%d, take >= 1 token and end by "
                              "n_tokens = %d",
                              s, sp->token_start, sp->token_start, sp->n_new, next, p->n_tokens);
         else if (sp->n_ctx < sp->n_new)
-            st = pllm_errorf(PLLM_ERR_RANGE, "cuda step: seqs[%d].n_ctx = %d is less than its n_new = %d", s, sp->n_ctx,
-                             sp->n_new);
+            st = pllm_errorf(PLLM_ERR_RANGE,
+                             "cuda step: seqs[%d].n_ctx = %d is less than its n_new = %d", s,
+                             sp->n_ctx, sp->n_new);
         else if (sp->block_start < 0 || sp->n_blocks < 0 || (int64_t)sp->n_blocks * bs < sp->n_ctx)
-            st = pllm_errorf(PLLM_ERR_RANGE, "cuda step: seqs[%d]: block table [%d, +%d) of %d-token blocks cannot hold n_ctx = %d",
+            st = pllm_errorf(PLLM_ERR_RANGE,
+                             "cuda step: seqs[%d]: block table [%d, +%d) of %d-token blocks cannot "
+                             "hold n_ctx = %d",
                              s, sp->block_start, sp->n_blocks, bs, sp->n_ctx);
         if (st != PLLM_OK) break;
         const int32_t *bt = p->block_tables + sp->block_start;
         for (int32_t b = 0; b < (sp->n_ctx + bs - 1) / bs; b++)
             if (bt[b] < 0 || bt[b] >= c->kv.n_blocks) {
-                st = pllm_errorf(PLLM_ERR_RANGE, "cuda step: seqs[%d] block table entry %d = %d is outside the pool [0, %d)", s,
-                                 b, bt[b], c->kv.n_blocks);
+                st = pllm_errorf(
+                    PLLM_ERR_RANGE,
+                    "cuda step: seqs[%d] block table entry %d = %d is outside the pool [0, %d)", s,
+                    b, bt[b], c->kv.n_blocks);
                 break;
             }
         for (int32_t j = 0; j < sp->n_new && st == PLLM_OK; j++) {
             int32_t i = sp->token_start + j, pos = sp->n_ctx - sp->n_new + j;
             if (p->tokens[i] < 0 || p->tokens[i] >= n_vocab)
-                st = pllm_errorf(PLLM_ERR_RANGE, "cuda step: tokens[%d] = %d is outside the vocabulary [0, %d)", i, p->tokens[i],
-                                 n_vocab);
+                st = pllm_errorf(PLLM_ERR_RANGE,
+                                 "cuda step: tokens[%d] = %d is outside the vocabulary [0, %d)", i,
+                                 p->tokens[i], n_vocab);
             else if (p->positions[i] != pos)
-                st = pllm_errorf(PLLM_ERR_INVALID, "cuda step: positions[%d] = %d but seqs[%d] (n_ctx %d, n_new %d) puts it at %d",
-                                 i, p->positions[i], s, sp->n_ctx, sp->n_new, pos);
+                st = pllm_errorf(
+                    PLLM_ERR_INVALID,
+                    "cuda step: positions[%d] = %d but seqs[%d] (n_ctx %d, n_new %d) puts it at %d",
+                    i, p->positions[i], s, sp->n_ctx, sp->n_new, pos);
             else if (p->slots[i] != bt[pos / bs] * bs + pos % bs)
                 st = pllm_errorf(PLLM_ERR_INVALID,
-                                 "cuda step: slots[%d] = %d but seqs[%d]'s block table puts position %d at slot %d", i,
-                                 p->slots[i], s, pos, bt[pos / bs] * bs + pos % bs);
+                                 "cuda step: slots[%d] = %d but seqs[%d]'s block table puts "
+                                 "position %d at slot %d",
+                                 i, p->slots[i], s, pos, bt[pos / bs] * bs + pos % bs);
             else if (c->slot_bits[p->slots[i] / 64] >> (p->slots[i] % 64) & 1)
-                st = pllm_errorf(PLLM_ERR_INVALID, "cuda step: slot %d (tokens[%d]) is written twice in one step", p->slots[i], i);
+                st = pllm_errorf(PLLM_ERR_INVALID,
+                                 "cuda step: slot %d (tokens[%d]) is written twice in one step",
+                                 p->slots[i], i);
             if (st == PLLM_OK) c->slot_bits[p->slots[i] / 64] |= 1ull << (p->slots[i] % 64);
         }
         next += sp->n_new;
@@ -76,25 +98,34 @@ pllm_status pllm_cuda_validate_plan(cuda_ctx *c, const pllm_batch_plan *p, const
     /* clear the marks set above (only those: the bitmap may be large) */
     for (int32_t s = 0; s < p->n_seqs; s++) {
         const pllm_seq_plan *sp = &p->seqs[s];
-        if (sp->token_start < 0 || sp->n_new < 0 || sp->token_start > p->n_tokens - sp->n_new) break;
+        if (sp->token_start < 0 || sp->n_new < 0 || sp->token_start > p->n_tokens - sp->n_new)
+            break;
         for (int32_t j = 0; j < sp->n_new; j++) {
             int32_t slot = p->slots[sp->token_start + j];
-            if (slot >= 0 && (int64_t)slot < (int64_t)c->kv.n_blocks * bs) c->slot_bits[slot / 64] &= ~(1ull << (slot % 64));
+            if (slot >= 0 && (int64_t)slot < (int64_t)c->kv.n_blocks * bs)
+                c->slot_bits[slot / 64] &= ~(1ull << (slot % 64));
         }
     }
     if (st != PLLM_OK) return st;
     if (next != p->n_tokens)
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda step: the sequences cover %d tokens but n_tokens = %d", next, p->n_tokens);
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cuda step: the sequences cover %d tokens but n_tokens = %d", next,
+                           p->n_tokens);
 
     for (int32_t s = 0; s < p->n_samples; s++) {
         const pllm_sample_req *r = &p->samples[s];
         if (r->seq < 0 || r->seq >= p->n_seqs)
-            return pllm_errorf(PLLM_ERR_RANGE, "cuda step: samples[%d].seq = %d is outside [0, %d)", s, r->seq, p->n_seqs);
-        if (!r->params) return pllm_errorf(PLLM_ERR_INVALID, "cuda step: samples[%d].params is NULL", s);
-        if (pllm_sampling_validate(r->params) != PLLM_OK) return pllm_error_prefix(PLLM_ERR_INVALID, "cuda step: samples[%d]: ", s);
+            return pllm_errorf(PLLM_ERR_RANGE, "cuda step: samples[%d].seq = %d is outside [0, %d)",
+                               s, r->seq, p->n_seqs);
+        if (!r->params)
+            return pllm_errorf(PLLM_ERR_INVALID, "cuda step: samples[%d].params is NULL", s);
+        if (pllm_sampling_validate(r->params) != PLLM_OK)
+            return pllm_error_prefix(PLLM_ERR_INVALID, "cuda step: samples[%d]: ", s);
         if (out->top_ids && r->params->logprobs > out->top_n)
-            return pllm_errorf(PLLM_ERR_INVALID, "cuda step: samples[%d] asks for %d top logprobs but out->top_n = %d", s,
-                               r->params->logprobs, out->top_n);
+            return pllm_errorf(
+                PLLM_ERR_INVALID,
+                "cuda step: samples[%d] asks for %d top logprobs but out->top_n = %d", s,
+                r->params->logprobs, out->top_n);
         PLLM_TRY(check_ids(r->ctx.prompt, r->ctx.n_prompt, n_vocab, s, "prompt"));
         PLLM_TRY(check_ids(r->ctx.output, r->ctx.n_output, n_vocab, s, "output"));
         PLLM_TRY(check_ids(r->ctx.banned, r->ctx.n_banned, n_vocab, s, "banned"));

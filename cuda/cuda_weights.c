@@ -25,7 +25,7 @@ typedef struct stager {
     pllm_cuda_event *ev[2];
     bool used[2];
     int slot;
-    float *row;     /* [widest row] F32 */
+    float *row; /* [widest row] F32 */
     size_t row_cap;
 } stager;
 
@@ -53,8 +53,8 @@ static void stager_free(stager *s)
 }
 
 /* Convert row src (n elements of dtype t) into dst (n elements of the device dtype). */
-static pllm_status convert_row(stager *s, void *dst, const void *src, pllm_dtype t, int64_t n, const pllm_tensor *w,
-                               int64_t r)
+static pllm_status convert_row(stager *s, void *dst, const void *src, pllm_dtype t, int64_t n,
+                               const pllm_tensor *w, int64_t r)
 {
     const cuda_ctx *c = s->c;
     if (t == c->wdt) {
@@ -73,43 +73,53 @@ static pllm_status convert_row(stager *s, void *dst, const void *src, pllm_dtype
 #if defined(__F16C__) && defined(__AVX__)
         /* 8 at a time, round to nearest even: the same halves as pllm_fp32_to_fp16 */
         for (; i + 8 <= n; i += 8)
-            _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtps_ph(_mm256_loadu_ps(s->row + i), _MM_FROUND_TO_NEAREST_INT));
+            _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtps_ph(_mm256_loadu_ps(s->row + i),
+                                                                 _MM_FROUND_TO_NEAREST_INT));
 #endif
         for (; i < n; i++) o[i] = pllm_fp32_to_fp16(s->row[i]);
         for (i = 0; i < n; i++) {
             if ((o[i] & 0x7c00) == 0x7c00 && isfinite(s->row[i]))
-                return pllm_errorf(PLLM_ERR_RANGE,
-                                   "cuda backend: tensor '%s' row %lld column %lld: %g does not fit in F16 "
-                                   "(use BF16 or F32 weights)",
-                                   w->name, (long long)r, (long long)i, (double)s->row[i]);
+                return pllm_errorf(
+                    PLLM_ERR_RANGE,
+                    "cuda backend: tensor '%s' row %lld column %lld: %g does not fit in F16 "
+                    "(use BF16 or F32 weights)",
+                    w->name, (long long)r, (long long)i, (double)s->row[i]);
         }
     }
     return PLLM_OK;
 }
 
 /* Upload matrix w into rows [row0, row0 + w->n_rows) of the device matrix dst (n_cols wide). */
-static pllm_status upload_matrix(stager *s, void *dst, int64_t row0, const pllm_tensor *w, int64_t n_cols)
+static pllm_status upload_matrix(stager *s, void *dst, int64_t row0, const pllm_tensor *w,
+                                 int64_t n_cols)
 {
     cuda_ctx *c = s->c;
     if (w->n_cols != n_cols || !w->data)
-        return pllm_errorf(PLLM_ERR_FORMAT, "cuda backend: tensor '%s' has %lld columns, the model needs %lld", w->name,
-                           (long long)w->n_cols, (long long)n_cols);
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "cuda backend: tensor '%s' has %lld columns, the model needs %lld",
+                           w->name, (long long)w->n_cols, (long long)n_cols);
     if (!pllm_dtype_supported(w->dtype))
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "cuda backend: tensor '%s' has dtype %s, which this build cannot convert",
-                           w->name, pllm_dtype_name(w->dtype));
+        return pllm_errorf(
+            PLLM_ERR_UNSUPPORTED,
+            "cuda backend: tensor '%s' has dtype %s, which this build cannot convert", w->name,
+            pllm_dtype_name(w->dtype));
     const size_t row_dev = (size_t)n_cols * c->wsz;
     const int64_t per_chunk = PLLM_MAX(1, (int64_t)(STAGE_BYTES / row_dev));
     if ((size_t)n_cols > s->row_cap || row_dev > STAGE_BYTES)
-        return pllm_errorf(PLLM_ERR_INTERNAL, "cuda backend: tensor '%s' rows of %lld columns exceed the staging buffer",
-                           w->name, (long long)n_cols);
+        return pllm_errorf(
+            PLLM_ERR_INTERNAL,
+            "cuda backend: tensor '%s' rows of %lld columns exceed the staging buffer", w->name,
+            (long long)n_cols);
     for (int64_t r0 = 0; r0 < w->n_rows; r0 += per_chunk) {
         const int64_t n = PLLM_MIN(per_chunk, w->n_rows - r0);
         const int b = s->slot;
         if (s->used[b]) PLLM_TRY(pllm_cuda_event_sync(s->ev[b])); /* its previous copy is done */
         for (int64_t r = 0; r < n; r++)
             PLLM_TRY(convert_row(s, (uint8_t *)s->buf[b] + (size_t)r * row_dev,
-                                 (const uint8_t *)w->data + (size_t)(r0 + r) * w->row_bytes, w->dtype, n_cols, w, r0 + r));
-        PLLM_TRY(pllm_cuda_upload(c->dev, (uint8_t *)dst + (size_t)(row0 + r0) * row_dev, s->buf[b], (size_t)n * row_dev));
+                                 (const uint8_t *)w->data + (size_t)(r0 + r) * w->row_bytes,
+                                 w->dtype, n_cols, w, r0 + r));
+        PLLM_TRY(pllm_cuda_upload(c->dev, (uint8_t *)dst + (size_t)(row0 + r0) * row_dev, s->buf[b],
+                                  (size_t)n * row_dev));
         PLLM_TRY(pllm_cuda_event_record(c->dev, s->ev[b]));
         s->used[b] = true;
         s->slot ^= 1;
@@ -139,8 +149,10 @@ void pllm_cuda_rope_freqs(double *inv_freq, const pllm_model *m)
     const pllm_model_config *cfg = &m->cfg;
     for (int32_t i = 0; i < cfg->rope_dim / 2; i++) {
         double f = pow((double)cfg->rope_theta, -2.0 * i / (double)cfg->rope_dim);
-        if (m->rope_freq_factors) f /= m->rope_freq_factors[i];
-        else if (cfg->rope_scaling == PLLM_ROPE_SCALING_LINEAR) f /= cfg->rope_factor;
+        if (m->rope_freq_factors)
+            f /= m->rope_freq_factors[i];
+        else if (cfg->rope_scaling == PLLM_ROPE_SCALING_LINEAR)
+            f /= cfg->rope_factor;
         inv_freq[i] = f;
     }
 }
@@ -154,11 +166,14 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
     const double t0 = pllm_now();
     /* the whole set must fit: say so before converting anything */
     size_t need = (size_t)(V * E * (m->cfg.tied_embeddings ? 1 : 2)) * c->wsz;
-    need += (size_t)cfg->n_layer * (size_t)((qd + 2 * kvd) * E + E * qd + 2 * F * E + E * F) * c->wsz;
+    need +=
+        (size_t)cfg->n_layer * (size_t)((qd + 2 * kvd) * E + E * qd + 2 * F * E + E * F) * c->wsz;
     if (need > c->info.free_bytes)
         return pllm_errorf(PLLM_ERR_NOMEM,
-                           "cuda backend: the weights need %.2f GiB as %s on the device, which has %.2f GiB free of %.2f GiB",
-                           (double)need / (1 << 30), pllm_dtype_name(c->wdt), (double)c->info.free_bytes / (1 << 30),
+                           "cuda backend: the weights need %.2f GiB as %s on the device, which has "
+                           "%.2f GiB free of %.2f GiB",
+                           (double)need / (1 << 30), pllm_dtype_name(c->wdt),
+                           (double)c->info.free_bytes / (1 << 30),
                            (double)c->info.total_bytes / (1 << 30));
 
     stager s;
@@ -187,12 +202,14 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
         const pllm_layer_weights *w = &m->layers[l];
         cuda_layer *d = &c->layers[l];
         if ((st = alloc_track(c, &d->w_qkv, (size_t)((qd + 2 * kvd) * E) * c->wsz, "wq/wk/wv")) ||
-            (st = upload_matrix(&s, d->w_qkv, 0, &w->wq, E)) || (st = upload_matrix(&s, d->w_qkv, qd, &w->wk, E)) ||
+            (st = upload_matrix(&s, d->w_qkv, 0, &w->wq, E)) ||
+            (st = upload_matrix(&s, d->w_qkv, qd, &w->wk, E)) ||
             (st = upload_matrix(&s, d->w_qkv, qd + kvd, &w->wv, E)) ||
             (st = alloc_track(c, &d->w_o, (size_t)(E * qd) * c->wsz, "wo")) ||
             (st = upload_matrix(&s, d->w_o, 0, &w->wo, qd)) ||
             (st = alloc_track(c, &d->w_gu, (size_t)(2 * F * E) * c->wsz, "w_gate/w_up")) ||
-            (st = upload_matrix(&s, d->w_gu, 0, &w->w_gate, E)) || (st = upload_matrix(&s, d->w_gu, F, &w->w_up, E)) ||
+            (st = upload_matrix(&s, d->w_gu, 0, &w->w_gate, E)) ||
+            (st = upload_matrix(&s, d->w_gu, F, &w->w_up, E)) ||
             (st = alloc_track(c, &d->w_down, (size_t)(E * F) * c->wsz, "w_down")) ||
             (st = upload_matrix(&s, d->w_down, 0, &w->w_down, F)) ||
             (st = upload_vec(c, &d->attn_norm, w->attn_norm, E, "attn norm")) ||
@@ -200,14 +217,18 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
             goto done;
         if (cfg->has_qkv_bias) {
             if (!w->bq || !w->bk || !w->bv) {
-                st = pllm_errorf(PLLM_ERR_FORMAT, "cuda backend: layer %d has no Q/K/V bias but the model says it has", l);
+                st = pllm_errorf(
+                    PLLM_ERR_FORMAT,
+                    "cuda backend: layer %d has no Q/K/V bias but the model says it has", l);
                 goto done;
             }
             memcpy(bias, w->bq, sizeof(float) * (size_t)qd);
             memcpy(bias + qd, w->bk, sizeof(float) * (size_t)kvd);
             memcpy(bias + qd + kvd, w->bv, sizeof(float) * (size_t)kvd);
             /* the upload reads bias later: sync before it is rewritten */
-            if ((st = upload_vec(c, &d->b_qkv, bias, qd + 2 * kvd, "qkv bias")) || (st = pllm_cuda_sync(c->dev))) goto done;
+            if ((st = upload_vec(c, &d->b_qkv, bias, qd + 2 * kvd, "qkv bias")) ||
+                (st = pllm_cuda_sync(c->dev)))
+                goto done;
         }
     }
     pllm_cuda_rope_freqs(c->inv_freq, m);
@@ -224,7 +245,8 @@ void pllm_cuda_weights_free(cuda_ctx *c)
     if (c->layers) {
         for (int32_t l = 0; l < c->model->cfg.n_layer; l++) {
             cuda_layer *d = &c->layers[l];
-            pllm_cuda_free(c->dev, d->w_qkv), pllm_cuda_free(c->dev, d->w_o), pllm_cuda_free(c->dev, d->w_gu);
+            pllm_cuda_free(c->dev, d->w_qkv), pllm_cuda_free(c->dev, d->w_o),
+                pllm_cuda_free(c->dev, d->w_gu);
             pllm_cuda_free(c->dev, d->w_down), pllm_cuda_free(c->dev, d->attn_norm);
             pllm_cuda_free(c->dev, d->ffn_norm), pllm_cuda_free(c->dev, d->b_qkv);
         }

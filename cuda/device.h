@@ -38,7 +38,7 @@ typedef struct pllm_cuda_dev_info {
     int mem_bus_bits;            /* memory bus width, and clock in kHz (0 when unknown) */
     int mem_clock_khz;
     int sm_clock_khz;
-    bool emulated;               /* the host emulator (cuda/emu/), not a GPU */
+    bool emulated; /* the host emulator (cuda/emu/), not a GPU */
 } pllm_cuda_dev_info;
 
 /* Devices that answer (0 when there is no driver or no GPU; never an error). When why is not

@@ -126,22 +126,13 @@ __device__ __forceinline__ T block_reduce(T v, T *scratch, T identity, Warp warp
     return warp_op(v);
 }
 struct warp_sum_op {
-    template <typename T> __device__ __forceinline__ T operator()(T v) const
-    {
-        return warp_sum(v);
-    }
+    template <typename T> __device__ __forceinline__ T operator()(T v) const { return warp_sum(v); }
 };
 struct warp_max_op {
-    template <typename T> __device__ __forceinline__ T operator()(T v) const
-    {
-        return warp_max(v);
-    }
+    template <typename T> __device__ __forceinline__ T operator()(T v) const { return warp_max(v); }
 };
 struct warp_min_op {
-    template <typename T> __device__ __forceinline__ T operator()(T v) const
-    {
-        return warp_min(v);
-    }
+    template <typename T> __device__ __forceinline__ T operator()(T v) const { return warp_min(v); }
 };
 
 /* A key that orders floats as their values (larger float, larger key), with -0 == +0. NaN

@@ -68,10 +68,10 @@ typedef struct pllm_cuda_qkv_rope_args {
     const float *bias;
     const int32_t *positions, *slots; /* [n_tokens] */
     const double *inv_freq;
-    void *k_cache, *v_cache;          /* [n_blocks][n_head_kv][block_size][head_dim] */
+    void *k_cache, *v_cache; /* [n_blocks][n_head_kv][block_size][head_dim] */
     pllm_dtype kv_dtype;
     int32_t n_tokens, n_head, n_head_kv, head_dim, rope_dim, block_size;
-    int32_t rope_neox;                /* 0: NORM, 1: NEOX */
+    int32_t rope_neox; /* 0: NORM, 1: NEOX */
 } pllm_cuda_qkv_rope_args;
 pllm_status pllm_cuda_qkv_rope(pllm_cuda_dev *dev, const pllm_cuda_qkv_rope_args *a);
 
@@ -86,7 +86,7 @@ pllm_status pllm_cuda_qkv_rope(pllm_cuda_dev *dev, const pllm_cuda_qkv_rope_args
  */
 typedef struct pllm_cuda_attn_args {
     void *out;
-    pllm_dtype out_dtype;          /* F32, F16 or BF16 */
+    pllm_dtype out_dtype; /* F32, F16 or BF16 */
     const float *q;
     int64_t q_stride;
     const void *k_cache, *v_cache; /* this layer's */
@@ -99,9 +99,9 @@ typedef struct pllm_cuda_attn_args {
 /* A decode query: one token attending to positions [0, n_ctx). n_ctx == 0 (padding) writes
  * zeros. */
 typedef struct pllm_cuda_attn_item {
-    int32_t tok;   /* its row in q and out */
+    int32_t tok; /* its row in q and out */
     int32_t n_ctx;
-    int32_t bt;    /* its block table's offset in block_tables */
+    int32_t bt; /* its block table's offset in block_tables */
     int32_t pad_;
 } pllm_cuda_attn_item;
 
@@ -158,13 +158,13 @@ enum {
 typedef struct pllm_cuda_sample_params {
     float temperature, top_p, min_p;
     float repetition_penalty, presence_penalty, frequency_penalty;
-    int32_t top_k;        /* as in pllm_sampling_params (0 or -1: off) */
-    int32_t n_top;        /* top logprobs wanted, <= PLLM_CUDA_MAX_TOP */
+    int32_t top_k; /* as in pllm_sampling_params (0 or -1: off) */
+    int32_t n_top; /* top logprobs wanted, <= PLLM_CUDA_MAX_TOP */
     uint64_t seed;
-    uint64_t step;        /* the RNG step: the number of tokens generated so far */
-    int32_t flags;        /* PLLM_CUDA_SAMPLE_* */
-    int32_t prompt_off, n_prompt;  /* prompt ids (used with REP) */
-    int32_t output_off, n_output;  /* output ids (used with REP or FREQ) */
+    uint64_t step;                /* the RNG step: the number of tokens generated so far */
+    int32_t flags;                /* PLLM_CUDA_SAMPLE_* */
+    int32_t prompt_off, n_prompt; /* prompt ids (used with REP) */
+    int32_t output_off, n_output; /* output ids (used with REP or FREQ) */
     int32_t banned_off, n_banned;
     int32_t pad_;
 } pllm_cuda_sample_params;
@@ -175,13 +175,13 @@ typedef struct pllm_cuda_sample_top {
 } pllm_cuda_sample_top;
 
 typedef struct pllm_cuda_sample_args {
-    const float *logits;       /* [n_samples][n_vocab], read only */
-    float *work;               /* [n_samples][n_vocab] processed logits (scratch) */
-    int32_t *counts;           /* [n_samples][n_vocab], all zero on entry; left all zero */
+    const float *logits; /* [n_samples][n_vocab], read only */
+    float *work;         /* [n_samples][n_vocab] processed logits (scratch) */
+    int32_t *counts;     /* [n_samples][n_vocab], all zero on entry; left all zero */
     const pllm_cuda_sample_params *params; /* [n_samples] */
-    const int32_t *ids;        /* the packed id lists */
-    int32_t *tokens;           /* [n_samples] out */
-    float *logprobs;           /* [n_samples] out: raw log-prob of the token */
+    const int32_t *ids;                    /* the packed id lists */
+    int32_t *tokens;                       /* [n_samples] out */
+    float *logprobs;                       /* [n_samples] out: raw log-prob of the token */
     pllm_cuda_sample_top *top; /* [n_samples] out (entries [0, n_top) written); may be NULL when
                                   no sample asks for top logprobs */
     int32_t n_samples, n_vocab;

@@ -45,8 +45,10 @@ __global__ void __launch_bounds__(kThreads)
     const double pos = (double)a.positions[t];
     const int slot = a.slots[t];
     const int64_t cache_row =
-        slot >= 0 ? ((int64_t)(slot / a.block_size) * a.n_head_kv * a.block_size + slot % a.block_size) * hd
-                  : 0;
+        slot >= 0
+            ? ((int64_t)(slot / a.block_size) * a.n_head_kv * a.block_size + slot % a.block_size) *
+                  hd
+            : 0;
     const int64_t head_stride = (int64_t)a.block_size * hd; /* between kv heads of one block */
 
     const int n_pairs = (a.n_head + a.n_head_kv) * half;

@@ -71,7 +71,7 @@ __device__ __forceinline__ float key_float(uint32_t k)
 /* Arg-max key: larger value first, then lower id. */
 __device__ __forceinline__ unsigned long long argmax_key(float v, int i)
 {
-    return ((unsigned long long)pllm_cuda::float_key(v) << 32) | (uint32_t)~(uint32_t)i;
+    return ((unsigned long long)pllm_cuda::float_key(v) << 32) | (uint32_t) ~(uint32_t)i;
 }
 __device__ __forceinline__ int argmax_id(unsigned long long k)
 {
@@ -80,13 +80,13 @@ __device__ __forceinline__ int argmax_id(unsigned long long k)
 
 /* The block's shared scratch. */
 struct scratch {
-    float *f;               /* [32] */
-    double *d;              /* [32] */
-    unsigned long long *u;  /* [32] */
-    int *i;                 /* [32] */
-    double *hist;           /* [256] */
-    int *sel;               /* [1] */
-    double *before;         /* [1] */
+    float *f;              /* [32] */
+    double *d;             /* [32] */
+    unsigned long long *u; /* [32] */
+    int *i;                /* [32] */
+    double *hist;          /* [256] */
+    int *sel;              /* [1] */
+    double *before;        /* [1] */
 };
 
 /*
@@ -165,8 +165,8 @@ __device__ double block_exclusive_scan(double v, double *sd, double *total)
  * The random path (sampling.h step 5) over the processed logits lg [V]: returns the token, or
  * -1 when no logit is finite. lmax: the largest processed logit.
  */
-__device__ int sample_random(const float *lg, int V, const pllm_cuda_sample_params &P,
-                             float lmax, const scratch &sh)
+__device__ int sample_random(const float *lg, int V, const pllm_cuda_sample_params &P, float lmax,
+                             const scratch &sh)
 {
     const int tid = threadIdx.x;
     if (lmax == -INFINITY) return -1;
@@ -345,7 +345,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(pllm_cuda_sample_args 
         const int n_list = P.n_prompt + P.n_output;
         const float r = P.repetition_penalty;
         for (int j = tid; j < n_list; j += kThreads) {
-            const int id = j < P.n_prompt ? a.ids[P.prompt_off + j] : a.ids[P.output_off + j - P.n_prompt];
+            const int id =
+                j < P.n_prompt ? a.ids[P.prompt_off + j] : a.ids[P.output_off + j - P.n_prompt];
             if (id < 0 || id >= V || atomicExch(&cnt[id], 1) != 0) continue;
             float v = lg[id];
             v = v > 0.0f ? __fdiv_rn(v, r) : __fmul_rn(v, r);
@@ -353,7 +354,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(pllm_cuda_sample_args 
         }
         __syncthreads();
         for (int j = tid; j < n_list; j += kThreads) {
-            const int id = j < P.n_prompt ? a.ids[P.prompt_off + j] : a.ids[P.output_off + j - P.n_prompt];
+            const int id =
+                j < P.n_prompt ? a.ids[P.prompt_off + j] : a.ids[P.output_off + j - P.n_prompt];
             if (id >= 0 && id < V) cnt[id] = 0;
         }
         __syncthreads();
@@ -369,8 +371,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(pllm_cuda_sample_args 
             if (id < 0 || id >= V) continue;
             const int c = atomicExch(&cnt[id], 0);
             if (!c) continue;
-            const float v = __fsub_rn(lg[id], __fadd_rn(__fmul_rn(P.frequency_penalty, (float)c),
-                                                        P.presence_penalty));
+            const float v = __fsub_rn(
+                lg[id], __fadd_rn(__fmul_rn(P.frequency_penalty, (float)c), P.presence_penalty));
             lg[id] = v > FLT_MAX ? FLT_MAX : v;
         }
         __syncthreads();
@@ -404,8 +406,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(pllm_cuda_sample_args 
             }
         }
         a.tokens[s] = token;
-        a.logprobs[s] =
-            rmax > -INFINITY ? (float)((double)sanitize(raw[token]) - lse) : -INFINITY;
+        a.logprobs[s] = rmax > -INFINITY ? (float)((double)sanitize(raw[token]) - lse) : -INFINITY;
     }
 }
 

@@ -7,7 +7,8 @@
 #include <string.h>
 
 /* The penalties sampling.h applies, decided as pllm_sample decides them. */
-static void penalties(const pllm_sampling_params *p, const pllm_sample_ctx *ctx, bool *rep, bool *freq)
+static void penalties(const pllm_sampling_params *p, const pllm_sample_ctx *ctx, bool *rep,
+                      bool *freq)
 {
     const int32_t n_prompt = ctx ? ctx->n_prompt : 0, n_output = ctx ? ctx->n_output : 0;
     *rep = p->repetition_penalty != 1.0f && n_prompt + n_output > 0;
@@ -22,8 +23,9 @@ int32_t pllm_cuda_sample_n_ids(const pllm_sampling_params *p, const pllm_sample_
     return (rep ? ctx->n_prompt : 0) + (rep || freq ? ctx->n_output : 0) + ctx->n_banned;
 }
 
-void pllm_cuda_sample_fill(pllm_cuda_sample_params *rec, const pllm_sampling_params *p, const pllm_sample_ctx *ctx,
-                           int32_t n_vocab, int32_t *ids, int32_t ids_base)
+void pllm_cuda_sample_fill(pllm_cuda_sample_params *rec, const pllm_sampling_params *p,
+                           const pllm_sample_ctx *ctx, int32_t n_vocab, int32_t *ids,
+                           int32_t ids_base)
 {
     bool rep, freq;
     penalties(p, ctx, &rep, &freq);

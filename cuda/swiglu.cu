@@ -59,7 +59,8 @@ extern "C" pllm_status pllm_cuda_swiglu(pllm_cuda_dev *dev, void *out, const voi
                                         pllm_dtype dtype, int32_t n_tokens, int32_t n_ff)
 {
     if (n_tokens < 0 || n_ff < 1)
-        return pllm_errorf(PLLM_ERR_INVALID, "swiglu: bad shape n_tokens=%d n_ff=%d", n_tokens, n_ff);
+        return pllm_errorf(PLLM_ERR_INVALID, "swiglu: bad shape n_tokens=%d n_ff=%d", n_tokens,
+                           n_ff);
     if (n_tokens == 0) return PLLM_OK;
     switch (dtype) {
     case PLLM_DTYPE_F32:

@@ -32,8 +32,12 @@ static pllm_tensor mat(float **at, int64_t rows, int64_t cols, float scale, cons
     float *p = *at;
     for (int64_t i = 0; i < rows * cols; i++) p[i] = scale * pllm_test_randf(&g_rng);
     *at += rows * cols;
-    return (pllm_tensor){.data = p, .dtype = PLLM_DTYPE_F32, .n_rows = rows, .n_cols = cols,
-                         .row_bytes = (size_t)cols * 4, .name = name};
+    return (pllm_tensor){.data = p,
+                         .dtype = PLLM_DTYPE_F32,
+                         .n_rows = rows,
+                         .n_cols = cols,
+                         .row_bytes = (size_t)cols * 4,
+                         .name = name};
 }
 
 static const float *vec(float **at, int64_t n)
@@ -48,13 +52,24 @@ static void build_model(mem_model *mm, int32_t head_dim)
 {
     memset(mm, 0, sizeof *mm);
     const int64_t qd = (int64_t)H * head_dim, kvd = (int64_t)HKV * head_dim;
-    size_t n = (size_t)(V * E + E + NL * (2 * E + qd * E + 2 * kvd * E + E * qd + 2 * F * E + E * F));
+    size_t n =
+        (size_t)(V * E + E + NL * (2 * E + qd * E + 2 * kvd * E + E * qd + 2 * F * E + E * F));
     mm->store = malloc(sizeof(float) * n);
     float *at = mm->store;
     pllm_model_config *c = &mm->m.cfg;
-    *c = (pllm_model_config){.arch = PLLM_ARCH_LLAMA, .n_vocab = V, .n_embd = E, .n_layer = NL, .n_head = H,
-                             .n_head_kv = HKV, .head_dim = head_dim, .n_ff = F, .n_ctx_train = 256, .norm_eps = 1e-5f,
-                             .rope_theta = 10000.0f, .rope_dim = head_dim, .rope_mode = PLLM_ROPE_NORM,
+    *c = (pllm_model_config){.arch = PLLM_ARCH_LLAMA,
+                             .n_vocab = V,
+                             .n_embd = E,
+                             .n_layer = NL,
+                             .n_head = H,
+                             .n_head_kv = HKV,
+                             .head_dim = head_dim,
+                             .n_ff = F,
+                             .n_ctx_train = 256,
+                             .norm_eps = 1e-5f,
+                             .rope_theta = 10000.0f,
+                             .rope_dim = head_dim,
+                             .rope_mode = PLLM_ROPE_NORM,
                              .tied_embeddings = true};
     mm->m.name = "mem-model";
     mm->m.tok_embd = mat(&at, V, E, 1.0f, "token_embd");
@@ -98,13 +113,17 @@ typedef struct plan_buf {
 } plan_buf;
 
 /* A plan running seqs[i].n_new tokens of each sequence (after n_done), sampling each one. */
-static void make_plan(plan_buf *b, pseq *seqs, int32_t n, const pllm_sampling_params *sp, int32_t bs)
+static void make_plan(plan_buf *b, pseq *seqs, int32_t n, const pllm_sampling_params *sp,
+                      int32_t bs)
 {
     int32_t nt = 0, nbt = 0;
     for (int32_t s = 0; s < n; s++) {
         pseq *q = &seqs[s];
-        b->seqs[s] = (pllm_seq_plan){.token_start = nt, .n_new = q->n_new, .n_ctx = q->n_done + q->n_new,
-                                     .block_start = nbt, .n_blocks = q->n_blocks};
+        b->seqs[s] = (pllm_seq_plan){.token_start = nt,
+                                     .n_new = q->n_new,
+                                     .n_ctx = q->n_done + q->n_new,
+                                     .block_start = nbt,
+                                     .n_blocks = q->n_blocks};
         memcpy(b->bt + nbt, q->blocks, sizeof(int32_t) * (size_t)q->n_blocks);
         nbt += q->n_blocks;
         for (int32_t j = 0; j < q->n_new; j++) {
@@ -117,12 +136,22 @@ static void make_plan(plan_buf *b, pseq *seqs, int32_t n, const pllm_sampling_pa
         b->samples[s] = (pllm_sample_req){.seq = s, .params = sp};
         if (sp->repetition_penalty != 1.0f) { /* history and a ban: id lists in the plan */
             const int32_t n_all = q->n_done + q->n_new;
-            b->samples[s].ctx = (pllm_sample_ctx){.prompt = q->toks, .n_prompt = PLLM_MIN(n_all, 3), .output = q->toks + 3,
-                                                  .n_output = PLLM_MAX(n_all - 3, 0), .banned = q->toks + 1, .n_banned = 1};
+            b->samples[s].ctx = (pllm_sample_ctx){.prompt = q->toks,
+                                                  .n_prompt = PLLM_MIN(n_all, 3),
+                                                  .output = q->toks + 3,
+                                                  .n_output = PLLM_MAX(n_all - 3, 0),
+                                                  .banned = q->toks + 1,
+                                                  .n_banned = 1};
         }
     }
-    b->plan = (pllm_batch_plan){.n_tokens = nt, .tokens = b->tokens, .positions = b->positions, .slots = b->slots,
-                                .n_seqs = n, .seqs = b->seqs, .block_tables = b->bt, .n_samples = n,
+    b->plan = (pllm_batch_plan){.n_tokens = nt,
+                                .tokens = b->tokens,
+                                .positions = b->positions,
+                                .slots = b->slots,
+                                .n_seqs = n,
+                                .seqs = b->seqs,
+                                .block_tables = b->bt,
+                                .n_samples = n,
                                 .samples = b->samples};
 }
 
@@ -146,18 +175,46 @@ static void test_validation(pllm_backend *be, int32_t bs)
         int32_t banned = V + 3;
         bad c;
         switch (k) {
-        case 0: b.tokens[2] = V; c = (bad){"token id", "tokens[2] = 97 is outside the vocabulary", PLLM_ERR_RANGE}; break;
-        case 1: b.positions[1] = 7; c = (bad){"position", "positions[1] = 7", PLLM_ERR_INVALID}; break;
-        case 2: b.slots[3] = 0; c = (bad){"slot", "slots[3] = 0", PLLM_ERR_INVALID}; break;
-        case 3: b.bt[0] = 1000; c = (bad){"block", "is outside the pool", PLLM_ERR_RANGE}; break;
-        case 4: b.samples[0].seq = 4; c = (bad){"sample seq", "samples[0].seq = 4", PLLM_ERR_RANGE}; break;
-        case 5: sp2.top_p = 0; b.samples[0].params = &sp2; c = (bad){"top_p", "top_p must be in (0, 1]", PLLM_ERR_INVALID}; break;
-        case 6: sp2.logprobs = 3; b.samples[0].params = &sp2; out.top_ids = tok; out.top_n = 1;
-            c = (bad){"logprobs", "asks for 3 top logprobs but out->top_n = 1", PLLM_ERR_INVALID}; break;
-        case 7: b.samples[0].ctx.banned = &banned, b.samples[0].ctx.n_banned = 1;
-            c = (bad){"banned id", "ctx.banned[0] = 100 is outside the vocabulary", PLLM_ERR_RANGE}; break;
-        default: c = (bad){"banned id", "ctx.banned[0] = 100 is outside the vocabulary", PLLM_ERR_RANGE};
-            b.samples[0].ctx.banned = &banned, b.samples[0].ctx.n_banned = 1; break;
+        case 0:
+            b.tokens[2] = V;
+            c = (bad){"token id", "tokens[2] = 97 is outside the vocabulary", PLLM_ERR_RANGE};
+            break;
+        case 1:
+            b.positions[1] = 7;
+            c = (bad){"position", "positions[1] = 7", PLLM_ERR_INVALID};
+            break;
+        case 2:
+            b.slots[3] = 0;
+            c = (bad){"slot", "slots[3] = 0", PLLM_ERR_INVALID};
+            break;
+        case 3:
+            b.bt[0] = 1000;
+            c = (bad){"block", "is outside the pool", PLLM_ERR_RANGE};
+            break;
+        case 4:
+            b.samples[0].seq = 4;
+            c = (bad){"sample seq", "samples[0].seq = 4", PLLM_ERR_RANGE};
+            break;
+        case 5:
+            sp2.top_p = 0;
+            b.samples[0].params = &sp2;
+            c = (bad){"top_p", "top_p must be in (0, 1]", PLLM_ERR_INVALID};
+            break;
+        case 6:
+            sp2.logprobs = 3;
+            b.samples[0].params = &sp2;
+            out.top_ids = tok;
+            out.top_n = 1;
+            c = (bad){"logprobs", "asks for 3 top logprobs but out->top_n = 1", PLLM_ERR_INVALID};
+            break;
+        case 7:
+            b.samples[0].ctx.banned = &banned, b.samples[0].ctx.n_banned = 1;
+            c = (bad){"banned id", "ctx.banned[0] = 100 is outside the vocabulary", PLLM_ERR_RANGE};
+            break;
+        default:
+            c = (bad){"banned id", "ctx.banned[0] = 100 is outside the vocabulary", PLLM_ERR_RANGE};
+            b.samples[0].ctx.banned = &banned, b.samples[0].ctx.n_banned = 1;
+            break;
         }
         pllm_status st = be->iface->step(be->ctx, &b.plan, &out);
         fprintf(stderr, "  bad %-14s -> %s: %s\n", c.what, pllm_status_str(st), pllm_errmsg());
@@ -167,10 +224,12 @@ static void test_validation(pllm_backend *be, int32_t bs)
         out.top_ids = NULL, out.top_n = 0;
     }
     /* two sequences whose tables share a block write the same slot */
-    pseq two[2] = {{.n_new = 1, .blocks = {6}, .n_blocks = 1}, {.n_new = 1, .blocks = {6}, .n_blocks = 1}};
+    pseq two[2] = {{.n_new = 1, .blocks = {6}, .n_blocks = 1},
+                   {.n_new = 1, .blocks = {6}, .n_blocks = 1}};
     make_plan(&b, two, 2, &sp, bs);
     pllm_status st = be->iface->step(be->ctx, &b.plan, &out);
-    fprintf(stderr, "  bad %-14s -> %s: %s\n", "duplicate slot", pllm_status_str(st), pllm_errmsg());
+    fprintf(stderr, "  bad %-14s -> %s: %s\n", "duplicate slot", pllm_status_str(st),
+            pllm_errmsg());
     CHECK(st == PLLM_ERR_INVALID);
     CHECK(msg_has("slot 24 (tokens[1]) is written twice in one step"));
     /* the same plan, intact, runs */
@@ -242,7 +301,8 @@ static void test_graphs(const pllm_model *m, pllm_backend *graphs, pllm_backend 
 {
     pllm_sampling_params sp;
     pllm_sampling_defaults(&sp);
-    sp.temperature = 0.9f, sp.repetition_penalty = 1.3f, sp.frequency_penalty = 0.5f, sp.seed = 5, sp.top_p = 0.95f;
+    sp.temperature = 0.9f, sp.repetition_penalty = 1.3f, sp.frequency_penalty = 0.5f, sp.seed = 5,
+    sp.top_p = 0.95f;
     static const int32_t sizes[] = {1, 3, 4, 7, 9};
     pllm_cuda_backend_info gi0, gi1;
     pllm_cuda_backend_get_info(graphs, &gi0);
@@ -279,10 +339,12 @@ static void test_graphs(const pllm_model *m, pllm_backend *graphs, pllm_backend 
     pllm_cuda_backend_get_info(graphs, &gi1);
     pllm_cuda_backend_info ei;
     pllm_cuda_backend_get_info(eager, &ei);
-    fprintf(stderr, "  graphs: %lld of %lld steps replayed %d graphs (batches 1, 3, 4, 7, 9 padded to 1, 4, 4, 8, 16); "
-                    "eager backend: %lld graph steps\n",
-            (long long)(gi1.graph_steps - gi0.graph_steps), (long long)(gi1.steps - gi0.steps), gi1.graphs,
-            (long long)ei.graph_steps);
+    fprintf(stderr,
+            "  graphs: %lld of %lld steps replayed %d graphs (batches 1, 3, 4, 7, 9 padded to 1, "
+            "4, 4, 8, 16); "
+            "eager backend: %lld graph steps\n",
+            (long long)(gi1.graph_steps - gi0.graph_steps), (long long)(gi1.steps - gi0.steps),
+            gi1.graphs, (long long)ei.graph_steps);
     CHECK(gi1.graph_steps - gi0.graph_steps == 25);
     CHECK(gi1.graphs == 4);
     CHECK(ei.graph_steps == 0);
@@ -300,12 +362,14 @@ int main(void)
     if (n_dev == 0) {
         /* what --device cuda says on a machine without a GPU */
         pllm_status st = pllm_cuda_backend_create(&be, &mm.m, NULL);
-        fprintf(stderr, "cuda_backend: create without a device: %s: %s\n", pllm_status_str(st), pllm_errmsg());
+        fprintf(stderr, "cuda_backend: create without a device: %s: %s\n", pllm_status_str(st),
+                pllm_errmsg());
         CHECK(st == PLLM_ERR_NOT_FOUND);
         CHECK(msg_has("cuda backend: CUDA device 0: "));
         CHECK(msg_has(why));
         CHECK(be.iface == NULL);
-        fprintf(stderr, "cuda_backend: no GPU here: the rest of the checks run in the emulated build\n");
+        fprintf(stderr,
+                "cuda_backend: no GPU here: the rest of the checks run in the emulated build\n");
         free(mm.store);
         return pllm_test_finish("cuda_backend");
     }
@@ -336,8 +400,8 @@ int main(void)
     CHECK_OK(be.iface->kv_available(be.ctx, &avail));
     pllm_cuda_backend_info info;
     pllm_cuda_backend_get_info(&be, &info);
-    fprintf(stderr, "cuda_backend: %s, %zu MiB total, kv_available %zu MiB at fraction 0.9\n", info.device_name,
-            info.total_bytes >> 20, avail >> 20);
+    fprintf(stderr, "cuda_backend: %s, %zu MiB total, kv_available %zu MiB at fraction 0.9\n",
+            info.device_name, info.total_bytes >> 20, avail >> 20);
     CHECK(avail > 0 && avail <= (size_t)(0.9 * (double)info.total_bytes));
     L.n_blocks = 40;
     CHECK_OK(be.iface->kv_init(be.ctx, &L));

@@ -30,8 +30,14 @@
 
 static uint64_t g_rng;
 
-static int rnd(int n) { return n <= 0 ? 0 : (int)(pllm_test_rand(&g_rng) % (uint64_t)n); }
-static float unif(void) { return (pllm_test_randf(&g_rng) + 1.0f) * 0.5f; }
+static int rnd(int n)
+{
+    return n <= 0 ? 0 : (int)(pllm_test_rand(&g_rng) % (uint64_t)n);
+}
+static float unif(void)
+{
+    return (pllm_test_randf(&g_rng) + 1.0f) * 0.5f;
+}
 static float gauss(void)
 {
     float u1 = unif() * 0.999f + 0.0005f, u2 = unif();
@@ -55,7 +61,7 @@ static void make_case(tcase *c, int V)
     for (int i = 0; i < V; i++) {
         float v = scale * gauss();
         if (kind == 1) v = roundf(v * 2.0f) / 2.0f; /* ties */
-        if (kind == 2) v = (float)rnd(3);            /* mostly ties */
+        if (kind == 2) v = (float)rnd(3);           /* mostly ties */
         c->logits[i] = v;
     }
     if (kind == 3) /* non-finite inputs */
@@ -70,7 +76,10 @@ static void make_case(tcase *c, int V)
     const int mode = rnd(4);
     if (mode > 0) {
         p->temperature = rnd(4) == 0 ? 0.05f + unif() * 0.2f : 0.3f + 1.7f * unif();
-        p->top_k = rnd(3) == 0 ? 0 : rnd(3) == 0 ? -1 : rnd(4) == 0 ? V + rnd(3) : 1 + rnd(PLLM_MAX(V / 4, 2));
+        p->top_k = rnd(3) == 0   ? 0
+                   : rnd(3) == 0 ? -1
+                   : rnd(4) == 0 ? V + rnd(3)
+                                 : 1 + rnd(PLLM_MAX(V / 4, 2));
         p->top_p = rnd(2) ? 1.0f : 0.05f + 0.94f * unif();
         p->min_p = rnd(2) ? 0.0f : 0.3f * unif();
     }
@@ -144,8 +153,10 @@ static double random_margin(const float *l, int V, const pllm_sampling_params *p
             if (b < 0) break;
             done[b] = true;
             margin = fmin(margin, (double)(fabsl(acc - target) / target));
-            if (!(acc < target)) w[b] = 0;
-            else acc += w[b];
+            if (!(acc < target))
+                w[b] = 0;
+            else
+                acc += w[b];
         }
         free(done);
     }
@@ -176,18 +187,20 @@ static void run_batch(pllm_cuda_dev *dev, int V, int S, int *n_same, int *n_ambi
     for (int s = 0; s < S; s++) {
         make_case(&cs[s], V);
         memcpy(logits + (size_t)s * V, cs[s].logits, sizeof(float) * (size_t)V);
-        pllm_sample_ctx ctx = {cs[s].prompt, cs[s].n_prompt, cs[s].output, cs[s].n_output, cs[s].banned, cs[s].n_banned};
+        pllm_sample_ctx ctx = {cs[s].prompt,   cs[s].n_prompt, cs[s].output,
+                               cs[s].n_output, cs[s].banned,   cs[s].n_banned};
         n_ids += pllm_cuda_sample_n_ids(&cs[s].p, &ctx);
     }
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_ids + 1));
     for (int s = 0, off = 0; s < S; s++) {
-        pllm_sample_ctx ctx = {cs[s].prompt, cs[s].n_prompt, cs[s].output, cs[s].n_output, cs[s].banned, cs[s].n_banned};
+        pllm_sample_ctx ctx = {cs[s].prompt,   cs[s].n_prompt, cs[s].output,
+                               cs[s].n_output, cs[s].banned,   cs[s].n_banned};
         pllm_cuda_sample_fill(&rec[s], &cs[s].p, &ctx, V, ids + off, off);
         off += pllm_cuda_sample_n_ids(&cs[s].p, &ctx);
     }
 
-    void *d_logits = NULL, *d_work = NULL, *d_cnt = NULL, *d_rec = NULL, *d_ids = NULL, *d_tok = NULL, *d_lp = NULL,
-         *d_top = NULL;
+    void *d_logits = NULL, *d_work = NULL, *d_cnt = NULL, *d_rec = NULL, *d_ids = NULL,
+         *d_tok = NULL, *d_lp = NULL, *d_top = NULL;
     CHECK_OK(pllm_cuda_alloc(dev, &d_logits, sizeof(float) * (size_t)S * V));
     CHECK_OK(pllm_cuda_alloc(dev, &d_work, sizeof(float) * (size_t)S * V));
     CHECK_OK(pllm_cuda_alloc(dev, &d_cnt, sizeof(int32_t) * (size_t)S * V));
@@ -200,10 +213,19 @@ static void run_batch(pllm_cuda_dev *dev, int V, int S, int *n_same, int *n_ambi
     CHECK_OK(pllm_cuda_memset(dev, d_cnt, 0, sizeof(int32_t) * (size_t)S * V));
     CHECK_OK(pllm_cuda_upload(dev, d_rec, rec, sizeof *rec * (size_t)S));
     if (n_ids) CHECK_OK(pllm_cuda_upload(dev, d_ids, ids, sizeof(int32_t) * (size_t)n_ids));
-    pllm_cuda_sample_args a = {.logits = d_logits, .work = d_work, .counts = d_cnt, .params = d_rec, .ids = d_ids,
-                               .tokens = d_tok, .logprobs = d_lp, .top = d_top, .n_samples = S, .n_vocab = V};
+    pllm_cuda_sample_args a = {.logits = d_logits,
+                               .work = d_work,
+                               .counts = d_cnt,
+                               .params = d_rec,
+                               .ids = d_ids,
+                               .tokens = d_tok,
+                               .logprobs = d_lp,
+                               .top = d_top,
+                               .n_samples = S,
+                               .n_vocab = V};
     CHECK_OK(pllm_cuda_sample(dev, &a));
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)S), *cnt = malloc(sizeof(int32_t) * (size_t)S * V);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)S),
+            *cnt = malloc(sizeof(int32_t) * (size_t)S * V);
     float *lp = malloc(sizeof(float) * (size_t)S);
     pllm_cuda_sample_top *top = malloc(sizeof *top * (size_t)S);
     float *after = malloc(sizeof(float) * (size_t)S * V);
@@ -223,7 +245,8 @@ static void run_batch(pllm_cuda_dev *dev, int V, int S, int *n_same, int *n_ambi
     double lp_err = 0;
     for (int s = 0; s < S; s++) {
         tcase *c = &cs[s];
-        pllm_sample_ctx ctx = {c->prompt, c->n_prompt, c->output, c->n_output, c->banned, c->n_banned};
+        pllm_sample_ctx ctx = {c->prompt,   c->n_prompt, c->output,
+                               c->n_output, c->banned,   c->n_banned};
         int32_t rid[20];
         float rlp[20];
         pllm_sample_result r = {.top_ids = rid, .top_logprobs = rlp};
@@ -239,23 +262,28 @@ static void run_batch(pllm_cuda_dev *dev, int V, int S, int *n_same, int *n_ambi
             double m = greedy ? 1.0 : random_margin(c->logits, V, &c->p, (uint64_t)c->n_output);
             if (m < 1e-9) {
                 (*n_ambiguous)++;
-                fprintf(stderr, "    V=%d sample %d: token %d vs reference %d at a rounding boundary (margin %.2g)\n", V, s,
-                        tok[s], r.token, m);
+                fprintf(stderr,
+                        "    V=%d sample %d: token %d vs reference %d at a rounding boundary "
+                        "(margin %.2g)\n",
+                        V, s, tok[s], r.token, m);
             } else {
                 fprintf(stderr,
-                        "    V=%d sample %d: token %d but the reference says %d (margin %.2g): temp %g top_k %d top_p %g "
+                        "    V=%d sample %d: token %d but the reference says %d (margin %.2g): "
+                        "temp %g top_k %d top_p %g "
                         "min_p %g rep %g pres %g freq %g, %d prompt %d output %d banned ids\n",
-                        V, s, tok[s], r.token, m, (double)c->p.temperature, c->p.top_k, (double)c->p.top_p,
-                        (double)c->p.min_p, (double)c->p.repetition_penalty, (double)c->p.presence_penalty,
-                        (double)c->p.frequency_penalty, c->n_prompt, c->n_output, c->n_banned);
+                        V, s, tok[s], r.token, m, (double)c->p.temperature, c->p.top_k,
+                        (double)c->p.top_p, (double)c->p.min_p, (double)c->p.repetition_penalty,
+                        (double)c->p.presence_penalty, (double)c->p.frequency_penalty, c->n_prompt,
+                        c->n_output, c->n_banned);
                 CHECK(!"token differs from pllm_sample");
             }
         }
         CHECK(rec[s].n_top == r.n_top);
         for (int k = 0; k < r.n_top && k < rec[s].n_top; k++) {
             if (top[s].ids[k] != rid[k] || !close_lp(top[s].logprobs[k], rlp[k])) {
-                fprintf(stderr, "    V=%d sample %d: top logprob %d is (%d, %g), reference (%d, %g)\n", V, s, k, top[s].ids[k],
-                        (double)top[s].logprobs[k], rid[k], (double)rlp[k]);
+                fprintf(stderr,
+                        "    V=%d sample %d: top logprob %d is (%d, %g), reference (%d, %g)\n", V,
+                        s, k, top[s].ids[k], (double)top[s].logprobs[k], rid[k], (double)rlp[k]);
                 CHECK(!"top logprobs differ");
             }
         }
@@ -263,21 +291,26 @@ static void run_batch(pllm_cuda_dev *dev, int V, int S, int *n_same, int *n_ambi
     fprintf(stderr, "  V=%-5d %2d samples: logprob max abs err %.2g\n", V, S, lp_err);
     free(scratch);
     for (int s = 0; s < S; s++) free_case(&cs[s]);
-    free(cs), free(rec), free(logits), free(ids), free(tok), free(cnt), free(lp), free(top), free(after);
-    pllm_cuda_free(dev, d_logits), pllm_cuda_free(dev, d_work), pllm_cuda_free(dev, d_cnt), pllm_cuda_free(dev, d_rec);
-    pllm_cuda_free(dev, d_ids), pllm_cuda_free(dev, d_tok), pllm_cuda_free(dev, d_lp), pllm_cuda_free(dev, d_top);
+    free(cs), free(rec), free(logits), free(ids), free(tok), free(cnt), free(lp), free(top),
+        free(after);
+    pllm_cuda_free(dev, d_logits), pllm_cuda_free(dev, d_work), pllm_cuda_free(dev, d_cnt),
+        pllm_cuda_free(dev, d_rec);
+    pllm_cuda_free(dev, d_ids), pllm_cuda_free(dev, d_tok), pllm_cuda_free(dev, d_lp),
+        pllm_cuda_free(dev, d_top);
 }
 
 int main(int argc, char **argv)
 {
     uint64_t seed = strtoull(pllm_test_env("PLLM_TEST_SEED", "0"), NULL, 10);
     if (!seed) seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    fprintf(stderr, "cuda_sampler: seed %llu (PLLM_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    fprintf(stderr, "cuda_sampler: seed %llu (PLLM_TEST_SEED to repeat)\n",
+            (unsigned long long)seed);
     g_rng = seed;
     char why[256];
     if (pllm_cuda_dev_count(why, sizeof why) == 0) {
         char msg[400];
-        snprintf(msg, sizeof msg, "needs a CUDA device: %s (the emulated build runs these checks)", why);
+        snprintf(msg, sizeof msg, "needs a CUDA device: %s (the emulated build runs these checks)",
+                 why);
         pllm_test_skip(msg);
     }
     pllm_cuda_dev *dev = NULL;
@@ -290,8 +323,10 @@ int main(int argc, char **argv)
     for (int r = 0; r < rounds; r++)
         for (size_t i = 0; i < PLLM_ARRAY_LEN(vocabs); i++)
             run_batch(dev, vocabs[i], vocabs[i] > 3000 ? 6 : 24, &n_same, &n_amb, &n_cases);
-    fprintf(stderr, "cuda_sampler: %d cases: %d identical tokens, %d at a rounding boundary, %d wrong; %.2f s\n", n_cases,
-            n_same, n_amb, n_cases - n_same - n_amb, pllm_now() - t0);
+    fprintf(stderr,
+            "cuda_sampler: %d cases: %d identical tokens, %d at a rounding boundary, %d wrong; "
+            "%.2f s\n",
+            n_cases, n_same, n_amb, n_cases - n_same - n_amb, pllm_now() - t0);
     pllm_cuda_dev_free(dev);
     return pllm_test_finish("cuda_sampler");
 }

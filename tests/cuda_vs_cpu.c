@@ -39,7 +39,8 @@ static const char *k_texts[] = {
     "The capital of France is",
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
     "Q: What is 12 times 7?\nA:",
-    "Printing changed how knowledge spread across Europe. The history of the printing press begins in",
+    "Printing changed how knowledge spread across Europe. The history of the printing press begins "
+    "in",
     "Once upon a time, in a small village by the sea,",
     "<|im_start|>user\nName three primary colors.<|im_end|>\n<|im_start|>assistant\n",
 };
@@ -55,7 +56,7 @@ typedef struct opts {
 } opts;
 
 typedef struct tseq {
-    int32_t *toks;   /* prompt, then generated (CPU's) tokens */
+    int32_t *toks; /* prompt, then generated (CPU's) tokens */
     int32_t n_prompt, n_known, n_done, n_gen_done;
     int32_t *blocks, n_blocks;
     bool *ambiguous; /* [gen]: generated token g was a near tie for the CPU */
@@ -63,12 +64,17 @@ typedef struct tseq {
 
 static uint64_t g_rng;
 
-static int32_t rnd(int32_t n) { return (int32_t)(pllm_test_rand(&g_rng) % (uint64_t)n); }
+static int32_t rnd(int32_t n)
+{
+    return (int32_t)(pllm_test_rand(&g_rng) % (uint64_t)n);
+}
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: cuda_vs_cpu MODEL [--weights auto|f16|bf16|f32] [--kv f16|f32] [--no-graphs] [--split LEN]\n"
-                    "       [--prompts N] [--len MIN:MAX] [--gen G] [--text] [--engine] [--sample] [--block-size B]\n"
+    fprintf(stderr, "usage: cuda_vs_cpu MODEL [--weights auto|f16|bf16|f32] [--kv f16|f32] "
+                    "[--no-graphs] [--split LEN]\n"
+                    "       [--prompts N] [--len MIN:MAX] [--gen G] [--text] [--engine] [--sample] "
+                    "[--block-size B]\n"
                     "       [--budget T]"
                     "       [--seed S] [--tol X]\n");
     exit(2);
@@ -76,33 +82,56 @@ static void usage(void)
 
 static void parse(opts *o, int argc, char **argv)
 {
-    *o = (opts){.weights = PLLM_CUDA_WEIGHTS_AUTO, .kv = PLLM_DTYPE_F16, .graphs = true, .n_prompts = 4, .len_min = 1,
-                .len_max = 40, .gen = 6, .block_size = 7, .budget = 24, .seed = 1, .tol = 1e-3};
+    *o = (opts){.weights = PLLM_CUDA_WEIGHTS_AUTO,
+                .kv = PLLM_DTYPE_F16,
+                .graphs = true,
+                .n_prompts = 4,
+                .len_min = 1,
+                .len_max = 40,
+                .gen = 6,
+                .block_size = 7,
+                .budget = 24,
+                .seed = 1,
+                .tol = 1e-3};
     if (argc < 2) usage();
     o->model = argv[1];
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--no-graphs")) o->graphs = false;
-        else if (!strcmp(a, "--text")) o->text = true;
-        else if (!strcmp(a, "--engine")) o->engine = true;
-        else if (!strcmp(a, "--sample")) o->sample = true;
-        else if (!v) usage();
+        if (!strcmp(a, "--no-graphs"))
+            o->graphs = false;
+        else if (!strcmp(a, "--text"))
+            o->text = true;
+        else if (!strcmp(a, "--engine"))
+            o->engine = true;
+        else if (!strcmp(a, "--sample"))
+            o->sample = true;
+        else if (!v)
+            usage();
         else if (!strcmp(a, "--weights") && ++i)
             o->weights = !strcmp(v, "f16")    ? PLLM_CUDA_WEIGHTS_F16
                          : !strcmp(v, "bf16") ? PLLM_CUDA_WEIGHTS_BF16
                          : !strcmp(v, "f32")  ? PLLM_CUDA_WEIGHTS_F32
                                               : PLLM_CUDA_WEIGHTS_AUTO;
-        else if (!strcmp(a, "--kv") && ++i) o->kv = !strcmp(v, "f32") ? PLLM_DTYPE_F32 : PLLM_DTYPE_F16;
-        else if (!strcmp(a, "--split") && ++i) o->split = atoi(v);
-        else if (!strcmp(a, "--prompts") && ++i) o->n_prompts = atoi(v);
+        else if (!strcmp(a, "--kv") && ++i)
+            o->kv = !strcmp(v, "f32") ? PLLM_DTYPE_F32 : PLLM_DTYPE_F16;
+        else if (!strcmp(a, "--split") && ++i)
+            o->split = atoi(v);
+        else if (!strcmp(a, "--prompts") && ++i)
+            o->n_prompts = atoi(v);
         else if (!strcmp(a, "--len") && ++i) {
             if (sscanf(v, "%d:%d", &o->len_min, &o->len_max) != 2) usage();
-        } else if (!strcmp(a, "--gen") && ++i) o->gen = atoi(v);
-        else if (!strcmp(a, "--block-size") && ++i) o->block_size = atoi(v);
-        else if (!strcmp(a, "--budget") && ++i) o->budget = atoi(v);
-        else if (!strcmp(a, "--seed") && ++i) o->seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--tol") && ++i) o->tol = atof(v);
-        else usage();
+        } else if (!strcmp(a, "--gen") && ++i)
+            o->gen = atoi(v);
+        else if (!strcmp(a, "--block-size") && ++i)
+            o->block_size = atoi(v);
+        else if (!strcmp(a, "--budget") && ++i)
+            o->budget = atoi(v);
+        else if (!strcmp(a, "--seed") && ++i)
+            o->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--tol") && ++i)
+            o->tol = atof(v);
+        else
+            usage();
     }
 }
 
@@ -145,7 +174,8 @@ typedef struct stats {
 } stats;
 
 /* Part 1: teacher-forced comparison of the two backends. */
-static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tseq *seqs, const opts *o, stats *st)
+static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tseq *seqs,
+                  const opts *o, stats *st)
 {
     const int32_t V = m->cfg.n_vocab, bs = o->block_size, N = o->n_prompts;
     int32_t need = 0;
@@ -171,11 +201,14 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
         pool_at += rnd(2); /* leave holes */
     }
     const int32_t cap = o->budget + N;
-    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)cap), *pos = malloc(sizeof(int32_t) * (size_t)cap),
-            *slots = malloc(sizeof(int32_t) * (size_t)cap), *bts = malloc(sizeof(int32_t) * (size_t)(pool_at + 1));
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)cap),
+            *pos = malloc(sizeof(int32_t) * (size_t)cap),
+            *slots = malloc(sizeof(int32_t) * (size_t)cap),
+            *bts = malloc(sizeof(int32_t) * (size_t)(pool_at + 1));
     pllm_seq_plan *sp = malloc(sizeof *sp * (size_t)N);
     pllm_sample_req *sr = malloc(sizeof *sr * (size_t)N);
-    int32_t *sample_seq = malloc(sizeof(int32_t) * (size_t)N), *sched = malloc(sizeof(int32_t) * (size_t)N);
+    int32_t *sample_seq = malloc(sizeof(int32_t) * (size_t)N),
+            *sched = malloc(sizeof(int32_t) * (size_t)N);
     int32_t *ct = malloc(sizeof(int32_t) * (size_t)N), *gt = malloc(sizeof(int32_t) * (size_t)N);
     float *cl = malloc(sizeof(float) * (size_t)N * V), *gl = malloc(sizeof(float) * (size_t)N * V);
     pllm_sampling_params greedy;
@@ -198,12 +231,15 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
         }
         banned[2 * s] = rnd(V), banned[2 * s + 1] = rnd(V);
     }
-    int32_t *c_top = malloc(sizeof(int32_t) * 3 * (size_t)N), *g_top = malloc(sizeof(int32_t) * 3 * (size_t)N);
+    int32_t *c_top = malloc(sizeof(int32_t) * 3 * (size_t)N),
+            *g_top = malloc(sizeof(int32_t) * 3 * (size_t)N);
     float *c_lp = malloc(sizeof(float) * (size_t)N), *g_lp = malloc(sizeof(float) * (size_t)N);
-    float *c_tlp = malloc(sizeof(float) * 3 * (size_t)N), *g_tlp = malloc(sizeof(float) * 3 * (size_t)N);
+    float *c_tlp = malloc(sizeof(float) * 3 * (size_t)N),
+          *g_tlp = malloc(sizeof(float) * 3 * (size_t)N);
     int64_t steps = 0;
     for (;;) {
-        /* schedule: every unfinished sequence, round robin from a rotating start, under the budget */
+        /* schedule: every unfinished sequence, round robin from a rotating start, under the budget
+         */
         int32_t nt = 0, ns = 0, nsamp = 0, nbt = 0;
         for (int32_t k = 0; k < N; k++) {
             int32_t s = (int32_t)((k + steps) % N);
@@ -212,7 +248,10 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
             int32_t want = q->n_known - q->n_done;
             int32_t take = PLLM_MIN(want, o->budget - nt);
             if (take <= 0) continue;
-            sp[ns] = (pllm_seq_plan){.token_start = nt, .n_new = take, .n_ctx = q->n_done + take, .block_start = nbt,
+            sp[ns] = (pllm_seq_plan){.token_start = nt,
+                                     .n_new = take,
+                                     .n_ctx = q->n_done + take,
+                                     .block_start = nbt,
                                      .n_blocks = q->n_blocks};
             memcpy(bts + nbt, q->blocks, sizeof(int32_t) * (size_t)q->n_blocks);
             nbt += q->n_blocks;
@@ -223,9 +262,12 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
                 slots[nt + j] = q->blocks[p / bs] * bs + p % bs;
             }
             if (q->n_done + take == q->n_known) {
-                sr[nsamp] = (pllm_sample_req){.seq = ns, .params = &sparams[s],
-                                              .ctx = {.prompt = q->toks, .n_prompt = q->n_prompt,
-                                                      .output = q->toks + q->n_prompt, .n_output = q->n_gen_done,
+                sr[nsamp] = (pllm_sample_req){.seq = ns,
+                                              .params = &sparams[s],
+                                              .ctx = {.prompt = q->toks,
+                                                      .n_prompt = q->n_prompt,
+                                                      .output = q->toks + q->n_prompt,
+                                                      .n_output = q->n_gen_done,
                                                       .banned = o->sample ? banned + 2 * s : NULL,
                                                       .n_banned = o->sample ? 2 : 0}};
                 sample_seq[nsamp++] = s;
@@ -234,8 +276,15 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
             sched[ns++] = s;
         }
         if (ns == 0) break;
-        pllm_batch_plan plan = {.n_tokens = nt, .tokens = tokens, .positions = pos, .slots = slots, .n_seqs = ns,
-                                .seqs = sp, .block_tables = bts, .n_samples = nsamp, .samples = sr};
+        pllm_batch_plan plan = {.n_tokens = nt,
+                                .tokens = tokens,
+                                .positions = pos,
+                                .slots = slots,
+                                .n_seqs = ns,
+                                .seqs = sp,
+                                .block_tables = bts,
+                                .n_samples = nsamp,
+                                .samples = sr};
         pllm_step_out co = {.tokens = ct, .logits = cl}, go = {.tokens = gt, .logits = gl};
         if (o->sample) {
             co.logprobs = c_lp, co.top_n = 3, co.top_ids = c_top, co.top_logprobs = c_tlp;
@@ -255,7 +304,8 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
             }
             pllm_batch_plan a = plan, b = plan;
             a.n_tokens = t_h, a.n_seqs = h, a.n_samples = h;
-            b.n_tokens = nt - t_h, b.tokens += t_h, b.positions += t_h, b.slots += t_h, b.n_seqs = ns - h;
+            b.n_tokens = nt - t_h, b.tokens += t_h, b.positions += t_h, b.slots += t_h,
+            b.n_seqs = ns - h;
             b.seqs = sp2, b.n_samples = ns - h, b.samples = sr2;
             pllm_step_out ga = go, gb = go;
             gb.tokens += h, gb.logits += (size_t)h * V;
@@ -283,17 +333,22 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
                 amb = false; /* sampled: the same draw from logits 1e-7 apart */
                 st->lp_err = fmax(st->lp_err, fabs((double)g_lp[k] - c_lp[k]));
                 for (int32_t j = 0; j < 3; j++) {
-                    st->lp_err = fmax(st->lp_err, fabs((double)g_tlp[3 * k + j] - c_tlp[3 * k + j]));
+                    st->lp_err =
+                        fmax(st->lp_err, fabs((double)g_tlp[3 * k + j] - c_tlp[3 * k + j]));
                     if (g_top[3 * k + j] != c_top[3 * k + j]) st->top_wrong++;
                 }
             } else {
                 CHECK(am == ct[k]);
             }
-            if (gt[k] == ct[k]) st->agree++;
-            else if (amb) st->ambiguous++;
+            if (gt[k] == ct[k])
+                st->agree++;
+            else if (amb)
+                st->ambiguous++;
             else {
                 st->wrong++;
-                fprintf(stderr, "  seq %d gen %d: cuda token %d, cpu %d (cpu gap %.3g of %.3g; logits rel err %.2g)\n",
+                fprintf(stderr,
+                        "  seq %d gen %d: cuda token %d, cpu %d (cpu gap %.3g of %.3g; logits rel "
+                        "err %.2g)\n",
                         sample_seq[k], q->n_gen_done, gt[k], ct[k], (double)gap, (double)mag, rel);
             }
             q->ambiguous[q->n_gen_done] = amb;
@@ -302,8 +357,10 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
         }
         for (int32_t i = 0; i < ns; i++) seqs[sched[i]].n_done = sp[i].n_ctx;
     }
-    free(pool), free(tokens), free(pos), free(slots), free(bts), free(sp), free(sr), free(sample_seq), free(sched), free(ct), free(gt);
-    free(cl), free(gl), free(sparams), free(banned), free(c_top), free(g_top), free(c_lp), free(g_lp), free(c_tlp);
+    free(pool), free(tokens), free(pos), free(slots), free(bts), free(sp), free(sr),
+        free(sample_seq), free(sched), free(ct), free(gt);
+    free(cl), free(gl), free(sparams), free(banned), free(c_top), free(g_top), free(c_lp),
+        free(g_lp), free(c_tlp);
     free(g_tlp);
 }
 
@@ -322,8 +379,8 @@ static void on_done(const pllm_completion *c, void *arg)
     memcpy(g->toks[i], c->token_ids, sizeof(int32_t) * (size_t)c->n_tokens);
 }
 
-static void run_engine(const pllm_model *m, pllm_backend *b, const pllm_tokenizer *tok, tseq *seqs, const opts *o,
-                       gen_out *g)
+static void run_engine(const pllm_model *m, pllm_backend *b, const pllm_tokenizer *tok, tseq *seqs,
+                       const opts *o, gen_out *g)
 {
     pllm_engine_params ep;
     pllm_engine_params_defaults(&ep);
@@ -340,7 +397,8 @@ static void run_engine(const pllm_model *m, pllm_backend *b, const pllm_tokenize
     rp.max_tokens = o->gen;
     rp.ignore_eos = true;
     for (int32_t s = 0; s < o->n_prompts; s++)
-        CHECK_OK(pllm_engine_add(e, seqs[s].toks, seqs[s].n_prompt, &rp, (void *)(intptr_t)s, NULL));
+        CHECK_OK(
+            pllm_engine_add(e, seqs[s].toks, seqs[s].n_prompt, &rp, (void *)(intptr_t)s, NULL));
     while (pllm_engine_has_work(e)) {
         pllm_status st = pllm_engine_step(e, on_done, g);
         CHECK_OK(st);
@@ -357,7 +415,8 @@ int main(int argc, char **argv)
     char why[256];
     if (pllm_cuda_device_count(why, sizeof why) == 0) {
         char msg[400];
-        snprintf(msg, sizeof msg, "needs a CUDA device: %s (the emulated build runs these checks)", why);
+        snprintf(msg, sizeof msg, "needs a CUDA device: %s (the emulated build runs these checks)",
+                 why);
         pllm_test_skip(msg);
     }
     if (!strcmp(o.model, "--probe")) return 0; /* a device answers */
@@ -400,23 +459,29 @@ int main(int argc, char **argv)
     if (!cpu.iface || !gpu.iface) return pllm_test_finish("cuda_vs_cpu");
     pllm_cuda_backend_info info;
     pllm_cuda_backend_get_info(&gpu, &info);
-    fprintf(stderr, "cuda_vs_cpu %s: %s: %.1f MiB of %s weights converted and uploaded in %.2f s\n", m->name,
-            info.device_name, (double)info.weight_bytes / (1 << 20), pllm_dtype_name(info.weight_dtype), info.load_seconds);
+    fprintf(stderr, "cuda_vs_cpu %s: %s: %.1f MiB of %s weights converted and uploaded in %.2f s\n",
+            m->name, info.device_name, (double)info.weight_bytes / (1 << 20),
+            pllm_dtype_name(info.weight_dtype), info.load_seconds);
 
     stats st = {0};
     part1(m, &cpu, &gpu, seqs, &o, &st);
     pllm_cuda_backend_get_info(&gpu, &info);
-    const double tol_rel = info.weight_dtype == PLLM_DTYPE_F32 ? 1e-5 : info.weight_dtype == PLLM_DTYPE_F16 ? 1e-2 : 3e-2;
+    const double tol_rel = info.weight_dtype == PLLM_DTYPE_F32   ? 1e-5
+                           : info.weight_dtype == PLLM_DTYPE_F16 ? 1e-2
+                                                                 : 3e-2;
     fprintf(stderr,
-            "cuda_vs_cpu %s: weights %s kv %s: %lld rows, logits rel err max %.2g mean %.2g (tol %.0e); tokens: %lld "
-            "identical, %lld near-ties, %lld wrong; %lld steps, %lld as graphs (%d captured), %lld split; %.2f s\n",
-            m->name, pllm_dtype_name(info.weight_dtype), pllm_dtype_name(o.kv), (long long)st.rows, st.max_rel,
-            st.rows ? st.sum_rel / (double)st.rows : 0.0, tol_rel, (long long)st.agree, (long long)st.ambiguous,
-            (long long)st.wrong, (long long)info.steps, (long long)info.graph_steps, info.graphs,
-            (long long)info.split_steps, pllm_now() - t0);
+            "cuda_vs_cpu %s: weights %s kv %s: %lld rows, logits rel err max %.2g mean %.2g (tol "
+            "%.0e); tokens: %lld "
+            "identical, %lld near-ties, %lld wrong; %lld steps, %lld as graphs (%d captured), %lld "
+            "split; %.2f s\n",
+            m->name, pllm_dtype_name(info.weight_dtype), pllm_dtype_name(o.kv), (long long)st.rows,
+            st.max_rel, st.rows ? st.sum_rel / (double)st.rows : 0.0, tol_rel, (long long)st.agree,
+            (long long)st.ambiguous, (long long)st.wrong, (long long)info.steps,
+            (long long)info.graph_steps, info.graphs, (long long)info.split_steps, pllm_now() - t0);
     if (o.sample) {
-        fprintf(stderr, "cuda_vs_cpu %s: sampled: logprob max abs err %.2g, %lld top-logprob ids differ\n", m->name,
-                st.lp_err, (long long)st.top_wrong);
+        fprintf(stderr,
+                "cuda_vs_cpu %s: sampled: logprob max abs err %.2g, %lld top-logprob ids differ\n",
+                m->name, st.lp_err, (long long)st.top_wrong);
         CHECK(st.lp_err <= 1e-4);
         CHECK(st.top_wrong == 0);
     }
@@ -427,8 +492,10 @@ int main(int argc, char **argv)
     if (o.split && o.len_min > o.split) CHECK(info.split_steps > 0);
 
     if (o.engine) {
-        gen_out a = {calloc((size_t)o.n_prompts, sizeof(int32_t *)), calloc((size_t)o.n_prompts, sizeof(int32_t))};
-        gen_out b = {calloc((size_t)o.n_prompts, sizeof(int32_t *)), calloc((size_t)o.n_prompts, sizeof(int32_t))};
+        gen_out a = {calloc((size_t)o.n_prompts, sizeof(int32_t *)),
+                     calloc((size_t)o.n_prompts, sizeof(int32_t))};
+        gen_out b = {calloc((size_t)o.n_prompts, sizeof(int32_t *)),
+                     calloc((size_t)o.n_prompts, sizeof(int32_t))};
         /* the same backends: the engine's kv_init re-sizes their caches */
         const int64_t steps0 = info.steps, graph0 = info.graph_steps;
         run_engine(m, &cpu, tok, seqs, &o, &a);
@@ -438,10 +505,14 @@ int main(int argc, char **argv)
             if (!a.toks[s] || !b.toks[s]) continue;
             int32_t k = 0;
             while (k < a.n[s] && k < b.n[s] && a.toks[s][k] == b.toks[s][k]) k++;
-            if (k == a.n[s] && a.n[s] == b.n[s]) same++;
-            else if (k < o.gen && seqs[s].ambiguous[k]) amb++;
+            if (k == a.n[s] && a.n[s] == b.n[s])
+                same++;
+            else if (k < o.gen && seqs[s].ambiguous[k])
+                amb++;
             else {
-                fprintf(stderr, "  engine: prompt %d diverges at token %d (cpu %d, cuda %d) where part 1 saw no near-tie\n",
+                fprintf(stderr,
+                        "  engine: prompt %d diverges at token %d (cpu %d, cuda %d) where part 1 "
+                        "saw no near-tie\n",
                         s, k, k < a.n[s] ? a.toks[s][k] : -1, k < b.n[s] ? b.toks[s][k] : -1);
                 CHECK(!"engine outputs differ");
             }
@@ -454,12 +525,16 @@ int main(int argc, char **argv)
             free(a.toks[s]), free(b.toks[s]);
         }
         pllm_cuda_backend_get_info(&gpu, &info);
-        fprintf(stderr, "cuda_vs_cpu %s: engine: %d of %d generations identical, %d diverge at a near-tie; %lld steps, %lld as graphs\n",
-                m->name, same, o.n_prompts, amb, (long long)(info.steps - steps0), (long long)(info.graph_steps - graph0));
+        fprintf(stderr,
+                "cuda_vs_cpu %s: engine: %d of %d generations identical, %d diverge at a near-tie; "
+                "%lld steps, %lld as graphs\n",
+                m->name, same, o.n_prompts, amb, (long long)(info.steps - steps0),
+                (long long)(info.graph_steps - graph0));
         CHECK(same + amb == o.n_prompts);
         free(a.toks), free(a.n), free(b.toks), free(b.n);
     }
-    for (int32_t s = 0; s < o.n_prompts; s++) free(seqs[s].toks), free(seqs[s].blocks), free(seqs[s].ambiguous);
+    for (int32_t s = 0; s < o.n_prompts; s++)
+        free(seqs[s].toks), free(seqs[s].blocks), free(seqs[s].ambiguous);
     free(seqs);
     pllm_backend_free(&cpu);
     pllm_backend_free(&gpu);

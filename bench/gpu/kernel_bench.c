@@ -49,7 +49,8 @@ typedef struct bench {
     do {                                                                                           \
         pllm_status st_ = (call);                                                                  \
         if (st_ != PLLM_OK) {                                                                      \
-            fprintf(stderr, "kernel_bench: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, pllm_errmsg()); \
+            fprintf(stderr, "kernel_bench: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,            \
+                    pllm_errmsg());                                                                \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
@@ -100,12 +101,16 @@ static void report(bench *b, const char *name, double t, double bytes, double fl
     const bool mem_bound = t_bw >= t_fl;
     const double achieved = mem_bound ? bytes / t / 1e9 : flops / t / 1e12;
     const double share = mem_bound ? bytes / t / b->bw : flops / t / rate;
-    printf("  %-28s %10.1f us  %9.1f MB %10.2f GFLOP  %8.1f %-6s %5.1f%% of peak  (peaks predict %8.1f us)\n", name,
-           t * 1e6, bytes / 1e6, flops / 1e9, achieved, mem_bound ? "GB/s" : "TFLOP/s", 100 * share, expect * 1e6);
+    printf("  %-28s %10.1f us  %9.1f MB %10.2f GFLOP  %8.1f %-6s %5.1f%% of peak  (peaks predict "
+           "%8.1f us)\n",
+           name, t * 1e6, bytes / 1e6, flops / 1e9, achieved, mem_bound ? "GB/s" : "TFLOP/s",
+           100 * share, expect * 1e6);
     if (b->json)
-        fprintf(b->json, "%s{\"kernel\": \"%s\", \"us\": %.3f, \"bytes\": %.0f, \"flops\": %.0f, \"bound\": \"%s\", \"peak_share\": %.4f, \"predicted_us\": %.3f}",
-                b->n_rows++ ? ",\n  " : "\n  ", name, t * 1e6, bytes, flops, mem_bound ? "memory" : (tensor ? "tensor" : "fp32"),
-                share, expect * 1e6);
+        fprintf(b->json,
+                "%s{\"kernel\": \"%s\", \"us\": %.3f, \"bytes\": %.0f, \"flops\": %.0f, \"bound\": "
+                "\"%s\", \"peak_share\": %.4f, \"predicted_us\": %.3f}",
+                b->n_rows++ ? ",\n  " : "\n  ", name, t * 1e6, bytes, flops,
+                mem_bound ? "memory" : (tensor ? "tensor" : "fp32"), share, expect * 1e6);
 }
 
 /* ---- peaks -------------------------------------------------------------------------------- */
@@ -123,14 +128,30 @@ static pllm_status run_copy(bench *b, void *a)
 typedef struct gemm_arg {
     pllm_cuda_gemm_args g;
 } gemm_arg;
-static pllm_status run_gemm(bench *b, void *a) { return pllm_cuda_gemm(b->dev, &((gemm_arg *)a)->g); }
+static pllm_status run_gemm(bench *b, void *a)
+{
+    return pllm_cuda_gemm(b->dev, &((gemm_arg *)a)->g);
+}
 
 static gemm_arg square_gemm(bench *b, int32_t n, pllm_dtype in, pllm_dtype out)
 {
     size_t ei = pllm_dtype_block_bytes(in), eo = pllm_dtype_block_bytes(out);
-    gemm_arg a = {.g = {.m = n, .n = n, .k = n, .batch = 1, .a = dalloc(b, ei * n * n), .a_dtype = in, .lda = n,
-                        .b = dalloc(b, ei * n * n), .b_dtype = in, .ldb = n, .trans_b = true,
-                        .c = dalloc(b, eo * n * n), .c_dtype = out, .ldc = n, .alpha = 1, .beta = 0}};
+    gemm_arg a = {.g = {.m = n,
+                        .n = n,
+                        .k = n,
+                        .batch = 1,
+                        .a = dalloc(b, ei * n * n),
+                        .a_dtype = in,
+                        .lda = n,
+                        .b = dalloc(b, ei * n * n),
+                        .b_dtype = in,
+                        .ldb = n,
+                        .trans_b = true,
+                        .c = dalloc(b, eo * n * n),
+                        .c_dtype = out,
+                        .ldc = n,
+                        .alpha = 1,
+                        .beta = 0}};
     return a;
 }
 
@@ -145,15 +166,19 @@ static void measure_peaks(bench *b, bool tiny)
     gemm_arg g = square_gemm(b, n16, PLLM_DTYPE_F16, PLLM_DTYPE_F16);
     t = time_it(b, run_gemm, &g, tiny ? 1 : 10);
     b->f16_rate = 2.0 * n16 * (double)n16 * n16 / t;
-    pllm_cuda_free(b->dev, (void *)g.g.a), pllm_cuda_free(b->dev, (void *)g.g.b), pllm_cuda_free(b->dev, g.g.c);
+    pllm_cuda_free(b->dev, (void *)g.g.a), pllm_cuda_free(b->dev, (void *)g.g.b),
+        pllm_cuda_free(b->dev, g.g.c);
     g = square_gemm(b, n32, PLLM_DTYPE_F32, PLLM_DTYPE_F32);
     t = time_it(b, run_gemm, &g, tiny ? 1 : 5);
     b->f32_rate = 2.0 * n32 * (double)n32 * n32 / t;
-    pllm_cuda_free(b->dev, (void *)g.g.a), pllm_cuda_free(b->dev, (void *)g.g.b), pllm_cuda_free(b->dev, g.g.c);
-    printf("measured peaks: memory %.0f GB/s, F16 GEMM %.1f TFLOP/s, F32 GEMM %.1f TFLOP/s\n", b->bw / 1e9,
-           b->f16_rate / 1e12, b->f32_rate / 1e12);
+    pllm_cuda_free(b->dev, (void *)g.g.a), pllm_cuda_free(b->dev, (void *)g.g.b),
+        pllm_cuda_free(b->dev, g.g.c);
+    printf("measured peaks: memory %.0f GB/s, F16 GEMM %.1f TFLOP/s, F32 GEMM %.1f TFLOP/s\n",
+           b->bw / 1e9, b->f16_rate / 1e12, b->f32_rate / 1e12);
     if (b->json)
-        fprintf(b->json, "\"peaks\": {\"bytes_per_s\": %.0f, \"f16_flops\": %.0f, \"f32_flops\": %.0f},\n\"kernels\": [",
+        fprintf(b->json,
+                "\"peaks\": {\"bytes_per_s\": %.0f, \"f16_flops\": %.0f, \"f32_flops\": "
+                "%.0f},\n\"kernels\": [",
                 b->bw, b->f16_rate, b->f32_rate);
 }
 
@@ -161,7 +186,7 @@ static void measure_peaks(bench *b, bool tiny)
 
 typedef struct step {
     const dims *d;
-    int32_t T;             /* tokens of the step */
+    int32_t T; /* tokens of the step */
     void *x, *proj, *xb, *qkv, *att, *gu, *h, *xs, *logits, *work, *counts, *res, *tok;
     void *w_qkv, *w_o, *w_gu, *w_down, *w_out, *norm, *inv_freq, *table;
     void *kc, *vc, *bt, *positions, *slots, *items, *tiles, *params, *rows, *part;
@@ -171,21 +196,40 @@ typedef struct step {
 static pllm_status k_embedding(bench *b, void *a)
 {
     step *s = a;
-    return pllm_cuda_embedding(b->dev, s->x, s->table, PLLM_DTYPE_F16, s->tok, s->T, s->d->E, s->d->V);
+    return pllm_cuda_embedding(b->dev, s->x, s->table, PLLM_DTYPE_F16, s->tok, s->T, s->d->E,
+                               s->d->V);
 }
 static pllm_status k_rmsnorm(bench *b, void *a)
 {
     step *s = a;
-    return pllm_cuda_rmsnorm_residual(b->dev, s->xb, PLLM_DTYPE_F16, s->x, s->proj, s->norm, s->T, s->d->E, 1e-5f);
+    return pllm_cuda_rmsnorm_residual(b->dev, s->xb, PLLM_DTYPE_F16, s->x, s->proj, s->norm, s->T,
+                                      s->d->E, 1e-5f);
 }
-static pllm_status proj(bench *b, void *C, pllm_dtype ct, const void *A, const void *W, int32_t m, int32_t n, int32_t k)
+static pllm_status proj(bench *b, void *C, pllm_dtype ct, const void *A, const void *W, int32_t m,
+                        int32_t n, int32_t k)
 {
-    pllm_cuda_gemm_args g = {.m = m, .n = n, .k = k, .batch = 1, .a = A, .a_dtype = PLLM_DTYPE_F16, .lda = k, .b = W,
-                             .b_dtype = PLLM_DTYPE_F16, .ldb = k, .trans_b = true, .c = C, .c_dtype = ct, .ldc = n,
-                             .alpha = 1, .beta = 0};
+    pllm_cuda_gemm_args g = {.m = m,
+                             .n = n,
+                             .k = k,
+                             .batch = 1,
+                             .a = A,
+                             .a_dtype = PLLM_DTYPE_F16,
+                             .lda = k,
+                             .b = W,
+                             .b_dtype = PLLM_DTYPE_F16,
+                             .ldb = k,
+                             .trans_b = true,
+                             .c = C,
+                             .c_dtype = ct,
+                             .ldc = n,
+                             .alpha = 1,
+                             .beta = 0};
     return pllm_cuda_gemm(b->dev, &g);
 }
-static int32_t qkv_cols(const dims *d) { return (d->H + 2 * d->KVH) * d->hd; }
+static int32_t qkv_cols(const dims *d)
+{
+    return (d->H + 2 * d->KVH) * d->hd;
+}
 static pllm_status k_gemm_qkv(bench *b, void *a)
 {
     step *s = a;
@@ -195,25 +239,46 @@ static pllm_status k_qkv_rope(bench *b, void *a)
 {
     step *s = a;
     const dims *d = s->d;
-    pllm_cuda_qkv_rope_args q = {.qkv = s->qkv, .ld = qkv_cols(d), .positions = s->positions, .slots = s->slots,
-                                 .inv_freq = s->inv_freq, .k_cache = s->kc, .v_cache = s->vc, .kv_dtype = PLLM_DTYPE_F16,
-                                 .n_tokens = s->T, .n_head = d->H, .n_head_kv = d->KVH, .head_dim = d->hd,
-                                 .rope_dim = d->hd, .block_size = 16, .rope_neox = 0};
+    pllm_cuda_qkv_rope_args q = {.qkv = s->qkv,
+                                 .ld = qkv_cols(d),
+                                 .positions = s->positions,
+                                 .slots = s->slots,
+                                 .inv_freq = s->inv_freq,
+                                 .k_cache = s->kc,
+                                 .v_cache = s->vc,
+                                 .kv_dtype = PLLM_DTYPE_F16,
+                                 .n_tokens = s->T,
+                                 .n_head = d->H,
+                                 .n_head_kv = d->KVH,
+                                 .head_dim = d->hd,
+                                 .rope_dim = d->hd,
+                                 .block_size = 16,
+                                 .rope_neox = 0};
     return pllm_cuda_qkv_rope(b->dev, &q);
 }
 static pllm_cuda_attn_args attn_args(const step *s)
 {
     const dims *d = s->d;
-    return (pllm_cuda_attn_args){.out = s->att, .out_dtype = PLLM_DTYPE_F16, .q = s->qkv, .q_stride = qkv_cols(d),
-                                 .k_cache = s->kc, .v_cache = s->vc, .kv_dtype = PLLM_DTYPE_F16, .block_tables = s->bt,
-                                 .n_head = d->H, .n_head_kv = d->KVH, .head_dim = d->hd, .block_size = 16,
+    return (pllm_cuda_attn_args){.out = s->att,
+                                 .out_dtype = PLLM_DTYPE_F16,
+                                 .q = s->qkv,
+                                 .q_stride = qkv_cols(d),
+                                 .k_cache = s->kc,
+                                 .v_cache = s->vc,
+                                 .kv_dtype = PLLM_DTYPE_F16,
+                                 .block_tables = s->bt,
+                                 .n_head = d->H,
+                                 .n_head_kv = d->KVH,
+                                 .head_dim = d->hd,
+                                 .block_size = 16,
                                  .scale = 1.0f / sqrtf((float)d->hd)};
 }
 static pllm_status k_attn_decode(bench *b, void *a)
 {
     step *s = a;
     pllm_cuda_attn_args aa = attn_args(s);
-    return pllm_cuda_attn_decode(b->dev, &aa, s->items, s->n_items, s->n_splits, s->split_len, s->part);
+    return pllm_cuda_attn_decode(b->dev, &aa, s->items, s->n_items, s->n_splits, s->split_len,
+                                 s->part);
 }
 static pllm_status k_attn_prefill(bench *b, void *a)
 {
@@ -244,7 +309,8 @@ static pllm_status k_gemm_down(bench *b, void *a)
 static pllm_status k_final_norm(bench *b, void *a)
 {
     step *s = a;
-    return pllm_cuda_rmsnorm_rows(b->dev, s->xs, PLLM_DTYPE_F16, s->x, s->proj, s->rows, s->norm, s->S, s->d->E, 1e-5f);
+    return pllm_cuda_rmsnorm_rows(b->dev, s->xs, PLLM_DTYPE_F16, s->x, s->proj, s->rows, s->norm,
+                                  s->S, s->d->E, 1e-5f);
 }
 static pllm_status k_lm_head(bench *b, void *a)
 {
@@ -254,21 +320,30 @@ static pllm_status k_lm_head(bench *b, void *a)
 static pllm_status k_sample(bench *b, void *a)
 {
     step *s = a;
-    pllm_cuda_sample_args sa = {.logits = s->logits, .work = s->work, .counts = s->counts, .params = s->params,
-                                .ids = s->tok, .tokens = s->res, .logprobs = (float *)s->res + s->S,
-                                .top = NULL, .n_samples = s->S, .n_vocab = s->d->V};
+    pllm_cuda_sample_args sa = {.logits = s->logits,
+                                .work = s->work,
+                                .counts = s->counts,
+                                .params = s->params,
+                                .ids = s->tok,
+                                .tokens = s->res,
+                                .logprobs = (float *)s->res + s->S,
+                                .top = NULL,
+                                .n_samples = s->S,
+                                .n_vocab = s->d->V};
     return pllm_cuda_sample(b->dev, &sa);
 }
 
 /* Allocate and fill a step of T tokens: a decode step of B sequences (prefill = 0) with ctx
  * positions each, or one prefill chunk of T tokens. */
-static void step_init(bench *b, step *s, const dims *d, int32_t T, int32_t ctx, bool prefill, bool random_sampling)
+static void step_init(bench *b, step *s, const dims *d, int32_t T, int32_t ctx, bool prefill,
+                      bool random_sampling)
 {
     memset(s, 0, sizeof *s);
     s->d = d;
     s->T = T;
     s->S = prefill ? 1 : T;
-    const size_t E = (size_t)d->E, F = (size_t)d->F, V = (size_t)d->V, qc = (size_t)qkv_cols(d), qd = (size_t)d->H * d->hd;
+    const size_t E = (size_t)d->E, F = (size_t)d->F, V = (size_t)d->V, qc = (size_t)qkv_cols(d),
+                 qd = (size_t)d->H * d->hd;
     s->x = drandom(b, (size_t)T * E, 1.0f, 1);
     s->proj = drandom(b, (size_t)T * E, 1.0f, 2);
     s->xb = dalloc(b, 2 * (size_t)T * E);
@@ -294,8 +369,10 @@ static void step_init(bench *b, step *s, const dims *d, int32_t T, int32_t ctx, 
     const size_t cache = (size_t)n_seq * nb * d->KVH * bs * d->hd;
     s->kc = drandom(b, cache / 2 + 1, 1.0f, 6); /* F16 elements: half as many floats */
     s->vc = drandom(b, cache / 2 + 1, 1.0f, 7);
-    int32_t *bt = malloc(sizeof(int32_t) * (size_t)n_seq * nb), *tok = malloc(sizeof(int32_t) * (size_t)T);
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T), *slots = malloc(sizeof(int32_t) * (size_t)T);
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)n_seq * nb),
+            *tok = malloc(sizeof(int32_t) * (size_t)T);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T),
+            *slots = malloc(sizeof(int32_t) * (size_t)T);
     int32_t *rows = malloc(sizeof(int32_t) * (size_t)s->S);
     for (int32_t i = 0; i < n_seq * nb; i++) bt[i] = i;
     for (int32_t t = 0; t < T; t++) {
@@ -309,9 +386,11 @@ static void step_init(bench *b, step *s, const dims *d, int32_t T, int32_t ctx, 
     const int32_t qt = pllm_cuda_attn_prefill_tile_tokens(d->H, d->KVH);
     if (prefill) {
         for (int32_t t = 0; t < T; t += qt)
-            tiles[s->n_tiles++] = (pllm_cuda_attn_tile){.tok0 = t, .n_q = T - t < qt ? T - t : qt, .pos0 = t, .bt = 0};
+            tiles[s->n_tiles++] = (pllm_cuda_attn_tile){
+                .tok0 = t, .n_q = T - t < qt ? T - t : qt, .pos0 = t, .bt = 0};
     } else {
-        for (int32_t t = 0; t < T; t++) items[s->n_items++] = (pllm_cuda_attn_item){.tok = t, .n_ctx = ctx, .bt = t * nb};
+        for (int32_t t = 0; t < T; t++)
+            items[s->n_items++] = (pllm_cuda_attn_item){.tok = t, .n_ctx = ctx, .bt = t * nb};
         /* the backend's rule: split when the grid is narrow (here: always report both) */
         s->split_len = 512;
         s->n_splits = 1;
@@ -339,27 +418,38 @@ static void step_init(bench *b, step *s, const dims *d, int32_t T, int32_t ctx, 
     UP(s->inv_freq, inv, sizeof(double) * (size_t)d->hd / 2);
 #undef UP
     TRY(pllm_cuda_sync(b->dev));
-    free(bt), free(tok), free(pos), free(slots), free(rows), free(items), free(tiles), free(rec), free(inv);
+    free(bt), free(tok), free(pos), free(slots), free(rows), free(items), free(tiles), free(rec),
+        free(inv);
 }
 
 static void run_step(bench *b, const dims *d, int32_t T, int32_t ctx, bool prefill)
 {
     step s;
     step_init(b, &s, d, T, ctx, prefill, false);
-    const double E = d->E, F = d->F, V = d->V, qc = qkv_cols(d), qd = (double)d->H * d->hd, Tn = T, S = s.S;
+    const double E = d->E, F = d->F, V = d->V, qc = qkv_cols(d), qd = (double)d->H * d->hd, Tn = T,
+                 S = s.S;
     const double kvd = (double)d->KVH * d->hd, G = (double)d->H / d->KVH;
-    if (prefill) printf("\n%s: prefill chunk of %d tokens (one sequence, empty cache), F16 weights and KV\n", d->name, T);
-    else printf("\n%s: decode step of %d sequences, %d positions of context each, F16 weights and KV\n", d->name, T, ctx);
+    if (prefill)
+        printf("\n%s: prefill chunk of %d tokens (one sequence, empty cache), F16 weights and KV\n",
+               d->name, T);
+    else
+        printf(
+            "\n%s: decode step of %d sequences, %d positions of context each, F16 weights and KV\n",
+            d->name, T, ctx);
     const int R = b->reps;
     report(b, "embedding", time_it(b, k_embedding, &s, R), Tn * E * 2 + Tn * E * 4, 0, false);
-    report(b, "rmsnorm+residual", time_it(b, k_rmsnorm, &s, R), Tn * E * (4 + 4 + 4 + 2), 5 * Tn * E, false);
-    report(b, "gemm qkv", time_it(b, k_gemm_qkv, &s, R), qc * E * 2 + Tn * E * 2 + Tn * qc * 4, 2 * Tn * qc * E, true);
-    report(b, "qkv_rope + kv store", time_it(b, k_qkv_rope, &s, R), Tn * qc * 8 + Tn * 2 * kvd * 2, 6 * Tn * (qd + kvd) / 2, false);
+    report(b, "rmsnorm+residual", time_it(b, k_rmsnorm, &s, R), Tn * E * (4 + 4 + 4 + 2),
+           5 * Tn * E, false);
+    report(b, "gemm qkv", time_it(b, k_gemm_qkv, &s, R), qc * E * 2 + Tn * E * 2 + Tn * qc * 4,
+           2 * Tn * qc * E, true);
+    report(b, "qkv_rope + kv store", time_it(b, k_qkv_rope, &s, R), Tn * qc * 8 + Tn * 2 * kvd * 2,
+           6 * Tn * (qd + kvd) / 2, false);
     if (prefill) {
         const double keys = Tn * (Tn + 1) / 2; /* causal: query i sees i + 1 keys */
         const double qt = pllm_cuda_attn_prefill_tile_tokens(d->H, d->KVH);
         report(b, "attention prefill", time_it(b, k_attn_prefill, &s, R),
-               (keys / qt) * d->KVH * 2 * d->hd * 2 + Tn * qd * 4 + Tn * qd * 2, 4 * keys * d->H * d->hd, false);
+               (keys / qt) * d->KVH * 2 * d->hd * 2 + Tn * qd * 4 + Tn * qd * 2,
+               4 * keys * d->H * d->hd, false);
     } else {
         const double bytes = Tn * d->KVH * 2.0 * ctx * d->hd * 2 + Tn * qd * 4 + Tn * qd * 2;
         const double flops = 4 * Tn * d->H * (double)ctx * d->hd;
@@ -373,17 +463,25 @@ static void run_step(bench *b, const dims *d, int32_t T, int32_t ctx, bool prefi
         }
         (void)G;
     }
-    report(b, "gemm o", time_it(b, k_gemm_o, &s, R), E * qd * 2 + Tn * qd * 2 + Tn * E * 4, 2 * Tn * E * qd, true);
-    report(b, "rmsnorm+residual (ffn)", time_it(b, k_rmsnorm, &s, R), Tn * E * (4 + 4 + 4 + 2), 5 * Tn * E, false);
-    report(b, "gemm gate/up", time_it(b, k_gemm_gu, &s, R), 2 * F * E * 2 + Tn * E * 2 + Tn * 2 * F * 2, 2 * Tn * 2 * F * E, true);
-    report(b, "swiglu", time_it(b, k_swiglu, &s, R), Tn * 2 * F * 2 + Tn * F * 2, 6 * Tn * F, false);
-    report(b, "gemm down", time_it(b, k_gemm_down, &s, R), E * F * 2 + Tn * F * 2 + Tn * E * 4, 2 * Tn * E * F, true);
-    report(b, "final rmsnorm (sampled rows)", time_it(b, k_final_norm, &s, R), S * E * (4 + 4 + 2), 5 * S * E, false);
-    report(b, "lm head", time_it(b, k_lm_head, &s, R), V * E * 2 + S * E * 2 + S * V * 4, 2 * S * V * E, true);
+    report(b, "gemm o", time_it(b, k_gemm_o, &s, R), E * qd * 2 + Tn * qd * 2 + Tn * E * 4,
+           2 * Tn * E * qd, true);
+    report(b, "rmsnorm+residual (ffn)", time_it(b, k_rmsnorm, &s, R), Tn * E * (4 + 4 + 4 + 2),
+           5 * Tn * E, false);
+    report(b, "gemm gate/up", time_it(b, k_gemm_gu, &s, R),
+           2 * F * E * 2 + Tn * E * 2 + Tn * 2 * F * 2, 2 * Tn * 2 * F * E, true);
+    report(b, "swiglu", time_it(b, k_swiglu, &s, R), Tn * 2 * F * 2 + Tn * F * 2, 6 * Tn * F,
+           false);
+    report(b, "gemm down", time_it(b, k_gemm_down, &s, R), E * F * 2 + Tn * F * 2 + Tn * E * 4,
+           2 * Tn * E * F, true);
+    report(b, "final rmsnorm (sampled rows)", time_it(b, k_final_norm, &s, R), S * E * (4 + 4 + 2),
+           5 * S * E, false);
+    report(b, "lm head", time_it(b, k_lm_head, &s, R), V * E * 2 + S * E * 2 + S * V * 4,
+           2 * S * V * E, true);
     report(b, "sample (greedy)", time_it(b, k_sample, &s, R), S * V * 16, 0, false);
     step rs;
     step_init(b, &rs, d, T, ctx, prefill, true);
-    report(b, "sample (top-k 50, top-p 0.9)", time_it(b, k_sample, &rs, R), S * V * 4 * 12, S * V * 40, false);
+    report(b, "sample (top-k 50, top-p 0.9)", time_it(b, k_sample, &rs, R), S * V * 4 * 12,
+           S * V * 40, false);
 }
 
 int main(int argc, char **argv)
@@ -399,16 +497,23 @@ int main(int argc, char **argv)
             for (size_t k = 0; k < sizeof k_dims / sizeof k_dims[0]; k++)
                 if (!strcmp(v, k_dims[k].name)) d = &k_dims[k];
             if (!d) {
-                fprintf(stderr, "kernel_bench: unknown --dims %s (llama3-8b, smollm2-135m, tiny)\n", v);
+                fprintf(stderr, "kernel_bench: unknown --dims %s (llama3-8b, smollm2-135m, tiny)\n",
+                        v);
                 return 2;
             }
-        } else if (!strcmp(a, "--batch") && ++i) batch = atoi(v);
-        else if (!strcmp(a, "--ctx") && ++i) ctx = atoi(v);
-        else if (!strcmp(a, "--prefill") && ++i) prefill = atoi(v);
-        else if (!strcmp(a, "--reps") && ++i) b.reps = atoi(v);
-        else if (!strcmp(a, "--json") && ++i) json_path = v;
+        } else if (!strcmp(a, "--batch") && ++i)
+            batch = atoi(v);
+        else if (!strcmp(a, "--ctx") && ++i)
+            ctx = atoi(v);
+        else if (!strcmp(a, "--prefill") && ++i)
+            prefill = atoi(v);
+        else if (!strcmp(a, "--reps") && ++i)
+            b.reps = atoi(v);
+        else if (!strcmp(a, "--json") && ++i)
+            json_path = v;
         else {
-            fprintf(stderr, "usage: kernel_bench [--dims llama3-8b|smollm2-135m|tiny] [--batch B] [--ctx C] [--prefill P] "
+            fprintf(stderr, "usage: kernel_bench [--dims llama3-8b|smollm2-135m|tiny] [--batch B] "
+                            "[--ctx C] [--prefill P] "
                             "[--reps N] [--json FILE]\n");
             return 2;
         }
@@ -424,14 +529,21 @@ int main(int argc, char **argv)
     TRY(pllm_cuda_event_create(b.dev, &b.e0));
     TRY(pllm_cuda_event_create(b.dev, &b.e1));
     const bool tiny = !strcmp(d->name, "tiny");
-    if (tiny) batch = batch > 4 ? 4 : batch, ctx = ctx > 40 ? 40 : ctx, prefill = prefill > 24 ? 24 : prefill, b.reps = 1;
-    printf("device: %s (sm_%d%d, %d SMs, %.1f GiB)%s\n", info.name, info.sm_major, info.sm_minor, info.n_sm,
-           (double)info.total_bytes / (1 << 30), info.emulated ? " -- EMULATED: times mean nothing" : "");
+    if (tiny)
+        batch = batch > 4 ? 4 : batch, ctx = ctx > 40 ? 40 : ctx,
+        prefill = prefill > 24 ? 24 : prefill, b.reps = 1;
+    printf("device: %s (sm_%d%d, %d SMs, %.1f GiB)%s\n", info.name, info.sm_major, info.sm_minor,
+           info.n_sm, (double)info.total_bytes / (1 << 30),
+           info.emulated ? " -- EMULATED: times mean nothing" : "");
     if (json_path && !(b.json = fopen(json_path, "w"))) {
         fprintf(stderr, "kernel_bench: cannot write %s\n", json_path);
         return 1;
     }
-    if (b.json) fprintf(b.json, "{\"device\": \"%s\", \"dims\": \"%s\", \"batch\": %d, \"ctx\": %d, \"prefill\": %d,\n", info.name, d->name, batch, ctx, prefill);
+    if (b.json)
+        fprintf(
+            b.json,
+            "{\"device\": \"%s\", \"dims\": \"%s\", \"batch\": %d, \"ctx\": %d, \"prefill\": %d,\n",
+            info.name, d->name, batch, ctx, prefill);
     measure_peaks(&b, tiny);
     run_step(&b, d, batch, ctx, false);
     run_step(&b, d, prefill, 0, true);
