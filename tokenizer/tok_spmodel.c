@@ -204,6 +204,10 @@ pllm_status pllm_tokenizer_from_sentencepiece(pllm_tokenizer **out, const char *
         st = pllm_errorf(PLLM_ERR_IO, "%s: read error", path);
         goto done;
     }
+    if (data.n == 0) { /* data.s is NULL: no pointer arithmetic on it */
+        st = pllm_errorf(PLLM_ERR_FORMAT, "%s: empty file (not a SentencePiece model)", path);
+        goto done;
+    }
     pb r = {(const uint8_t *)data.s, (const uint8_t *)data.s + data.n, path};
     if ((st = read_model(&r, &m))) goto done;
     if (m.n == 0) {
