@@ -400,6 +400,50 @@ def chat_seed(flags, tmpl, msgs):
     return bytes([flags]) + tmpl.encode() + b"\x00" + body
 
 
+def tok_file_seeds(outdir, tmp, texts):
+    """Tiny tokenizers trained here: byte-level BPE tokenizer.json (+ tokenizer_config.json), its
+    vocab.json + merges.txt, a SentencePiece-style (Metaspace) tokenizer.json, and a
+    SentencePiece BPE .model."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers.implementations import SentencePieceBPETokenizer
+    corpus = [t for t in texts if t] * 3
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<s>", "</s>"],
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus, tr)
+    tj = tok.to_str().encode()
+    cfg = json.dumps({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True, "chat_template": CHATML,
+                      "added_tokens_decoder": {"1": {"content": "<s>", "special": True},
+                                               "2": {"content": "</s>", "special": True}}}).encode()
+    put(outdir, "tok_files", "bytelevel_tokenizer_json", b"\x00" + tj + SEP + cfg)
+    put(outdir, "tok_files", "bytelevel_no_config", b"\x00" + tj)
+    d = os.path.join(tmp, "vm")
+    os.makedirs(d, exist_ok=True)
+    tok.model.save(d)
+    put(outdir, "tok_files", "vocab_merges", b"\x01" + open(os.path.join(d, "vocab.json"), "rb").read() + SEP
+        + open(os.path.join(d, "merges.txt"), "rb").read())
+    sp = SentencePieceBPETokenizer()
+    sp.train_from_iterator(corpus, vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
+    put(outdir, "tok_files", "metaspace_tokenizer_json", b"\x00" + sp.to_str().encode())
+    try:
+        import sentencepiece as spm
+        txt = os.path.join(tmp, "spm.txt")
+        with open(txt, "w", encoding="utf-8") as f:
+            f.write("\n".join(corpus))
+        spm.SentencePieceTrainer.train(input=txt, model_prefix=os.path.join(tmp, "spm"), vocab_size=400,
+                                       model_type="bpe", byte_fallback=True, character_coverage=0.9995,
+                                       add_dummy_prefix=True, remove_extra_whitespaces=False,
+                                       normalization_rule_name="identity", minloglevel=2)
+        put(outdir, "tok_files", "spm_bpe.model", b"\x02" + open(os.path.join(tmp, "spm.model"), "rb").read())
+    except Exception as e:  # noqa: BLE001 (an optional seed)
+        print(f"make_seeds: no SentencePiece seed: {e}", file=sys.stderr)
+    for f in os.listdir(d):
+        os.remove(os.path.join(d, f))
+    os.rmdir(d)
+
+
 def zst(data):
     """zstd-compress with the zstd command line tool (installed by setup.sh)."""
     import subprocess
@@ -449,6 +493,8 @@ def main():
         msgs = MESSAGES[i % len(MESSAGES)]
         put(outdir, "chat", f"t{i:03d}", chat_seed(1 if i % 2 == 0 else 0, t, msgs))
     put(outdir, "chat", "default_msgs", b"\x01" + CHATML.encode())
+
+    tok_file_seeds(outdir, tmp, prompts + [t for c in convs for t in (x["value"] for x in c)])
 
     jsonl = "".join(json.dumps({"id": i, "prompt": p}) + "\n" for i, p in enumerate(prompts[:6])).encode()
     put(outdir, "io", "plain", b"\x00" + jsonl + b"no newline at the end")

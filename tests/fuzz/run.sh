@@ -23,7 +23,7 @@ FUZZ_DIR=$ROOT/tests/fuzz
 BUILD=${PLLM_FUZZ_BUILD:-$ROOT/build-fuzz}
 SECS=${PLLM_FUZZ_SECONDS:-30}
 JOBS=${PLLM_FUZZ_JOBS:-1}
-ALL_TARGETS="gguf safetensors hf_config hf_dir records tokenizer chat io"
+ALL_TARGETS="gguf safetensors hf_config hf_dir records tokenizer tok_files chat io"
 replay_only=0
 targets=""
 while [ $# -gt 0 ]; do
@@ -40,7 +40,7 @@ targets=${targets:-$ALL_TARGETS}
 
 max_len() {
     case "$1" in
-    gguf) echo 49152 ;; hf_dir) echo 32768 ;; tokenizer) echo 2048 ;; hf_config | records) echo 4096 ;; *) echo 8192 ;;
+    gguf) echo 49152 ;; hf_dir) echo 32768 ;; tok_files) echo 16384 ;; tokenizer) echo 2048 ;; hf_config | records) echo 4096 ;; *) echo 8192 ;;
     esac
 }
 

@@ -20,7 +20,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${PLLM_FUZZ_BUILD:-$ROOT/build-fuzz}
 GOAL=10000000
 CHUNK=${PLLM_FUZZ_CHUNK:-1000000}
-ALL="gguf safetensors hf_config hf_dir records tokenizer chat io"
+ALL="gguf safetensors hf_config hf_dir records tokenizer tok_files chat io"
 summary=0
 targets=""
 while [ $# -gt 0 ]; do
@@ -52,7 +52,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:d
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 max_len() {
     case "$1" in
-    gguf) echo 49152 ;; hf_dir) echo 32768 ;; tokenizer) echo 2048 ;; hf_config | records) echo 4096 ;; *) echo 8192 ;;
+    gguf) echo 49152 ;; hf_dir) echo 32768 ;; tok_files) echo 16384 ;; tokenizer) echo 2048 ;; hf_config | records) echo 4096 ;; *) echo 8192 ;;
     esac
 }
 status=0
