@@ -119,7 +119,8 @@ static uint64_t fingerprint(const bench_workload *w)
 }
 
 /* Synthetic workloads: ids from the vocabulary without special tokens. */
-static int build_synthetic(bench_workload *w, const bench_opts *o, const cmd_runtime *rt, uint64_t seed, int32_t max_len)
+static int build_synthetic(bench_workload *w, const bench_opts *o, const cmd_runtime *rt,
+                           uint64_t seed, int32_t max_len)
 {
     int32_t nv = pllm_tokenizer_n_vocab(rt->tok);
     int32_t *allowed = pllm_malloc((size_t)nv * sizeof *allowed);
@@ -127,12 +128,19 @@ static int build_synthetic(bench_workload *w, const bench_opts *o, const cmd_run
     int32_t na = 0;
     for (int32_t i = 0; i < nv; i++)
         if (!pllm_tokenizer_is_special(rt->tok, i)) allowed[na++] = i;
-    pllm_synth sy = {.kind = strcmp(o->dataset, "prefix") == 0 ? PLLM_SYNTH_PREFIX : PLLM_SYNTH_RANDOM,
-                     .allowed = allowed, .n_allowed = na, .seed = seed, .input_len = o->input_len,
-                     .prefix_len = o->prefix_len, .n_prefixes = o->num_prefixes};
+    pllm_synth sy = {.kind =
+                         strcmp(o->dataset, "prefix") == 0 ? PLLM_SYNTH_PREFIX : PLLM_SYNTH_RANDOM,
+                     .allowed = allowed,
+                     .n_allowed = na,
+                     .seed = seed,
+                     .input_len = o->input_len,
+                     .prefix_len = o->prefix_len,
+                     .n_prefixes = o->num_prefixes};
     int64_t len = (int64_t)o->input_len + (sy.kind == PLLM_SYNTH_PREFIX ? o->prefix_len : 0);
     if (len < 1 || len + o->output_len > max_len) {
-        fprintf(stderr, "pllm: a prompt of %lld tokens + %d output tokens does not fit the context of %d tokens\n",
+        fprintf(stderr,
+                "pllm: a prompt of %lld tokens + %d output tokens does not fit the context of %d "
+                "tokens\n",
                 (long long)len, o->output_len, max_len);
         free(allowed);
         return 2;
@@ -141,7 +149,8 @@ static int build_synthetic(bench_workload *w, const bench_opts *o, const cmd_run
     int rc = 0;
     for (int64_t i = 0; i < o->num_prompts && rc == 0; i++) {
         ids.n = 0;
-        if (pllm_synth_prompt(&sy, i, &ids) != PLLM_OK || workload_push(w, &ids, o->output_len) != PLLM_OK) {
+        if (pllm_synth_prompt(&sy, i, &ids) != PLLM_OK ||
+            workload_push(w, &ids, o->output_len) != PLLM_OK) {
             fprintf(stderr, "pllm: %s\n", pllm_errmsg());
             rc = 3;
         }
@@ -152,8 +161,8 @@ static int build_synthetic(bench_workload *w, const bench_opts *o, const cmd_run
 }
 
 /* sharegpt / FILE: records from a file. */
-static int build_from_file(bench_workload *w, const bench_opts *o, const cmd_runtime *rt, const char *path,
-                           pllm_format format, int32_t max_len, bool quiet)
+static int build_from_file(bench_workload *w, const bench_opts *o, const cmd_runtime *rt,
+                           const char *path, pllm_format format, int32_t max_len, bool quiet)
 {
     pllm_source *src;
     if (pllm_source_open(&src, path, format) != PLLM_OK) {
@@ -162,7 +171,9 @@ static int build_from_file(bench_workload *w, const bench_opts *o, const cmd_run
     }
     pllm_format f = pllm_source_format(src);
     if (strcmp(o->dataset, "sharegpt") == 0 && f != PLLM_FORMAT_SHAREGPT) {
-        fprintf(stderr, "pllm: --dataset sharegpt: %s holds %s records, not ShareGPT conversations (use --dataset %s)\n",
+        fprintf(stderr,
+                "pllm: --dataset sharegpt: %s holds %s records, not ShareGPT conversations (use "
+                "--dataset %s)\n",
                 path, pllm_format_name(f), path);
         pllm_source_close(src);
         return 3;
@@ -172,7 +183,8 @@ static int build_from_file(bench_workload *w, const bench_opts *o, const cmd_run
     pllm_tokens ids = {0}, ref = {0};
     int rc = 0;
     int64_t n_logged = 0;
-    pllm_encode_opts raw = {.add_special = true, .parse_special = true}, plain = {.add_special = false, .parse_special = true};
+    pllm_encode_opts raw = {.add_special = true, .parse_special = true},
+                     plain = {.add_special = false, .parse_special = true};
     while (rc == 0 && w->n < o->num_prompts) {
         pllm_record rec;
         bool eof;
@@ -198,10 +210,13 @@ static int build_from_file(bench_workload *w, const bench_opts *o, const cmd_run
         }
         int32_t out_len = o->output_len;
         if (!err && !o->output_len_given) {
-            if (rec.reference && pllm_tokenizer_encode(rt->tok, rec.reference, strlen(rec.reference), &plain, &ref) == PLLM_OK &&
+            if (rec.reference &&
+                pllm_tokenizer_encode(rt->tok, rec.reference, strlen(rec.reference), &plain,
+                                      &ref) == PLLM_OK &&
                 ref.n > 0)
                 out_len = (int32_t)ref.n;
-            else if (rec.has_max_tokens) out_len = rec.params.max_tokens;
+            else if (rec.has_max_tokens)
+                out_len = rec.params.max_tokens;
         }
         if (err) {
             w->n_bad++;
@@ -247,9 +262,10 @@ static void on_done(const pllm_completion *c, void *arg)
 }
 
 /* One run of requests [0, n) on a fresh engine. rep NULL: a warmup (nothing recorded). */
-static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const bench_workload *w, int64_t n,
-                    pllm_report *rep, bool new_run, pllm_engine_stats *es, pllm_engine_plan_stats *plan,
-                    volatile sig_atomic_t *interrupted, cmd_progress *prog)
+static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const bench_workload *w,
+                    int64_t n, pllm_report *rep, bool new_run, pllm_engine_stats *es,
+                    pllm_engine_plan_stats *plan, volatile sig_atomic_t *interrupted,
+                    cmd_progress *prog)
 {
     pllm_engine *eng;
     if (pllm_engine_create(&eng, rt->model, (pllm_backend *)&rt->backend, rt->tok, ep) != PLLM_OK) {
@@ -263,8 +279,10 @@ static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const b
     pllm_request_params_defaults(&p);
     p.ignore_eos = true;
     double t0 = pllm_now();
-    if (new_run && rep) pllm_report_new_run(rep, t0);
-    else if (rep) rep->t_start = rep->t_end = t0;
+    if (new_run && rep)
+        pllm_report_new_run(rep, t0);
+    else if (rep)
+        rep->t_start = rep->t_end = t0;
     int rc = 0;
     for (int64_t i = 0; i < n && rc == 0; i++) {
         p.max_tokens = w->v[i].max_tokens;
@@ -299,11 +317,13 @@ static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const b
 
 /* ---------------------------------------------------------------- stats JSON and the gate */
 
-static json_t *engine_params_json(const pllm_engine_params *ep, const pllm_engine_stats *es, int32_t max_len)
+static json_t *engine_params_json(const pllm_engine_params *ep, const pllm_engine_stats *es,
+                                  int32_t max_len)
 {
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:s}", "block_size", es->block_size, "num_blocks", es->n_blocks,
-                     "max_batched_tokens", ep->max_batched_tokens, "max_seqs", ep->max_seqs, "max_model_len", max_len,
-                     "prefix_cache", !ep->no_prefix_cache, "max_bypass", ep->max_bypass, "eviction",
+    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:s}", "block_size", es->block_size,
+                     "num_blocks", es->n_blocks, "max_batched_tokens", ep->max_batched_tokens,
+                     "max_seqs", ep->max_seqs, "max_model_len", max_len, "prefix_cache",
+                     !ep->no_prefix_cache, "max_bypass", ep->max_bypass, "eviction",
                      pllm_evict_policy_str(ep->eviction));
 }
 
@@ -329,29 +349,36 @@ static int gate(const json_t *base, const json_t *cur, double max_reg, const cha
 {
     const json_t *bw = json_object_get(base, "workload"), *cw = json_object_get(cur, "workload");
     if (!json_is_object(bw)) {
-        fprintf(stderr, "pllm: baseline %s: not a pllm bench --stats-json file (no \"workload\")\n", base_path);
+        fprintf(stderr, "pllm: baseline %s: not a pllm bench --stats-json file (no \"workload\")\n",
+                base_path);
         return 3;
     }
     /* comparability: every workload field except where the dataset file lives */
     pllm_buf diff = {0};
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)cw, k, v) {
+    json_object_foreach((json_t *)cw, k, v)
+    {
         if (!strcmp(k, "dataset_path")) continue;
         if (!json_equal(v, json_object_get(bw, k))) {
             char *a = json_dumps(json_object_get(bw, k), JSON_ENCODE_ANY | JSON_COMPACT);
             char *b = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-            pllm_buf_appendf(&diff, "\n      %s: baseline %s, now %s", k, a ? a : "(absent)", b ? b : "?");
+            pllm_buf_appendf(&diff, "\n      %s: baseline %s, now %s", k, a ? a : "(absent)",
+                             b ? b : "?");
             free(a);
             free(b);
         }
     }
-    json_object_foreach((json_t *)bw, k, v) {
-        if (strcmp(k, "dataset_path") && !json_object_get(cw, k)) pllm_buf_appendf(&diff, "\n      %s: only in the baseline", k);
+    json_object_foreach((json_t *)bw, k, v)
+    {
+        if (strcmp(k, "dataset_path") && !json_object_get(cw, k))
+            pllm_buf_appendf(&diff, "\n      %s: only in the baseline", k);
     }
     if (diff.n) {
-        fprintf(stderr, "pllm: the baseline %s is not comparable: it measured a different workload:%s\n"
-                        "      (not a regression: rerun the baseline with this workload, or this bench with the baseline's)\n",
+        fprintf(stderr,
+                "pllm: the baseline %s is not comparable: it measured a different workload:%s\n"
+                "      (not a regression: rerun the baseline with this workload, or this bench "
+                "with the baseline's)\n",
                 base_path, diff.s);
         pllm_buf_free(&diff);
         return 3;
@@ -359,7 +386,9 @@ static int gate(const json_t *base, const json_t *cur, double max_reg, const cha
     const json_t *bs = json_object_get(base, "setup"), *cs = json_object_get(cur, "setup");
     if (!json_equal(bs, cs)) {
         char *a = json_dumps(bs, JSON_COMPACT), *b = json_dumps(cs, JSON_COMPACT);
-        fprintf(stderr, "pllm: warning: the setup differs from the baseline's (timings may not compare): baseline %s, now %s\n",
+        fprintf(stderr,
+                "pllm: warning: the setup differs from the baseline's (timings may not compare): "
+                "baseline %s, now %s\n",
                 a ? a : "?", b ? b : "?");
         free(a);
         free(b);
@@ -379,30 +408,37 @@ static int gate(const json_t *base, const json_t *cur, double max_reg, const cha
         double ch = a > 0 ? 100.0 * (b - a) / a : 0;
         bool bad = !(a >= 0) || !(b >= 0) || ch < -max_reg;
         fails += bad;
-        fprintf(stderr, "%-34s %14.2f %14.2f %+8.1f%%  %s (limit -%g%%)\n", tput[i].label, a, b, ch, bad ? "FAIL" : "ok", max_reg);
+        fprintf(stderr, "%-34s %14.2f %14.2f %+8.1f%%  %s (limit -%g%%)\n", tput[i].label, a, b, ch,
+                bad ? "FAIL" : "ok", max_reg);
     }
-    static const char *const lat[] = {"mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
-                                      "p99_tpot_ms",  "mean_e2el_ms",   "median_e2el_ms", "p99_e2el_ms"};
+    static const char *const lat[] = {"mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+                                      "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+                                      "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms"};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(lat); i++) {
         double a = jnum(base, lat[i]), b = jnum(cur, lat[i]);
         if (!isfinite(a) || !isfinite(b)) continue;
-        fprintf(stderr, "%-34s %14.2f %14.2f %+8.1f%%  %s\n", lat[i], a, b, a > 0 ? 100.0 * (b - a) / a : 0.0, "(info)");
+        fprintf(stderr, "%-34s %14.2f %14.2f %+8.1f%%  %s\n", lat[i], a, b,
+                a > 0 ? 100.0 * (b - a) / a : 0.0, "(info)");
     }
-    static const char *const totals[] = {"completed", "failed", "total_input_tokens", "total_output_tokens", "total_cached_tokens"};
+    static const char *const totals[] = {"completed", "failed", "total_input_tokens",
+                                         "total_output_tokens", "total_cached_tokens"};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(totals); i++) {
         const json_t *a = json_object_get(base, totals[i]), *b = json_object_get(cur, totals[i]);
         bool same = json_equal(a, b);
         fails += !same;
-        fprintf(stderr, "%-34s %14lld %14lld %9s  %s\n", totals[i], (long long)json_integer_value(a),
-                (long long)json_integer_value(b), same ? "=" : "changed", same ? "ok (exact)" : "FAIL (exact)");
+        fprintf(stderr, "%-34s %14lld %14lld %9s  %s\n", totals[i],
+                (long long)json_integer_value(a), (long long)json_integer_value(b),
+                same ? "=" : "changed", same ? "ok (exact)" : "FAIL (exact)");
     }
     const json_t *bc = json_object_get(base, "counters"), *cc = json_object_get(cur, "counters");
-    json_object_foreach((json_t *)cc, k, v) {
+    json_object_foreach((json_t *)cc, k, v)
+    {
         const json_t *a = json_object_get(bc, k);
         bool same = json_equal(a, v);
         fails += !same;
-        fprintf(stderr, "%-34s %14lld %14lld %9s  %s\n", k, (long long)json_integer_value(a), (long long)json_integer_value(v),
-                same ? "=" : "changed", same ? "ok (exact)" : "FAIL (exact)");
+        fprintf(stderr, "%-34s %14lld %14lld %9s  %s\n", k, (long long)json_integer_value(a),
+                (long long)json_integer_value(v), same ? "=" : "changed",
+                same ? "ok (exact)" : "FAIL (exact)");
     }
     fprintf(stderr, "verdict: %s\n", fails ? "FAIL" : "PASS");
     fprintf(stderr, "========================================================\n");
@@ -413,7 +449,11 @@ int cmd_bench(int argc, char **argv)
 {
     cmd_engine_opts eo;
     cmd_engine_opts_init(&eo);
-    bench_opts o = {.dataset = "sharegpt", .format_s = "auto", .num_prompts = 1000, .prefix_len = 256, .num_prefixes = 10,
+    bench_opts o = {.dataset = "sharegpt",
+                    .format_s = "auto",
+                    .num_prompts = 1000,
+                    .prefix_len = 256,
+                    .num_prefixes = 10,
                     .repeat = 1};
     const char *stats_json = NULL, *baseline = NULL, *max_reg_s = "5%";
     float log_interval = 10;
@@ -421,34 +461,53 @@ int cmd_bench(int argc, char **argv)
     cmd_opt opts[CMD_MAX_OPTS];
     size_t n_opts = 0;
     cmd_opt own[] = {
-        {"dataset", 0, CMD_OPT_STR, &o.dataset, "NAME|FILE", "sharegpt", "sharegpt, random, prefix, or a prompt file", NULL},
+        {"dataset", 0, CMD_OPT_STR, &o.dataset, "NAME|FILE", "sharegpt",
+         "sharegpt, random, prefix, or a prompt file", NULL},
         {"dataset-path", 0, CMD_OPT_STR, &o.dataset_path, "FILE", "none (required for sharegpt)",
          "the ShareGPT file (JSON list or JSON lines, .zst ok)", NULL},
-        {"format", 0, CMD_OPT_STR, &o.format_s, "FMT", "auto", "format of the dataset file: auto, pllm, openai, sharegpt", NULL},
-        {"num-prompts", 'n', CMD_OPT_INT, &o.num_prompts, "N", "1000", "requests (the first N usable records of a file)", NULL},
-        {"input-len", 0, CMD_OPT_INT, &o.input_len, "N", "random: 1024; prefix: 256 after the prefix; files: from the data",
+        {"format", 0, CMD_OPT_STR, &o.format_s, "FMT", "auto",
+         "format of the dataset file: auto, pllm, openai, sharegpt", NULL},
+        {"num-prompts", 'n', CMD_OPT_INT, &o.num_prompts, "N", "1000",
+         "requests (the first N usable records of a file)", NULL},
+        {"input-len", 0, CMD_OPT_INT, &o.input_len, "N",
+         "random: 1024; prefix: 256 after the prefix; files: from the data",
          "prompt tokens (on a file: cut or repeat every prompt to N)", &o.input_len_given},
-        {"output-len", 0, CMD_OPT_INT, &o.output_len, "N", "from the data (reply or max_tokens), else 128",
+        {"output-len", 0, CMD_OPT_INT, &o.output_len, "N",
+         "from the data (reply or max_tokens), else 128",
          "output tokens per request (greedy, ignore_eos)", &o.output_len_given},
-        {"prefix-len", 0, CMD_OPT_INT, &o.prefix_len, "N", "256", "prefix: tokens of each shared prefix", NULL},
-        {"num-prefixes", 0, CMD_OPT_INT, &o.num_prefixes, "N", "10", "prefix: number of distinct shared prefixes", NULL},
-        {"warmup", 0, CMD_OPT_INT, &o.warmup, "N", "0", "requests run on a throwaway engine before measuring", NULL},
-        {"repeat", 0, CMD_OPT_INT, &o.repeat, "N", "1", "measured runs (throughput: mean and 95% confidence interval)", NULL},
-        {"stats-json", 0, CMD_OPT_STR, &stats_json, "FILE", "none", "write the results (and the workload) as JSON", NULL},
-        {"baseline", 0, CMD_OPT_STR, &baseline, "FILE", "none", "compare with a saved --stats-json (CI gate)", NULL},
-        {"max-regression", 0, CMD_OPT_STR, &max_reg_s, "PCT", "5%", "gate: largest allowed throughput drop", NULL},
-        {"log-interval", 0, CMD_OPT_FLOAT, &log_interval, "S", "10", "seconds between progress log lines when stderr is not a terminal",
-         NULL},
-        {"quiet", 'q', CMD_OPT_FLAG, &quiet, NULL, "off", "no progress or table on stderr (the gate's table still prints)", NULL},
+        {"prefix-len", 0, CMD_OPT_INT, &o.prefix_len, "N", "256",
+         "prefix: tokens of each shared prefix", NULL},
+        {"num-prefixes", 0, CMD_OPT_INT, &o.num_prefixes, "N", "10",
+         "prefix: number of distinct shared prefixes", NULL},
+        {"warmup", 0, CMD_OPT_INT, &o.warmup, "N", "0",
+         "requests run on a throwaway engine before measuring", NULL},
+        {"repeat", 0, CMD_OPT_INT, &o.repeat, "N", "1",
+         "measured runs (throughput: mean and 95% confidence interval)", NULL},
+        {"stats-json", 0, CMD_OPT_STR, &stats_json, "FILE", "none",
+         "write the results (and the workload) as JSON", NULL},
+        {"baseline", 0, CMD_OPT_STR, &baseline, "FILE", "none",
+         "compare with a saved --stats-json (CI gate)", NULL},
+        {"max-regression", 0, CMD_OPT_STR, &max_reg_s, "PCT", "5%",
+         "gate: largest allowed throughput drop", NULL},
+        {"log-interval", 0, CMD_OPT_FLOAT, &log_interval, "S", "10",
+         "seconds between progress log lines when stderr is not a terminal", NULL},
+        {"quiet", 'q', CMD_OPT_FLAG, &quiet, NULL, "off",
+         "no progress or table on stderr (the gate's table still prints)", NULL},
     };
     for (size_t i = 0; i < PLLM_ARRAY_LEN(own); i++) opts[n_opts++] = own[i];
     cmd_engine_opts_table(&eo, opts, &n_opts, CMD_MAX_OPTS);
     const cmd_spec spec = {
         .usage = "pllm bench [OPTIONS]",
-        .summary = "Measure throughput and latency on a workload and report them with vLLM's names (req/s, tok/s,\n"
-                   "TTFT/TPOT/ITL/E2E latency), the prefix cache hit rate and the engine's exact counters. Requests are\n"
-                   "greedy with ignore_eos. --baseline turns it into a CI gate (exit 1 on a regression).",
-        .opts = opts, .n_opts = n_opts, .min_pos = 0, .max_pos = 0};
+        .summary =
+            "Measure throughput and latency on a workload and report them with vLLM's names "
+            "(req/s, tok/s,\n"
+            "TTFT/TPOT/ITL/E2E latency), the prefix cache hit rate and the engine's exact "
+            "counters. Requests are\n"
+            "greedy with ignore_eos. --baseline turns it into a CI gate (exit 1 on a regression).",
+        .opts = opts,
+        .n_opts = n_opts,
+        .min_pos = 0,
+        .max_pos = 0};
     int n_pos;
     int rc = cmd_parse(&spec, argc, argv, NULL, &n_pos);
     if (rc) return rc == 1 ? 0 : 2;
@@ -460,26 +519,32 @@ int cmd_bench(int argc, char **argv)
     }
     double max_reg;
     if (!parse_percent(max_reg_s, &max_reg)) {
-        fprintf(stderr, "pllm: --max-regression '%s' is not a percentage (e.g. 5 or 5%%)\n", max_reg_s);
+        fprintf(stderr, "pllm: --max-regression '%s' is not a percentage (e.g. 5 or 5%%)\n",
+                max_reg_s);
         return 2;
     }
     bool synthetic = !strcmp(o.dataset, "random") || !strcmp(o.dataset, "prefix");
     const char *path = NULL;
     if (!strcmp(o.dataset, "sharegpt")) {
         if (!o.dataset_path) {
-            fprintf(stderr, "pllm: --dataset sharegpt needs --dataset-path FILE: a ShareGPT JSON file such as\n"
-                            "      ShareGPT_V3_unfiltered_cleaned_split.json (Hugging Face anon8231489123/ShareGPT_Vicuna_unfiltered)\n");
+            fprintf(
+                stderr,
+                "pllm: --dataset sharegpt needs --dataset-path FILE: a ShareGPT JSON file such as\n"
+                "      ShareGPT_V3_unfiltered_cleaned_split.json (Hugging Face "
+                "anon8231489123/ShareGPT_Vicuna_unfiltered)\n");
             return 2;
         }
         path = o.dataset_path;
     } else if (!synthetic) {
         path = o.dataset; /* a file */
         if (o.dataset_path) {
-            fprintf(stderr, "pllm: --dataset-path goes with --dataset sharegpt; give a file as --dataset FILE alone\n");
+            fprintf(stderr, "pllm: --dataset-path goes with --dataset sharegpt; give a file as "
+                            "--dataset FILE alone\n");
             return 2;
         }
     } else if (o.dataset_path) {
-        fprintf(stderr, "pllm: --dataset %s is synthetic: --dataset-path does not apply\n", o.dataset);
+        fprintf(stderr, "pllm: --dataset %s is synthetic: --dataset-path does not apply\n",
+                o.dataset);
         return 2;
     }
     if (!o.input_len_given) o.input_len = !strcmp(o.dataset, "prefix") ? 256 : 1024;
@@ -487,12 +552,17 @@ int cmd_bench(int argc, char **argv)
     const struct {
         const char *name;
         int32_t v, lo;
-    } checks[] = {{"--num-prompts", o.num_prompts, 1}, {"--input-len", o.input_len, 1}, {"--output-len", o.output_len, 1},
-                  {"--prefix-len", o.prefix_len, 0},   {"--num-prefixes", o.num_prefixes, 1}, {"--warmup", o.warmup, 0},
+    } checks[] = {{"--num-prompts", o.num_prompts, 1},
+                  {"--input-len", o.input_len, 1},
+                  {"--output-len", o.output_len, 1},
+                  {"--prefix-len", o.prefix_len, 0},
+                  {"--num-prefixes", o.num_prefixes, 1},
+                  {"--warmup", o.warmup, 0},
                   {"--repeat", o.repeat, 1}};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(checks); i++)
         if (checks[i].v < checks[i].lo) {
-            fprintf(stderr, "pllm: %s must be >= %d, got %d\n", checks[i].name, checks[i].lo, checks[i].v);
+            fprintf(stderr, "pllm: %s must be >= %d, got %d\n", checks[i].name, checks[i].lo,
+                    checks[i].v);
             return 2;
         }
     json_t *base = NULL;
@@ -527,21 +597,28 @@ int cmd_bench(int argc, char **argv)
                    : build_from_file(&w, &o, &rt, path, format, max_len, quiet);
     if (rc) goto out;
     if (w.n == 0) {
-        fprintf(stderr, "pllm: the dataset gave no usable prompt (%lld bad records, %lld too long for the context of %d)\n",
+        fprintf(stderr,
+                "pllm: the dataset gave no usable prompt (%lld bad records, %lld too long for the "
+                "context of %d)\n",
                 (long long)w.n_bad, (long long)w.n_too_long, max_len);
         rc = 3;
         goto out;
     }
     w.fingerprint = fingerprint(&w);
     if (!quiet) {
-        fprintf(stderr, "pllm: workload: %lld requests, %lld prompt tokens, %lld output tokens (built in %.2f s)", (long long)w.n,
-                (long long)w.prompt_tokens, (long long)w.max_tokens, pllm_now() - t_build);
+        fprintf(stderr,
+                "pllm: workload: %lld requests, %lld prompt tokens, %lld output tokens (built in "
+                "%.2f s)",
+                (long long)w.n, (long long)w.prompt_tokens, (long long)w.max_tokens,
+                pllm_now() - t_build);
         if (w.n_bad || w.n_too_long || w.n_empty)
-            fprintf(stderr, "; skipped %lld bad, %lld empty, %lld too long for the context of %d", (long long)w.n_bad,
-                    (long long)w.n_empty, (long long)w.n_too_long, max_len);
+            fprintf(stderr, "; skipped %lld bad, %lld empty, %lld too long for the context of %d",
+                    (long long)w.n_bad, (long long)w.n_empty, (long long)w.n_too_long, max_len);
         fputc('\n', stderr);
         if (w.n < o.num_prompts && !synthetic)
-            fprintf(stderr, "pllm: note: the dataset has only %lld usable prompts of the %d asked for\n", (long long)w.n, o.num_prompts);
+            fprintf(stderr,
+                    "pllm: note: the dataset has only %lld usable prompts of the %d asked for\n",
+                    (long long)w.n, o.num_prompts);
     }
     cmd_signals_install(&interrupted);
     cmd_progress prog;
@@ -551,7 +628,8 @@ int cmd_bench(int argc, char **argv)
     memset(&plan0, 0, sizeof plan0);
     if (o.warmup > 0) {
         cmd_progress_init(&prog, quiet, log_interval, "warmup", pllm_now());
-        rc = run_once(&rt, &eo.ep, &w, PLLM_MIN((int64_t)o.warmup, w.n), NULL, false, &es, &plan, &interrupted, &prog);
+        rc = run_once(&rt, &eo.ep, &w, PLLM_MIN((int64_t)o.warmup, w.n), NULL, false, &es, &plan,
+                      &interrupted, &prog);
         if (rc) goto interrupted;
     }
     bool deterministic = true;
@@ -564,8 +642,10 @@ int cmd_bench(int argc, char **argv)
         if (i == 0) {
             es0 = es;
             plan0 = plan;
-        } else if (memcmp(&es, &es0, sizeof es) != 0 || plan.blocks_computed != plan0.blocks_computed ||
-                   plan.blocks_recomputed != plan0.blocks_recomputed || plan.grouped != plan0.grouped) {
+        } else if (memcmp(&es, &es0, sizeof es) != 0 ||
+                   plan.blocks_computed != plan0.blocks_computed ||
+                   plan.blocks_recomputed != plan0.blocks_recomputed ||
+                   plan.grouped != plan0.grouped) {
             deterministic = false;
         }
     }
@@ -578,13 +658,20 @@ int cmd_bench(int argc, char **argv)
     char ident[24];
     snprintf(ident, sizeof ident, "%016llx", (unsigned long long)rt.model->identity);
     json_t *wl = json_object();
-    json_object_set_new(wl, "dataset", json_string(synthetic ? o.dataset : !strcmp(o.dataset, "sharegpt") ? "sharegpt" : "file"));
+    json_object_set_new(wl, "dataset",
+                        json_string(synthetic                        ? o.dataset
+                                    : !strcmp(o.dataset, "sharegpt") ? "sharegpt"
+                                                                     : "file"));
     if (path) json_object_set_new(wl, "dataset_path", json_string(path));
     json_object_set_new(wl, "fingerprint", json_string(fp));
     json_object_set_new(wl, "num_prompts", json_integer(o.num_prompts));
     json_object_set_new(wl, "num_requests", json_integer(w.n));
-    json_object_set_new(wl, "input_len", synthetic || o.input_len_given ? json_integer(o.input_len) : json_string("from data"));
-    json_object_set_new(wl, "output_len", synthetic || o.output_len_given ? json_integer(o.output_len) : json_string("from data"));
+    json_object_set_new(wl, "input_len",
+                        synthetic || o.input_len_given ? json_integer(o.input_len)
+                                                       : json_string("from data"));
+    json_object_set_new(wl, "output_len",
+                        synthetic || o.output_len_given ? json_integer(o.output_len)
+                                                        : json_string("from data"));
     if (!strcmp(o.dataset, "prefix")) {
         json_object_set_new(wl, "prefix_len", json_integer(o.prefix_len));
         json_object_set_new(wl, "num_prefixes", json_integer(o.num_prefixes));
@@ -593,36 +680,50 @@ int cmd_bench(int argc, char **argv)
     json_object_set_new(wl, "prompt_tokens", json_integer(w.prompt_tokens));
     json_object_set_new(wl, "output_tokens", json_integer(w.max_tokens));
     json_object_set_new(wl, "sampling", json_string("greedy, ignore_eos"));
-    json_object_set_new(wl, "model", json_pack("{s:s, s:s}", "name", rt.model->name, "identity", ident));
+    json_object_set_new(wl, "model",
+                        json_pack("{s:s, s:s}", "name", rt.model->name, "identity", ident));
     json_object_set_new(wl, "engine", engine_params_json(&eo.ep, &es0, max_len));
     int nt = 0;
     const char *isa = pllm_cpu_backend_describe(&rt.backend, &nt);
-    json_t *setup = json_pack("{s:s, s:s, s:i, s:i, s:i}", "device", rt.device_name, "kernels", isa, "threads", nt, "warmup",
-                              o.warmup, "repeat", o.repeat);
-    json_t *doc = json_pack("{s:s, s:s, s:o, s:o}", "pllm_version", BENCH_VERSION, "command", "bench", "workload", wl, "setup", setup);
+    json_t *setup = json_pack("{s:s, s:s, s:i, s:i, s:i}", "device", rt.device_name, "kernels", isa,
+                              "threads", nt, "warmup", o.warmup, "repeat", o.repeat);
+    json_t *doc = json_pack("{s:s, s:s, s:o, s:o}", "pllm_version", BENCH_VERSION, "command",
+                            "bench", "workload", wl, "setup", setup);
     json_object_update(doc, out);
     json_decref(out);
     out = doc;
     json_object_set_new(out, "counters_repeat", json_boolean(deterministic));
     json_object_set_new(out, "peak_rss_mb", json_real(cmd_peak_rss_mb()));
-    json_object_set_new(out, "notes", json_pack("[s]", "ITL is null: the engine does not report per-token times yet"));
+    json_object_set_new(
+        out, "notes",
+        json_pack("[s]", "ITL is null: the engine does not report per-token times yet"));
 
     if (!quiet) {
         char ds[256], rss[32], runs[96], best[96], blocks[96];
-        snprintf(best, sizeof best, "%.2f%% (%lld of %lld prompt tokens)", 100.0 * plan0.best_hit_rate,
-                 (long long)plan0.best_cached_tokens, (long long)plan0.prompt_tokens);
-        snprintf(blocks, sizeof blocks, "%lld computed, %lld of them recomputed; %lld requests grouped",
-                 (long long)plan0.blocks_computed, (long long)plan0.blocks_recomputed, (long long)plan0.grouped);
+        snprintf(best, sizeof best, "%.2f%% (%lld of %lld prompt tokens)",
+                 100.0 * plan0.best_hit_rate, (long long)plan0.best_cached_tokens,
+                 (long long)plan0.prompt_tokens);
+        snprintf(blocks, sizeof blocks,
+                 "%lld computed, %lld of them recomputed; %lld requests grouped",
+                 (long long)plan0.blocks_computed, (long long)plan0.blocks_recomputed,
+                 (long long)plan0.grouped);
         if (synthetic && !strcmp(o.dataset, "prefix"))
-            snprintf(ds, sizeof ds, "prefix: %d prefixes of %d + %d tokens, %d out", o.num_prefixes, o.prefix_len, o.input_len,
-                     o.output_len);
-        else if (synthetic) snprintf(ds, sizeof ds, "random: %d in, %d out", o.input_len, o.output_len);
-        else snprintf(ds, sizeof ds, "%s (%s)", path, o.output_len_given ? "fixed output length" : "output lengths from the data or 128");
+            snprintf(ds, sizeof ds, "prefix: %d prefixes of %d + %d tokens, %d out", o.num_prefixes,
+                     o.prefix_len, o.input_len, o.output_len);
+        else if (synthetic)
+            snprintf(ds, sizeof ds, "random: %d in, %d out", o.input_len, o.output_len);
+        else
+            snprintf(ds, sizeof ds, "%s (%s)", path,
+                     o.output_len_given ? "fixed output length"
+                                        : "output lengths from the data or 128");
         snprintf(rss, sizeof rss, "%.1f", cmd_peak_rss_mb());
-        snprintf(runs, sizeof runs, "%d measured, %d warmup requests; counters %s", o.repeat, o.warmup,
-                 o.repeat > 1 ? (deterministic ? "identical in every run" : "DIFFER between runs") : "from one run");
-        pllm_report_note notes[] = {{"Best achievable hit rate", best}, {"Prompt blocks", blocks}, {"Dataset", ds},
-                                    {"Workload fingerprint", fp}, {"Measured", runs}, {"Peak RSS (MiB)", rss}};
+        snprintf(runs, sizeof runs, "%d measured, %d warmup requests; counters %s", o.repeat,
+                 o.warmup,
+                 o.repeat > 1 ? (deterministic ? "identical in every run" : "DIFFER between runs")
+                              : "from one run");
+        pllm_report_note notes[] = {
+            {"Best achievable hit rate", best}, {"Prompt blocks", blocks}, {"Dataset", ds},
+            {"Workload fingerprint", fp},       {"Measured", runs},        {"Peak RSS (MiB)", rss}};
         pllm_report_print(&rep, &es0, "pllm bench", notes, (int)PLLM_ARRAY_LEN(notes), stderr);
     }
     if (stats_json && json_dump_file(out, stats_json, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
@@ -631,7 +732,8 @@ int cmd_bench(int argc, char **argv)
         goto out;
     }
     if (!deterministic) {
-        fprintf(stderr, "pllm: the engine counters differ between runs of the same workload (a determinism bug)\n");
+        fprintf(stderr, "pllm: the engine counters differ between runs of the same workload (a "
+                        "determinism bug)\n");
         rc = 1;
     }
     if (rep.n_failed > 0 && rc == 0) rc = 1;

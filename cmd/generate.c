@@ -39,24 +39,24 @@ typedef enum gen_order { GEN_ORDER_COMPLETION, GEN_ORDER_INPUT } gen_order;
 
 /* A request in flight. */
 typedef struct gen_req {
-    int64_t seq;          /* input order among the records that produce output */
-    json_t *id;           /* pllm/sharegpt id; openai custom_id */
+    int64_t seq; /* input order among the records that produce output */
+    json_t *id;  /* pllm/sharegpt id; openai custom_id */
     int64_t line;
     pllm_endpoint endpoint;
-    char *model;          /* openai: body.model */
-    char *prompt;         /* --echo: the prompt text */
+    char *model;  /* openai: body.model */
+    char *prompt; /* --echo: the prompt text */
     int32_t n, remaining;
     bool want_logprobs;
     int32_t top_logprobs;
-    json_t *choices;      /* openai: [n] */
+    json_t *choices; /* openai: [n] */
     pllm_openai_usage usage;
     struct gen_req *prev, *next; /* the list of live requests */
 } gen_req;
 
 /* A request's output lines while they wait for earlier ones (--order input). */
 typedef struct gen_slot {
-    int64_t seq;          /* -1: free */
-    char **lines;         /* [n_lines] */
+    int64_t seq;  /* -1: free */
+    char **lines; /* [n_lines] */
     int32_t n_lines, n_got;
 } gen_slot;
 
@@ -78,15 +78,15 @@ typedef struct gen_ctx {
     const pllm_tokenizer *tok;
     const char *model_name;
     gen_order order;
-    gen_slot *slots;      /* [n_slots] ring, --order input */
+    gen_slot *slots;       /* [n_slots] ring, --order input */
     int64_t n_slots, head; /* head: the next seq to write */
     int64_t in_flight;
-    gen_req *live;        /* requests in the engine (freed at the end if a run stops early) */
+    gen_req *live; /* requests in the engine (freed at the end if a run stops early) */
     pllm_report rep;
     cmd_progress prog;
     cmd_progress_state ps;
     int64_t n_logged;
-    int64_t n_lines;      /* output lines written */
+    int64_t n_lines; /* output lines written */
     bool quiet;
 } gen_ctx;
 
@@ -99,8 +99,10 @@ static void gen_req_link(gen_ctx *g, gen_req *r)
 
 static void gen_req_unlink(gen_ctx *g, gen_req *r)
 {
-    if (r->prev) r->prev->next = r->next;
-    else g->live = r->next;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        g->live = r->next;
     if (r->next) r->next->prev = r->prev;
 }
 
@@ -159,7 +161,8 @@ static pllm_status slot_open(gen_ctx *g, int64_t seq, int32_t n_lines)
 static void put_line(gen_ctx *g, int64_t seq, int32_t k, char *line)
 {
     if (!line) {
-        if (g->write_st == PLLM_OK) g->write_st = pllm_errorf(PLLM_ERR_NOMEM, "out of memory serialising an output line");
+        if (g->write_st == PLLM_OK)
+            g->write_st = pllm_errorf(PLLM_ERR_NOMEM, "out of memory serialising an output line");
         return;
     }
     if (g->order == GEN_ORDER_COMPLETION) {
@@ -208,8 +211,10 @@ static void hold_line(gen_ctx *g, int64_t seq, int32_t k, char *line)
 static void release_pending(gen_ctx *g, bool write)
 {
     for (size_t i = 0; i < g->n_pending; i++) {
-        if (write) put_line(g, g->pending[i].seq, g->pending[i].k, g->pending[i].line);
-        else free(g->pending[i].line);
+        if (write)
+            put_line(g, g->pending[i].seq, g->pending[i].k, g->pending[i].line);
+        else
+            free(g->pending[i].line);
     }
     g->n_pending = 0;
 }
@@ -222,7 +227,8 @@ static void on_done(const pllm_completion *c, void *arg)
     char *line = NULL;
     if (g->openai_out) {
         json_t *choice = NULL;
-        if (pllm_openai_choice(&choice, r->endpoint, c, r->want_logprobs, r->top_logprobs, g->tok) == PLLM_OK)
+        if (pllm_openai_choice(&choice, r->endpoint, c, r->want_logprobs, r->top_logprobs,
+                               g->tok) == PLLM_OK)
             json_array_set_new(r->choices, (size_t)c->index, choice);
         r->usage.prompt_tokens = c->prompt_tokens;
         r->usage.completion_tokens += c->n_tokens;
@@ -230,13 +236,15 @@ static void on_done(const pllm_completion *c, void *arg)
         if (r->remaining == 1) {
             json_t *choices = r->choices;
             r->choices = NULL;
-            if (pllm_output_openai(&line, r->id, r->line, r->endpoint, r->model ? r->model : g->model_name, choices,
-                                   &r->usage, cmd_unix_time()) != PLLM_OK)
+            if (pllm_output_openai(&line, r->id, r->line, r->endpoint,
+                                   r->model ? r->model : g->model_name, choices, &r->usage,
+                                   cmd_unix_time()) != PLLM_OK)
                 line = NULL;
             hold_line(g, r->seq, 0, line);
         }
     } else {
-        if (pllm_output_completion(&line, r->id, r->prompt, r->n, c, -1, &g->oo) != PLLM_OK) line = NULL;
+        if (pllm_output_completion(&line, r->id, r->prompt, r->n, c, -1, &g->oo) != PLLM_OK)
+            line = NULL;
         hold_line(g, r->seq, c->index, line);
     }
     g->ps.output_tokens += c->n_tokens;
@@ -256,8 +264,9 @@ static void reject(gen_ctx *g, int64_t seq, const pllm_record *rec, const char *
 {
     char *line = NULL;
     pllm_report_add_rejected(&g->rep);
-    pllm_status st = g->openai_out ? pllm_output_openai_error(&line, rec->id, rec->line, rec->element, msg, 400)
-                                   : pllm_output_error(&line, rec->id, rec->line, rec->element, msg);
+    pllm_status st =
+        g->openai_out ? pllm_output_openai_error(&line, rec->id, rec->line, rec->element, msg, 400)
+                      : pllm_output_error(&line, rec->id, rec->line, rec->element, msg);
     put_line(g, seq, 0, st == PLLM_OK ? line : NULL);
     g->ps.done++;
     g->ps.failed++;
@@ -275,7 +284,8 @@ int cmd_generate(int argc, char **argv)
     cmd_engine_opts_init(&eo);
     cmd_sampling_opts so;
     cmd_sampling_opts_init(&so, 256, "256");
-    const char *out_path = "-", *stats_json = NULL, *format_s = "auto", *out_format_s = "auto", *order_s = "completion";
+    const char *out_path = "-", *stats_json = NULL, *format_s = "auto", *out_format_s = "auto",
+               *order_s = "completion";
     int32_t window = 1024, reorder = 4096;
     int64_t limit = 0;
     float log_interval = 10;
@@ -284,40 +294,56 @@ int cmd_generate(int argc, char **argv)
     cmd_opt opts[CMD_MAX_OPTS];
     size_t n_opts = 0;
     cmd_opt own[] = {
-        {"output", 'o', CMD_OPT_STR, &out_path, "FILE", "- (stdout)", "output file (.zst compresses)", NULL},
-        {"format", 0, CMD_OPT_STR, &format_s, "FMT", "auto", "input format: auto, pllm, openai, sharegpt", NULL},
-        {"output-format", 0, CMD_OPT_STR, &out_format_s, "FMT", "auto (openai for openai input, else pllm)",
-         "output format: auto, pllm, openai", NULL},
+        {"output", 'o', CMD_OPT_STR, &out_path, "FILE", "- (stdout)",
+         "output file (.zst compresses)", NULL},
+        {"format", 0, CMD_OPT_STR, &format_s, "FMT", "auto",
+         "input format: auto, pllm, openai, sharegpt", NULL},
+        {"output-format", 0, CMD_OPT_STR, &out_format_s, "FMT",
+         "auto (openai for openai input, else pllm)", "output format: auto, pllm, openai", NULL},
         {"order", 0, CMD_OPT_STR, &order_s, "ORDER", "completion",
          "output order: completion (as requests finish) or input (reordered)", NULL},
         {"reorder-buffer", 0, CMD_OPT_INT, &reorder, "N", "4096",
          "--order input: requests held for order at most; when full, reading pauses", NULL},
         {"window", 0, CMD_OPT_INT, &window, "N", "1024",
-         "requests in the engine at once; the prefix planner groups shared prefixes among these", NULL},
+         "requests in the engine at once; the prefix planner groups shared prefixes among these",
+         NULL},
         {"limit", 0, CMD_OPT_INT64, &limit, "N", "0 (all)", "read only the first N records", NULL},
-        {"echo", 0, CMD_OPT_FLAG, &echo, NULL, "off", "include the prompt (as rendered) in each output record", NULL},
-        {"token-ids", 0, CMD_OPT_FLAG, &token_ids, NULL, "off", "include the generated token ids", NULL},
-        {"strict", 0, CMD_OPT_FLAG, &strict, NULL, "off", "stop at the first bad record instead of writing an error record", NULL},
-        {"resume", 0, CMD_OPT_FLAG, &resume, NULL, "off", "skip requests already in the output file and append to it", NULL},
-        {"stats-json", 0, CMD_OPT_STR, &stats_json, "FILE", "none", "also write the statistics as JSON to FILE", NULL},
+        {"echo", 0, CMD_OPT_FLAG, &echo, NULL, "off",
+         "include the prompt (as rendered) in each output record", NULL},
+        {"token-ids", 0, CMD_OPT_FLAG, &token_ids, NULL, "off", "include the generated token ids",
+         NULL},
+        {"strict", 0, CMD_OPT_FLAG, &strict, NULL, "off",
+         "stop at the first bad record instead of writing an error record", NULL},
+        {"resume", 0, CMD_OPT_FLAG, &resume, NULL, "off",
+         "skip requests already in the output file and append to it", NULL},
+        {"stats-json", 0, CMD_OPT_STR, &stats_json, "FILE", "none",
+         "also write the statistics as JSON to FILE", NULL},
         {"log-interval", 0, CMD_OPT_FLOAT, &log_interval, "S", "10",
          "seconds between progress log lines when stderr is not a terminal", NULL},
-        {"quiet", 'q', CMD_OPT_FLAG, &quiet, NULL, "off", "no progress, report or warnings on stderr", NULL},
+        {"quiet", 'q', CMD_OPT_FLAG, &quiet, NULL, "off",
+         "no progress, report or warnings on stderr", NULL},
     };
     for (size_t i = 0; i < PLLM_ARRAY_LEN(own); i++) opts[n_opts++] = own[i];
     cmd_sampling_opts_table(&so, opts, &n_opts, CMD_MAX_OPTS);
     cmd_engine_opts_table(&eo, opts, &n_opts, CMD_MAX_OPTS);
     const cmd_spec spec = {
         .usage = "pllm generate [OPTIONS] INPUT   (INPUT: a file, .zst, or - for stdin)",
-        .summary =
-            "Generate a completion for every prompt record. Input formats (detected from the content, or --format):\n"
-            "  pllm      JSON lines {\"id\", \"prompt\"} or {\"id\", \"messages\": [{\"role\", \"content\"}]} with optional\n"
-            "            sampling fields that override the options below\n"
-            "  openai    OpenAI batch lines {\"custom_id\", \"method\", \"url\", \"body\"}, answered in the OpenAI batch output\n"
-            "            format (as vllm run-batch writes it)\n"
-            "  sharegpt  {\"id\", \"conversations\": [{\"from\", \"value\"}]}, as a JSON list or JSON lines\n"
-            "Any format may also be one JSON list of records. One JSON line per request is written as it finishes.",
-        .opts = opts, .n_opts = n_opts, .min_pos = 1, .max_pos = 1};
+        .summary = "Generate a completion for every prompt record. Input formats (detected from "
+                   "the content, or --format):\n"
+                   "  pllm      JSON lines {\"id\", \"prompt\"} or {\"id\", \"messages\": "
+                   "[{\"role\", \"content\"}]} with optional\n"
+                   "            sampling fields that override the options below\n"
+                   "  openai    OpenAI batch lines {\"custom_id\", \"method\", \"url\", \"body\"}, "
+                   "answered in the OpenAI batch output\n"
+                   "            format (as vllm run-batch writes it)\n"
+                   "  sharegpt  {\"id\", \"conversations\": [{\"from\", \"value\"}]}, as a JSON "
+                   "list or JSON lines\n"
+                   "Any format may also be one JSON list of records. One JSON line per request is "
+                   "written as it finishes.",
+        .opts = opts,
+        .n_opts = n_opts,
+        .min_pos = 1,
+        .max_pos = 1};
     const char *pos[1];
     int n_pos;
     int rc = cmd_parse(&spec, argc, argv, pos, &n_pos);
@@ -327,14 +353,18 @@ int cmd_generate(int argc, char **argv)
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         return 2;
     }
-    if (strcmp(out_format_s, "auto") && strcmp(out_format_s, "pllm") && strcmp(out_format_s, "openai")) {
-        fprintf(stderr, "pllm: --output-format '%s' is not one of auto, pllm, openai\n", out_format_s);
+    if (strcmp(out_format_s, "auto") && strcmp(out_format_s, "pllm") &&
+        strcmp(out_format_s, "openai")) {
+        fprintf(stderr, "pllm: --output-format '%s' is not one of auto, pllm, openai\n",
+                out_format_s);
         return 2;
     }
     if (strcmp(out_format_s, "auto")) pllm_format_parse(out_format_s, &out_format);
     gen_order order;
-    if (!strcmp(order_s, "completion")) order = GEN_ORDER_COMPLETION;
-    else if (!strcmp(order_s, "input")) order = GEN_ORDER_INPUT;
+    if (!strcmp(order_s, "completion"))
+        order = GEN_ORDER_COMPLETION;
+    else if (!strcmp(order_s, "input"))
+        order = GEN_ORDER_INPUT;
     else {
         fprintf(stderr, "pllm: --order '%s' is not one of completion, input\n", order_s);
         return 2;
@@ -365,19 +395,22 @@ int cmd_generate(int argc, char **argv)
     cmd_runtime rt;
     memset(&rt, 0, sizeof rt);
     volatile sig_atomic_t interrupted = 0;
-    gen_ctx g = {.oo = {.echo_prompt = echo, .token_ids = token_ids}, .quiet = quiet, .order = order};
+    gen_ctx g = {
+        .oo = {.echo_prompt = echo, .token_ids = token_ids}, .quiet = quiet, .order = order};
     pllm_report_init(&g.rep, pllm_now());
 
     if (resume) {
         int64_t n_lines;
         bool torn;
-        if (pllm_idset_create(&done) != PLLM_OK || pllm_idset_load_output(done, out_path, &n_lines, &torn) != PLLM_OK) {
+        if (pllm_idset_create(&done) != PLLM_OK ||
+            pllm_idset_load_output(done, out_path, &n_lines, &torn) != PLLM_OK) {
             fprintf(stderr, "pllm: --resume: %s\n", pllm_errmsg());
             rc = 3;
             goto out;
         }
         if (!quiet)
-            fprintf(stderr, "pllm: resuming: %lld requests already in %s%s\n", (long long)pllm_idset_size(done), out_path,
+            fprintf(stderr, "pllm: resuming: %lld requests already in %s%s\n",
+                    (long long)pllm_idset_size(done), out_path,
                     torn ? " (a torn last line was cut off)" : "");
     }
     if (pllm_source_open(&src, pos[0], format) != PLLM_OK) {
@@ -386,10 +419,13 @@ int cmd_generate(int argc, char **argv)
         goto out;
     }
     pllm_format in_format = pllm_source_format(src);
-    g.openai_out = out_format == PLLM_FORMAT_OPENAI || (out_format == PLLM_FORMAT_AUTO && in_format == PLLM_FORMAT_OPENAI);
+    g.openai_out = out_format == PLLM_FORMAT_OPENAI ||
+                   (out_format == PLLM_FORMAT_AUTO && in_format == PLLM_FORMAT_OPENAI);
     if (!quiet)
-        fprintf(stderr, "pllm: input %s: %s%s%s\n", pllm_source_path(src), pllm_format_name(in_format),
-                pllm_source_is_list(src) ? " (a JSON list)" : " (JSON lines)", format == PLLM_FORMAT_AUTO ? ", detected" : "");
+        fprintf(stderr, "pllm: input %s: %s%s%s\n", pllm_source_path(src),
+                pllm_format_name(in_format),
+                pllm_source_is_list(src) ? " (a JSON list)" : " (JSON lines)",
+                format == PLLM_FORMAT_AUTO ? ", detected" : "");
     if ((rc = cmd_runtime_open(&rt, &eo.rt, quiet)) != 0) goto out;
     if ((rc = cmd_check_kv_budget(&rt, &eo)) != 0) goto out;
     g.tok = rt.tok;
@@ -461,7 +497,8 @@ int cmd_generate(int argc, char **argv)
             gen_req *r = NULL;
             if (rec.error) {
                 snprintf(msg, sizeof msg, "%s", rec.error);
-            } else if ((st = cmd_record_tokens(&rt, file, &rec, &ids, echo ? &rendered : NULL)) != PLLM_OK) {
+            } else if ((st = cmd_record_tokens(&rt, file, &rec, &ids, echo ? &rendered : NULL)) !=
+                       PLLM_OK) {
                 snprintf(msg, sizeof msg, "%s", pllm_errmsg());
             } else if (!(r = pllm_calloc(1, sizeof *r))) {
                 snprintf(msg, sizeof msg, "out of memory");
@@ -477,7 +514,8 @@ int cmd_generate(int argc, char **argv)
                 if (echo) r->prompt = pllm_strdup(rendered.s ? rendered.s : "");
                 if (g.openai_out) {
                     r->choices = json_array();
-                    for (int32_t i = 0; i < r->n; i++) json_array_append_new(r->choices, json_null());
+                    for (int32_t i = 0; i < r->n; i++)
+                        json_array_append_new(r->choices, json_null());
                 }
                 if (slot_open(&g, seq, g.openai_out ? 1 : r->n) != PLLM_OK) {
                     snprintf(msg, sizeof msg, "out of memory");
@@ -488,7 +526,9 @@ int cmd_generate(int argc, char **argv)
                         char where[512];
                         cmd_record_where(where, sizeof where, file, &rec);
                         snprintf(msg, sizeof msg, "%sfield '%s': %s", where,
-                                 rec.prompt ? "prompt" : rec.format == PLLM_FORMAT_SHAREGPT ? "conversations" : "messages",
+                                 rec.prompt                           ? "prompt"
+                                 : rec.format == PLLM_FORMAT_SHAREGPT ? "conversations"
+                                                                      : "messages",
                                  pllm_errmsg());
                         if (order == GEN_ORDER_INPUT) { /* reopen the slot for the one error line */
                             gen_slot *s = &g.slots[seq % g.n_slots];
@@ -501,8 +541,10 @@ int cmd_generate(int argc, char **argv)
             }
             if (msg[0]) {
                 gen_req_free(r);
-                if (slot_open(&g, seq, 1) != PLLM_OK) g.write_st = PLLM_ERR_NOMEM;
-                else reject(&g, seq, &rec, msg, strict);
+                if (slot_open(&g, seq, 1) != PLLM_OK)
+                    g.write_st = PLLM_ERR_NOMEM;
+                else
+                    reject(&g, seq, &rec, msg, strict);
                 pllm_record_free(&rec);
                 if (strict) {
                     cmd_progress_clear(&g.prog);
@@ -541,10 +583,14 @@ int cmd_generate(int argc, char **argv)
         if (interrupted || input_error) break;
         pllm_status sst = pllm_engine_step(eng, on_done, &g);
         if (sst == PLLM_OK && (sst = pllm_model_check_files(rt.model)) != PLLM_OK) {
-            /* the weights changed on disk under the run: nothing computed in this step is written */
+            /* the weights changed on disk under the run: nothing computed in this step is written
+             */
             release_pending(&g, false);
             cmd_progress_clear(&g.prog);
-            fprintf(stderr, "pllm: the model's files changed during the run (restore them and resume): %s\n", pllm_errmsg());
+            fprintf(
+                stderr,
+                "pllm: the model's files changed during the run (restore them and resume): %s\n",
+                pllm_errmsg());
             engine_error = true;
             break;
         }
@@ -567,15 +613,20 @@ int cmd_generate(int argc, char **argv)
     pllm_engine_get_stats(eng, &es);
     pllm_engine_get_plan_stats(eng, &plan);
     if (!quiet) {
-        if (n_skipped) fprintf(stderr, "pllm: skipped %lld records already in the output\n", (long long)n_skipped);
+        if (n_skipped)
+            fprintf(stderr, "pllm: skipped %lld records already in the output\n",
+                    (long long)n_skipped);
         char rss[32], best[96], blocks[96];
         snprintf(rss, sizeof rss, "%.1f", cmd_peak_rss_mb());
-        snprintf(best, sizeof best, "%.2f%% (%lld of %lld prompt tokens)", 100.0 * plan.best_hit_rate,
-                 (long long)plan.best_cached_tokens, (long long)plan.prompt_tokens);
-        snprintf(blocks, sizeof blocks, "%lld computed, %lld of them recomputed", (long long)plan.blocks_computed,
-                 (long long)plan.blocks_recomputed);
-        pllm_report_note notes[] = {{"Best achievable hit rate", best}, {"Prompt blocks", blocks}, {"Peak RSS (MiB)", rss}};
-        pllm_report_print(&g.rep, &es, interrupted ? "pllm generate (interrupted)" : "pllm generate", notes,
+        snprintf(best, sizeof best, "%.2f%% (%lld of %lld prompt tokens)",
+                 100.0 * plan.best_hit_rate, (long long)plan.best_cached_tokens,
+                 (long long)plan.prompt_tokens);
+        snprintf(blocks, sizeof blocks, "%lld computed, %lld of them recomputed",
+                 (long long)plan.blocks_computed, (long long)plan.blocks_recomputed);
+        pllm_report_note notes[] = {
+            {"Best achievable hit rate", best}, {"Prompt blocks", blocks}, {"Peak RSS (MiB)", rss}};
+        pllm_report_print(&g.rep, &es,
+                          interrupted ? "pllm generate (interrupted)" : "pllm generate", notes,
                           (int)PLLM_ARRAY_LEN(notes), stderr);
     }
     if (stats_json) {
@@ -587,25 +638,33 @@ int cmd_generate(int argc, char **argv)
         json_object_set_new(j, "skipped_by_resume", json_integer(n_skipped));
         json_object_set_new(j, "interrupted", json_boolean(interrupted));
         json_object_set_new(j, "peak_rss_mb", json_real(cmd_peak_rss_mb()));
-        if (json_dump_file(j, stats_json, JSON_INDENT(2)) != 0) fprintf(stderr, "pllm: cannot write %s\n", stats_json);
+        if (json_dump_file(j, stats_json, JSON_INDENT(2)) != 0)
+            fprintf(stderr, "pllm: cannot write %s\n", stats_json);
         json_decref(j);
     }
     const char *where = strcmp(out_path, "-") ? out_path : "the output";
     if (g.write_st != PLLM_OK) {
-        fprintf(stderr, "pllm: writing the output failed: %s\n       the lines written before it are intact; rerun with --resume\n",
+        fprintf(stderr,
+                "pllm: writing the output failed: %s\n       the lines written before it are "
+                "intact; rerun with --resume\n",
                 pllm_errmsg());
         rc = 3;
     } else if (interrupted) {
-        fprintf(stderr, "pllm: interrupted: %lld output lines are in %s; rerun the same command with --resume to continue\n",
+        fprintf(stderr,
+                "pllm: interrupted: %lld output lines are in %s; rerun the same command with "
+                "--resume to continue\n",
                 (long long)g.n_lines, where);
         rc = 130;
     } else if (engine_error) {
-        fprintf(stderr, "pllm: the run stopped: %lld output lines are in %s; rerun the same command with --resume to continue\n",
+        fprintf(stderr,
+                "pllm: the run stopped: %lld output lines are in %s; rerun the same command with "
+                "--resume to continue\n",
                 (long long)g.n_lines, where);
         rc = 3;
     } else if (input_error) {
         if (!strict)
-            fprintf(stderr, "pllm: the input cannot be read further; %lld output lines are in %s\n", (long long)g.n_lines, where);
+            fprintf(stderr, "pllm: the input cannot be read further; %lld output lines are in %s\n",
+                    (long long)g.n_lines, where);
         rc = 3;
     } else if (g.rep.n_failed > 0) {
         rc = 1;

@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int64_t tensor_elems(const pllm_tensor *t) { return t->data ? t->n_rows * t->n_cols : 0; }
+static int64_t tensor_elems(const pllm_tensor *t)
+{
+    return t->data ? t->n_rows * t->n_cols : 0;
+}
 
 /* Parameters: every matrix plus the norm vectors (and biases). */
 static int64_t count_params(const pllm_model *m)
@@ -24,8 +27,9 @@ static int64_t count_params(const pllm_model *m)
     if (!c->tied_embeddings) n += tensor_elems(&m->output);
     for (int32_t l = 0; l < c->n_layer; l++) {
         const pllm_layer_weights *w = &m->layers[l];
-        n += tensor_elems(&w->wq) + tensor_elems(&w->wk) + tensor_elems(&w->wv) + tensor_elems(&w->wo) +
-             tensor_elems(&w->w_gate) + tensor_elems(&w->w_up) + tensor_elems(&w->w_down) + 2 * (int64_t)c->n_embd;
+        n += tensor_elems(&w->wq) + tensor_elems(&w->wk) + tensor_elems(&w->wv) +
+             tensor_elems(&w->wo) + tensor_elems(&w->w_gate) + tensor_elems(&w->w_up) +
+             tensor_elems(&w->w_down) + 2 * (int64_t)c->n_embd;
         if (c->has_qkv_bias) n += w->wq.n_rows + w->wk.n_rows + w->wv.n_rows;
     }
     return n;
@@ -42,14 +46,17 @@ static json_t *token_entry(const pllm_tokenizer *t, int32_t id)
 
 static json_t *tokenizer_json(const cmd_runtime *rt)
 {
-    if (!rt->tok) return json_pack("{s:b, s:s}", "loaded", 0, "error", rt->tok_error ? rt->tok_error : "unknown");
+    if (!rt->tok)
+        return json_pack("{s:b, s:s}", "loaded", 0, "error",
+                         rt->tok_error ? rt->tok_error : "unknown");
     const pllm_tokenizer *t = rt->tok;
     int32_t n_stop = 0;
     const int32_t *stop = pllm_tokenizer_stop_ids(t, &n_stop);
     json_t *stops = json_array();
     for (int32_t i = 0; i < n_stop; i++) json_array_append_new(stops, token_entry(t, stop[i]));
-    return json_pack("{s:b, s:s, s:i, s:o, s:o, s:o}", "loaded", 1, "kind", pllm_tokenizer_describe(t), "n_vocab",
-                     pllm_tokenizer_n_vocab(t), "bos", token_entry(t, pllm_tokenizer_bos(t)), "eos",
+    return json_pack("{s:b, s:s, s:i, s:o, s:o, s:o}", "loaded", 1, "kind",
+                     pllm_tokenizer_describe(t), "n_vocab", pllm_tokenizer_n_vocab(t), "bos",
+                     token_entry(t, pllm_tokenizer_bos(t)), "eos",
                      token_entry(t, pllm_tokenizer_eos(t)), "stop_tokens", stops);
 }
 
@@ -63,11 +70,16 @@ static json_t *chat_json(const cmd_runtime *rt)
     if (rt->chat_error) json_object_set_new(o, "error", json_string(rt->chat_error));
     if (rt->chat) {
         pllm_chat_msg msgs[] = {{"system", "You are a helpful assistant."}, {"user", "Hello!"}};
-        pllm_chat_render_params rp = {.messages = msgs, .n_messages = 2, .add_generation_prompt = true,
-                                      .bos_token = rt->bos_text, .eos_token = rt->eos_text};
+        pllm_chat_render_params rp = {.messages = msgs,
+                                      .n_messages = 2,
+                                      .add_generation_prompt = true,
+                                      .bos_token = rt->bos_text,
+                                      .eos_token = rt->eos_text};
         pllm_buf out = {0};
-        if (pllm_chat_template_render(rt->chat, &rp, &out) == PLLM_OK) json_object_set_new(o, "example", json_string(out.s ? out.s : ""));
-        else json_object_set_new(o, "example_error", json_string(pllm_errmsg()));
+        if (pllm_chat_template_render(rt->chat, &rp, &out) == PLLM_OK)
+            json_object_set_new(o, "example", json_string(out.s ? out.s : ""));
+        else
+            json_object_set_new(o, "example_error", json_string(pllm_errmsg()));
         pllm_buf_free(&out);
     }
     return o;
@@ -81,31 +93,38 @@ static void print_human(const json_t *j, bool show_template)
 #define I(obj, k) (long long)json_integer_value(G(obj, k))
     printf("%-20s %s\n", "model:", S(G(m, "name")));
     printf("%-20s %s (%s)\n", "path:", S(G(m, "path")), S(G(m, "format")));
-    printf("%-20s %s (the file says '%s')\n", "architecture:", S(G(m, "arch")), S(G(m, "source_arch")));
-    printf("%-20s %.1f M (%lld)\n", "parameters:", (double)json_integer_value(G(j, "parameters")) / 1e6, I(j, "parameters"));
+    printf("%-20s %s (the file says '%s')\n", "architecture:", S(G(m, "arch")),
+           S(G(m, "source_arch")));
+    printf("%-20s %.1f M (%lld)\n",
+           "parameters:", (double)json_integer_value(G(j, "parameters")) / 1e6, I(j, "parameters"));
     printf("%-20s %.1f MB\n", "weights:", (double)json_integer_value(G(m, "weight_bytes")) / 1e6);
-    printf("%-20s %lld layers, hidden %lld, ffn %lld, %lld heads, %lld KV heads%s, head dim %lld\n", "shape:",
-           I(m, "n_layer"), I(m, "n_embd"), I(m, "n_ff"), I(m, "n_head"), I(m, "n_head_kv"),
-           I(m, "n_head_kv") < I(m, "n_head") ? " (GQA)" : "", I(m, "head_dim"));
+    printf("%-20s %lld layers, hidden %lld, ffn %lld, %lld heads, %lld KV heads%s, head dim %lld\n",
+           "shape:", I(m, "n_layer"), I(m, "n_embd"), I(m, "n_ff"), I(m, "n_head"),
+           I(m, "n_head_kv"), I(m, "n_head_kv") < I(m, "n_head") ? " (GQA)" : "", I(m, "head_dim"));
     printf("%-20s %lld tokens (trained)\n", "context:", I(m, "n_ctx_train"));
     printf("%-20s %lld\n", "vocabulary:", I(m, "n_vocab"));
     const json_t *rope = G(m, "rope");
-    printf("%-20s theta %g, dim %lld, %s pairs, scaling %s\n", "rope:", json_number_value(G(rope, "theta")), I(rope, "dim"),
-           S(G(rope, "mode")), S(G(rope, "scaling")));
+    printf("%-20s theta %g, dim %lld, %s pairs, scaling %s\n",
+           "rope:", json_number_value(G(rope, "theta")), I(rope, "dim"), S(G(rope, "mode")),
+           S(G(rope, "scaling")));
     printf("%-20s", "matrix dtypes:");
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)G(m, "matrix_dtypes"), k, v) printf(" %s x%lld", k, (long long)json_integer_value(v));
-    printf("\n%-20s %s; QKV bias %s; norm eps %g\n", "embeddings:", json_is_true(G(m, "tied_embeddings")) ? "tied" : "untied",
+    json_object_foreach((json_t *)G(m, "matrix_dtypes"), k, v)
+        printf(" %s x%lld", k, (long long)json_integer_value(v));
+    printf("\n%-20s %s; QKV bias %s; norm eps %g\n",
+           "embeddings:", json_is_true(G(m, "tied_embeddings")) ? "tied" : "untied",
            json_is_true(G(m, "qkv_bias")) ? "yes" : "no", json_number_value(G(m, "norm_eps")));
     const json_t *t = G(j, "tokenizer");
     if (json_is_true(G(t, "loaded"))) {
         printf("%-20s %s\n", "tokenizer:", S(G(t, "kind")));
         const json_t *bos = G(t, "bos"), *eos = G(t, "eos");
-        printf("%-20s BOS %s%s%s, EOS %s%s%s; stop tokens:", "special tokens:", bos && !json_is_null(bos) ? S(G(bos, "text")) : "none",
-               "", "", eos && !json_is_null(eos) ? S(G(eos, "text")) : "none", "", "");
+        printf("%-20s BOS %s%s%s, EOS %s%s%s; stop tokens:", "special tokens:",
+               bos && !json_is_null(bos) ? S(G(bos, "text")) : "none", "", "",
+               eos && !json_is_null(eos) ? S(G(eos, "text")) : "none", "", "");
         size_t i;
-        json_array_foreach(G(t, "stop_tokens"), i, v) printf(" %s (%lld)", S(G(v, "text")), I(v, "id"));
+        json_array_foreach(G(t, "stop_tokens"), i, v)
+            printf(" %s (%lld)", S(G(v, "text")), I(v, "id"));
         printf("\n");
     } else {
         printf("%-20s not loadable: %s\n", "tokenizer:", S(G(t, "error")));
@@ -117,7 +136,9 @@ static void print_human(const json_t *j, bool show_template)
         printf("%-20s %zu characters, %s\n", "chat template:", strlen(S(G(c, "source"))),
                json_is_true(G(c, "usable")) ? "usable" : "NOT usable");
         if (G(c, "error")) printf("%-20s %s\n", "", S(G(c, "error")));
-        if (G(c, "example")) printf("%-20s (system + user \"Hello!\"):\n%s\n", "example rendering:", S(G(c, "example")));
+        if (G(c, "example"))
+            printf("%-20s (system + user \"Hello!\"):\n%s\n",
+                   "example rendering:", S(G(c, "example")));
         if (show_template) printf("%-20s\n%s\n", "template source:", S(G(c, "source")));
     }
     const json_t *gd = G(m, "generation_defaults");
@@ -137,19 +158,25 @@ int cmd_info(int argc, char **argv)
         {"model", 'm', CMD_OPT_STR, &ro.model, "FILE", "$PLLM_HOME/models/" PLLM_DEFAULT_MODEL_FILE,
          "model (also accepted as the argument)", NULL},
         {"json", 0, CMD_OPT_FLAG, &as_json, NULL, "off", "print one JSON object", NULL},
-        {"template", 0, CMD_OPT_FLAG, &show_template, NULL, "off", "also print the chat template's source", NULL},
+        {"template", 0, CMD_OPT_FLAG, &show_template, NULL, "off",
+         "also print the chat template's source", NULL},
     };
     const cmd_spec spec = {.usage = "pllm info [OPTIONS] [MODEL]",
-                           .summary = "Describe a model (a GGUF file or a Hugging Face directory): architecture, sizes, dtypes,\n"
+                           .summary = "Describe a model (a GGUF file or a Hugging Face directory): "
+                                      "architecture, sizes, dtypes,\n"
                                       "tokenizer, chat template and generation defaults.",
-                           .opts = opts, .n_opts = PLLM_ARRAY_LEN(opts), .min_pos = 0, .max_pos = 1};
+                           .opts = opts,
+                           .n_opts = PLLM_ARRAY_LEN(opts),
+                           .min_pos = 0,
+                           .max_pos = 1};
     const char *pos[1];
     int n_pos;
     int rc = cmd_parse(&spec, argc, argv, pos, &n_pos);
     if (rc) return rc == 1 ? 0 : 2;
     if (n_pos == 1) {
         if (ro.model) {
-            fprintf(stderr, "pllm: give the model either as the argument or with --model, not both\n");
+            fprintf(stderr,
+                    "pllm: give the model either as the argument or with --model, not both\n");
             return 2;
         }
         ro.model = pos[0];

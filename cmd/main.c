@@ -13,23 +13,32 @@ typedef struct command {
 } command;
 
 static const command COMMANDS[] = {
-    {"generate", "INPUT", "generate a completion for every prompt record (pllm, OpenAI batch, ShareGPT)", cmd_generate},
-    {"bench", "", "benchmark throughput and latency (sharegpt, random, prefix or a file); CI regression gate", cmd_bench},
-    {"tokenize", "[INPUT]", "token ids and counts of every prompt record, plus a total", cmd_tokenize},
-    {"info", "[MODEL]", "describe a model: architecture, sizes, dtypes, tokenizer, chat template", cmd_info},
+    {"generate", "INPUT",
+     "generate a completion for every prompt record (pllm, OpenAI batch, ShareGPT)", cmd_generate},
+    {"bench", "",
+     "benchmark throughput and latency (sharegpt, random, prefix or a file); CI regression gate",
+     cmd_bench},
+    {"tokenize", "[INPUT]", "token ids and counts of every prompt record, plus a total",
+     cmd_tokenize},
+    {"info", "[MODEL]", "describe a model: architecture, sizes, dtypes, tokenizer, chat template",
+     cmd_info},
 };
 
 static void usage(FILE *f)
 {
-    fprintf(f, "pllm %s: offline batch LLM inference\n\nusage: pllm COMMAND [OPTIONS]\n\ncommands:\n", PLLM_VERSION);
+    fprintf(f,
+            "pllm %s: offline batch LLM inference\n\nusage: pllm COMMAND [OPTIONS]\n\ncommands:\n",
+            PLLM_VERSION);
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++) {
         char left[40];
         snprintf(left, sizeof left, "%s %s", COMMANDS[i].name, COMMANDS[i].args);
         fprintf(f, "  %-20s %s\n", left, COMMANDS[i].what);
     }
     fprintf(f, "  %-20s %s\n", "version", "print the version");
-    fprintf(f, "\nexit codes: 0 ok, 1 some requests failed (or a benchmark gate failed), 2 usage error,\n"
-               "            3 model or input error, 130 interrupted (rerun with --resume)\n");
+    fprintf(
+        f,
+        "\nexit codes: 0 ok, 1 some requests failed (or a benchmark gate failed), 2 usage error,\n"
+        "            3 model or input error, 130 interrupted (rerun with --resume)\n");
 }
 
 int main(int argc, char **argv)

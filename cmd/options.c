@@ -8,7 +8,8 @@
 static const cmd_opt *find_long(const cmd_spec *s, const char *name, size_t len)
 {
     for (size_t i = 0; i < s->n_opts; i++)
-        if (strlen(s->opts[i].name) == len && strncmp(s->opts[i].name, name, len) == 0) return &s->opts[i];
+        if (strlen(s->opts[i].name) == len && strncmp(s->opts[i].name, name, len) == 0)
+            return &s->opts[i];
     return NULL;
 }
 
@@ -48,7 +49,8 @@ static int set_value(const cmd_opt *o, const char *val)
     case CMD_OPT_STRS: {
         cmd_strs *s = o->dst;
         if (s->n >= (int)(sizeof s->v / sizeof s->v[0])) {
-            fprintf(stderr, "pllm: option --%s given too many times (at most %zu)\n", o->name, sizeof s->v / sizeof s->v[0]);
+            fprintf(stderr, "pllm: option --%s given too many times (at most %zu)\n", o->name,
+                    sizeof s->v / sizeof s->v[0]);
             return 2;
         }
         s->v[s->n++] = val;
@@ -87,7 +89,8 @@ int cmd_parse(const cmd_spec *spec, int argc, char **argv, const char **pos, int
             size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
             o = find_long(spec, a + 2, len);
             if (!o) {
-                fprintf(stderr, "pllm: unknown option '%.*s' (see %s --help)\n", (int)(len + 2), a, argv[0]);
+                fprintf(stderr, "pllm: unknown option '%.*s' (see %s --help)\n", (int)(len + 2), a,
+                        argv[0]);
                 return 2;
             }
             if (eq) val = eq + 1;
@@ -112,7 +115,8 @@ int cmd_parse(const cmd_spec *spec, int argc, char **argv, const char **pos, int
             }
         } else if (!val) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "pllm: option --%s needs a value (%s)\n", o->name, o->metavar ? o->metavar : "VALUE");
+                fprintf(stderr, "pllm: option --%s needs a value (%s)\n", o->name,
+                        o->metavar ? o->metavar : "VALUE");
                 return 2;
             }
             val = argv[++i];
@@ -135,7 +139,8 @@ void cmd_print_help(const cmd_spec *spec, FILE *f)
         char left[96];
         int n = 0;
         if (o->short_name) n = snprintf(left, sizeof left, "-%c, ", o->short_name);
-        snprintf(left + n, sizeof left - (size_t)n, "--%s%s%s", o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "");
+        snprintf(left + n, sizeof left - (size_t)n, "--%s%s%s", o->name, o->metavar ? " " : "",
+                 o->metavar ? o->metavar : "");
         fprintf(f, "  %-28s %s", left, o->help);
         if (o->defval) fprintf(f, " (default: %s)", o->defval);
         fputc('\n', f);

@@ -11,12 +11,12 @@
 #include <stdio.h>
 
 typedef enum cmd_opt_kind {
-    CMD_OPT_FLAG,   /* bool, no value */
-    CMD_OPT_INT,    /* int32_t */
-    CMD_OPT_INT64,  /* int64_t */
-    CMD_OPT_FLOAT,  /* float */
-    CMD_OPT_STR,    /* const char * (points into argv) */
-    CMD_OPT_STRS,   /* cmd_strs: repeatable string option */
+    CMD_OPT_FLAG,  /* bool, no value */
+    CMD_OPT_INT,   /* int32_t */
+    CMD_OPT_INT64, /* int64_t */
+    CMD_OPT_FLOAT, /* float */
+    CMD_OPT_STR,   /* const char * (points into argv) */
+    CMD_OPT_STRS,  /* cmd_strs: repeatable string option */
 } cmd_opt_kind;
 
 typedef struct cmd_strs {
@@ -25,22 +25,22 @@ typedef struct cmd_strs {
 } cmd_strs;
 
 typedef struct cmd_opt {
-    const char *name;    /* long name without "--" */
-    char short_name;     /* 0 for none */
+    const char *name; /* long name without "--" */
+    char short_name;  /* 0 for none */
     cmd_opt_kind kind;
     void *dst;
     const char *metavar; /* "N", "FILE", ... (NULL for flags) */
     const char *defval;  /* default shown in --help (NULL: none) */
     const char *help;
-    bool *seen;          /* optional: set when the option was given */
+    bool *seen; /* optional: set when the option was given */
 } cmd_opt;
 
 typedef struct cmd_spec {
-    const char *usage;      /* "pllm generate [OPTIONS] PROMPTS.jsonl" */
-    const char *summary;    /* one paragraph */
+    const char *usage;   /* "pllm generate [OPTIONS] PROMPTS.jsonl" */
+    const char *summary; /* one paragraph */
     const cmd_opt *opts;
     size_t n_opts;
-    int min_pos, max_pos;   /* positional arguments */
+    int min_pos, max_pos; /* positional arguments */
 } cmd_spec;
 
 /* Parse argv (argv[0] is the command name). Returns 0 on success, 1 when --help was printed,

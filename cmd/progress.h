@@ -2,8 +2,8 @@
  * progress.h: progress on stderr for long runs.
  *
  *   a terminal:      one line redrawn in place at most 4 times a second
- *                    "[pllm] 1234/~56000 req 2.2% | 456.7 tok/s | ETA 12m03s | cache hit 45.6% | 3 failed"
- *   not a terminal:  a log line every --log-interval seconds (default 10)
+ *                    "[pllm] 1234/~56000 req 2.2% | 456.7 tok/s | ETA 12m03s | cache hit 45.6% | 3
+ * failed" not a terminal:  a log line every --log-interval seconds (default 10)
  *   --quiet:         nothing
  *
  * The total is exact when known (bench; generate once the input is read to its end) and
@@ -18,10 +18,10 @@
 
 typedef struct cmd_progress {
     bool enabled, tty;
-    double interval;      /* seconds between log lines (not a terminal) */
+    double interval; /* seconds between log lines (not a terminal) */
     double t_start, t_last;
-    bool line_open;       /* a terminal line is drawn and must be cleared before other output */
-    const char *what;     /* "generate", "bench", "warmup" */
+    bool line_open;   /* a terminal line is drawn and must be cleared before other output */
+    const char *what; /* "generate", "bench", "warmup" */
 } cmd_progress;
 
 typedef struct cmd_progress_state {
@@ -31,7 +31,8 @@ typedef struct cmd_progress_state {
     int64_t output_tokens, prompt_tokens, cached_tokens;
 } cmd_progress_state;
 
-void cmd_progress_init(cmd_progress *p, bool quiet, double log_interval, const char *what, double t_start);
+void cmd_progress_init(cmd_progress *p, bool quiet, double log_interval, const char *what,
+                       double t_start);
 /* Draw or log when it is time (force: now). */
 void cmd_progress_update(cmd_progress *p, const cmd_progress_state *s, bool force);
 /* Clear the terminal line before other stderr output (no-op otherwise). */

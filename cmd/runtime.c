@@ -13,8 +13,11 @@ char *cmd_default_model_path(void)
 {
     const char *home = getenv("PLLM_HOME");
     pllm_buf b = {0};
-    if (home && *home) pllm_buf_appendf(&b, "%s/models/%s", home, PLLM_DEFAULT_MODEL_FILE);
-    else pllm_buf_appendf(&b, "%s/.cache/pllm/models/%s", getenv("HOME") ? getenv("HOME") : ".", PLLM_DEFAULT_MODEL_FILE);
+    if (home && *home)
+        pllm_buf_appendf(&b, "%s/models/%s", home, PLLM_DEFAULT_MODEL_FILE);
+    else
+        pllm_buf_appendf(&b, "%s/.cache/pllm/models/%s", getenv("HOME") ? getenv("HOME") : ".",
+                         PLLM_DEFAULT_MODEL_FILE);
     return b.s;
 }
 
@@ -44,8 +47,10 @@ static char *hf_chat_template(const char *dir)
     } else if (json_is_array(t)) {
         size_t i;
         json_t *e;
-        json_array_foreach(t, i, e) {
-            if (json_is_string(json_object_get(e, "template")) && json_is_string(json_object_get(e, "name")) &&
+        json_array_foreach(t, i, e)
+        {
+            if (json_is_string(json_object_get(e, "template")) &&
+                json_is_string(json_object_get(e, "name")) &&
                 !strcmp(json_string_value(json_object_get(e, "name")), "default"))
                 out = pllm_strdup(json_string_value(json_object_get(e, "template")));
         }
@@ -66,7 +71,8 @@ int cmd_runtime_open(cmd_runtime *rt, const cmd_runtime_opts *o, bool quiet)
         if (stat(path, &sb) != 0) {
             fprintf(stderr,
                     "pllm: no model given and the default model is missing: looked for %s\n"
-                    "      run scripts/setup.sh to fetch it (or set PLLM_HOME), or pass --model FILE.gguf\n",
+                    "      run scripts/setup.sh to fetch it (or set PLLM_HOME), or pass --model "
+                    "FILE.gguf\n",
                     path);
             free(def);
             return 3;
@@ -80,7 +86,10 @@ int cmd_runtime_open(cmd_runtime *rt, const cmd_runtime_opts *o, bool quiet)
             return 2;
         }
         if (strncmp(dev, "cuda", 4) == 0) {
-            fprintf(stderr, "pllm: --device %s: this pllm was built without the CUDA backend; use --device cpu\n", dev);
+            fprintf(stderr,
+                    "pllm: --device %s: this pllm was built without the CUDA backend; use --device "
+                    "cpu\n",
+                    dev);
             free(def);
             return 3;
         }
@@ -91,7 +100,8 @@ int cmd_runtime_open(cmd_runtime *rt, const cmd_runtime_opts *o, bool quiet)
         free(def);
         return 3;
     }
-    st = rt->model->gguf ? pllm_tokenizer_from_gguf(&rt->tok, rt->model->gguf) : pllm_tokenizer_from_dir(&rt->tok, path);
+    st = rt->model->gguf ? pllm_tokenizer_from_gguf(&rt->tok, rt->model->gguf)
+                         : pllm_tokenizer_from_dir(&rt->tok, path);
     if (st != PLLM_OK) {
         pllm_buf m = {0};
         pllm_buf_appendf(&m, "cannot load the tokenizer of %s: %s", path, pllm_errmsg());
@@ -121,11 +131,14 @@ int cmd_runtime_open(cmd_runtime *rt, const cmd_runtime_opts *o, bool quiet)
     }
     free(def);
     if (rt->chat_src) {
-        const char *name = rt->model->gguf ? "tokenizer.chat_template" : "tokenizer_config.json chat_template";
+        const char *name =
+            rt->model->gguf ? "tokenizer.chat_template" : "tokenizer_config.json chat_template";
         st = pllm_chat_template_parse(&rt->chat, rt->chat_src, strlen(rt->chat_src), name);
         if (st != PLLM_OK) {
             rt->chat_error = pllm_strdup(pllm_errmsg());
-            if (!quiet) fprintf(stderr, "pllm: warning: the model's chat template cannot be used: %s\n", rt->chat_error);
+            if (!quiet)
+                fprintf(stderr, "pllm: warning: the model's chat template cannot be used: %s\n",
+                        rt->chat_error);
         }
     }
     if (o->no_backend) return 0;
@@ -141,10 +154,12 @@ int cmd_runtime_open(cmd_runtime *rt, const cmd_runtime_opts *o, bool quiet)
     if (!quiet) {
         int nt = 0;
         const char *isa = pllm_cpu_backend_describe(&rt->backend, &nt);
-        fprintf(stderr, "pllm: model %s (%s, %d layers, %.1f MB of weights) on %s (%s kernels, %d threads)%s\n",
-                rt->model->name, pllm_arch_name(rt->model->cfg.arch), rt->model->cfg.n_layer,
-                (double)rt->model->weight_bytes / 1e6, rt->device_name, isa, nt,
-                strcmp(dev, "auto") == 0 ? " (auto: no CUDA backend in this build)" : "");
+        fprintf(
+            stderr,
+            "pllm: model %s (%s, %d layers, %.1f MB of weights) on %s (%s kernels, %d threads)%s\n",
+            rt->model->name, pllm_arch_name(rt->model->cfg.arch), rt->model->cfg.n_layer,
+            (double)rt->model->weight_bytes / 1e6, rt->device_name, isa, nt,
+            strcmp(dev, "auto") == 0 ? " (auto: no CUDA backend in this build)" : "");
     }
     return 0;
 }
@@ -166,12 +181,14 @@ void cmd_runtime_close(cmd_runtime *rt)
 void cmd_record_where(char *out, size_t cap, const char *file, const pllm_record *rec)
 {
     if (rec->element > 0)
-        snprintf(out, cap, "%s:%lld: element %lld: ", file, (long long)rec->line, (long long)rec->element);
-    else snprintf(out, cap, "%s:%lld: ", file, (long long)rec->line);
+        snprintf(out, cap, "%s:%lld: element %lld: ", file, (long long)rec->line,
+                 (long long)rec->element);
+    else
+        snprintf(out, cap, "%s:%lld: ", file, (long long)rec->line);
 }
 
-pllm_status cmd_record_tokens(const cmd_runtime *rt, const char *file, const pllm_record *rec, pllm_tokens *ids,
-                              pllm_buf *rendered)
+pllm_status cmd_record_tokens(const cmd_runtime *rt, const char *file, const pllm_record *rec,
+                              pllm_tokens *ids, pllm_buf *rendered)
 {
     char where[512];
     cmd_record_where(where, sizeof where, file, rec);
@@ -185,11 +202,15 @@ pllm_status cmd_record_tokens(const cmd_runtime *rt, const char *file, const pll
     }
     const char *field = rec->format == PLLM_FORMAT_SHAREGPT ? "conversations" : "messages";
     if (!rt->chat)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%sfield '%s': rendering messages needs a chat template, and %s", where,
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%sfield '%s': rendering messages needs a chat template, and %s", where,
                            field, rt->chat_error ? rt->chat_error : "the model has none");
     pllm_buf text = {0};
-    pllm_chat_render_params rp = {.messages = rec->messages, .n_messages = rec->n_messages,
-                                  .add_generation_prompt = true, .bos_token = rt->bos_text, .eos_token = rt->eos_text};
+    pllm_chat_render_params rp = {.messages = rec->messages,
+                                  .n_messages = rec->n_messages,
+                                  .add_generation_prompt = true,
+                                  .bos_token = rt->bos_text,
+                                  .eos_token = rt->eos_text};
     st = pllm_chat_template_render(rt->chat, &rp, &text);
     if (st != PLLM_OK) {
         pllm_error_prefix(st, "%sfield '%s': chat template: ", where, field);
@@ -198,8 +219,10 @@ pllm_status cmd_record_tokens(const cmd_runtime *rt, const char *file, const pll
     }
     eo.add_special = false;
     st = pllm_tokenizer_encode(rt->tok, text.s ? text.s : "", text.n, &eo, ids);
-    if (st != PLLM_OK) pllm_error_prefix(st, "%sfield '%s': ", where, field);
-    else if (rendered && text.n) pllm_buf_append(rendered, text.s, text.n);
+    if (st != PLLM_OK)
+        pllm_error_prefix(st, "%sfield '%s': ", where, field);
+    else if (rendered && text.n)
+        pllm_buf_append(rendered, text.s, text.n);
     pllm_buf_free(&text);
     return st;
 }

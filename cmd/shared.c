@@ -25,26 +25,50 @@ void cmd_engine_opts_init(cmd_engine_opts *o)
 
 void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t cap)
 {
-    push(opts, n, cap, (cmd_opt){"model", 'm', CMD_OPT_STR, &o->rt.model, "FILE", "$PLLM_HOME/models/" PLLM_DEFAULT_MODEL_FILE,
-                                 "model: a GGUF file or a Hugging Face directory", NULL});
-    push(opts, n, cap, (cmd_opt){"threads", 't', CMD_OPT_INT, &o->rt.threads, "N", "all cores", "CPU threads", NULL});
-    push(opts, n, cap, (cmd_opt){"device", 0, CMD_OPT_STR, &o->rt.device, "DEV", "auto", "auto, cpu, cuda or cuda:N", NULL});
-    push(opts, n, cap, (cmd_opt){"seed", 0, CMD_OPT_INT64, &o->seed, "N", "0", "run seed (requests without a seed derive theirs from it)", NULL});
-    push(opts, n, cap, (cmd_opt){"block-size", 0, CMD_OPT_INT, &o->ep.block_size, "N", o->defs[0], "tokens per KV cache block", NULL});
-    push(opts, n, cap, (cmd_opt){"num-blocks", 0, CMD_OPT_INT, &o->ep.n_blocks, "N", "from --kv-cache-mb", "KV cache blocks", NULL});
-    push(opts, n, cap, (cmd_opt){"kv-cache-mb", 0, CMD_OPT_INT, &o->kv_mb, "MB",
-                                 "min(half the free memory, 4096, max-seqs full-length sequences)", "KV cache budget", NULL});
-    push(opts, n, cap, (cmd_opt){"max-batched-tokens", 0, CMD_OPT_INT, &o->ep.max_batched_tokens, "N", o->defs[1],
-                                 "token budget per engine step", NULL});
-    push(opts, n, cap, (cmd_opt){"max-seqs", 0, CMD_OPT_INT, &o->ep.max_seqs, "N", o->defs[2], "sequences per engine step", NULL});
-    push(opts, n, cap, (cmd_opt){"max-model-len", 0, CMD_OPT_INT, &o->ep.max_model_len, "N", "the model's context length",
-                                 "longest context (prompt + output)", NULL});
-    push(opts, n, cap, (cmd_opt){"max-bypass", 0, CMD_OPT_INT, &o->ep.max_bypass, "N", o->defs[3],
-                                 "fairness bound: times a waiting request may be overtaken (0: strict FCFS)", NULL});
-    push(opts, n, cap, (cmd_opt){"eviction", 0, CMD_OPT_STR, &o->eviction, "POLICY", "lru",
-                                 "which cached block to evict: lru, or future (the one needed farthest ahead by queued requests)", NULL});
-    push(opts, n, cap, (cmd_opt){"no-prefix-cache", 0, CMD_OPT_FLAG, &o->no_prefix_cache, NULL, "off (prefix caching on)",
-                                 "disable block-level prefix reuse", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"model", 'm', CMD_OPT_STR, &o->rt.model, "FILE",
+                   "$PLLM_HOME/models/" PLLM_DEFAULT_MODEL_FILE,
+                   "model: a GGUF file or a Hugging Face directory", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"threads", 't', CMD_OPT_INT, &o->rt.threads, "N", "all cores", "CPU threads",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"device", 0, CMD_OPT_STR, &o->rt.device, "DEV", "auto",
+                   "auto, cpu, cuda or cuda:N", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"seed", 0, CMD_OPT_INT64, &o->seed, "N", "0",
+                   "run seed (requests without a seed derive theirs from it)", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"block-size", 0, CMD_OPT_INT, &o->ep.block_size, "N", o->defs[0],
+                   "tokens per KV cache block", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"num-blocks", 0, CMD_OPT_INT, &o->ep.n_blocks, "N", "from --kv-cache-mb",
+                   "KV cache blocks", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"kv-cache-mb", 0, CMD_OPT_INT, &o->kv_mb, "MB",
+                   "min(half the free memory, 4096, max-seqs full-length sequences)",
+                   "KV cache budget", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"max-batched-tokens", 0, CMD_OPT_INT, &o->ep.max_batched_tokens, "N", o->defs[1],
+                   "token budget per engine step", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"max-seqs", 0, CMD_OPT_INT, &o->ep.max_seqs, "N", o->defs[2],
+                   "sequences per engine step", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"max-model-len", 0, CMD_OPT_INT, &o->ep.max_model_len, "N",
+                   "the model's context length", "longest context (prompt + output)", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"max-bypass", 0, CMD_OPT_INT, &o->ep.max_bypass, "N", o->defs[3],
+                   "fairness bound: times a waiting request may be overtaken (0: strict FCFS)",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"eviction", 0, CMD_OPT_STR, &o->eviction, "POLICY", "lru",
+                   "which cached block to evict: lru, or future (the one needed farthest ahead by "
+                   "queued requests)",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"no-prefix-cache", 0, CMD_OPT_FLAG, &o->no_prefix_cache, NULL,
+                   "off (prefix caching on)", "disable block-level prefix reuse", NULL});
 }
 
 int cmd_engine_opts_finish(cmd_engine_opts *o)
@@ -57,14 +81,18 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
         const char *name;
         int32_t v, lo;
     } checks[] = {
-        {"--block-size", o->ep.block_size, 1},        {"--num-blocks", o->ep.n_blocks, 0},
-        {"--max-batched-tokens", o->ep.max_batched_tokens, 1}, {"--max-seqs", o->ep.max_seqs, 1},
-        {"--max-model-len", o->ep.max_model_len, 0},  {"--max-bypass", o->ep.max_bypass, 0},
+        {"--block-size", o->ep.block_size, 1},
+        {"--num-blocks", o->ep.n_blocks, 0},
+        {"--max-batched-tokens", o->ep.max_batched_tokens, 1},
+        {"--max-seqs", o->ep.max_seqs, 1},
+        {"--max-model-len", o->ep.max_model_len, 0},
+        {"--max-bypass", o->ep.max_bypass, 0},
         {"--threads", o->rt.threads, 0},
     };
     for (size_t i = 0; i < PLLM_ARRAY_LEN(checks); i++)
         if (checks[i].v < checks[i].lo) {
-            fprintf(stderr, "pllm: %s must be >= %d, got %d\n", checks[i].name, checks[i].lo, checks[i].v);
+            fprintf(stderr, "pllm: %s must be >= %d, got %d\n", checks[i].name, checks[i].lo,
+                    checks[i].v);
             return 2;
         }
     if (pllm_evict_policy_parse(o->eviction, &o->ep.eviction) != PLLM_OK) {
@@ -100,22 +128,32 @@ int cmd_check_kv_budget(const cmd_runtime *rt, const cmd_engine_opts *o)
     size_t avail = 0;
     pllm_kv_layout l;
     memset(&l, 0, sizeof l);
-    if (b->iface->kv_available(b->ctx, &avail) != PLLM_OK || b->iface->kv_layout(b->ctx, o->ep.block_size, &l) != PLLM_OK)
+    if (b->iface->kv_available(b->ctx, &avail) != PLLM_OK ||
+        b->iface->kv_layout(b->ctx, o->ep.block_size, &l) != PLLM_OK)
         return 0; /* the engine reports it */
     size_t per_block = pllm_kv_block_bytes(&l);
     size_t want = o->ep.n_blocks > 0 ? (size_t)o->ep.n_blocks * per_block : o->ep.kv_bytes;
     if (want <= avail) return 0;
     size_t mb = avail / 10 * 9 >> 20; /* a margin: free memory moves */
     if (o->ep.n_blocks > 0)
-        fprintf(stderr, "pllm: --num-blocks %d needs %.1f GB of KV cache, more than the %.1f GB this machine can give it now (free memory less the model's weights and a reserve); the largest budget that fits is %zu MB: use --num-blocks %zu or fewer (or --kv-cache-mb %zu)\n",
-                o->ep.n_blocks, (double)want / 1e9, (double)avail / 1e9, mb, per_block ? (mb << 20) / per_block : 0, mb);
+        fprintf(
+            stderr,
+            "pllm: --num-blocks %d needs %.1f GB of KV cache, more than the %.1f GB this machine "
+            "can give it now (free memory less the model's weights and a reserve); the largest "
+            "budget that fits is %zu MB: use --num-blocks %zu or fewer (or --kv-cache-mb %zu)\n",
+            o->ep.n_blocks, (double)want / 1e9, (double)avail / 1e9, mb,
+            per_block ? (mb << 20) / per_block : 0, mb);
     else
-        fprintf(stderr, "pllm: --kv-cache-mb %d is more than the %.1f GB this machine can give the KV cache now (free memory less the model's weights and a reserve); the largest budget that fits is %zu MB: use --kv-cache-mb %zu or less\n",
+        fprintf(stderr,
+                "pllm: --kv-cache-mb %d is more than the %.1f GB this machine can give the KV "
+                "cache now (free memory less the model's weights and a reserve); the largest "
+                "budget that fits is %zu MB: use --kv-cache-mb %zu or less\n",
                 o->kv_mb, (double)avail / 1e9, mb, mb);
     return 3;
 }
 
-void cmd_sampling_opts_init(cmd_sampling_opts *o, int32_t max_tokens, const char *max_tokens_default)
+void cmd_sampling_opts_init(cmd_sampling_opts *o, int32_t max_tokens,
+                            const char *max_tokens_default)
 {
     memset(o, 0, sizeof *o);
     o->max_tokens = max_tokens;
@@ -126,22 +164,39 @@ void cmd_sampling_opts_init(cmd_sampling_opts *o, int32_t max_tokens, const char
 
 void cmd_sampling_opts_table(cmd_sampling_opts *o, cmd_opt *opts, size_t *n, size_t cap)
 {
-    push(opts, n, cap, (cmd_opt){"max-tokens", 0, CMD_OPT_INT, &o->max_tokens, "N", o->max_tokens_default,
-                                 "tokens to generate per request at most", NULL});
-    push(opts, n, cap, (cmd_opt){"min-tokens", 0, CMD_OPT_INT, &o->min_tokens, "N", "0",
-                                 "tokens to generate before EOS/stop may end a request", NULL});
-    push(opts, n, cap, (cmd_opt){"temperature", 0, CMD_OPT_FLOAT, &o->temperature, "T", "0 (greedy)", "sampling temperature", NULL});
-    push(opts, n, cap, (cmd_opt){"top-p", 0, CMD_OPT_FLOAT, &o->top_p, "P", "1 (off)", "nucleus sampling threshold", NULL});
-    push(opts, n, cap, (cmd_opt){"top-k", 0, CMD_OPT_INT, &o->top_k, "K", "0 (off)", "keep the K most likely tokens", NULL});
-    push(opts, n, cap, (cmd_opt){"min-p", 0, CMD_OPT_FLOAT, &o->min_p, "P", "0 (off)", "drop tokens below P times the top probability", NULL});
-    push(opts, n, cap, (cmd_opt){"repetition-penalty", 0, CMD_OPT_FLOAT, &o->rep_pen, "R", "1 (off)",
-                                 "penalise tokens of the prompt and output", NULL});
-    push(opts, n, cap, (cmd_opt){"presence-penalty", 0, CMD_OPT_FLOAT, &o->pres_pen, "X", "0 (off)",
-                                 "penalise tokens present in the output", NULL});
-    push(opts, n, cap, (cmd_opt){"frequency-penalty", 0, CMD_OPT_FLOAT, &o->freq_pen, "X", "0 (off)",
-                                 "penalise tokens by their count in the output", NULL});
-    push(opts, n, cap, (cmd_opt){"stop", 0, CMD_OPT_STRS, &o->stop, "STR", "none", "stop string (repeatable)", NULL});
-    push(opts, n, cap, (cmd_opt){"ignore-eos", 0, CMD_OPT_FLAG, &o->ignore_eos, NULL, "off", "keep generating past EOS", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"max-tokens", 0, CMD_OPT_INT, &o->max_tokens, "N", o->max_tokens_default,
+                   "tokens to generate per request at most", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"min-tokens", 0, CMD_OPT_INT, &o->min_tokens, "N", "0",
+                   "tokens to generate before EOS/stop may end a request", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"temperature", 0, CMD_OPT_FLOAT, &o->temperature, "T", "0 (greedy)",
+                   "sampling temperature", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"top-p", 0, CMD_OPT_FLOAT, &o->top_p, "P", "1 (off)",
+                   "nucleus sampling threshold", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"top-k", 0, CMD_OPT_INT, &o->top_k, "K", "0 (off)",
+                   "keep the K most likely tokens", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"min-p", 0, CMD_OPT_FLOAT, &o->min_p, "P", "0 (off)",
+                   "drop tokens below P times the top probability", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"repetition-penalty", 0, CMD_OPT_FLOAT, &o->rep_pen, "R", "1 (off)",
+                   "penalise tokens of the prompt and output", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"presence-penalty", 0, CMD_OPT_FLOAT, &o->pres_pen, "X", "0 (off)",
+                   "penalise tokens present in the output", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"frequency-penalty", 0, CMD_OPT_FLOAT, &o->freq_pen, "X", "0 (off)",
+                   "penalise tokens by their count in the output", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"stop", 0, CMD_OPT_STRS, &o->stop, "STR", "none", "stop string (repeatable)",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"ignore-eos", 0, CMD_OPT_FLAG, &o->ignore_eos, NULL, "off",
+                   "keep generating past EOS", NULL});
 }
 
 int cmd_sampling_opts_finish(const cmd_sampling_opts *o, pllm_request_params *p)
@@ -204,4 +259,7 @@ double cmd_peak_rss_mb(void)
     return (double)ru.ru_maxrss / 1024.0; /* kilobytes on Linux */
 }
 
-int64_t cmd_unix_time(void) { return (int64_t)time(NULL); }
+int64_t cmd_unix_time(void)
+{
+    return (int64_t)time(NULL);
+}

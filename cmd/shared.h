@@ -53,7 +53,8 @@ typedef struct cmd_sampling_opts {
     const char *max_tokens_default; /* text shown in --help */
 } cmd_sampling_opts;
 
-void cmd_sampling_opts_init(cmd_sampling_opts *o, int32_t max_tokens, const char *max_tokens_default);
+void cmd_sampling_opts_init(cmd_sampling_opts *o, int32_t max_tokens,
+                            const char *max_tokens_default);
 void cmd_sampling_opts_table(cmd_sampling_opts *o, cmd_opt *opts, size_t *n, size_t cap);
 /* Fill p (stop strings point into argv); 0 or 2 (message printed). */
 int cmd_sampling_opts_finish(const cmd_sampling_opts *o, pllm_request_params *p);

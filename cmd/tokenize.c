@@ -33,20 +33,31 @@ int cmd_tokenize(int argc, char **argv)
     bool counts_only = false, no_total = false, strict = false, quiet = false;
     int64_t limit = 0;
     const cmd_opt opts[] = {
-        {"model", 'm', CMD_OPT_STR, &ro.model, "FILE", "$PLLM_HOME/models/" PLLM_DEFAULT_MODEL_FILE, "model whose tokenizer to use", NULL},
-        {"output", 'o', CMD_OPT_STR, &out_path, "FILE", "- (stdout)", "output file (.zst compresses)", NULL},
-        {"format", 0, CMD_OPT_STR, &format_s, "FMT", "auto", "input format: auto, pllm, openai, sharegpt", NULL},
+        {"model", 'm', CMD_OPT_STR, &ro.model, "FILE", "$PLLM_HOME/models/" PLLM_DEFAULT_MODEL_FILE,
+         "model whose tokenizer to use", NULL},
+        {"output", 'o', CMD_OPT_STR, &out_path, "FILE", "- (stdout)",
+         "output file (.zst compresses)", NULL},
+        {"format", 0, CMD_OPT_STR, &format_s, "FMT", "auto",
+         "input format: auto, pllm, openai, sharegpt", NULL},
         {"limit", 0, CMD_OPT_INT64, &limit, "N", "0 (all)", "read only the first N records", NULL},
-        {"counts-only", 0, CMD_OPT_FLAG, &counts_only, NULL, "off", "write n_tokens without the token ids", NULL},
-        {"no-total", 0, CMD_OPT_FLAG, &no_total, NULL, "off", "do not write the closing total line", NULL},
+        {"counts-only", 0, CMD_OPT_FLAG, &counts_only, NULL, "off",
+         "write n_tokens without the token ids", NULL},
+        {"no-total", 0, CMD_OPT_FLAG, &no_total, NULL, "off", "do not write the closing total line",
+         NULL},
         {"strict", 0, CMD_OPT_FLAG, &strict, NULL, "off", "stop at the first bad record", NULL},
         {"quiet", 'q', CMD_OPT_FLAG, &quiet, NULL, "off", "no summary on stderr", NULL},
     };
     const cmd_spec spec = {
-        .usage = "pllm tokenize [OPTIONS] [INPUT]   (INPUT: a file, .zst, or - for stdin; default -)",
-        .summary = "Write the token ids of every prompt record as `pllm generate` would run it (same formats, the\n"
-                   "model's chat template for messages): {\"id\", \"token_ids\", \"n_tokens\"} per record, then a total line.",
-        .opts = opts, .n_opts = PLLM_ARRAY_LEN(opts), .min_pos = 0, .max_pos = 1};
+        .usage =
+            "pllm tokenize [OPTIONS] [INPUT]   (INPUT: a file, .zst, or - for stdin; default -)",
+        .summary = "Write the token ids of every prompt record as `pllm generate` would run it "
+                   "(same formats, the\n"
+                   "model's chat template for messages): {\"id\", \"token_ids\", \"n_tokens\"} per "
+                   "record, then a total line.",
+        .opts = opts,
+        .n_opts = PLLM_ARRAY_LEN(opts),
+        .min_pos = 0,
+        .max_pos = 1};
     const char *pos[1] = {"-"};
     int n_pos;
     int rc = cmd_parse(&spec, argc, argv, pos, &n_pos);
@@ -99,7 +110,8 @@ int cmd_tokenize(int argc, char **argv)
         if (err) {
             n_err++;
             if (!quiet && n_err <= 10) fprintf(stderr, "pllm: %s\n", err);
-            json_t *o = json_pack("{s:o, s:I, s:s}", "id", id, "line", (json_int_t)rec.line, "error", err);
+            json_t *o =
+                json_pack("{s:o, s:I, s:s}", "id", id, "line", (json_int_t)rec.line, "error", err);
             if (rec.element > 0) json_object_set_new(o, "element", json_integer(rec.element));
             wst = write_json(w, o);
         } else {
@@ -113,7 +125,8 @@ int cmd_tokenize(int argc, char **argv)
             json_object_set_new(o, "id", id);
             if (!counts_only) {
                 json_t *arr = json_array();
-                for (size_t i = 0; i < ids.n; i++) json_array_append_new(arr, json_integer(ids.ids[i]));
+                for (size_t i = 0; i < ids.n; i++)
+                    json_array_append_new(arr, json_integer(ids.ids[i]));
                 json_object_set_new(o, "token_ids", arr);
             }
             json_object_set_new(o, "n_tokens", json_integer(n));
@@ -133,19 +146,23 @@ int cmd_tokenize(int argc, char **argv)
     }
     pllm_tokens_free(&ids);
     if (!fatal && !no_total) {
-        json_t *t = json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:i}}", "total", "records", (json_int_t)n_rec, "errors",
-                              (json_int_t)n_err, "n_tokens", (json_int_t)total, "min", (json_int_t)(n_rec ? mn : 0), "max",
-                              (json_int_t)mx, "mean", n_rec ? (double)total / (double)n_rec : 0.0, "over_context",
-                              (json_int_t)over, "n_ctx", n_ctx);
+        json_t *t = json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:i}}", "total", "records",
+                              (json_int_t)n_rec, "errors", (json_int_t)n_err, "n_tokens",
+                              (json_int_t)total, "min", (json_int_t)(n_rec ? mn : 0), "max",
+                              (json_int_t)mx, "mean", n_rec ? (double)total / (double)n_rec : 0.0,
+                              "over_context", (json_int_t)over, "n_ctx", n_ctx);
         if (write_json(w, t) != PLLM_OK) {
             fprintf(stderr, "pllm: %s\n", pllm_errmsg());
             fatal = true;
         }
     }
     if (!quiet)
-        fprintf(stderr, "pllm: %lld records, %lld tokens (min %lld, mean %.1f, max %lld), %lld at or over the context of %d, %lld errors\n",
-                (long long)n_rec, (long long)total, (long long)(n_rec ? mn : 0), n_rec ? (double)total / (double)n_rec : 0.0,
-                (long long)mx, (long long)over, n_ctx, (long long)n_err);
+        fprintf(stderr,
+                "pllm: %lld records, %lld tokens (min %lld, mean %.1f, max %lld), %lld at or over "
+                "the context of %d, %lld errors\n",
+                (long long)n_rec, (long long)total, (long long)(n_rec ? mn : 0),
+                n_rec ? (double)total / (double)n_rec : 0.0, (long long)mx, (long long)over, n_ctx,
+                (long long)n_err);
     rc = fatal ? 3 : n_err ? 1 : 0;
 out:
     if (w && pllm_writer_close(w) != PLLM_OK && rc != 3) {

@@ -28,7 +28,10 @@ pllm_status pllm_idset_create(pllm_idset **out)
     if (!s) return PLLM_ERR_NOMEM;
     s->cap = 1024;
     s->slots = pllm_calloc(s->cap, sizeof *s->slots);
-    if (!s->slots) { free(s); return PLLM_ERR_NOMEM; }
+    if (!s->slots) {
+        free(s);
+        return PLLM_ERR_NOMEM;
+    }
     *out = s;
     return PLLM_OK;
 }
@@ -57,7 +60,10 @@ static pllm_status grow(pllm_idset *s)
     slot *old = s->slots;
     size_t ocap = s->cap;
     s->slots = pllm_calloc(ncap, sizeof *s->slots);
-    if (!s->slots) { s->slots = old; return PLLM_ERR_NOMEM; }
+    if (!s->slots) {
+        s->slots = old;
+        return PLLM_ERR_NOMEM;
+    }
     s->cap = ncap;
     for (size_t i = 0; i < ocap; i++)
         if (old[i].key) *lookup(s, old[i].key, old[i].hash) = old[i];
@@ -86,7 +92,10 @@ int32_t pllm_idset_count(const pllm_idset *s, const char *key)
     return e->key ? e->count : 0;
 }
 
-size_t pllm_idset_size(const pllm_idset *s) { return s->n; }
+size_t pllm_idset_size(const pllm_idset *s)
+{
+    return s->n;
+}
 
 /* Copy the first n lines of the .zst file at path into a new .zst stream that replaces it. */
 static pllm_status rewrite_zst(const char *path, int64_t n)
@@ -110,7 +119,8 @@ static pllm_status rewrite_zst(const char *path, int64_t n)
     if (st == PLLM_OK) st = cst;
     pllm_reader_close(r);
     if (st == PLLM_OK && rename(tmp.s, path) != 0)
-        st = pllm_errorf(PLLM_ERR_IO, "%s: cannot replace it with the repaired stream: %s", path, strerror(errno));
+        st = pllm_errorf(PLLM_ERR_IO, "%s: cannot replace it with the repaired stream: %s", path,
+                         strerror(errno));
     if (st != PLLM_OK) {
         remove(tmp.s);
         pllm_error_prefix(st, "repairing the cut .zst output %s: ", path);
@@ -124,7 +134,9 @@ pllm_status pllm_idset_load_output(pllm_idset *s, const char *path, int64_t *n_l
     *n_lines = 0;
     *torn = false;
     struct stat sb;
-    if (stat(path, &sb) != 0) return errno == ENOENT ? PLLM_OK : pllm_errorf(PLLM_ERR_IO, "%s: %s", path, strerror(errno));
+    if (stat(path, &sb) != 0)
+        return errno == ENOENT ? PLLM_OK
+                               : pllm_errorf(PLLM_ERR_IO, "%s: %s", path, strerror(errno));
     /* A torn last line (the file does not end in '\n'; plain files only) is cut off, so that
      * appended lines start on a line of their own. */
     if (!pllm_path_is_zst(path) && sb.st_size > 0) {
@@ -142,7 +154,8 @@ pllm_status pllm_idset_load_output(pllm_idset *s, const char *path, int64_t *n_l
             }
             if (ftruncate(fileno(f), keep) != 0) {
                 fclose(f);
-                return pllm_errorf(PLLM_ERR_IO, "%s: cannot cut the torn last line: %s", path, strerror(errno));
+                return pllm_errorf(PLLM_ERR_IO, "%s: cannot cut the torn last line: %s", path,
+                                   strerror(errno));
             }
         }
         fclose(f);

@@ -20,21 +20,21 @@ struct pllm_reader {
     char *path;
     FILE *f;
     bool is_stdin;
-    ZSTD_DStream *zd;       /* NULL for plain input */
-    unsigned char *zin;     /* compressed input buffer */
+    ZSTD_DStream *zd;   /* NULL for plain input */
+    unsigned char *zin; /* compressed input buffer */
     ZSTD_inBuffer zib;
     bool zin_eof;
-    bool frame_done;        /* the last decompress call ended a frame */
-    char *buf;              /* decompressed (or raw) bytes not yet consumed */
+    bool frame_done; /* the last decompress call ended a frame */
+    char *buf;       /* decompressed (or raw) bytes not yet consumed */
     size_t buf_start, buf_end, buf_cap;
     bool src_eof;
-    char *line;             /* the line handed out */
+    char *line; /* the line handed out */
     size_t line_cap;
     int64_t lineno;
-    bool bom_checked;       /* a leading UTF-8 BOM was looked for */
-    bool truncated;         /* the .zst stream ended inside a frame */
-    uint64_t file_pos;      /* bytes read from the file */
-    uint64_t file_size;     /* 0 when unknown */
+    bool bom_checked;   /* a leading UTF-8 BOM was looked for */
+    bool truncated;     /* the .zst stream ended inside a frame */
+    uint64_t file_pos;  /* bytes read from the file */
+    uint64_t file_size; /* 0 when unknown */
 };
 
 pllm_status pllm_reader_open(pllm_reader **out, const char *path)
@@ -43,15 +43,18 @@ pllm_status pllm_reader_open(pllm_reader **out, const char *path)
     pllm_reader *r = pllm_calloc(1, sizeof *r);
     if (!r) return PLLM_ERR_NOMEM;
     r->path = pllm_strdup(strcmp(path, "-") == 0 ? "<stdin>" : path);
-    if (!r->path) { free(r); return PLLM_ERR_NOMEM; }
+    if (!r->path) {
+        free(r);
+        return PLLM_ERR_NOMEM;
+    }
     if (strcmp(path, "-") == 0) {
         r->f = stdin;
         r->is_stdin = true;
     } else {
         r->f = fopen(path, "rb");
         if (!r->f) {
-            pllm_status st = pllm_errorf(errno == ENOENT ? PLLM_ERR_NOT_FOUND : PLLM_ERR_IO, "%s: cannot open: %s", path,
-                                         strerror(errno));
+            pllm_status st = pllm_errorf(errno == ENOENT ? PLLM_ERR_NOT_FOUND : PLLM_ERR_IO,
+                                         "%s: cannot open: %s", path, strerror(errno));
             pllm_reader_close(r);
             return st;
         }
@@ -61,7 +64,10 @@ pllm_status pllm_reader_open(pllm_reader **out, const char *path)
     if (!r->is_stdin && pllm_path_is_zst(path)) {
         r->zd = ZSTD_createDStream();
         r->zin = pllm_malloc(IO_CHUNK);
-        if (!r->zd || !r->zin) { pllm_reader_close(r); return pllm_errorf(PLLM_ERR_NOMEM, "%s: out of memory", path); }
+        if (!r->zd || !r->zin) {
+            pllm_reader_close(r);
+            return pllm_errorf(PLLM_ERR_NOMEM, "%s: out of memory", path);
+        }
         ZSTD_initDStream(r->zd);
         r->zib = (ZSTD_inBuffer){r->zin, 0, 0};
         r->frame_done = true;
@@ -70,8 +76,14 @@ pllm_status pllm_reader_open(pllm_reader **out, const char *path)
     return PLLM_OK;
 }
 
-const char *pllm_reader_path(const pllm_reader *r) { return r->path; }
-bool pllm_reader_truncated(const pllm_reader *r) { return r->truncated; }
+const char *pllm_reader_path(const pllm_reader *r)
+{
+    return r->path;
+}
+bool pllm_reader_truncated(const pllm_reader *r)
+{
+    return r->truncated;
+}
 
 void pllm_reader_progress(const pllm_reader *r, uint64_t *pos, uint64_t *size)
 {
@@ -104,7 +116,8 @@ static pllm_status read_fd(pllm_reader *r, void *dst, size_t cap, size_t *n)
     ssize_t k = read(fileno(r->f), dst, cap);
     if (k < 0) {
         *n = 0;
-        if (errno == EINTR) return pllm_errorf(PLLM_ERR_INTERRUPTED, "%s: read interrupted by a signal", r->path);
+        if (errno == EINTR)
+            return pllm_errorf(PLLM_ERR_INTERRUPTED, "%s: read interrupted by a signal", r->path);
         return pllm_errorf(PLLM_ERR_IO, "%s: read error: %s", r->path, strerror(errno));
     }
     *n = (size_t)k;
@@ -134,7 +147,9 @@ static pllm_status reader_fill(pllm_reader *r)
         if (r->zin_eof && r->zib.pos == r->zib.size) {
             if (!r->frame_done) {
                 r->truncated = true;
-                return pllm_errorf(PLLM_ERR_FORMAT, "%s: truncated zstd stream (the last frame is incomplete)", r->path);
+                return pllm_errorf(PLLM_ERR_FORMAT,
+                                   "%s: truncated zstd stream (the last frame is incomplete)",
+                                   r->path);
             }
             r->src_eof = true;
             return PLLM_OK;
@@ -157,7 +172,8 @@ static pllm_status ensure_bom(pllm_reader *r)
         size_t have = r->buf_end - r->buf_start;
         if (have >= 3 || r->src_eof) {
             r->bom_checked = true;
-            if (have >= 3 && memcmp(r->buf + r->buf_start, "\xef\xbb\xbf", 3) == 0) r->buf_start += 3;
+            if (have >= 3 && memcmp(r->buf + r->buf_start, "\xef\xbb\xbf", 3) == 0)
+                r->buf_start += 3;
             break;
         }
         PLLM_TRY(reader_fill(r));
@@ -165,7 +181,8 @@ static pllm_status ensure_bom(pllm_reader *r)
     return PLLM_OK;
 }
 
-pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int64_t *lineno, bool *eof)
+pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int64_t *lineno,
+                             bool *eof)
 {
     PLLM_TRY(ensure_bom(r));
     *line = NULL;
@@ -253,9 +270,9 @@ struct pllm_writer {
     char *path;
     FILE *f;
     bool is_stdout;
-    bool seekable;        /* a regular file: a failed line can be cut off again */
-    off_t committed;      /* the file's size after the last line that was written whole */
-    pllm_status broken;   /* a line failed: nothing more is written */
+    bool seekable;      /* a regular file: a failed line can be cut off again */
+    off_t committed;    /* the file's size after the last line that was written whole */
+    pllm_status broken; /* a line failed: nothing more is written */
     ZSTD_CStream *zc;
     unsigned char *zout;
     size_t zout_cap;
@@ -267,14 +284,18 @@ pllm_status pllm_writer_open(pllm_writer **out, const char *path, bool append)
     pllm_writer *w = pllm_calloc(1, sizeof *w);
     if (!w) return PLLM_ERR_NOMEM;
     w->path = pllm_strdup(strcmp(path, "-") == 0 ? "<stdout>" : path);
-    if (!w->path) { free(w); return PLLM_ERR_NOMEM; }
+    if (!w->path) {
+        free(w);
+        return PLLM_ERR_NOMEM;
+    }
     if (strcmp(path, "-") == 0) {
         w->f = stdout;
         w->is_stdout = true;
     } else {
         w->f = fopen(path, append ? "ab" : "wb");
         if (!w->f) {
-            pllm_status st = pllm_errorf(PLLM_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+            pllm_status st =
+                pllm_errorf(PLLM_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
             free(w->path);
             free(w);
             return st;
@@ -289,7 +310,10 @@ pllm_status pllm_writer_open(pllm_writer **out, const char *path, bool append)
         w->zc = ZSTD_createCStream();
         w->zout_cap = ZSTD_CStreamOutSize();
         w->zout = pllm_malloc(w->zout_cap);
-        if (!w->zc || !w->zout) { pllm_writer_close(w); return pllm_errorf(PLLM_ERR_NOMEM, "%s: out of memory", path); }
+        if (!w->zc || !w->zout) {
+            pllm_writer_close(w);
+            return pllm_errorf(PLLM_ERR_NOMEM, "%s: out of memory", path);
+        }
         ZSTD_CCtx_setParameter(w->zc, ZSTD_c_compressionLevel, 3);
     }
     *out = w;
@@ -315,7 +339,8 @@ static pllm_status zstd_push(pllm_writer *w, const void *p, size_t n, ZSTD_EndDi
     for (;;) {
         ZSTD_outBuffer ob = {w->zout, w->zout_cap, 0};
         size_t rem = ZSTD_compressStream2(w->zc, &ob, &in, mode);
-        if (ZSTD_isError(rem)) return pllm_errorf(PLLM_ERR_IO, "%s: zstd: %s", w->path, ZSTD_getErrorName(rem));
+        if (ZSTD_isError(rem))
+            return pllm_errorf(PLLM_ERR_IO, "%s: zstd: %s", w->path, ZSTD_getErrorName(rem));
         PLLM_TRY(write_all(w, w->zout, ob.pos));
         if (rem == 0 && in.pos == in.size) return PLLM_OK;
     }
@@ -333,8 +358,10 @@ static pllm_status line_failed(pllm_writer *w, pllm_status st)
     clearerr(w->f);
     fpurge_compat(w->f); /* drop stdio's buffer without writing it: the failed line's tail */
     if (ftruncate(fileno(w->f), w->committed) != 0)
-        return pllm_errorf(st, "%s (and cutting the partial line off failed too: %s)", msg, strerror(errno));
-    return pllm_errorf(st, "%s; the partial line was cut off, the file ends with the last whole line", msg);
+        return pllm_errorf(st, "%s (and cutting the partial line off failed too: %s)", msg,
+                           strerror(errno));
+    return pllm_errorf(
+        st, "%s; the partial line was cut off, the file ends with the last whole line", msg);
 }
 
 pllm_status pllm_writer_line(pllm_writer *w, const char *s, size_t n)
@@ -342,13 +369,15 @@ pllm_status pllm_writer_line(pllm_writer *w, const char *s, size_t n)
     if (w->broken != PLLM_OK) return pllm_errorf(w->broken, "%s: an earlier write failed", w->path);
     pllm_status st;
     if (w->zc) {
-        if ((st = zstd_push(w, s, n, ZSTD_e_continue)) != PLLM_OK || (st = zstd_push(w, "\n", 1, ZSTD_e_flush)) != PLLM_OK)
+        if ((st = zstd_push(w, s, n, ZSTD_e_continue)) != PLLM_OK ||
+            (st = zstd_push(w, "\n", 1, ZSTD_e_flush)) != PLLM_OK)
             return line_failed(w, st);
     } else if ((st = write_all(w, s, n)) != PLLM_OK || (st = write_all(w, "\n", 1)) != PLLM_OK) {
         return line_failed(w, st);
     }
     if (fflush(w->f) != 0)
-        return line_failed(w, pllm_errorf(PLLM_ERR_IO, "%s: write failed: %s", w->path, strerror(errno)));
+        return line_failed(
+            w, pllm_errorf(PLLM_ERR_IO, "%s: write failed: %s", w->path, strerror(errno)));
     if (w->seekable) {
         off_t pos = ftello(w->f);
         if (pos >= 0) w->committed = pos;
@@ -364,7 +393,8 @@ pllm_status pllm_writer_close(pllm_writer *w)
         st = zstd_push(w, "", 0, ZSTD_e_end);
         if (st != PLLM_OK) line_failed(w, st); /* the frame stays open: --resume repairs it */
     }
-    if (w->f && w->broken != PLLM_OK) fpurge_compat(w->f); /* never flush a failed line's tail on close */
+    if (w->f && w->broken != PLLM_OK)
+        fpurge_compat(w->f); /* never flush a failed line's tail on close */
     if (w->f) {
         if (fflush(w->f) != 0 && st == PLLM_OK)
             st = pllm_errorf(PLLM_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));

@@ -30,7 +30,8 @@ typedef struct pllm_reader pllm_reader;
 pllm_status pllm_reader_open(pllm_reader **out, const char *path);
 /* Next line: *line points to an internal buffer (NUL-terminated, without the '\n'), valid
  * until the next call; *lineno is its number. *eof is set at the end (line NULL). */
-pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int64_t *lineno, bool *eof);
+pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int64_t *lineno,
+                             bool *eof);
 /* Up to cap decompressed bytes into dst; *n == 0 only at the end of the input. */
 pllm_status pllm_reader_read(pllm_reader *r, char *dst, size_t cap, size_t *n);
 /* The first byte that is not JSON whitespace (space, tab, CR, LF), without consuming

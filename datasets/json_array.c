@@ -6,21 +6,21 @@
 #define JA_CHUNK (1 << 16)
 
 typedef enum ja_state {
-    JA_OPEN,       /* before '[' */
-    JA_FIRST,      /* after '[': an element or ']' */
-    JA_ELEM,       /* after ',': an element */
-    JA_AFTER,      /* after an element: ',' or ']' */
-    JA_TRAILER,    /* after ']': whitespace only */
+    JA_OPEN,    /* before '[' */
+    JA_FIRST,   /* after '[': an element or ']' */
+    JA_ELEM,    /* after ',': an element */
+    JA_AFTER,   /* after an element: ',' or ']' */
+    JA_TRAILER, /* after ']': whitespace only */
     JA_DONE,
 } ja_state;
 
 struct pllm_json_array {
     pllm_reader *r;
-    char *chunk;        /* [JA_CHUNK] raw bytes from the reader */
+    char *chunk; /* [JA_CHUNK] raw bytes from the reader */
     size_t pos, n;
     bool src_eof;
-    uint64_t offset;    /* byte offset of chunk[pos] */
-    int64_t line;       /* line of chunk[pos] */
+    uint64_t offset; /* byte offset of chunk[pos] */
+    int64_t line;    /* line of chunk[pos] */
     ja_state state;
     int64_t n_elems;
     pllm_buf elem;
@@ -78,7 +78,10 @@ static void advance(pllm_json_array *a)
     a->offset++;
 }
 
-static bool is_ws(int c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+static bool is_ws(int c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
 
 static pllm_status skip_ws(pllm_json_array *a, int *c)
 {
@@ -92,11 +95,15 @@ static pllm_status skip_ws(pllm_json_array *a, int *c)
 static pllm_status structure_error(pllm_json_array *a, const char *what, int c)
 {
     char got[32];
-    if (c < 0) snprintf(got, sizeof got, "the end of the input");
-    else if (c >= 0x20 && c < 0x7f) snprintf(got, sizeof got, "'%c'", c);
-    else snprintf(got, sizeof got, "byte 0x%02x", c);
-    return pllm_errorf(PLLM_ERR_FORMAT, "%s:%lld: byte offset %llu: %s, found %s", pllm_reader_path(a->r),
-                       (long long)a->line, (unsigned long long)a->offset, what, got);
+    if (c < 0)
+        snprintf(got, sizeof got, "the end of the input");
+    else if (c >= 0x20 && c < 0x7f)
+        snprintf(got, sizeof got, "'%c'", c);
+    else
+        snprintf(got, sizeof got, "byte 0x%02x", c);
+    return pllm_errorf(PLLM_ERR_FORMAT, "%s:%lld: byte offset %llu: %s, found %s",
+                       pllm_reader_path(a->r), (long long)a->line, (unsigned long long)a->offset,
+                       what, got);
 }
 
 /* Copy one element (its first byte is the current one) into a->elem. Brackets are counted
@@ -113,7 +120,8 @@ static pllm_status scan_element(pllm_json_array *a)
             PLLM_TRY(peek(a, &c));
             if (c < 0) {
                 if (scalar && !first) break;
-                return structure_error(a, "the input ends inside an array element (is the file truncated?)", c);
+                return structure_error(
+                    a, "the input ends inside an array element (is the file truncated?)", c);
             }
         }
         /* scan the rest of the chunk in one go */
@@ -123,14 +131,19 @@ static pllm_status scan_element(pllm_json_array *a)
             char ch = a->chunk[i];
             if (first) {
                 first = false;
-                if (ch == '{' || ch == '[') depth = 1;
-                else if (ch == '"') in_str = true;
-                else scalar = true;
+                if (ch == '{' || ch == '[')
+                    depth = 1;
+                else if (ch == '"')
+                    in_str = true;
+                else
+                    scalar = true;
                 continue;
             }
             if (in_str) {
-                if (esc) esc = false;
-                else if (ch == '\\') esc = true;
+                if (esc)
+                    esc = false;
+                else if (ch == '\\')
+                    esc = true;
                 else if (ch == '"') {
                     in_str = false;
                     if (depth == 0) {
@@ -148,8 +161,10 @@ static pllm_status scan_element(pllm_json_array *a)
                 }
                 continue;
             }
-            if (ch == '"') in_str = true;
-            else if (ch == '{' || ch == '[') depth++;
+            if (ch == '"')
+                in_str = true;
+            else if (ch == '{' || ch == '[')
+                depth++;
             else if (ch == '}' || ch == ']') {
                 if (--depth == 0) {
                     i++;
@@ -188,7 +203,9 @@ pllm_status pllm_json_array_next(pllm_json_array *a, pllm_json_elem *e, bool *eo
                 break;
             }
             if (c < 0 || c == ']' || c == ',')
-                return structure_error(a, a->state == JA_FIRST ? "expected an element or ']'" : "expected an element after ','",
+                return structure_error(a,
+                                       a->state == JA_FIRST ? "expected an element or ']'"
+                                                            : "expected an element after ','",
                                        c);
             e->line = a->line;
             e->offset = a->offset;
@@ -200,14 +217,18 @@ pllm_status pllm_json_array_next(pllm_json_array *a, pllm_json_elem *e, bool *eo
             return PLLM_OK;
         case JA_AFTER:
             PLLM_TRY(skip_ws(a, &c));
-            if (c == ',') a->state = JA_ELEM;
-            else if (c == ']') a->state = JA_TRAILER;
-            else return structure_error(a, "expected ',' or ']' after an array element", c);
+            if (c == ',')
+                a->state = JA_ELEM;
+            else if (c == ']')
+                a->state = JA_TRAILER;
+            else
+                return structure_error(a, "expected ',' or ']' after an array element", c);
             advance(a);
             break;
         case JA_TRAILER:
             PLLM_TRY(skip_ws(a, &c));
-            if (c >= 0) return structure_error(a, "unexpected data after the closing ']' of the list", c);
+            if (c >= 0)
+                return structure_error(a, "unexpected data after the closing ']' of the list", c);
             a->state = JA_DONE;
             break;
         case JA_DONE:

@@ -23,11 +23,11 @@ pllm_status pllm_json_array_open(pllm_json_array **out, pllm_reader *r);
 void pllm_json_array_free(pllm_json_array *a);
 
 typedef struct pllm_json_elem {
-    const char *text;  /* the element's bytes, NUL-terminated; valid until the next call */
+    const char *text; /* the element's bytes, NUL-terminated; valid until the next call */
     size_t len;
-    int64_t index;     /* 1-based element number */
-    int64_t line;      /* 1-based line where the element starts */
-    uint64_t offset;   /* byte offset of its first byte (after decompression) */
+    int64_t index;   /* 1-based element number */
+    int64_t line;    /* 1-based line where the element starts */
+    uint64_t offset; /* byte offset of its first byte (after decompression) */
 } pllm_json_elem;
 
 /* Next element; *eof at the closing bracket (nothing but whitespace may follow it). */

@@ -10,10 +10,14 @@
 const char *pllm_format_name(pllm_format f)
 {
     switch (f) {
-    case PLLM_FORMAT_AUTO: return "auto";
-    case PLLM_FORMAT_PLLM: return "pllm";
-    case PLLM_FORMAT_OPENAI: return "openai";
-    case PLLM_FORMAT_SHAREGPT: return "sharegpt";
+    case PLLM_FORMAT_AUTO:
+        return "auto";
+    case PLLM_FORMAT_PLLM:
+        return "pllm";
+    case PLLM_FORMAT_OPENAI:
+        return "openai";
+    case PLLM_FORMAT_SHAREGPT:
+        return "sharegpt";
     }
     return "?";
 }
@@ -25,7 +29,8 @@ pllm_status pllm_format_parse(const char *s, pllm_format *out)
             *out = (pllm_format)f;
             return PLLM_OK;
         }
-    return pllm_errorf(PLLM_ERR_INVALID, "--format '%s' is not one of auto, pllm, openai, sharegpt", s);
+    return pllm_errorf(PLLM_ERR_INVALID, "--format '%s' is not one of auto, pllm, openai, sharegpt",
+                       s);
 }
 
 bool pllm_record_line_is_blank(const char *line, size_t len)
@@ -46,8 +51,16 @@ char *pllm_record_id_text(const json_t *id)
 static char *loc_key(int64_t line, int64_t element)
 {
     char tmp[40];
-    if (element > 0) snprintf(tmp, sizeof tmp, "\x01" "e%lld", (long long)element);
-    else snprintf(tmp, sizeof tmp, "\x01" "l%lld", (long long)line);
+    if (element > 0)
+        snprintf(tmp, sizeof tmp,
+                 "\x01"
+                 "e%lld",
+                 (long long)element);
+    else
+        snprintf(tmp, sizeof tmp,
+                 "\x01"
+                 "l%lld",
+                 (long long)line);
     return pllm_strdup(tmp);
 }
 
@@ -89,7 +102,8 @@ typedef struct pctx {
 } pctx;
 
 /* Record "file:line: [element N: ]message" as the record's error and the thread's message. */
-__attribute__((format(printf, 3, 4))) static pllm_status rec_err(pctx *x, pllm_status st, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static pllm_status rec_err(pctx *x, pllm_status st,
+                                                                 const char *fmt, ...)
 {
     char msg[1536];
     va_list ap;
@@ -98,7 +112,8 @@ __attribute__((format(printf, 3, 4))) static pllm_status rec_err(pctx *x, pllm_s
     va_end(ap);
     const pllm_record_loc *l = x->loc;
     if (l->element > 0)
-        pllm_errorf(st, "%s:%lld: element %lld: %s", l->file, (long long)l->line, (long long)l->element, msg);
+        pllm_errorf(st, "%s:%lld: element %lld: %s", l->file, (long long)l->line,
+                    (long long)l->element, msg);
     else
         pllm_errorf(st, "%s:%lld: %s", l->file, (long long)l->line, msg);
     free(x->rec->error);
@@ -135,12 +150,14 @@ static pllm_status field_err(pctx *x, const char *field, const char *what, const
 
 /* ---------------------------------------------------------------- fields */
 
-static pllm_status get_int(pctx *x, json_t *v, const char *field, int64_t lo, int64_t hi, int64_t *out)
+static pllm_status get_int(pctx *x, json_t *v, const char *field, int64_t lo, int64_t hi,
+                           int64_t *out)
 {
     int64_t k;
     if (json_is_integer(v)) {
         k = (int64_t)json_integer_value(v);
-    } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15) {
+    } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+               fabs(json_real_value(v)) < 9e15) {
         k = (int64_t)json_real_value(v); /* 8.0 is accepted as 8 */
     } else {
         return field_err(x, field, "must be an integer", v);
@@ -202,7 +219,8 @@ static pllm_status parse_stop(pctx *x, json_t *v)
     }
     for (size_t i = 0; i < json_array_size(v); i++) {
         json_t *s = json_array_get(v, i);
-        if (!json_is_string(s) || !json_string_length(s)) return field_err(x, "stop", "must hold non-empty strings", v);
+        if (!json_is_string(s) || !json_string_length(s))
+            return field_err(x, "stop", "must hold non-empty strings", v);
         PLLM_TRY(dup_string(x, json_string_value(s), json_string_length(s), &rec->stop_store[i]));
         p->stop[i] = rec->stop_store[i];
         p->n_stop = (int32_t)i + 1;
@@ -298,7 +316,8 @@ static pllm_status validate_params(pctx *x)
 static pllm_status parse_messages(pctx *x, json_t *msgs, bool allow_parts)
 {
     pllm_record *rec = x->rec;
-    if (!json_is_array(msgs)) return field_err(x, "messages", "must be a list of {\"role\", \"content\"} objects", msgs);
+    if (!json_is_array(msgs))
+        return field_err(x, "messages", "must be a list of {\"role\", \"content\"} objects", msgs);
     size_t n = json_array_size(msgs);
     if (n == 0) return field_err(x, "messages", "is empty", NULL);
     rec->messages = pllm_calloc(n, sizeof *rec->messages);
@@ -307,14 +326,17 @@ static pllm_status parse_messages(pctx *x, json_t *msgs, bool allow_parts)
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(msgs, i);
         snprintf(field, sizeof field, "messages[%zu]", i);
-        if (!json_is_object(m)) return field_err(x, field, "must be an object with \"role\" and \"content\"", m);
+        if (!json_is_object(m))
+            return field_err(x, field, "must be an object with \"role\" and \"content\"", m);
         json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
         const char *key;
         json_t *val;
-        json_object_foreach(m, key, val) {
+        json_object_foreach(m, key, val)
+        {
             if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name")) {
                 snprintf(field, sizeof field, "messages[%zu].%s", i, key);
-                return field_err(x, field, "is not a known message field (role, content, name)", NULL);
+                return field_err(x, field, "is not a known message field (role, content, name)",
+                                 NULL);
             }
         }
         if (!json_is_string(role)) {
@@ -329,10 +351,13 @@ static pllm_status parse_messages(pctx *x, json_t *msgs, bool allow_parts)
             for (size_t k = 0; k < json_array_size(content); k++) {
                 json_t *part = json_array_get(content, k);
                 json_t *type = json_object_get(part, "type"), *t = json_object_get(part, "text");
-                if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text") ||
-                    !json_is_string(t)) {
+                if (!json_is_object(part) || !json_is_string(type) ||
+                    strcmp(json_string_value(type), "text") || !json_is_string(t)) {
                     pllm_buf_free(&text);
-                    return field_err(x, field, "parts must be {\"type\": \"text\", \"text\": ...} (only text is supported)", part);
+                    return field_err(x, field,
+                                     "parts must be {\"type\": \"text\", \"text\": ...} (only text "
+                                     "is supported)",
+                                     part);
                 }
                 if (k) pllm_buf_append(&text, "\n", 1);
                 pllm_buf_append(&text, json_string_value(t), json_string_length(t));
@@ -343,12 +368,14 @@ static pllm_status parse_messages(pctx *x, json_t *msgs, bool allow_parts)
         rec->messages[i].role = pllm_strdup(json_string_value(role));
         rec->messages[i].content = text.s ? text.s : pllm_strdup("");
         rec->n_messages = i + 1;
-        if (!rec->messages[i].role || !rec->messages[i].content) return rec_err(x, PLLM_ERR_NOMEM, "out of memory");
+        if (!rec->messages[i].role || !rec->messages[i].content)
+            return rec_err(x, PLLM_ERR_NOMEM, "out of memory");
     }
     /* an empty prompt: every message's content is empty */
     bool any = false;
     for (size_t i = 0; i < n; i++) any |= rec->messages[i].content[0] != 0;
-    if (!any) return field_err(x, "messages", "every message's content is empty (an empty prompt)", NULL);
+    if (!any)
+        return field_err(x, "messages", "every message's content is empty (an empty prompt)", NULL);
     return PLLM_OK;
 }
 
@@ -361,25 +388,31 @@ static pllm_status parse_prompt(pctx *x, json_t *prompt)
 
 /* ---------------------------------------------------------------- formats */
 
-static const char PLLM_KNOWN[] = "id, prompt, messages, max_tokens, min_tokens, temperature, top_p, top_k, min_p, "
-                                 "repetition_penalty, presence_penalty, frequency_penalty, seed, stop, stop_token_ids, "
-                                 "ignore_eos, n, logprobs";
+static const char PLLM_KNOWN[] =
+    "id, prompt, messages, max_tokens, min_tokens, temperature, top_p, top_k, min_p, "
+    "repetition_penalty, presence_penalty, frequency_penalty, seed, stop, stop_token_ids, "
+    "ignore_eos, n, logprobs";
 
 static pllm_status parse_pllm(pctx *x, json_t *root)
 {
     pllm_record *rec = x->rec;
     json_t *prompt = json_object_get(root, "prompt"), *msgs = json_object_get(root, "messages");
-    if (prompt && msgs) return rec_err(x, PLLM_ERR_FORMAT, "give either 'prompt' or 'messages', not both");
-    if (!prompt && !msgs) return rec_err(x, PLLM_ERR_FORMAT, "missing field 'prompt' (or 'messages')");
+    if (prompt && msgs)
+        return rec_err(x, PLLM_ERR_FORMAT, "give either 'prompt' or 'messages', not both");
+    if (!prompt && !msgs)
+        return rec_err(x, PLLM_ERR_FORMAT, "missing field 'prompt' (or 'messages')");
     PLLM_TRY(prompt ? parse_prompt(x, prompt) : parse_messages(x, msgs, false));
     const char *key;
     json_t *v;
-    json_object_foreach(root, key, v) {
+    json_object_foreach(root, key, v)
+    {
         if (!strcmp(key, "id") || !strcmp(key, "prompt") || !strcmp(key, "messages")) continue;
         if (!strcmp(key, "logprobs")) {
             int64_t i;
-            if (json_is_boolean(v)) i = json_is_true(v) ? 1 : 0;
-            else PLLM_TRY(get_int(x, v, key, 0, 20, &i));
+            if (json_is_boolean(v))
+                i = json_is_true(v) ? 1 : 0;
+            else
+                PLLM_TRY(get_int(x, v, key, 0, 20, &i));
             rec->params.sampling.logprobs = (int32_t)i;
             rec->want_logprobs = i > 0;
             rec->top_logprobs = (int32_t)i;
@@ -387,7 +420,8 @@ static pllm_status parse_pllm(pctx *x, json_t *root)
         }
         bool handled;
         PLLM_TRY(parse_param(x, key, v, &handled));
-        if (!handled) return rec_err(x, PLLM_ERR_FORMAT, "unknown field '%s' (known: %s)", key, PLLM_KNOWN);
+        if (!handled)
+            return rec_err(x, PLLM_ERR_FORMAT, "unknown field '%s' (known: %s)", key, PLLM_KNOWN);
     }
     return validate_params(x);
 }
@@ -397,10 +431,13 @@ static pllm_status parse_openai(pctx *x, json_t *root)
     pllm_record *rec = x->rec;
     const char *key;
     json_t *v;
-    json_object_foreach(root, key, v) {
-        if (strcmp(key, "custom_id") && strcmp(key, "method") && strcmp(key, "url") && strcmp(key, "body"))
-            return rec_err(x, PLLM_ERR_FORMAT, "unknown field '%s' (an OpenAI batch line has custom_id, method, url, body)",
-                           key);
+    json_object_foreach(root, key, v)
+    {
+        if (strcmp(key, "custom_id") && strcmp(key, "method") && strcmp(key, "url") &&
+            strcmp(key, "body"))
+            return rec_err(
+                x, PLLM_ERR_FORMAT,
+                "unknown field '%s' (an OpenAI batch line has custom_id, method, url, body)", key);
     }
     json_t *method = json_object_get(root, "method"), *url = json_object_get(root, "url"),
            *body = json_object_get(root, "body");
@@ -408,27 +445,36 @@ static pllm_status parse_openai(pctx *x, json_t *root)
     if (!json_is_string(method) || strcmp(json_string_value(method), "POST"))
         return field_err(x, "method", "must be \"POST\"", method);
     if (!url) return field_err(x, "url", "is missing", NULL);
-    if (json_is_string(url) && !strcmp(json_string_value(url), "/v1/chat/completions")) rec->endpoint = PLLM_ENDPOINT_CHAT;
-    else if (json_is_string(url) && !strcmp(json_string_value(url), "/v1/completions")) rec->endpoint = PLLM_ENDPOINT_COMPLETIONS;
-    else return field_err(x, "url", "must be \"/v1/chat/completions\" or \"/v1/completions\"", url);
+    if (json_is_string(url) && !strcmp(json_string_value(url), "/v1/chat/completions"))
+        rec->endpoint = PLLM_ENDPOINT_CHAT;
+    else if (json_is_string(url) && !strcmp(json_string_value(url), "/v1/completions"))
+        rec->endpoint = PLLM_ENDPOINT_COMPLETIONS;
+    else
+        return field_err(x, "url", "must be \"/v1/chat/completions\" or \"/v1/completions\"", url);
     if (!body) return field_err(x, "body", "is missing", NULL);
     if (!json_is_object(body)) return field_err(x, "body", "must be an object", body);
     x->prefix = "body.";
     bool chat = rec->endpoint == PLLM_ENDPOINT_CHAT;
     json_t *msgs = json_object_get(body, "messages"), *prompt = json_object_get(body, "prompt");
     if (chat) {
-        if (prompt) return field_err(x, "prompt", "is not a chat field (use /v1/completions for a raw prompt)", NULL);
+        if (prompt)
+            return field_err(x, "prompt",
+                             "is not a chat field (use /v1/completions for a raw prompt)", NULL);
         if (!msgs) return field_err(x, "messages", "is missing", NULL);
         PLLM_TRY(parse_messages(x, msgs, true));
     } else {
-        if (msgs) return field_err(x, "messages", "is not a completions field (use /v1/chat/completions)", NULL);
+        if (msgs)
+            return field_err(x, "messages", "is not a completions field (use /v1/chat/completions)",
+                             NULL);
         if (!prompt) return field_err(x, "prompt", "is missing", NULL);
-        if (json_is_array(prompt) && json_array_size(prompt) == 1 && json_is_string(json_array_get(prompt, 0)))
+        if (json_is_array(prompt) && json_array_size(prompt) == 1 &&
+            json_is_string(json_array_get(prompt, 0)))
             prompt = json_array_get(prompt, 0); /* a list of one prompt */
         PLLM_TRY(parse_prompt(x, prompt));
     }
     int64_t top = -1;
-    json_object_foreach(body, key, v) {
+    json_object_foreach(body, key, v)
+    {
         const char *name = key; /* key itself drives the iteration: never reassign it */
         if (!strcmp(name, "messages") || !strcmp(name, "prompt") || !strcmp(name, "user")) continue;
         if (!strcmp(name, "model")) {
@@ -437,7 +483,8 @@ static pllm_status parse_openai(pctx *x, json_t *root)
             continue;
         }
         if (!strcmp(name, "stream")) {
-            if (!json_is_false(v) && !json_is_null(v)) return field_err(x, name, "must be false (a batch is not streamed)", v);
+            if (!json_is_false(v) && !json_is_null(v))
+                return field_err(x, name, "must be false (a batch is not streamed)", v);
             continue;
         }
         if (!strcmp(name, "max_completion_tokens")) name = "max_tokens";
@@ -460,22 +507,28 @@ static pllm_status parse_openai(pctx *x, json_t *root)
         PLLM_TRY(parse_param(x, name, v, &handled));
         if (!handled)
             return rec_err(x, PLLM_ERR_FORMAT,
-                           "unknown field 'body.%s' (supported: model, %s, max_tokens, max_completion_tokens, min_tokens, "
-                           "temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, "
+                           "unknown field 'body.%s' (supported: model, %s, max_tokens, "
+                           "max_completion_tokens, min_tokens, "
+                           "temperature, top_p, top_k, min_p, repetition_penalty, "
+                           "presence_penalty, frequency_penalty, "
                            "seed, stop, stop_token_ids, ignore_eos, n, logprobs%s, user, stream)",
                            key, chat ? "messages" : "prompt", chat ? ", top_logprobs" : "");
     }
-    if (top > 0 && !rec->want_logprobs) return field_err(x, "top_logprobs", "needs \"logprobs\": true", NULL);
+    if (top > 0 && !rec->want_logprobs)
+        return field_err(x, "top_logprobs", "needs \"logprobs\": true", NULL);
     if (rec->want_logprobs) {
         rec->top_logprobs = top > 0 ? (int32_t)top : 0;
-        rec->params.sampling.logprobs = top > 0 ? (int32_t)top : 1; /* the engine returns logprobs with a top list */
+        rec->params.sampling.logprobs =
+            top > 0 ? (int32_t)top : 1; /* the engine returns logprobs with a top list */
     }
     return validate_params(x);
 }
 
 static const char *sharegpt_role(const char *from)
 {
-    static const char *const user[] = {"human", "user"}, *const assistant[] = {"gpt", "assistant", "chatgpt", "bard", "bing", "model"};
+    static const char *const user[] = {"human", "user"}, *const assistant[] = {
+                                                             "gpt",  "assistant", "chatgpt",
+                                                             "bard", "bing",      "model"};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(user); i++)
         if (!strcmp(from, user[i])) return "user";
     for (size_t i = 0; i < PLLM_ARRAY_LEN(assistant); i++)
@@ -489,7 +542,8 @@ static pllm_status parse_sharegpt(pctx *x, json_t *root)
     pllm_record *rec = x->rec;
     json_t *conv = json_object_get(root, "conversations");
     if (!conv) return rec_err(x, PLLM_ERR_FORMAT, "missing field 'conversations'");
-    if (!json_is_array(conv)) return field_err(x, "conversations", "must be a list of {\"from\", \"value\"} turns", conv);
+    if (!json_is_array(conv))
+        return field_err(x, "conversations", "must be a list of {\"from\", \"value\"} turns", conv);
     size_t n = json_array_size(conv);
     if (n == 0) return field_err(x, "conversations", "is empty", NULL);
     char field[64];
@@ -497,14 +551,19 @@ static pllm_status parse_sharegpt(pctx *x, json_t *root)
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(conv, i);
         snprintf(field, sizeof field, "conversations[%zu]", i);
-        if (!json_is_object(t)) return field_err(x, field, "must be an object with \"from\" and \"value\"", t);
+        if (!json_is_object(t))
+            return field_err(x, field, "must be an object with \"from\" and \"value\"", t);
         json_t *from = json_object_get(t, "from"), *value = json_object_get(t, "value");
         snprintf(field, sizeof field, "conversations[%zu].from", i);
-        if (!json_is_string(from)) return field_err(x, field, from ? "must be a string" : "is missing", from);
+        if (!json_is_string(from))
+            return field_err(x, field, from ? "must be a string" : "is missing", from);
         const char *role = sharegpt_role(json_string_value(from));
-        if (!role) return field_err(x, field, "is not a known role (human, user, gpt, assistant, system)", from);
+        if (!role)
+            return field_err(x, field, "is not a known role (human, user, gpt, assistant, system)",
+                             from);
         snprintf(field, sizeof field, "conversations[%zu].value", i);
-        if (!json_is_string(value)) return field_err(x, field, value ? "must be a string" : "is missing", value);
+        if (!json_is_string(value))
+            return field_err(x, field, value ? "must be a string" : "is missing", value);
         if (!strcmp(role, "user")) {
             last_user = i;
             if (first_user == n) first_user = i;
@@ -521,17 +580,21 @@ static pllm_status parse_sharegpt(pctx *x, json_t *root)
     for (size_t i = 0; i <= last_user; i++) {
         json_t *t = json_array_get(conv, i);
         json_t *value = json_object_get(t, "value");
-        rec->messages[i].role = pllm_strdup(sharegpt_role(json_string_value(json_object_get(t, "from"))));
+        rec->messages[i].role =
+            pllm_strdup(sharegpt_role(json_string_value(json_object_get(t, "from"))));
         rec->messages[i].content = pllm_malloc(json_string_length(value) + 1);
         rec->n_messages = i + 1;
-        if (!rec->messages[i].role || !rec->messages[i].content) return rec_err(x, PLLM_ERR_NOMEM, "out of memory");
-        memcpy((char *)rec->messages[i].content, json_string_value(value), json_string_length(value) + 1);
+        if (!rec->messages[i].role || !rec->messages[i].content)
+            return rec_err(x, PLLM_ERR_NOMEM, "out of memory");
+        memcpy((char *)rec->messages[i].content, json_string_value(value),
+               json_string_length(value) + 1);
     }
     if (first_user + 1 < n) {
         json_t *t = json_array_get(conv, first_user + 1);
         if (!strcmp(sharegpt_role(json_string_value(json_object_get(t, "from"))), "assistant")) {
             json_t *value = json_object_get(t, "value");
-            PLLM_TRY(dup_string(x, json_string_value(value), json_string_length(value), &rec->reference));
+            PLLM_TRY(dup_string(x, json_string_value(value), json_string_length(value),
+                                &rec->reference));
         }
     }
     return validate_params(x);
@@ -550,7 +613,8 @@ pllm_status pllm_record_parse(pllm_record *rec, pllm_format fmt, const char *tex
     int64_t fallback_id = loc->element > 0 ? loc->element : loc->line;
     rec->params.n_stop = 0; /* the defaults' stop strings are borrowed: copy them */
     for (int32_t i = 0; i < defaults->n_stop; i++) {
-        if (!(rec->stop_store[i] = pllm_strdup(defaults->stop[i]))) return rec_err(&x, PLLM_ERR_NOMEM, "out of memory");
+        if (!(rec->stop_store[i] = pllm_strdup(defaults->stop[i])))
+            return rec_err(&x, PLLM_ERR_NOMEM, "out of memory");
         rec->params.stop[i] = rec->stop_store[i];
         rec->params.n_stop = i + 1;
     }
@@ -558,7 +622,8 @@ pllm_status pllm_record_parse(pllm_record *rec, pllm_format fmt, const char *tex
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (!root) {
         if (fmt != PLLM_FORMAT_OPENAI) rec->id = json_integer(fallback_id);
-        return rec_err(&x, PLLM_ERR_FORMAT, "invalid JSON at column %d: %s", jerr.column, jerr.text);
+        return rec_err(&x, PLLM_ERR_FORMAT, "invalid JSON at column %d: %s", jerr.column,
+                       jerr.text);
     }
     pllm_status st = PLLM_OK;
     if (!json_is_object(root)) {
@@ -585,10 +650,17 @@ pllm_status pllm_record_parse(pllm_record *rec, pllm_format fmt, const char *tex
         }
     }
     switch (fmt) {
-    case PLLM_FORMAT_PLLM: st = parse_pllm(&x, root); break;
-    case PLLM_FORMAT_OPENAI: st = parse_openai(&x, root); break;
-    case PLLM_FORMAT_SHAREGPT: st = parse_sharegpt(&x, root); break;
-    case PLLM_FORMAT_AUTO: break;
+    case PLLM_FORMAT_PLLM:
+        st = parse_pllm(&x, root);
+        break;
+    case PLLM_FORMAT_OPENAI:
+        st = parse_openai(&x, root);
+        break;
+    case PLLM_FORMAT_SHAREGPT:
+        st = parse_sharegpt(&x, root);
+        break;
+    case PLLM_FORMAT_AUTO:
+        break;
     }
 done:
     json_decref(root);
@@ -647,20 +719,26 @@ static json_t *json_text(const char *s, size_t n)
     return j;
 }
 
-static double ms(double seconds) { return round(seconds * 1e6) / 1e3; }
+static double ms(double seconds)
+{
+    return round(seconds * 1e6) / 1e3;
+}
 
-pllm_status pllm_output_completion(char **out, const json_t *id, const char *prompt, int32_t n_completions,
-                                   const pllm_completion *c, int32_t top_logprobs, const pllm_output_opts *opts)
+pllm_status pllm_output_completion(char **out, const json_t *id, const char *prompt,
+                                   int32_t n_completions, const pllm_completion *c,
+                                   int32_t top_logprobs, const pllm_output_opts *opts)
 {
     json_t *o = json_object();
     if (!o) return PLLM_ERR_NOMEM;
     json_object_set(o, "id", (json_t *)id);
     if (n_completions > 1) json_object_set_new(o, "index", json_integer(c->index));
-    if (opts && opts->echo_prompt && prompt) json_object_set_new(o, "prompt", json_text(prompt, strlen(prompt)));
+    if (opts && opts->echo_prompt && prompt)
+        json_object_set_new(o, "prompt", json_text(prompt, strlen(prompt)));
     json_object_set_new(o, "text", json_text(c->text ? c->text : "", c->text ? c->text_len : 0));
     if (opts && opts->token_ids) {
         json_t *arr = json_array();
-        for (int32_t i = 0; i < c->n_tokens; i++) json_array_append_new(arr, json_integer(c->token_ids[i]));
+        for (int32_t i = 0; i < c->n_tokens; i++)
+            json_array_append_new(arr, json_integer(c->token_ids[i]));
         json_object_set_new(o, "token_ids", arr);
     }
     if (c->logprobs) {
@@ -674,8 +752,10 @@ pllm_status pllm_output_completion(char **out, const json_t *id, const char *pro
                 json_t *tl = json_array();
                 for (int32_t k = 0; k < top; k++) {
                     json_t *t = json_object();
-                    json_object_set_new(t, "token_id", json_integer(c->top_ids[(size_t)i * c->top_n + k]));
-                    json_object_set_new(t, "logprob", json_real(c->top_logprobs[(size_t)i * c->top_n + k]));
+                    json_object_set_new(t, "token_id",
+                                        json_integer(c->top_ids[(size_t)i * c->top_n + k]));
+                    json_object_set_new(t, "logprob",
+                                        json_real(c->top_logprobs[(size_t)i * c->top_n + k]));
                     json_array_append_new(tl, t);
                 }
                 json_object_set_new(e, "top_logprobs", tl);
@@ -688,18 +768,25 @@ pllm_status pllm_output_completion(char **out, const json_t *id, const char *pro
     json_object_set_new(o, "prompt_tokens", json_integer(c->prompt_tokens));
     json_object_set_new(o, "completion_tokens", json_integer(c->n_tokens));
     json_object_set_new(o, "cached_tokens", json_integer(c->cached_tokens));
-    if (c->t_first_token > 0) json_object_set_new(o, "ttft_ms", json_real(ms(c->t_first_token - c->t_arrival)));
+    if (c->t_first_token > 0)
+        json_object_set_new(o, "ttft_ms", json_real(ms(c->t_first_token - c->t_arrival)));
     json_object_set_new(o, "latency_ms", json_real(ms(c->t_finish - c->t_arrival)));
-    if (c->finish == PLLM_FINISH_ERROR) json_object_set_new(o, "error", json_text(c->error ? c->error : "unknown error", c->error ? strlen(c->error) : 13));
+    if (c->finish == PLLM_FINISH_ERROR)
+        json_object_set_new(
+            o, "error",
+            json_text(c->error ? c->error : "unknown error", c->error ? strlen(c->error) : 13));
     return dump(out, o);
 }
 
-pllm_status pllm_output_error(char **out, const json_t *id, int64_t line, int64_t element, const char *message)
+pllm_status pllm_output_error(char **out, const json_t *id, int64_t line, int64_t element,
+                              const char *message)
 {
     json_t *o = json_object();
     if (!o) return PLLM_ERR_NOMEM;
-    if (id) json_object_set(o, "id", (json_t *)id);
-    else json_object_set_new(o, "id", json_integer(element > 0 ? element : line));
+    if (id)
+        json_object_set(o, "id", (json_t *)id);
+    else
+        json_object_set_new(o, "id", json_integer(element > 0 ? element : line));
     json_object_set_new(o, "text", json_string(""));
     json_object_set_new(o, "finish_reason", json_string("error"));
     json_object_set_new(o, "prompt_tokens", json_integer(0));
@@ -722,7 +809,8 @@ static json_t *token_json(const pllm_tokenizer *tok, int32_t id, bool with_bytes
     }
     if (with_bytes) {
         *bytes = json_array();
-        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)s[i]));
+        for (size_t i = 0; i < n; i++)
+            json_array_append_new(*bytes, json_integer((unsigned char)s[i]));
     }
     return json_text(s, n);
 }
@@ -770,27 +858,34 @@ static json_t *completion_logprobs(const pllm_completion *c, int32_t top, const 
         }
         json_array_append_new(tops, m);
     }
-    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
-                     "text_offset", offs);
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps,
+                     "top_logprobs", tops, "text_offset", offs);
 }
 
-pllm_status pllm_openai_choice(json_t **out, pllm_endpoint ep, const pllm_completion *c, bool want_logprobs,
-                               int32_t top_logprobs, const pllm_tokenizer *tok)
+pllm_status pllm_openai_choice(json_t **out, pllm_endpoint ep, const pllm_completion *c,
+                               bool want_logprobs, int32_t top_logprobs, const pllm_tokenizer *tok)
 {
     json_t *o = json_object();
     if (!o) return PLLM_ERR_NOMEM;
     json_object_set_new(o, "index", json_integer(c->index));
     json_t *text = json_text(c->text ? c->text : "", c->text ? c->text_len : 0);
-    if (ep == PLLM_ENDPOINT_CHAT) json_object_set_new(o, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", text));
-    else json_object_set_new(o, "text", text);
+    if (ep == PLLM_ENDPOINT_CHAT)
+        json_object_set_new(o, "message",
+                            json_pack("{s:s, s:o}", "role", "assistant", "content", text));
+    else
+        json_object_set_new(o, "text", text);
     int32_t top = PLLM_MIN(top_logprobs, c->top_n);
     if (want_logprobs && c->logprobs)
-        json_object_set_new(o, "logprobs", ep == PLLM_ENDPOINT_CHAT ? chat_logprobs(c, top, tok) : completion_logprobs(c, top, tok));
-    else json_object_set_new(o, "logprobs", json_null());
+        json_object_set_new(o, "logprobs",
+                            ep == PLLM_ENDPOINT_CHAT ? chat_logprobs(c, top, tok)
+                                                     : completion_logprobs(c, top, tok));
+    else
+        json_object_set_new(o, "logprobs", json_null());
     json_object_set_new(o, "finish_reason", json_string(pllm_finish_reason_str(c->finish)));
     json_object_set_new(o, "stop_reason", json_null());
     /* carried to pllm_output_openai (which turns the request into an error line) */
-    if (c->finish == PLLM_FINISH_ERROR) json_object_set_new(o, "_error", json_string(c->error ? c->error : "unknown error"));
+    if (c->finish == PLLM_FINISH_ERROR)
+        json_object_set_new(o, "_error", json_string(c->error ? c->error : "unknown error"));
     *out = o;
     return PLLM_OK;
 }
@@ -807,8 +902,9 @@ static void openai_ids(const json_t *custom_id, int64_t line, char *hex, size_t 
     free(key);
 }
 
-pllm_status pllm_output_openai(char **out, const json_t *custom_id, int64_t line, pllm_endpoint ep, const char *model,
-                               json_t *choices, const pllm_openai_usage *usage, int64_t created)
+pllm_status pllm_output_openai(char **out, const json_t *custom_id, int64_t line, pllm_endpoint ep,
+                               const char *model, json_t *choices, const pllm_openai_usage *usage,
+                               int64_t created)
 {
     char hex[24], id[48], rid[64], bid[48];
     openai_ids(custom_id, line, hex, sizeof hex);
@@ -825,20 +921,23 @@ pllm_status pllm_output_openai(char **out, const json_t *custom_id, int64_t line
             return pllm_output_openai_error(out, custom_id, line, 0, msg, 500);
         }
     }
-    json_t *u = json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)usage->prompt_tokens, "total_tokens",
-                          (json_int_t)(usage->prompt_tokens + usage->completion_tokens), "completion_tokens",
-                          (json_int_t)usage->completion_tokens, "prompt_tokens_details", "cached_tokens",
-                          (json_int_t)usage->cached_tokens);
-    json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", bid, "object",
-                             ep == PLLM_ENDPOINT_CHAT ? "chat.completion" : "text_completion", "created",
-                             (json_int_t)created, "model", model ? model : "", "choices", choices, "usage", u);
-    json_t *o = json_pack("{s:s, s:O, s:{s:i, s:s, s:o}, s:n}", "id", id, "custom_id", (json_t *)custom_id, "response",
-                          "status_code", 200, "request_id", rid, "body", body, "error");
+    json_t *u =
+        json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)usage->prompt_tokens,
+                  "total_tokens", (json_int_t)(usage->prompt_tokens + usage->completion_tokens),
+                  "completion_tokens", (json_int_t)usage->completion_tokens,
+                  "prompt_tokens_details", "cached_tokens", (json_int_t)usage->cached_tokens);
+    json_t *body =
+        json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", bid, "object",
+                  ep == PLLM_ENDPOINT_CHAT ? "chat.completion" : "text_completion", "created",
+                  (json_int_t)created, "model", model ? model : "", "choices", choices, "usage", u);
+    json_t *o =
+        json_pack("{s:s, s:O, s:{s:i, s:s, s:o}, s:n}", "id", id, "custom_id", (json_t *)custom_id,
+                  "response", "status_code", 200, "request_id", rid, "body", body, "error");
     return dump(out, o);
 }
 
-pllm_status pllm_output_openai_error(char **out, const json_t *custom_id, int64_t line, int64_t element,
-                                     const char *message, int status_code)
+pllm_status pllm_output_openai_error(char **out, const json_t *custom_id, int64_t line,
+                                     int64_t element, const char *message, int status_code)
 {
     char hex[24], id[48], rid[64];
     openai_ids(custom_id, element > 0 ? -element : line, hex, sizeof hex);
@@ -846,12 +945,13 @@ pllm_status pllm_output_openai_error(char **out, const json_t *custom_id, int64_
     snprintf(rid, sizeof rid, "pllm-batch-%s", hex);
     json_t *err = json_object();
     json_object_set_new(err, "message", json_text(message, strlen(message)));
-    json_object_set_new(err, "type", json_string(status_code == 400 ? "BadRequestError" : "InternalServerError"));
+    json_object_set_new(
+        err, "type", json_string(status_code == 400 ? "BadRequestError" : "InternalServerError"));
     json_object_set_new(err, "code", json_integer(status_code));
     json_object_set_new(err, "line", json_integer(line));
     if (element > 0) json_object_set_new(err, "element", json_integer(element));
     json_t *o = json_pack("{s:s, s:O, s:{s:i, s:s, s:n}, s:o}", "id", id, "custom_id",
-                          custom_id ? (json_t *)custom_id : json_null(), "response", "status_code", status_code,
-                          "request_id", rid, "body", "error", err);
+                          custom_id ? (json_t *)custom_id : json_null(), "response", "status_code",
+                          status_code, "request_id", rid, "body", "error", err);
     return dump(out, o);
 }

@@ -74,21 +74,21 @@ typedef struct pllm_record_loc {
 
 typedef struct pllm_record {
     pllm_format format;
-    int64_t line, element;        /* as in pllm_record_loc */
-    json_t *id;                   /* pllm/sharegpt: the id, or the line/element number;
-                                     openai: custom_id (NULL when unreadable) */
-    char *prompt;                 /* raw prompt; NULL when messages are given */
-    pllm_chat_msg *messages;      /* [n_messages], strings owned */
+    int64_t line, element;   /* as in pllm_record_loc */
+    json_t *id;              /* pllm/sharegpt: the id, or the line/element number;
+                                openai: custom_id (NULL when unreadable) */
+    char *prompt;            /* raw prompt; NULL when messages are given */
+    pllm_chat_msg *messages; /* [n_messages], strings owned */
     size_t n_messages;
-    char *reference;              /* sharegpt: the reply after the first human turn, or NULL */
-    pllm_endpoint endpoint;       /* openai */
-    char *model;                  /* openai: body.model, or NULL */
-    bool has_max_tokens;          /* the record set max_tokens itself */
-    bool want_logprobs;           /* logprobs of the generated tokens were asked for */
-    int32_t top_logprobs;         /* top entries per token to write (<= params.sampling.logprobs) */
-    pllm_request_params params;   /* the defaults overridden by the record's fields */
+    char *reference;            /* sharegpt: the reply after the first human turn, or NULL */
+    pllm_endpoint endpoint;     /* openai */
+    char *model;                /* openai: body.model, or NULL */
+    bool has_max_tokens;        /* the record set max_tokens itself */
+    bool want_logprobs;         /* logprobs of the generated tokens were asked for */
+    int32_t top_logprobs;       /* top entries per token to write (<= params.sampling.logprobs) */
+    pllm_request_params params; /* the defaults overridden by the record's fields */
     char *stop_store[PLLM_MAX_STOP]; /* owned copies behind params.stop */
-    char *error;                  /* the message when the record is bad, else NULL */
+    char *error;                     /* the message when the record is bad, else NULL */
 } pllm_record;
 
 /* True when the line is blank (only whitespace): such lines are skipped, not records. */
@@ -117,18 +117,20 @@ char *pllm_output_key(const json_t *out_line);
 /* ---------------------------------------------------------------- output */
 
 typedef struct pllm_output_opts {
-    bool echo_prompt;     /* include "prompt" */
-    bool token_ids;       /* include "token_ids" */
+    bool echo_prompt; /* include "prompt" */
+    bool token_ids;   /* include "token_ids" */
 } pllm_output_opts;
 
 /* pllm output line for a finished completion (no newline). prompt may be NULL; n_completions
  * is the request's n ("index" is written when it is > 1). top_logprobs: top entries per token
  * to write (-1: all the completion has). Caller frees *out with free(). */
-pllm_status pllm_output_completion(char **out, const json_t *id, const char *prompt, int32_t n_completions,
-                                   const pllm_completion *c, int32_t top_logprobs, const pllm_output_opts *opts);
+pllm_status pllm_output_completion(char **out, const json_t *id, const char *prompt,
+                                   int32_t n_completions, const pllm_completion *c,
+                                   int32_t top_logprobs, const pllm_output_opts *opts);
 /* pllm error line for a request that never ran (line/element: where it was; element 0 for
  * JSON lines). */
-pllm_status pllm_output_error(char **out, const json_t *id, int64_t line, int64_t element, const char *message);
+pllm_status pllm_output_error(char **out, const json_t *id, int64_t line, int64_t element,
+                              const char *message);
 
 /* OpenAI batch output (`vllm run-batch`'s format):
  *   {"id": "pllm-<hash>", "custom_id": ..., "response": {"status_code": 200, "request_id":
@@ -136,17 +138,18 @@ pllm_status pllm_output_error(char **out, const json_t *id, int64_t line, int64_
  * The hash is of the custom_id and the line, so a rerun writes the same ids.
  * Build one choice per completion with pllm_openai_choice (during the emit callback: it
  * copies what it needs), then the line with pllm_output_openai once all n are in. */
-pllm_status pllm_openai_choice(json_t **out, pllm_endpoint ep, const pllm_completion *c, bool want_logprobs,
-                               int32_t top_logprobs, const pllm_tokenizer *tok);
+pllm_status pllm_openai_choice(json_t **out, pllm_endpoint ep, const pllm_completion *c,
+                               bool want_logprobs, int32_t top_logprobs, const pllm_tokenizer *tok);
 
 typedef struct pllm_openai_usage {
     int64_t prompt_tokens, completion_tokens, cached_tokens;
 } pllm_openai_usage;
 
 /* choices: a JSON list in index order (stolen). created: Unix seconds. */
-pllm_status pllm_output_openai(char **out, const json_t *custom_id, int64_t line, pllm_endpoint ep, const char *model,
-                               json_t *choices, const pllm_openai_usage *usage, int64_t created);
+pllm_status pllm_output_openai(char **out, const json_t *custom_id, int64_t line, pllm_endpoint ep,
+                               const char *model, json_t *choices, const pllm_openai_usage *usage,
+                               int64_t created);
 /* An OpenAI error line: response {status_code, request_id, body: null}, error {"message",
  * "type", "code", "line", "element"?}. status 400 for a bad record, 500 for a failed run. */
-pllm_status pllm_output_openai_error(char **out, const json_t *custom_id, int64_t line, int64_t element,
-                                     const char *message, int status_code);
+pllm_status pllm_output_openai_error(char **out, const json_t *custom_id, int64_t line,
+                                     int64_t element, const char *message, int status_code);

@@ -101,11 +101,21 @@ void pllm_source_close(pllm_source *s)
     free(s);
 }
 
-pllm_format pllm_source_format(const pllm_source *s) { return s->format; }
-bool pllm_source_is_list(const pllm_source *s) { return s->arr != NULL; }
-const char *pllm_source_path(const pllm_source *s) { return pllm_reader_path(s->r); }
+pllm_format pllm_source_format(const pllm_source *s)
+{
+    return s->format;
+}
+bool pllm_source_is_list(const pllm_source *s)
+{
+    return s->arr != NULL;
+}
+const char *pllm_source_path(const pllm_source *s)
+{
+    return pllm_reader_path(s->r);
+}
 
-pllm_status pllm_source_next(pllm_source *s, const pllm_request_params *defaults, pllm_record *rec, bool *eof)
+pllm_status pllm_source_next(pllm_source *s, const pllm_request_params *defaults, pllm_record *rec,
+                             bool *eof)
 {
     memset(rec, 0, sizeof *rec);
     *eof = false;

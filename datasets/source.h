@@ -39,7 +39,8 @@ const char *pllm_source_path(const pllm_source *s);
  * an error status only when the input itself cannot be read further (I/O error, truncated
  * .zst, broken list structure, PLLM_ERR_INTERRUPTED when a signal interrupted a read).
  */
-pllm_status pllm_source_next(pllm_source *s, const pllm_request_params *defaults, pllm_record *rec, bool *eof);
+pllm_status pllm_source_next(pllm_source *s, const pllm_request_params *defaults, pllm_record *rec,
+                             bool *eof);
 
 /* Progress: bytes of the file consumed and its size (0: unknown), records handed out. */
 void pllm_source_progress(const pllm_source *s, uint64_t *pos, uint64_t *size, int64_t *n_records);

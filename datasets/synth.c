@@ -16,14 +16,19 @@ static int32_t draw(const pllm_synth *s, uint64_t stream, uint64_t index, uint64
 
 pllm_status pllm_synth_prompt(const pllm_synth *s, int64_t index, pllm_tokens *out)
 {
-    if (s->n_allowed < 1) return pllm_errorf(PLLM_ERR_INVALID, "synthetic prompts: no token ids to draw from");
-    if (s->input_len < 0 || (s->kind == PLLM_SYNTH_PREFIX && (s->prefix_len < 0 || s->n_prefixes < 1)))
-        return pllm_errorf(PLLM_ERR_INVALID, "synthetic prompts: bad lengths (input %d, prefix %d x %d)", s->input_len,
-                           s->prefix_len, s->n_prefixes);
+    if (s->n_allowed < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "synthetic prompts: no token ids to draw from");
+    if (s->input_len < 0 ||
+        (s->kind == PLLM_SYNTH_PREFIX && (s->prefix_len < 0 || s->n_prefixes < 1)))
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "synthetic prompts: bad lengths (input %d, prefix %d x %d)",
+                           s->input_len, s->prefix_len, s->n_prefixes);
     if (s->kind == PLLM_SYNTH_PREFIX) {
         uint64_t p = (uint64_t)index % (uint64_t)s->n_prefixes;
-        for (int32_t j = 0; j < s->prefix_len; j++) PLLM_TRY(pllm_tokens_push(out, draw(s, 0x70726566ull, p, (uint64_t)j)));
+        for (int32_t j = 0; j < s->prefix_len; j++)
+            PLLM_TRY(pllm_tokens_push(out, draw(s, 0x70726566ull, p, (uint64_t)j)));
     }
-    for (int32_t j = 0; j < s->input_len; j++) PLLM_TRY(pllm_tokens_push(out, draw(s, 0x73756666ull, (uint64_t)index, (uint64_t)j)));
+    for (int32_t j = 0; j < s->input_len; j++)
+        PLLM_TRY(pllm_tokens_push(out, draw(s, 0x73756666ull, (uint64_t)index, (uint64_t)j)));
     return PLLM_OK;
 }

@@ -25,9 +25,9 @@ typedef struct pllm_synth {
     const int32_t *allowed; /* [n_allowed], borrowed */
     int32_t n_allowed;
     uint64_t seed;
-    int32_t input_len;      /* random: the prompt; prefix: the part after the prefix */
-    int32_t prefix_len;     /* prefix only */
-    int32_t n_prefixes;     /* prefix only */
+    int32_t input_len;  /* random: the prompt; prefix: the part after the prefix */
+    int32_t prefix_len; /* prefix only */
+    int32_t n_prefixes; /* prefix only */
 } pllm_synth;
 
 /* Append prompt index's ids to out. */

@@ -5,8 +5,8 @@
 #include <string.h>
 
 /* Histogram buckets: bucket k >= 1 holds [LO * G^(k-1), LO * G^k); bucket 0 holds [0, LO). */
-#define SERIES_LO 1e-7
-#define SERIES_G 1.002 /* 0.2% wide: the midpoint is within 0.1% of any value in the bucket */
+#define SERIES_LO           1e-7
+#define SERIES_G            1.002 /* 0.2% wide: the midpoint is within 0.1% of any value in the bucket */
 #define PLLM_SERIES_BUCKETS 16000 /* LO * G^16000 ~ 8e6 s */
 
 /* ---------------------------------------------------------------- series */
@@ -171,8 +171,10 @@ double pllm_t_quantile_975(int df)
     while (t_cdf(hi, df) < 0.975) hi *= 2;
     for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; i++) {
         double mid = 0.5 * (lo + hi);
-        if (t_cdf(mid, df) < 0.975) lo = mid;
-        else hi = mid;
+        if (t_cdf(mid, df) < 0.975)
+            lo = mid;
+        else
+            hi = mid;
     }
     return 0.5 * (lo + hi);
 }
@@ -226,9 +228,11 @@ pllm_status pllm_report_add(pllm_report *r, const pllm_completion *c)
     r->cached_tokens += c->cached_tokens;
     r->completion_tokens += c->n_tokens;
     PLLM_TRY(pllm_series_add(&r->latency, c->t_finish - c->t_arrival));
-    if (c->n_tokens > 0 && c->t_first_token > 0) PLLM_TRY(pllm_series_add(&r->ttft, c->t_first_token - c->t_arrival));
+    if (c->n_tokens > 0 && c->t_first_token > 0)
+        PLLM_TRY(pllm_series_add(&r->ttft, c->t_first_token - c->t_arrival));
     if (c->n_tokens > 1 && c->t_first_token > 0)
-        PLLM_TRY(pllm_series_add(&r->tpot, (c->t_finish - c->t_first_token) / (double)(c->n_tokens - 1)));
+        PLLM_TRY(pllm_series_add(&r->tpot,
+                                 (c->t_finish - c->t_first_token) / (double)(c->n_tokens - 1)));
     return PLLM_OK;
 }
 
@@ -267,7 +271,10 @@ pllm_status pllm_report_new_run(pllm_report *r, double t_start)
     return PLLM_OK;
 }
 
-int pllm_report_n_runs(const pllm_report *r) { return r->n_runs + 1; }
+int pllm_report_n_runs(const pllm_report *r)
+{
+    return r->n_runs + 1;
+}
 
 pllm_throughput pllm_report_run_throughput(const pllm_report *r, int i)
 {
@@ -311,8 +318,10 @@ static tp_intervals intervals(const pllm_report *r)
 
 static void print_tp(FILE *f, const char *label, pllm_interval iv)
 {
-    if (iv.n > 1) fprintf(f, "%-40s %.2f  (95%% CI %.2f .. %.2f)\n", label, iv.mean, iv.lo, iv.hi);
-    else fprintf(f, "%-40s %.2f\n", label, iv.mean);
+    if (iv.n > 1)
+        fprintf(f, "%-40s %.2f  (95%% CI %.2f .. %.2f)\n", label, iv.mean, iv.lo, iv.hi);
+    else
+        fprintf(f, "%-40s %.2f\n", label, iv.mean);
 }
 
 static void print_ms(FILE *f, const char *what, const char *label, const pllm_series *s)
@@ -323,8 +332,10 @@ static void print_ms(FILE *f, const char *what, const char *label, const pllm_se
     double vals[3] = {x.mean, x.median, x.p99};
     for (int i = 0; i < 3; i++) {
         snprintf(l, sizeof l, "%s %s (ms):", names[i], label);
-        if (x.count) fprintf(f, "%-40s %.2f\n", l, vals[i] * 1e3);
-        else fprintf(f, "%-40s %s\n", l, "n/a");
+        if (x.count)
+            fprintf(f, "%-40s %.2f\n", l, vals[i] * 1e3);
+        else
+            fprintf(f, "%-40s %s\n", l, "n/a");
     }
     (void)what;
 }
@@ -333,16 +344,16 @@ static void rule(FILE *f, const char *title)
 {
     int w = 50, n = (int)strlen(title);
     int left = (w - n) / 2, right = w - n - left;
-    fprintf(f, "%.*s%s%.*s\n", left, "==================================================", title, right,
-            "==================================================");
+    fprintf(f, "%.*s%s%.*s\n", left, "==================================================", title,
+            right, "==================================================");
 }
 
 static void sub(FILE *f, const char *title)
 {
     int w = 50, n = (int)strlen(title);
     int left = (w - n) / 2, right = w - n - left;
-    fprintf(f, "%.*s%s%.*s\n", left, "--------------------------------------------------", title, right,
-            "--------------------------------------------------");
+    fprintf(f, "%.*s%s%.*s\n", left, "--------------------------------------------------", title,
+            right, "--------------------------------------------------");
 }
 
 void pllm_report_print(const pllm_report *r, const pllm_engine_stats *es, const char *title,
@@ -353,10 +364,12 @@ void pllm_report_print(const pllm_report *r, const pllm_engine_stats *es, const 
     char t[80];
     snprintf(t, sizeof t, " %s ", title ? title : "pllm run");
     rule(f, t);
-    if (runs > 1) fprintf(f, "%-40s %d (counts are per run; throughput: mean and 95%% CI)\n", "Runs:", runs);
+    if (runs > 1)
+        fprintf(f, "%-40s %d (counts are per run; throughput: mean and 95%% CI)\n", "Runs:", runs);
     fprintf(f, "%-40s %lld\n", "Successful requests:", (long long)(r->n_ok / runs));
     fprintf(f, "%-40s %lld", "Failed requests:", (long long)(r->n_failed / runs));
-    if (r->n_rejected) fprintf(f, " (%lld rejected input records)", (long long)(r->n_rejected / runs));
+    if (r->n_rejected)
+        fprintf(f, " (%lld rejected input records)", (long long)(r->n_rejected / runs));
     fputc('\n', f);
     print_tp(f, "Duration (s):", iv.duration);
     fprintf(f, "%-40s %lld\n", "Total input tokens:", (long long)(r->prompt_tokens / runs));
@@ -372,18 +385,21 @@ void pllm_report_print(const pllm_report *r, const pllm_engine_stats *es, const 
     sub(f, "Time per Output Token (excl. 1st token)");
     print_ms(f, "tpot", "TPOT", &r->tpot);
     sub(f, "Inter-token Latency");
-    if (r->itl.count) print_ms(f, "itl", "ITL", &r->itl);
-    else fprintf(f, "%-40s %s\n", "ITL (ms):", "n/a (the engine reports no per-token times)");
+    if (r->itl.count)
+        print_ms(f, "itl", "ITL", &r->itl);
+    else
+        fprintf(f, "%-40s %s\n", "ITL (ms):", "n/a (the engine reports no per-token times)");
     sub(f, "End-to-end Latency");
     print_ms(f, "e2el", "E2EL", &r->latency);
     if (es) {
         sub(f, "Engine counters (exact)");
         fprintf(f, "%-40s %lld\n", "Steps:", (long long)es->steps);
         fprintf(f, "%-40s %lld\n", "Preemptions:", (long long)es->preemptions);
-        fprintf(f, "%-40s %lld\n", "Prompt tokens computed:", (long long)es->prompt_tokens_computed);
+        fprintf(f, "%-40s %lld\n",
+                "Prompt tokens computed:", (long long)es->prompt_tokens_computed);
         fprintf(f, "%-40s %lld\n", "Prompt tokens cached:", (long long)es->prompt_tokens_cached);
-        fprintf(f, "%-40s %d / %d (block size %d)\n", "Peak KV blocks in use:", es->peak_blocks_used, es->n_blocks,
-                es->block_size);
+        fprintf(f, "%-40s %d / %d (block size %d)\n",
+                "Peak KV blocks in use:", es->peak_blocks_used, es->n_blocks, es->block_size);
     }
     for (int i = 0; i < n_notes; i++) {
         char l[80];
@@ -393,7 +409,10 @@ void pllm_report_print(const pllm_report *r, const pllm_engine_stats *es, const 
     fprintf(f, "==================================================\n");
 }
 
-static json_t *num_or_null(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+static json_t *num_or_null(double x)
+{
+    return isfinite(x) ? json_real(x) : json_null();
+}
 
 static void put_series(json_t *o, const char *name, const pllm_series *s)
 {
@@ -411,7 +430,8 @@ static void put_series(json_t *o, const char *name, const pllm_series *s)
 
 static json_t *interval_json(pllm_interval iv)
 {
-    return json_pack("{s:f, s:f, s:f, s:i}", "mean", iv.mean, "ci95_low", iv.lo, "ci95_high", iv.hi, "n", iv.n);
+    return json_pack("{s:f, s:f, s:f, s:i}", "mean", iv.mean, "ci95_low", iv.lo, "ci95_high", iv.hi,
+                     "n", iv.n);
 }
 
 json_t *pllm_report_json(const pllm_report *r, const pllm_engine_stats *es)
@@ -431,22 +451,26 @@ json_t *pllm_report_json(const pllm_report *r, const pllm_engine_stats *es)
     json_object_set_new(o, "input_throughput", json_real(iv.in.mean));
     json_object_set_new(o, "output_throughput", json_real(iv.out.mean));
     json_object_set_new(o, "total_token_throughput", json_real(iv.total.mean));
-    json_object_set_new(o, "prefix_cache_hit_rate",
-                        json_real(r->prompt_tokens ? (double)r->cached_tokens / (double)r->prompt_tokens : 0.0));
+    json_object_set_new(
+        o, "prefix_cache_hit_rate",
+        json_real(r->prompt_tokens ? (double)r->cached_tokens / (double)r->prompt_tokens : 0.0));
     put_series(o, "ttft", &r->ttft);
     put_series(o, "tpot", &r->tpot);
     put_series(o, "itl", &r->itl);
     put_series(o, "e2el", &r->latency);
     json_object_set_new(o, "throughput_ci95",
-                        json_pack("{s:o, s:o, s:o, s:o, s:o}", "request_throughput", interval_json(iv.req),
-                                  "input_throughput", interval_json(iv.in), "output_throughput", interval_json(iv.out),
-                                  "total_token_throughput", interval_json(iv.total), "duration", interval_json(iv.duration)));
+                        json_pack("{s:o, s:o, s:o, s:o, s:o}", "request_throughput",
+                                  interval_json(iv.req), "input_throughput", interval_json(iv.in),
+                                  "output_throughput", interval_json(iv.out),
+                                  "total_token_throughput", interval_json(iv.total), "duration",
+                                  interval_json(iv.duration)));
     json_t *per = json_array();
     for (int i = 0; i < runs; i++) {
         pllm_throughput t = pllm_report_run_throughput(r, i);
         double d = i < r->n_runs ? r->runs[i].duration : r->t_end - r->t_start;
-        json_array_append_new(per, json_pack("{s:f, s:f, s:f, s:f, s:f}", "duration", d, "request_throughput", t.req_s,
-                                             "input_throughput", t.input_tok_s, "output_throughput", t.output_tok_s,
+        json_array_append_new(per, json_pack("{s:f, s:f, s:f, s:f, s:f}", "duration", d,
+                                             "request_throughput", t.req_s, "input_throughput",
+                                             t.input_tok_s, "output_throughput", t.output_tok_s,
                                              "total_token_throughput", t.total_tok_s));
     }
     json_object_set_new(o, "runs", per);

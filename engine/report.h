@@ -38,10 +38,10 @@
 #define PLLM_SERIES_EXACT 65536
 
 typedef struct pllm_series {
-    double *v;         /* exact values while hist == NULL */
+    double *v; /* exact values while hist == NULL */
     size_t n, cap;
-    uint32_t *hist;    /* [PLLM_SERIES_BUCKETS] once more than PLLM_SERIES_EXACT values came */
-    uint64_t count;    /* values added */
+    uint32_t *hist; /* [PLLM_SERIES_BUCKETS] once more than PLLM_SERIES_EXACT values came */
+    uint64_t count; /* values added */
     double sum, sumsq, min, max;
 } pllm_series;
 
@@ -61,13 +61,13 @@ typedef struct pllm_run_totals {
 } pllm_run_totals;
 
 typedef struct pllm_report {
-    double t_start, t_end;             /* the current run */
+    double t_start, t_end;              /* the current run */
     int64_t n_ok, n_failed, n_rejected; /* n_failed counts rejected input records too */
     int64_t prompt_tokens, completion_tokens, cached_tokens;
     pllm_series ttft, tpot, itl, latency; /* seconds */
-    pllm_run_totals *runs;             /* [n_runs] closed runs */
+    pllm_run_totals *runs;                /* [n_runs] closed runs */
     int n_runs;
-    pllm_run_totals at_run_start;      /* totals when the current run started */
+    pllm_run_totals at_run_start; /* totals when the current run started */
 } pllm_report;
 
 void pllm_report_init(pllm_report *r, double t_start);

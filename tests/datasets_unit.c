@@ -117,7 +117,8 @@ static void test_zst_truncated(void)
     CHECK_OK(pllm_writer_open(&w, path, false));
     char line[200];
     for (int i = 0; i < 2000; i++) {
-        snprintf(line, sizeof line, "{\"id\": %d, \"prompt\": \"line %d with some text to compress\"}", i, i * 7919);
+        snprintf(line, sizeof line,
+                 "{\"id\": %d, \"prompt\": \"line %d with some text to compress\"}", i, i * 7919);
         CHECK_OK(pllm_writer_line(w, line, strlen(line)));
     }
     CHECK_OK(pllm_writer_close(w));
@@ -152,17 +153,20 @@ static void expect_record_error(const char *line, const char *needle1, const cha
     pllm_request_params_defaults(&d);
     pllm_record rec;
     pllm_status st = pllm_record_parse(&rec, PLLM_FORMAT_PLLM, line, strlen(line), &LOC42, &d);
-    if (st == PLLM_OK || !rec.error || !strstr(rec.error, "in.jsonl:42:") || (needle1 && !strstr(rec.error, needle1)) ||
-        (needle2 && !strstr(rec.error, needle2)) || strcmp(rec.error, pllm_errmsg())) {
-        fprintf(stderr, "record %s: want error with '%s' '%s', got %s: %s\n", line, needle1 ? needle1 : "",
-                needle2 ? needle2 : "", pllm_status_str(st), rec.error ? rec.error : "(no rec.error)");
+    if (st == PLLM_OK || !rec.error || !strstr(rec.error, "in.jsonl:42:") ||
+        (needle1 && !strstr(rec.error, needle1)) || (needle2 && !strstr(rec.error, needle2)) ||
+        strcmp(rec.error, pllm_errmsg())) {
+        fprintf(stderr, "record %s: want error with '%s' '%s', got %s: %s\n", line,
+                needle1 ? needle1 : "", needle2 ? needle2 : "", pllm_status_str(st),
+                rec.error ? rec.error : "(no rec.error)");
         pllm_test_failures++;
     }
     CHECK(rec.id != NULL); /* the error record can always carry an id */
     pllm_record_free(&rec);
 }
 
-static pllm_status parse_as(pllm_record *rec, pllm_format f, const char *text, int64_t line, int64_t element)
+static pllm_status parse_as(pllm_record *rec, pllm_format f, const char *text, int64_t line,
+                            int64_t element)
 {
     pllm_request_params d;
     pllm_request_params_defaults(&d);
@@ -176,19 +180,23 @@ static void test_records(void)
     pllm_request_params_defaults(&d);
     d.max_tokens = 99;
     pllm_record rec;
-    const char *ok = "{\"id\": \"q1\", \"prompt\": \"Hi\", \"temperature\": 0.5, \"stop\": [\"\\n\", \"END\"], \"max_tokens\": 8.0, \"seed\": 12345678901234}";
+    const char *ok = "{\"id\": \"q1\", \"prompt\": \"Hi\", \"temperature\": 0.5, \"stop\": "
+                     "[\"\\n\", \"END\"], \"max_tokens\": 8.0, \"seed\": 12345678901234}";
     CHECK_OK(pllm_record_parse(&rec, PLLM_FORMAT_PLLM, ok, strlen(ok), &LOC42, &d));
     CHECK(json_is_string(rec.id) && strcmp(json_string_value(rec.id), "q1") == 0);
     CHECK(rec.prompt && strcmp(rec.prompt, "Hi") == 0 && !rec.error);
-    CHECK(rec.params.max_tokens == 8 && rec.has_max_tokens && rec.params.sampling.temperature == 0.5f && rec.params.n_stop == 2);
+    CHECK(rec.params.max_tokens == 8 && rec.has_max_tokens &&
+          rec.params.sampling.temperature == 0.5f && rec.params.n_stop == 2);
     CHECK(rec.params.has_seed && rec.params.sampling.seed == 12345678901234ull);
     CHECK(strcmp(rec.params.stop[1], "END") == 0);
     pllm_record_free(&rec);
 
-    const char *msgs = "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"2+2?\"}]}";
+    const char *msgs = "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                       "{\"role\": \"user\", \"content\": \"2+2?\"}]}";
     pllm_record_loc l7 = {"in.jsonl", 7, 0};
     CHECK_OK(pllm_record_parse(&rec, PLLM_FORMAT_PLLM, msgs, strlen(msgs), &l7, &d));
-    CHECK(json_integer_value(rec.id) == 7 && rec.n_messages == 2 && strcmp(rec.messages[1].content, "2+2?") == 0);
+    CHECK(json_integer_value(rec.id) == 7 && rec.n_messages == 2 &&
+          strcmp(rec.messages[1].content, "2+2?") == 0);
     CHECK(rec.params.max_tokens == 99 && !rec.has_max_tokens);
     pllm_record_free(&rec);
 
@@ -199,15 +207,20 @@ static void test_records(void)
     expect_record_error("{\"prompt\": \"\"}", "'prompt'", "empty");
     expect_record_error("{\"prompt\": \"a\", \"messages\": []}", "not both", NULL);
     expect_record_error("{\"messages\": []}", "'messages'", "empty");
-    expect_record_error("{\"messages\": [{\"role\": \"user\", \"content\": \"\"}]}", "'messages'", "empty prompt");
+    expect_record_error("{\"messages\": [{\"role\": \"user\", \"content\": \"\"}]}", "'messages'",
+                        "empty prompt");
     expect_record_error("{\"messages\": [{\"role\": \"user\"}]}", "messages[0].content", "missing");
-    expect_record_error("{\"messages\": [{\"role\": 3, \"content\": \"x\"}]}", "messages[0].role", "got 3");
-    expect_record_error("{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"mood\": 1}]}", "messages[0].mood", NULL);
-    expect_record_error("{\"prompt\": \"a\", \"temprature\": 0.2}", "unknown field 'temprature'", NULL);
+    expect_record_error("{\"messages\": [{\"role\": 3, \"content\": \"x\"}]}", "messages[0].role",
+                        "got 3");
+    expect_record_error("{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"mood\": 1}]}",
+                        "messages[0].mood", NULL);
+    expect_record_error("{\"prompt\": \"a\", \"temprature\": 0.2}", "unknown field 'temprature'",
+                        NULL);
     expect_record_error("{\"prompt\": \"a\", \"max_tokens\": \"9\"}", "'max_tokens'", "got \"9\"");
     expect_record_error("{\"prompt\": \"a\", \"max_tokens\": 0}", "'max_tokens'", "[1, ");
     expect_record_error("{\"prompt\": \"a\", \"max_tokens\": 2.5}", "'max_tokens'", "integer");
-    expect_record_error("{\"prompt\": \"a\", \"temperature\": \"hot\"}", "'temperature'", "got \"hot\"");
+    expect_record_error("{\"prompt\": \"a\", \"temperature\": \"hot\"}", "'temperature'",
+                        "got \"hot\"");
     expect_record_error("{\"prompt\": \"a\", \"temperature\": -1}", "temperature", NULL);
     expect_record_error("{\"prompt\": \"a\", \"top_p\": 1.5}", "top_p", NULL);
     expect_record_error("{\"prompt\": \"a\", \"stop\": 3}", "'stop'", NULL);
@@ -215,23 +228,31 @@ static void test_records(void)
     expect_record_error("{\"prompt\": \"a\", \"id\": [1]}", "'id'", NULL);
     expect_record_error("{\"prompt\": \"a\", \"prompt\": \"b\"}", "invalid JSON", "duplicate");
     /* a long value is cut in the message */
-    expect_record_error("{\"prompt\": \"a\", \"seed\": \"0123456789012345678901234567890123456789012345678901234567890123456789\"}",
-                        "'seed'", "...");
+    expect_record_error(
+        "{\"prompt\": \"a\", \"seed\": "
+        "\"0123456789012345678901234567890123456789012345678901234567890123456789\"}",
+        "'seed'", "...");
 
     /* OpenAI batch lines */
-    const char *oa = "{\"custom_id\": \"c1\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {\"model\": \"m\", "
-                     "\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", "
-                     "\"text\": \"b\"}]}], \"max_completion_tokens\": 5, \"logprobs\": true, \"top_logprobs\": 3, \"seed\": 9, \"user\": \"u\"}}";
+    const char *oa = "{\"custom_id\": \"c1\", \"method\": \"POST\", \"url\": "
+                     "\"/v1/chat/completions\", \"body\": {\"model\": \"m\", "
+                     "\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", "
+                     "\"text\": \"a\"}, {\"type\": \"text\", "
+                     "\"text\": \"b\"}]}], \"max_completion_tokens\": 5, \"logprobs\": true, "
+                     "\"top_logprobs\": 3, \"seed\": 9, \"user\": \"u\"}}";
     CHECK_OK(parse_as(&rec, PLLM_FORMAT_OPENAI, oa, 3, 0));
-    CHECK(rec.endpoint == PLLM_ENDPOINT_CHAT && strcmp(json_string_value(rec.id), "c1") == 0 && strcmp(rec.model, "m") == 0);
+    CHECK(rec.endpoint == PLLM_ENDPOINT_CHAT && strcmp(json_string_value(rec.id), "c1") == 0 &&
+          strcmp(rec.model, "m") == 0);
     CHECK(rec.n_messages == 1 && strcmp(rec.messages[0].content, "a\nb") == 0);
-    CHECK(rec.params.max_tokens == 5 && rec.want_logprobs && rec.top_logprobs == 3 && rec.params.sampling.logprobs == 3);
+    CHECK(rec.params.max_tokens == 5 && rec.want_logprobs && rec.top_logprobs == 3 &&
+          rec.params.sampling.logprobs == 3);
     CHECK(rec.params.has_seed && rec.params.sampling.seed == 9);
     pllm_record_free(&rec);
-    const char *oc = "{\"custom_id\": \"c2\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": [\"hello\"], \"logprobs\": 0}}";
+    const char *oc = "{\"custom_id\": \"c2\", \"method\": \"POST\", \"url\": \"/v1/completions\", "
+                     "\"body\": {\"prompt\": [\"hello\"], \"logprobs\": 0}}";
     CHECK_OK(parse_as(&rec, PLLM_FORMAT_OPENAI, oc, 4, 0));
-    CHECK(rec.endpoint == PLLM_ENDPOINT_COMPLETIONS && strcmp(rec.prompt, "hello") == 0 && rec.want_logprobs &&
-          rec.top_logprobs == 0 && rec.params.sampling.logprobs == 1);
+    CHECK(rec.endpoint == PLLM_ENDPOINT_COMPLETIONS && strcmp(rec.prompt, "hello") == 0 &&
+          rec.want_logprobs && rec.top_logprobs == 0 && rec.params.sampling.logprobs == 1);
     char *key = pllm_record_key(&rec);
     CHECK(key && strcmp(key, "c2") == 0);
     free(key);
@@ -239,29 +260,53 @@ static void test_records(void)
     const struct {
         const char *text, *want;
     } bad_oa[] = {
-        {"{\"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\"}}", "'custom_id': is missing"},
-        {"{\"custom_id\": 5, \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\"}}", "'custom_id': must be a string, got 5"},
-        {"{\"custom_id\": \"a\", \"method\": \"GET\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\"}}", "'method'"},
-        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/embeddings\", \"body\": {\"prompt\": \"x\"}}", "'url'"},
-        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/completions\"}", "'body': is missing"},
-        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", \"temprature\": 1}}",
+        {"{\"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\"}}",
+         "'custom_id': is missing"},
+        {"{\"custom_id\": 5, \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": "
+         "{\"prompt\": \"x\"}}",
+         "'custom_id': must be a string, got 5"},
+        {"{\"custom_id\": \"a\", \"method\": \"GET\", \"url\": \"/v1/completions\", \"body\": "
+         "{\"prompt\": \"x\"}}",
+         "'method'"},
+        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/embeddings\", \"body\": "
+         "{\"prompt\": \"x\"}}",
+         "'url'"},
+        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/completions\"}",
+         "'body': is missing"},
+        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": "
+         "{\"prompt\": \"x\", \"temprature\": 1}}",
          "unknown field 'body.temprature'"},
-        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"\"}}", "'body.prompt': is empty"},
-        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {\"prompt\": \"x\"}}", "'body.prompt'"},
-        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stream\": true}}",
+        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": "
+         "{\"prompt\": \"\"}}",
+         "'body.prompt': is empty"},
+        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", "
+         "\"body\": {\"prompt\": \"x\"}}",
+         "'body.prompt'"},
+        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", "
+         "\"body\": {\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stream\": true}}",
          "'body.stream'"},
-        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": -3}}",
+        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", "
+         "\"body\": {\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": "
+         "-3}}",
          "'body.max_tokens'"},
-        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}}",
+        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", "
+         "\"body\": {\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": "
+         "2}}",
          "needs \"logprobs\": true"},
-        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}}",
+        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", "
+         "\"body\": {\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
+         "\"image_url\"}]}]}}",
          "only text"},
-        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": {}, \"extra\": 1}", "unknown field 'extra'"},
+        {"{\"custom_id\": \"a\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", "
+         "\"body\": {}, \"extra\": 1}",
+         "unknown field 'extra'"},
     };
     for (size_t i = 0; i < sizeof bad_oa / sizeof bad_oa[0]; i++) {
         pllm_status st = parse_as(&rec, PLLM_FORMAT_OPENAI, bad_oa[i].text, 9, 0);
-        if (st == PLLM_OK || !rec.error || !strstr(rec.error, "data.json:9:") || !strstr(rec.error, bad_oa[i].want)) {
-            fprintf(stderr, "openai %zu: want '%s', got %s\n", i, bad_oa[i].want, rec.error ? rec.error : "ok");
+        if (st == PLLM_OK || !rec.error || !strstr(rec.error, "data.json:9:") ||
+            !strstr(rec.error, bad_oa[i].want)) {
+            fprintf(stderr, "openai %zu: want '%s', got %s\n", i, bad_oa[i].want,
+                    rec.error ? rec.error : "ok");
             pllm_test_failures++;
         }
         key = pllm_record_key(&rec);
@@ -272,14 +317,19 @@ static void test_records(void)
     }
 
     /* ShareGPT entries: single turn, two turns (reference), system, bad ones; element locations */
-    const char *sg1 = "{\"id\": \"s1\", \"conversations\": [{\"from\": \"human\", \"value\": \"Hi there\"}], \"lang\": \"en\"}";
+    const char *sg1 = "{\"id\": \"s1\", \"conversations\": [{\"from\": \"human\", \"value\": \"Hi "
+                      "there\"}], \"lang\": \"en\"}";
     CHECK_OK(parse_as(&rec, PLLM_FORMAT_SHAREGPT, sg1, 1, 5));
-    CHECK(rec.n_messages == 1 && strcmp(rec.messages[0].role, "user") == 0 && !rec.reference && rec.element == 5);
+    CHECK(rec.n_messages == 1 && strcmp(rec.messages[0].role, "user") == 0 && !rec.reference &&
+          rec.element == 5);
     pllm_record_free(&rec);
-    const char *sg2 = "{\"conversations\": [{\"from\": \"system\", \"value\": \"S\"}, {\"from\": \"human\", \"value\": \"Q1\"}, "
-                      "{\"from\": \"gpt\", \"value\": \"A1\"}, {\"from\": \"human\", \"value\": \"Q2\"}, {\"from\": \"gpt\", \"value\": \"A2\"}]}";
+    const char *sg2 = "{\"conversations\": [{\"from\": \"system\", \"value\": \"S\"}, {\"from\": "
+                      "\"human\", \"value\": \"Q1\"}, "
+                      "{\"from\": \"gpt\", \"value\": \"A1\"}, {\"from\": \"human\", \"value\": "
+                      "\"Q2\"}, {\"from\": \"gpt\", \"value\": \"A2\"}]}";
     CHECK_OK(parse_as(&rec, PLLM_FORMAT_SHAREGPT, sg2, 1, 6));
-    CHECK(rec.n_messages == 4 && strcmp(rec.messages[3].content, "Q2") == 0 && strcmp(rec.messages[2].role, "assistant") == 0);
+    CHECK(rec.n_messages == 4 && strcmp(rec.messages[3].content, "Q2") == 0 &&
+          strcmp(rec.messages[2].role, "assistant") == 0);
     CHECK(rec.reference && strcmp(rec.reference, "A1") == 0 && json_integer_value(rec.id) == 6);
     pllm_record_free(&rec);
     const struct {
@@ -296,8 +346,10 @@ static void test_records(void)
     };
     for (size_t i = 0; i < sizeof bad_sg / sizeof bad_sg[0]; i++) {
         pllm_status st = parse_as(&rec, PLLM_FORMAT_SHAREGPT, bad_sg[i].text, 1, 17);
-        if (st == PLLM_OK || !rec.error || !strstr(rec.error, "data.json:1: element 17:") || !strstr(rec.error, bad_sg[i].want)) {
-            fprintf(stderr, "sharegpt %zu: want '%s', got %s\n", i, bad_sg[i].want, rec.error ? rec.error : "ok");
+        if (st == PLLM_OK || !rec.error || !strstr(rec.error, "data.json:1: element 17:") ||
+            !strstr(rec.error, bad_sg[i].want)) {
+            fprintf(stderr, "sharegpt %zu: want '%s', got %s\n", i, bad_sg[i].want,
+                    rec.error ? rec.error : "ok");
             pllm_test_failures++;
         }
         pllm_record_free(&rec);
@@ -309,18 +361,26 @@ static void test_records(void)
     json_t *o = json_loads(s, 0, NULL);
     CHECK(o && strcmp(json_string_value(json_object_get(o, "id")), "x\"y") == 0);
     CHECK(o && strcmp(json_string_value(json_object_get(o, "finish_reason")), "error") == 0);
-    CHECK(o && json_integer_value(json_object_get(o, "line")) == 5 && !json_object_get(o, "element"));
+    CHECK(o && json_integer_value(json_object_get(o, "line")) == 5 &&
+          !json_object_get(o, "element"));
     json_decref(o);
     free(s);
 
-    pllm_completion c = {.finish = PLLM_FINISH_STOP, .text = "ok \xff\xfe tail", .text_len = 10, .prompt_tokens = 3,
-                         .n_tokens = 2, .token_ids = (const int32_t[]){5, 6}, .t_arrival = 1.0, .t_first_token = 1.5,
+    pllm_completion c = {.finish = PLLM_FINISH_STOP,
+                         .text = "ok \xff\xfe tail",
+                         .text_len = 10,
+                         .prompt_tokens = 3,
+                         .n_tokens = 2,
+                         .token_ids = (const int32_t[]){5, 6},
+                         .t_arrival = 1.0,
+                         .t_first_token = 1.5,
                          .t_finish = 2.0};
     pllm_output_opts oo = {.echo_prompt = true, .token_ids = true};
     CHECK_OK(pllm_output_completion(&s, id, "the prompt", 1, &c, -1, &oo));
     o = json_loads(s, 0, NULL);
     CHECK(o != NULL); /* invalid UTF-8 in text still gives valid JSON */
-    CHECK(o && strcmp(json_string_value(json_object_get(o, "text")), "ok \xef\xbf\xbd\xef\xbf\xbd tail") == 0);
+    CHECK(o && strcmp(json_string_value(json_object_get(o, "text")),
+                      "ok \xef\xbf\xbd\xef\xbf\xbd tail") == 0);
     CHECK(o && json_array_size(json_object_get(o, "token_ids")) == 2);
     CHECK(o && json_real_value(json_object_get(o, "ttft_ms")) == 500.0);
     CHECK(o && json_object_get(o, "index") == NULL);
@@ -336,8 +396,10 @@ static void test_records(void)
     CHECK_OK(pllm_output_openai(&s, id, 5, PLLM_ENDPOINT_CHAT, "m", choices, &u, 1700000000));
     o = json_loads(s, 0, NULL);
     json_t *body = json_object_get(json_object_get(o, "response"), "body");
-    CHECK(o && json_integer_value(json_object_get(json_object_get(o, "response"), "status_code")) == 200);
-    CHECK(json_is_null(json_object_get(o, "error")) && strncmp(json_string_value(json_object_get(o, "id")), "pllm-", 5) == 0);
+    CHECK(o && json_integer_value(json_object_get(json_object_get(o, "response"), "status_code")) ==
+                   200);
+    CHECK(json_is_null(json_object_get(o, "error")) &&
+          strncmp(json_string_value(json_object_get(o, "id")), "pllm-", 5) == 0);
     CHECK(strcmp(json_string_value(json_object_get(body, "object")), "chat.completion") == 0);
     CHECK(json_integer_value(json_object_get(json_object_get(body, "usage"), "total_tokens")) == 5);
     json_t *msg = json_object_get(json_array_get(json_object_get(body, "choices"), 0), "message");
@@ -350,7 +412,8 @@ static void test_records(void)
     CHECK_OK(pllm_output_openai_error(&s, NULL, 12, 0, "data.json:12: bad", 400));
     o = json_loads(s, 0, NULL);
     CHECK(o && json_is_null(json_object_get(o, "custom_id")) &&
-          json_integer_value(json_object_get(json_object_get(o, "response"), "status_code")) == 400);
+          json_integer_value(json_object_get(json_object_get(o, "response"), "status_code")) ==
+              400);
     k2 = pllm_output_key(o);
     CHECK(k2 && strcmp(k2, "\x01l12") == 0);
     free(k2);
@@ -358,7 +421,6 @@ static void test_records(void)
     free(s);
     json_decref(id);
 }
-
 
 static void write_file(const char *path, const char *text, size_t n)
 {
@@ -385,14 +447,26 @@ static void write_file(const char *path, const char *text, size_t n)
 static json_t *random_value(uint64_t *rng, int depth)
 {
     int kind = (int)(pllm_test_rand(rng) % (depth > 3 ? 5u : 7u));
-    static const char *const strs[] = {"plain", "a \"quoted\" ]} word", "back\\slash\\", "[{,:}]", "line\nbreak\ttab",
-                                       "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80", "", "\\\"", "]"};
+    static const char *const strs[] = {"plain",
+                                       "a \"quoted\" ]} word",
+                                       "back\\slash\\",
+                                       "[{,:}]",
+                                       "line\nbreak\ttab",
+                                       "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80",
+                                       "",
+                                       "\\\"",
+                                       "]"};
     switch (kind) {
-    case 0: return json_integer((json_int_t)(pllm_test_rand(rng) % 2000000) - 1000000);
-    case 1: return json_real((double)(pllm_test_rand(rng) % 100000) / 7.0);
-    case 2: return json_string(strs[pllm_test_rand(rng) % (sizeof strs / sizeof strs[0])]);
-    case 3: return pllm_test_rand(rng) % 2 ? json_true() : json_false();
-    case 4: return json_null();
+    case 0:
+        return json_integer((json_int_t)(pllm_test_rand(rng) % 2000000) - 1000000);
+    case 1:
+        return json_real((double)(pllm_test_rand(rng) % 100000) / 7.0);
+    case 2:
+        return json_string(strs[pllm_test_rand(rng) % (sizeof strs / sizeof strs[0])]);
+    case 3:
+        return pllm_test_rand(rng) % 2 ? json_true() : json_false();
+    case 4:
+        return json_null();
     case 5: {
         json_t *a = json_array();
         int n = (int)(pllm_test_rand(rng) % 4);
@@ -404,7 +478,8 @@ static json_t *random_value(uint64_t *rng, int depth)
         int n = (int)(pllm_test_rand(rng) % 4);
         for (int i = 0; i < n; i++) {
             char k[32];
-            snprintf(k, sizeof k, "%s%d", strs[pllm_test_rand(rng) % (sizeof strs / sizeof strs[0])], i);
+            snprintf(k, sizeof k, "%s%d",
+                     strs[pllm_test_rand(rng) % (sizeof strs / sizeof strs[0])], i);
             json_object_set_new(o, k, random_value(rng, depth + 1));
         }
         return o;
@@ -418,9 +493,12 @@ static void test_json_array_random(void)
     int docs = 0, elems = 0;
     for (int t = 0; t < 300; t++) {
         json_t *doc = json_array();
-        int n = t % 50 == 49 ? 4000 : (int)(pllm_test_rand(&rng) % 40); /* some span many 64 KiB chunks */
+        int n = t % 50 == 49 ? 4000
+                             : (int)(pllm_test_rand(&rng) % 40); /* some span many 64 KiB chunks */
         for (int i = 0; i < n; i++) json_array_append_new(doc, random_value(&rng, 0));
-        size_t flags = (pllm_test_rand(&rng) % 2 ? JSON_INDENT((int)(pllm_test_rand(&rng) % 4)) : JSON_COMPACT) | JSON_ENCODE_ANY;
+        size_t flags = (pllm_test_rand(&rng) % 2 ? JSON_INDENT((int)(pllm_test_rand(&rng) % 4))
+                                                 : JSON_COMPACT) |
+                       JSON_ENCODE_ANY;
         char *text = json_dumps(doc, flags);
         const char *path = tmp_path(t % 3 == 0 ? "arr.json.zst" : "arr.json");
         write_file(path, text, strlen(text));
@@ -442,7 +520,8 @@ static void test_json_array_random(void)
                 fprintf(stderr, "doc %d element %d: got '%.*s'\n", t, k, (int)e.len, e.text);
                 pllm_test_failures++;
             }
-            /* the reported line is the line of the reported offset, which is where the text starts */
+            /* the reported line is the line of the reported offset, which is where the text starts
+             */
             int64_t line = 1;
             for (uint64_t i = 0; i < e.offset; i++) line += text[i] == '\n';
             CHECK(e.line == line && e.offset < strlen(text) && text[e.offset] == e.text[0]);
@@ -457,7 +536,9 @@ static void test_json_array_random(void)
         free(text);
         json_decref(doc);
     }
-    printf("json_array: %d random documents, %d elements, all equal to jansson's parse of the whole list\n", docs, elems);
+    printf("json_array: %d random documents, %d elements, all equal to jansson's parse of the "
+           "whole list\n",
+           docs, elems);
 }
 
 /* Split text as a list; returns the status of the first failure (PLLM_OK at a clean end) and
@@ -508,10 +589,13 @@ static void test_json_array_edges(void)
         int n;
         char msg[512];
         pllm_status st = split_list(cases[i].text, &n, msg, sizeof msg);
-        bool ok = n == cases[i].n && (cases[i].err ? st == PLLM_ERR_FORMAT && strstr(msg, cases[i].err) && strstr(msg, "edge.json")
-                                                    : st == PLLM_OK);
+        bool ok =
+            n == cases[i].n && (cases[i].err ? st == PLLM_ERR_FORMAT && strstr(msg, cases[i].err) &&
+                                                   strstr(msg, "edge.json")
+                                             : st == PLLM_OK);
         if (!ok) {
-            fprintf(stderr, "json_array edge %zu '%s': %d elements, %s '%s'\n", i, cases[i].text, n, pllm_status_str(st), msg);
+            fprintf(stderr, "json_array edge %zu '%s': %d elements, %s '%s'\n", i, cases[i].text, n,
+                    pllm_status_str(st), msg);
             pllm_test_failures++;
         }
     }
@@ -525,15 +609,22 @@ static void test_source_detection(void)
         bool list;
         int n, n_bad;
     } cases[] = {
-        {"p.jsonl", "{\"id\": 1, \"prompt\": \"a\"}\n\n{\"prompt\": \"b\"}\n", PLLM_FORMAT_PLLM, false, 2, 0},
+        {"p.jsonl", "{\"id\": 1, \"prompt\": \"a\"}\n\n{\"prompt\": \"b\"}\n", PLLM_FORMAT_PLLM,
+         false, 2, 0},
         {"o.jsonl",
-         "not json\n{\"custom_id\": \"x\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"p\"}}\n",
+         "not json\n{\"custom_id\": \"x\", \"method\": \"POST\", \"url\": \"/v1/completions\", "
+         "\"body\": {\"prompt\": \"p\"}}\n",
          PLLM_FORMAT_OPENAI, false, 2, 1},
-        {"s.jsonl", "{\"id\": \"a\", \"conversations\": [{\"from\": \"human\", \"value\": \"q\"}]}\n", PLLM_FORMAT_SHAREGPT, false, 1, 0},
-        {"s.json", "\xef\xbb\xbf\n[{\"id\": \"a\", \"conversations\": [{\"from\": \"human\", \"value\": \"q\"}]},\n {\"id\": 3}]",
+        {"s.jsonl",
+         "{\"id\": \"a\", \"conversations\": [{\"from\": \"human\", \"value\": \"q\"}]}\n",
+         PLLM_FORMAT_SHAREGPT, false, 1, 0},
+        {"s.json",
+         "\xef\xbb\xbf\n[{\"id\": \"a\", \"conversations\": [{\"from\": \"human\", \"value\": "
+         "\"q\"}]},\n {\"id\": 3}]",
          PLLM_FORMAT_SHAREGPT, true, 2, 1},
         {"p.json", "[{\"prompt\": \"a\"}, {\"prompt\": \"b\"}, 7]", PLLM_FORMAT_PLLM, true, 3, 1},
-        {"s.json.zst", "[{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}]}]", PLLM_FORMAT_SHAREGPT, true, 1, 0},
+        {"s.json.zst", "[{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}]}]",
+         PLLM_FORMAT_SHAREGPT, true, 1, 0},
         {"empty.jsonl", "\n  \n", PLLM_FORMAT_PLLM, false, 0, 0},
     };
     pllm_request_params d;
@@ -558,8 +649,8 @@ static void test_source_detection(void)
             last_line = rec.line;
             pllm_record_free(&rec);
         }
-        if (pllm_source_format(src) != cases[i].want || pllm_source_is_list(src) != cases[i].list || n != cases[i].n ||
-            n_bad != cases[i].n_bad) {
+        if (pllm_source_format(src) != cases[i].want || pllm_source_is_list(src) != cases[i].list ||
+            n != cases[i].n || n_bad != cases[i].n_bad) {
             fprintf(stderr, "source %s: format %s list %d, %d records (%d bad)\n", cases[i].name,
                     pllm_format_name(pllm_source_format(src)), pllm_source_is_list(src), n, n_bad);
             pllm_test_failures++;
@@ -581,17 +672,24 @@ static void test_source_detection(void)
 static void test_synth(void)
 {
     int32_t allowed[] = {5, 9, 11, 40};
-    pllm_synth s = {.kind = PLLM_SYNTH_PREFIX, .allowed = allowed, .n_allowed = 4, .seed = 7, .input_len = 50,
-                    .prefix_len = 30, .n_prefixes = 3};
+    pllm_synth s = {.kind = PLLM_SYNTH_PREFIX,
+                    .allowed = allowed,
+                    .n_allowed = 4,
+                    .seed = 7,
+                    .input_len = 50,
+                    .prefix_len = 30,
+                    .n_prefixes = 3};
     pllm_tokens a = {0}, b = {0}, c = {0};
     CHECK_OK(pllm_synth_prompt(&s, 1, &a));
     CHECK_OK(pllm_synth_prompt(&s, 4, &b)); /* the same prefix as 1 */
     CHECK_OK(pllm_synth_prompt(&s, 2, &c));
     CHECK(a.n == 80 && b.n == 80 && memcmp(a.ids, b.ids, 30 * sizeof *a.ids) == 0);
-    CHECK(memcmp(a.ids + 30, b.ids + 30, 50 * sizeof *a.ids) != 0 && memcmp(a.ids, c.ids, 30 * sizeof *a.ids) != 0);
+    CHECK(memcmp(a.ids + 30, b.ids + 30, 50 * sizeof *a.ids) != 0 &&
+          memcmp(a.ids, c.ids, 30 * sizeof *a.ids) != 0);
     int counts[41] = {0};
     for (size_t i = 0; i < a.n; i++) counts[a.ids[i]]++;
-    CHECK(counts[5] + counts[9] + counts[11] + counts[40] == 80 && counts[5] && counts[9] && counts[11] && counts[40]);
+    CHECK(counts[5] + counts[9] + counts[11] + counts[40] == 80 && counts[5] && counts[9] &&
+          counts[11] && counts[40]);
     pllm_tokens a2 = {0};
     CHECK_OK(pllm_synth_prompt(&s, 1, &a2));
     CHECK(a2.n == a.n && memcmp(a.ids, a2.ids, a.n * sizeof *a.ids) == 0); /* deterministic */
@@ -623,7 +721,8 @@ static void test_writer_failure(void)
         st = pllm_writer_line(w, line, sizeof line - 1); /* 150 bytes with the newline */
         ok += st == PLLM_OK;
     }
-    CHECK(st == PLLM_ERR_IO && strstr(pllm_errmsg(), "limited.jsonl") && strstr(pllm_errmsg(), "cut off"));
+    CHECK(st == PLLM_ERR_IO && strstr(pllm_errmsg(), "limited.jsonl") &&
+          strstr(pllm_errmsg(), "cut off"));
     CHECK(pllm_writer_line(w, "y", 1) != PLLM_OK);
     CHECK(pllm_writer_close(w) != PLLM_OK);
     setrlimit(RLIMIT_FSIZE, &old);
@@ -636,9 +735,12 @@ static void test_idset_resume(void)
 {
     const char *path = tmp_path("out.jsonl");
     FILE *f = fopen(path, "wb");
-    fputs("{\"id\": \"a\", \"text\": \"x\"}\n{\"id\": 2, \"text\": \"y\"}\n{\"id\": \"a\", \"index\": 1}\n"
-          "{\"id\": \"pllm-1\", \"custom_id\": \"oa\", \"response\": {}}\n"
-          "{\"id\": \"pllm-2\", \"custom_id\": null, \"error\": {\"line\": 9}}\n{\"id\": \"c\", \"te", f);
+    fputs(
+        "{\"id\": \"a\", \"text\": \"x\"}\n{\"id\": 2, \"text\": \"y\"}\n{\"id\": \"a\", "
+        "\"index\": 1}\n"
+        "{\"id\": \"pllm-1\", \"custom_id\": \"oa\", \"response\": {}}\n"
+        "{\"id\": \"pllm-2\", \"custom_id\": null, \"error\": {\"line\": 9}}\n{\"id\": \"c\", \"te",
+        f);
     fclose(f);
     pllm_idset *s;
     CHECK_OK(pllm_idset_create(&s));
@@ -646,8 +748,10 @@ static void test_idset_resume(void)
     bool torn;
     CHECK_OK(pllm_idset_load_output(s, path, &n, &torn));
     CHECK(n == 5 && torn);
-    CHECK(pllm_idset_count(s, "a") == 2 && pllm_idset_count(s, "2") == 1 && pllm_idset_count(s, "c") == 0);
-    CHECK(pllm_idset_count(s, "oa") == 1 && pllm_idset_count(s, "pllm-1") == 0 && pllm_idset_count(s, "\x01l9") == 1);
+    CHECK(pllm_idset_count(s, "a") == 2 && pllm_idset_count(s, "2") == 1 &&
+          pllm_idset_count(s, "c") == 0);
+    CHECK(pllm_idset_count(s, "oa") == 1 && pllm_idset_count(s, "pllm-1") == 0 &&
+          pllm_idset_count(s, "\x01l9") == 1);
     f = fopen(path, "rb");
     char buf[256];
     size_t got = fread(buf, 1, sizeof buf, f);
@@ -658,7 +762,8 @@ static void test_idset_resume(void)
         snprintf(k, sizeof k, "k%d", i);
         CHECK_OK(pllm_idset_add(s, k));
     }
-    CHECK(pllm_idset_size(s) == 5004 && pllm_idset_count(s, "k4999") == 1 && pllm_idset_count(s, "k5000") == 0);
+    CHECK(pllm_idset_size(s) == 5004 && pllm_idset_count(s, "k4999") == 1 &&
+          pllm_idset_count(s, "k5000") == 0);
     pllm_idset_free(s);
 
     /* a .zst output cut mid-stream (a killed writer): the complete lines count, the file is
@@ -668,7 +773,8 @@ static void test_idset_resume(void)
     CHECK_OK(pllm_writer_open(&w, zp, false));
     for (int i = 0; i < 300; i++) {
         char line[96];
-        snprintf(line, sizeof line, "{\"id\": \"r%d\", \"text\": \"some generated text %d\"}", i, i * 31);
+        snprintf(line, sizeof line, "{\"id\": \"r%d\", \"text\": \"some generated text %d\"}", i,
+                 i * 31);
         CHECK_OK(pllm_writer_line(w, line, strlen(line)));
     }
     CHECK_OK(pllm_writer_close(w));
@@ -679,7 +785,8 @@ static void test_idset_resume(void)
     CHECK(truncate(zp, zn * 2 / 3) == 0);
     CHECK_OK(pllm_idset_create(&s));
     CHECK_OK(pllm_idset_load_output(s, zp, &n, &torn));
-    CHECK(torn && n > 50 && n < 300 && pllm_idset_count(s, "r0") == 1 && pllm_idset_count(s, "r299") == 0);
+    CHECK(torn && n > 50 && n < 300 && pllm_idset_count(s, "r0") == 1 &&
+          pllm_idset_count(s, "r299") == 0);
     int64_t kept = n;
     pllm_idset_free(s);
     CHECK_OK(pllm_writer_open(&w, zp, true));
