@@ -2,7 +2,8 @@
  * fuzz_io.c: the dataset byte streams (datasets/io.h) and the --resume reader of output files
  * (datasets/idset.h), on arbitrary file contents. The first byte picks the mode:
  *   0: a plain input file read line by line: the lines joined with '\n' give back the file
- *      (the last newline optional), every line number in order;
+ *      (the last newline optional; a UTF-8 byte order mark at the start is dropped, as io.h
+ *      says), every line number in order;
  *   1: the same bytes as a .zst input file: any error has a message; lines never hold '\n';
  *   2: the bytes as an existing output file for --resume: after loading, the file is whole
  *      lines only (empty or ending in '\n', a torn tail cut off), and every counted id is in
@@ -42,7 +43,7 @@ static void read_plain(const uint8_t *p, size_t n)
     char *path = path_of("in.jsonl");
     pllm_reader *r;
     FUZZ_CHECK(pllm_reader_open(&r, path) == PLLM_OK, "open: %s", pllm_errmsg());
-    size_t off = 0;
+    size_t off = n >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0 ? 3 : 0; /* the BOM is dropped */
     int64_t expect_no = 1;
     for (;;) {
         const char *line;
