@@ -280,6 +280,11 @@ static void reject(gen_ctx *g, int64_t seq, const pllm_record *rec, const char *
 
 int cmd_generate(int argc, char **argv)
 {
+    /* Handlers first: a signal while options are read or the model loads must still end in
+     * the orderly way (the main loop sees the flag before its first step and exits 130). */
+    static volatile sig_atomic_t interrupted; /* static: the handler keeps its address */
+    interrupted = 0;
+    cmd_signals_install(&interrupted);
     cmd_engine_opts eo;
     cmd_engine_opts_init(&eo);
     cmd_sampling_opts so;
@@ -394,7 +399,6 @@ int cmd_generate(int argc, char **argv)
     pllm_engine *eng = NULL;
     cmd_runtime rt;
     memset(&rt, 0, sizeof rt);
-    volatile sig_atomic_t interrupted = 0;
     gen_ctx g = {
         .oo = {.echo_prompt = echo, .token_ids = token_ids}, .quiet = quiet, .order = order};
     pllm_report_init(&g.rep, pllm_now());
@@ -450,7 +454,6 @@ int cmd_generate(int argc, char **argv)
         rc = 3;
         goto out;
     }
-    cmd_signals_install(&interrupted);
     double t0 = pllm_now();
     pllm_report_free(&g.rep);
     pllm_report_init(&g.rep, t0);
