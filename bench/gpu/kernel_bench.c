@@ -551,5 +551,8 @@ int main(int argc, char **argv)
         fprintf(b.json, "\n]}\n");
         fclose(b.json);
     }
+    pllm_cuda_event_free(b.e0);
+    pllm_cuda_event_free(b.e1);
+    pllm_cuda_dev_free(b.dev);
     return 0;
 }
