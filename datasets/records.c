@@ -633,13 +633,22 @@ pllm_status pllm_record_parse(pllm_record *rec, pllm_format fmt, const char *tex
     }
     const char *id_field = fmt == PLLM_FORMAT_OPENAI ? "custom_id" : "id";
     json_t *id = json_object_get(root, id_field);
+    /* an id is a resume key: a NUL inside would be cut off in its text form (two ids would
+     * collide) and the --resume reader does not accept NULs in output lines */
+    bool id_nul = json_is_string(id) && strlen(json_string_value(id)) != json_string_length(id);
     if (fmt == PLLM_FORMAT_OPENAI) {
-        if (json_is_string(id)) {
+        if (json_is_string(id) && !id_nul) {
             rec->id = json_incref(id);
         } else {
-            st = field_err(&x, "custom_id", id ? "must be a string" : "is missing", id);
+            st = field_err(&x, "custom_id",
+                           id_nul ? "must not contain a NUL character (\\u0000)" : id ? "must be a string" : "is missing",
+                           id);
             goto done;
         }
+    } else if (id_nul) {
+        rec->id = json_integer(fallback_id);
+        st = field_err(&x, "id", "must not contain a NUL character (\\u0000)", id);
+        goto done;
     } else if (id && (json_is_string(id) || json_is_integer(id))) {
         rec->id = json_incref(id);
     } else {
