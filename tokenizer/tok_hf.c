@@ -525,6 +525,15 @@ static pllm_status build_vocab(hf_ctx *c, json_t *vocab, json_t *added, bool byt
         max_id = PLLM_MAX(max_id, (int64_t)json_integer_value(id));
     }
     if (max_id < 0) return pllm_errorf(PLLM_ERR_FORMAT, "%s: model.vocab is empty", c->path);
+    /* ids must be 0..n-1 without holes (checked below, token by token, with precise messages):
+     * an id far past the number of entries breaks that rule for sure and must not size the
+     * allocations (an id of 2e9 in a 300-token vocab.json asked for 35 GB) */
+    size_t n_entries = json_object_size(vocab) + json_array_size(added);
+    if ((uint64_t)max_id >= 4 * (uint64_t)n_entries + 65536)
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: token id %lld is past the %zu entries of model.vocab and "
+                           "added_tokens (ids must be 0..%zu without holes)",
+                           c->path, (long long)max_id, n_entries, n_entries - 1);
     c->n_vocab = (int32_t)(max_id + 1);
     c->tokens = pllm_calloc((size_t)c->n_vocab, sizeof *c->tokens);
     c->types = pllm_calloc((size_t)c->n_vocab, sizeof *c->types);
