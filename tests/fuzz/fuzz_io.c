@@ -8,6 +8,9 @@
  *   2: the bytes as an existing output file for --resume: after loading, the file is whole
  *      lines only (empty or ending in '\n', a torn tail cut off), and every counted id is in
  *      the set;
+ *   5: the bytes as an existing .zst output for --resume (a killed writer leaves a frame
+ *      without its end; the loader rewrites the whole lines into a fresh stream): any error
+ *      has a message, and after a successful load the file decompresses cleanly to whole lines;
  *   3, 4: the bytes as a prompt file through pllm_source (datasets/source.h: JSON lines or one
  *      JSON list, format detected, or forced to pllm by mode 4): every record handed out is
  *      good (no error) or bad with a message, records come in file order, and the source
@@ -106,6 +109,36 @@ static void resume(const uint8_t *p, size_t n)
     free(path);
 }
 
+static void resume_zst(const uint8_t *p, size_t n)
+{
+    fuzz_write_file(fuzz_scratch_dir(), "out.jsonl.zst", p, n);
+    char *path = path_of("out.jsonl.zst");
+    pllm_idset *s;
+    FUZZ_CHECK(pllm_idset_create(&s) == PLLM_OK, "idset");
+    int64_t n_lines;
+    bool torn;
+    pllm_status st = pllm_idset_load_output(s, path, &n_lines, &torn);
+    FUZZ_ERR_HAS_MSG(st);
+    if (st == PLLM_OK) {
+        /* what is left must read back cleanly, line by line */
+        pllm_reader *r;
+        FUZZ_CHECK(pllm_reader_open(&r, path) == PLLM_OK, "reopen: %s", pllm_errmsg());
+        for (int i = 0; i < 100000; i++) {
+            const char *line;
+            size_t len;
+            int64_t no;
+            bool eof;
+            st = pllm_reader_next(r, &line, &len, &no, &eof);
+            FUZZ_CHECK(st == PLLM_OK, "after a successful --resume load the .zst output does not read back: %s",
+                       pllm_errmsg());
+            if (eof) break;
+        }
+        pllm_reader_close(r);
+    }
+    pllm_idset_free(s);
+    free(path);
+}
+
 static void source(const uint8_t *p, size_t n, pllm_format fmt)
 {
     fuzz_write_file(fuzz_scratch_dir(), "prompts.json", p, n);
@@ -146,12 +179,13 @@ static void source(const uint8_t *p, size_t n, pllm_format fmt)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0) return 0;
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
     case 0: read_plain(data + 1, size - 1); break;
     case 1: read_zst(data + 1, size - 1); break;
     case 2: resume(data + 1, size - 1); break;
     case 3: source(data + 1, size - 1, PLLM_FORMAT_AUTO); break;
-    default: source(data + 1, size - 1, PLLM_FORMAT_PLLM); break;
+    case 4: source(data + 1, size - 1, PLLM_FORMAT_PLLM); break;
+    default: resume_zst(data + 1, size - 1); break;
     }
     return 0;
 }

@@ -501,6 +501,8 @@ def main():
     put(outdir, "io", "zst", b"\x01" + zst(jsonl))
     out_lines = "".join(json.dumps({"id": i, "text": "x", "finish_reason": "length"}) + "\n" for i in range(5))
     put(outdir, "io", "resume_torn", b"\x02" + out_lines.encode() + b'{"id": 5, "te')
+    put(outdir, "io", "resume_zst_cut", b"\x05" + zst(out_lines.encode())[:-9])
+    put(outdir, "io", "resume_zst_whole", b"\x05" + zst(out_lines.encode()))
     put(outdir, "io", "resume_openai", b"\x02" + (json.dumps({"id": "pllm-1", "custom_id": None, "error": {"line": 3}})
                                                   + "\n").encode())
     sg_list = json.dumps([{"id": f"s{i}", "conversations": c} for i, c in enumerate(convs[:4])], indent=1).encode()
