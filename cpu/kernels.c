@@ -14,7 +14,7 @@ static bool has_f16c(void)
 }
 #endif
 
-static const char *g_isa_names[PLLM_CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+static const char *g_isa_names[PLLM_CPU_ISA_COUNT] = {"scalar", "avx2", "avx512", "avx512vnni"};
 
 const char *pllm_cpu_isa_name(pllm_cpu_isa isa) { return (unsigned)isa < PLLM_CPU_ISA_COUNT ? g_isa_names[isa] : "?"; }
 
@@ -30,6 +30,8 @@ bool pllm_cpu_isa_available(pllm_cpu_isa isa)
         return pllm_cpu_isa_available(PLLM_CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512dq");
+    case PLLM_CPU_ISA_AVX512VNNI:
+        return pllm_cpu_isa_available(PLLM_CPU_ISA_AVX512) && __builtin_cpu_supports("avx512vnni");
 #endif
     default:
         return false;
@@ -44,6 +46,7 @@ const pllm_cpu_kernels *pllm_cpu_kernels_get(pllm_cpu_isa isa)
 #if defined(__x86_64__)
     case PLLM_CPU_ISA_AVX2: return &pllm_cpu_kernels_avx2;
     case PLLM_CPU_ISA_AVX512: return &pllm_cpu_kernels_avx512;
+    case PLLM_CPU_ISA_AVX512VNNI: return &pllm_cpu_kernels_avx512vnni;
 #endif
     default: return NULL;
     }

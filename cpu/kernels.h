@@ -22,11 +22,13 @@
 
 #include "engine/common.h"
 #include "engine/dtype.h"
+#include "cpu/gemm.h"
 
 typedef enum pllm_cpu_isa {
     PLLM_CPU_ISA_SCALAR = 0,
     PLLM_CPU_ISA_AVX2,   /* AVX2 + FMA + F16C */
     PLLM_CPU_ISA_AVX512, /* AVX-512 F, BW, VL, DQ (+ F16C) */
+    PLLM_CPU_ISA_AVX512VNNI, /* the above + AVX512_VNNI: the integer matmul (cpu/gemm.h) */
     PLLM_CPU_ISA_COUNT
 } pllm_cpu_isa;
 
@@ -58,6 +60,11 @@ typedef struct pllm_cpu_kernels {
     void (*attn_accum_f16)(float *out, float corr, const float *p, const uint16_t *V, int64_t n, int64_t hd);
     /* dst[i] = half(src[i]) rounded to nearest even */
     void (*to_f16)(uint16_t *dst, const float *src, int64_t n);
+    /* The integer path (cpu/gemm.h), NULL where the table has none: the activation quantizer,
+     * the matmul for every quantized dtype, and whether it reads packed panels. */
+    pllm_cpu_quant_fn quant;
+    pllm_cpu_qmatmul_fn qmatmul;
+    bool qpacked;
 } pllm_cpu_kernels;
 
 /* Whether this machine can run the table (CPUID via __builtin_cpu_supports). */
@@ -65,7 +72,7 @@ bool pllm_cpu_isa_available(pllm_cpu_isa isa);
 /* The table for isa, or NULL when this machine cannot run it. */
 const pllm_cpu_kernels *pllm_cpu_kernels_get(pllm_cpu_isa isa);
 /* The fastest table this machine runs. The environment variable PLLM_CPU_ISA (scalar, avx2,
- * avx512) caps the choice, for tests and benchmarks. */
+ * avx512, avx512vnni) caps the choice, for tests and benchmarks. */
 const pllm_cpu_kernels *pllm_cpu_kernels_best(void);
 const char *pllm_cpu_isa_name(pllm_cpu_isa isa);
 
@@ -73,3 +80,4 @@ const char *pllm_cpu_isa_name(pllm_cpu_isa isa);
 extern const pllm_cpu_kernels pllm_cpu_kernels_scalar;
 extern const pllm_cpu_kernels pllm_cpu_kernels_avx2;
 extern const pllm_cpu_kernels pllm_cpu_kernels_avx512;
+extern const pllm_cpu_kernels pllm_cpu_kernels_avx512vnni;

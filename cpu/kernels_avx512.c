@@ -333,18 +333,21 @@ T512 static void to_f16(uint16_t *dst, const float *src, int64_t n)
     }
 }
 
-const pllm_cpu_kernels pllm_cpu_kernels_avx512 = {
-    .isa = PLLM_CPU_ISA_AVX512,
-    .name = "avx512",
-    .matmul = {[PLLM_DTYPE_F32] = mm_f32, [PLLM_DTYPE_F16] = mm_f16, [PLLM_DTYPE_BF16] = mm_bf16,
-               [PLLM_DTYPE_Q8_0] = mm_q8_0, [PLLM_DTYPE_Q4_0] = mm_q4_0, [PLLM_DTYPE_Q4_1] = mm_q4_1,
-               [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1, [PLLM_DTYPE_Q4_K] = mm_q4_k,
-               [PLLM_DTYPE_Q5_K] = mm_q5_k, [PLLM_DTYPE_Q6_K] = mm_q6_k},
-    .attn_scores_f32 = attn_scores_f32,
-    .attn_scores_f16 = attn_scores_f16,
-    .attn_accum_f32 = attn_accum_f32,
-    .attn_accum_f16 = attn_accum_f16,
-    .to_f16 = to_f16,
-};
+#define AVX512_FIELDS                                                                                                  \
+    .matmul = {[PLLM_DTYPE_F32] = mm_f32, [PLLM_DTYPE_F16] = mm_f16, [PLLM_DTYPE_BF16] = mm_bf16,                      \
+               [PLLM_DTYPE_Q8_0] = mm_q8_0, [PLLM_DTYPE_Q4_0] = mm_q4_0, [PLLM_DTYPE_Q4_1] = mm_q4_1,                  \
+               [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1, [PLLM_DTYPE_Q4_K] = mm_q4_k,                  \
+               [PLLM_DTYPE_Q5_K] = mm_q5_k, [PLLM_DTYPE_Q6_K] = mm_q6_k},                                             \
+    .attn_scores_f32 = attn_scores_f32, .attn_scores_f16 = attn_scores_f16, .attn_accum_f32 = attn_accum_f32,          \
+    .attn_accum_f16 = attn_accum_f16, .to_f16 = to_f16
+
+/* Without VNNI: float math only (no integer path). */
+const pllm_cpu_kernels pllm_cpu_kernels_avx512 = {.isa = PLLM_CPU_ISA_AVX512, .name = "avx512", AVX512_FIELDS};
+
+/* With VNNI: the same float kernels plus the integer matmul of gemm_avx512.c. */
+const pllm_cpu_kernels pllm_cpu_kernels_avx512vnni = {.isa = PLLM_CPU_ISA_AVX512VNNI, .name = "avx512vnni", AVX512_FIELDS,
+                                                      .quant = pllm_cpu_quant_avx512,
+                                                      .qmatmul = pllm_cpu_qmatmul_avx512vnni, .qpacked = true};
+#undef AVX512_FIELDS
 
 #endif /* __x86_64__ */

@@ -92,4 +92,7 @@ const pllm_cpu_kernels pllm_cpu_kernels_scalar = {
     .attn_accum_f32 = attn_accum_f32,
     .attn_accum_f16 = attn_accum_f16,
     .to_f16 = to_f16,
+    .quant = pllm_cpu_quant_ref,
+    .qmatmul = pllm_cpu_qmatmul_ref,
+    .qpacked = false,
 };
