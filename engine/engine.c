@@ -547,6 +547,7 @@ static void emit_completion(pllm_engine *e, pllm_req *r, const char *error,
         .t_arrival = r->t_arrival,
         .t_first_token = r->t_first_token,
         .t_finish = r->t_finish,
+        .token_times = n_out > 0 ? r->token_times : NULL,
     };
     e->stats.requests_finished++;
     if (r->finish == PLLM_FINISH_ERROR) e->stats.requests_failed++;
@@ -558,12 +559,13 @@ static void emit_completion(pllm_engine *e, pllm_req *r, const char *error,
 
 /* Append a sampled token and decide whether the request is done. */
 static pllm_status accept_token(pllm_engine *e, pllm_req *r, int32_t token, float logprob,
-                                const int32_t *top_ids, const float *top_lps, bool *done)
+                                const int32_t *top_ids, const float *top_lps, double now,
+                                bool *done)
 {
     *done = false;
-    PLLM_TRY(pllm_req_append(r, token, logprob, top_ids, top_lps));
+    PLLM_TRY(pllm_req_append(r, token, logprob, top_ids, top_lps, now));
     int32_t n_out = pllm_req_n_output(r);
-    if (n_out == 1) r->t_first_token = pllm_now();
+    if (n_out == 1) r->t_first_token = now;
     bool checks = n_out >= r->params.min_tokens;
     if (checks && pllm_req_is_stop_id(r, token)) {
         r->finish = PLLM_FINISH_STOP;
@@ -628,6 +630,7 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
         goto broken;
     }
     e->stats.steps++;
+    double now = pllm_now(); /* the sampled tokens' time (pllm_completion.token_times) */
     if ((st = pllm_sched_update(e->sched, o)) != PLLM_OK) goto broken;
 
     for (int32_t k = 0; k < plan.n_samples; k++) {
@@ -642,7 +645,7 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
         st = accept_token(e, r, tok, so.logprobs ? so.logprobs[k] : 0.0f,
                           so.top_ids ? so.top_ids + (size_t)k * (size_t)top_n : NULL,
                           so.top_logprobs ? so.top_logprobs + (size_t)k * (size_t)top_n : NULL,
-                          &done);
+                          now, &done);
         if (st != PLLM_OK) goto broken;
         if (!done) continue;
         o->entries[e->sample_entry[k]].req = NULL; /* freed below */

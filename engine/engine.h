@@ -102,6 +102,10 @@ typedef struct pllm_completion {
                               (for completions 1..n-1: the full prompt blocks they share
                               with completion 0, with or without the prefix cache) */
     double t_arrival, t_first_token, t_finish; /* pllm_now() seconds */
+    const double *token_times; /* [n_tokens] when each generated token was sampled (pllm_now()
+                                  seconds; the tokens of one engine step share the time the
+                                  step's backend call returned; token_times[0] ==
+                                  t_first_token); NULL when n_tokens == 0 */
 } pllm_completion;
 
 typedef void (*pllm_engine_emit_fn)(const pllm_completion *c, void *arg);

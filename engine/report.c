@@ -233,6 +233,7 @@ pllm_status pllm_report_add(pllm_report *r, const pllm_completion *c)
     if (c->n_tokens > 1 && c->t_first_token > 0)
         PLLM_TRY(pllm_series_add(&r->tpot,
                                  (c->t_finish - c->t_first_token) / (double)(c->n_tokens - 1)));
+    if (c->token_times) PLLM_TRY(pllm_report_add_token_times(r, c->token_times, c->n_tokens));
     return PLLM_OK;
 }
 
@@ -385,10 +386,7 @@ void pllm_report_print(const pllm_report *r, const pllm_engine_stats *es, const 
     sub(f, "Time per Output Token (excl. 1st token)");
     print_ms(f, "tpot", "TPOT", &r->tpot);
     sub(f, "Inter-token Latency");
-    if (r->itl.count)
-        print_ms(f, "itl", "ITL", &r->itl);
-    else
-        fprintf(f, "%-40s %s\n", "ITL (ms):", "n/a (the engine reports no per-token times)");
+    print_ms(f, "itl", "ITL", &r->itl);
     sub(f, "End-to-end Latency");
     print_ms(f, "e2el", "E2EL", &r->latency);
     if (es) {

@@ -9,7 +9,12 @@
  *   TTFT  = first token time - arrival (the time it was added to the engine);
  *   TPOT  = (finish - first token) / (completion tokens - 1), over completions with >= 2 tokens;
  *   ITL   = the gaps between consecutive tokens of a completion, pooled over all completions
- *           (needs per-token timestamps: pllm_report_add_token_times);
+ *           (pllm_completion.token_times; the tokens of one engine step share a time, so a
+ *           gap is the time between the steps that sampled them). Over a completion the
+ *           gaps sum to its last token time - first token time, so TPOT is the mean of that
+ *           completion's ITL up to the few microseconds between the last token and finish;
+ *           the pooled mean ITL weighs completions by their token counts, TPOT's mean does
+ *           not (equal when every completion has the same length);
  *   E2E   = finish - arrival;
  *   duration of a run = the last finish - the run's start;
  *   cache hit rate = cached prompt tokens / prompt tokens (finished completions).
@@ -72,10 +77,11 @@ typedef struct pllm_report {
 
 void pllm_report_init(pllm_report *r, double t_start);
 void pllm_report_free(pllm_report *r);
-/* A finished completion (ok or failed). */
+/* A finished completion (ok or failed). A successful one with token_times adds its
+ * n_tokens - 1 inter-token gaps to ITL (pllm_report_add_token_times). */
 pllm_status pllm_report_add(pllm_report *r, const pllm_completion *c);
 /* Per-token timestamps of a completion (pllm_now() seconds when each token was sampled):
- * adds its n - 1 inter-token gaps to ITL. */
+ * adds its n - 1 inter-token gaps to ITL. pllm_report_add calls it. */
 pllm_status pllm_report_add_token_times(pllm_report *r, const double *t, int32_t n);
 /* A request that failed before it ran (bad input record). */
 void pllm_report_add_rejected(pllm_report *r);

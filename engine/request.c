@@ -73,6 +73,7 @@ void pllm_req_free(pllm_req *r)
     free(r->logprobs);
     free(r->top_ids);
     free(r->top_logprobs);
+    free(r->token_times);
     if (r->group) {
         if (r->group->leader == r) r->group->leader = NULL;
         if (--r->group->n_alive == 0) free(r->group);
@@ -100,9 +101,17 @@ static pllm_status grow_outputs(pllm_req *r, int32_t need)
 }
 
 pllm_status pllm_req_append(pllm_req *r, int32_t token, float logprob, const int32_t *top_ids,
-                            const float *top_logprobs)
+                            const float *top_logprobs, double t)
 {
     int32_t k = pllm_req_n_output(r);
+    if (k >= r->times_cap) {
+        int32_t cap = r->times_cap ? 2 * r->times_cap : 16;
+        double *tt = pllm_realloc(r->token_times, (size_t)cap * sizeof *tt);
+        if (!tt) return PLLM_ERR_NOMEM;
+        r->token_times = tt;
+        r->times_cap = cap;
+    }
+    r->token_times[k] = t;
     if (r->sampling.logprobs > 0) {
         PLLM_TRY(grow_outputs(r, k + 1));
         size_t n = (size_t)r->sampling.logprobs;

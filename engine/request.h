@@ -102,6 +102,8 @@ struct pllm_req {
     int32_t *top_ids;    /* [n_output][sampling.logprobs] */
     float *top_logprobs; /* [n_output][sampling.logprobs] */
     int32_t out_cap;
+    double *token_times; /* [n_output] pllm_now() when each output token was sampled */
+    int32_t times_cap;
     pllm_finish_reason finish;
     double t_arrival, t_first_token, t_finish;
 };
@@ -131,9 +133,10 @@ pllm_status pllm_req_create(pllm_req **out, const pllm_req_init *ini);
  * reference. Accepts NULL. */
 void pllm_req_free(pllm_req *r);
 
-/* Record one sampled token with its logprobs (top: [sampling.logprobs] or NULL). */
+/* Record one sampled token with its logprobs (top: [sampling.logprobs] or NULL) and the time
+ * it was sampled (pllm_now() seconds). */
 pllm_status pllm_req_append(pllm_req *r, int32_t token, float logprob, const int32_t *top_ids,
-                            const float *top_logprobs);
+                            const float *top_logprobs, double t);
 
 bool pllm_req_is_stop_id(const pllm_req *r, int32_t token);
 

@@ -4,8 +4,10 @@
 - --dataset sharegpt on the shared sample: every reported field is present (stderr table and
   --stats-json) and consistent: token counts add up (the report's totals, the engine counters,
   the workload, and an independent count with Hugging Face `tokenizers`), throughputs equal the
-  counts over the durations, TTFT + 7 x TPOT = E2E for 8-token outputs, percentiles ordered,
+  counts over the durations, TTFT + 7 x TPOT = E2E for 8-token outputs, mean ITL = mean TPOT
+  (every output has 8 tokens; ITL pools the gaps between consecutive tokens), percentiles ordered,
   the 95% interval brackets the mean, the counters repeat across runs;
+- `generate --stats-json` and its table report the same latencies, ITL included;
 - output lengths default to 128 when the data has no reply; sharegpt needs --dataset-path;
 - random and prefix workloads: deterministic in the seed; the prefix workload hits the cache
   for every shared prefix block after the first computation;
@@ -50,7 +52,8 @@ t.check(rc == 0, f"bench sharegpt exits 0: {rc} {err[-500:]}")
 labels = ["Successful requests:", "Failed requests:", "Duration (s):", "Total input tokens:", "Total generated tokens:",
           "Request throughput (req/s):", "Input token throughput (tok/s):", "Output token throughput (tok/s):",
           "Total token throughput (tok/s):", "Prefix cache hit rate:", "Mean TTFT (ms):", "Median TTFT (ms):",
-          "P99 TTFT (ms):", "Mean TPOT (ms):", "Median TPOT (ms):", "P99 TPOT (ms):", "ITL (ms):", "Mean E2EL (ms):",
+          "P99 TTFT (ms):", "Mean TPOT (ms):", "Median TPOT (ms):", "P99 TPOT (ms):", "Mean ITL (ms):",
+          "Median ITL (ms):", "P99 ITL (ms):", "Mean E2EL (ms):",
           "Median E2EL (ms):", "P99 E2EL (ms):", "Steps:", "Preemptions:", "Prompt tokens computed:",
           "Prompt tokens cached:", "Peak KV blocks in use:", "Runs:", "95% CI", "Workload fingerprint:"]
 missing = [l for l in labels if l not in err]
@@ -100,14 +103,35 @@ if not missing:
         t.check(close(st[k], mean) and close(ci["mean"], mean) and ci["ci95_low"] <= mean <= ci["ci95_high"] and ci["n"] == 2,
                 f"{k}: the mean of the runs inside its interval: {ci}")
     # latencies
-    for s in ("ttft", "tpot", "e2el"):
-        t.check(0 < st[f"median_{s}_ms"] <= st[f"p99_{s}_ms"] and st[f"mean_{s}_ms"] > 0 and st[f"std_{s}_ms"] >= 0,
-                f"{s}: 0 < median <= p99")
+    for s in ("ttft", "tpot", "itl", "e2el"):
+        t.check(isinstance(st[f"mean_{s}_ms"], float) and
+                0 < st[f"median_{s}_ms"] <= st[f"p99_{s}_ms"] and st[f"mean_{s}_ms"] > 0 and st[f"std_{s}_ms"] >= 0,
+                f"{s}: 0 < median <= p99: {[st[f'{m}_{s}_ms'] for m in ('mean', 'median', 'std', 'p99')]}")
     t.check(close(st["mean_e2el_ms"], st["mean_ttft_ms"] + (OUT - 1) * st["mean_tpot_ms"], 1e-4),
             f"E2E = TTFT + {OUT - 1} TPOT (every request has {OUT} tokens): {st['mean_e2el_ms']} vs "
             f"{st['mean_ttft_ms']} + {OUT - 1} x {st['mean_tpot_ms']}")
-    t.check(st["mean_itl_ms"] is None, "ITL is null until the engine reports per-token times (documented)")
+    # ITL pools the gaps between consecutive tokens; a completion's gaps sum to its last token
+    # time - first token time, TPOT is (finish - first token) / (n - 1): with every completion
+    # OUT tokens long, mean ITL = mean TPOT up to the microseconds between the last token and
+    # finish
+    itl_ok = abs(st["mean_itl_ms"] - st["mean_tpot_ms"]) <= 1e-3 * st["mean_tpot_ms"] + 0.05
+    t.check(itl_ok, f"mean ITL = mean TPOT when every output has {OUT} tokens: {st['mean_itl_ms']} vs {st['mean_tpot_ms']}")
+    t.check(st["p99_itl_ms"] <= st["duration"] * 1e3 and st["mean_itl_ms"] * (OUT - 1) <= st["mean_e2el_ms"] - st["mean_ttft_ms"] + 0.05,
+            "(OUT - 1) mean ITL <= E2E - TTFT")
     t.check(st["mean_e2el_ms"] <= st["duration"] * 1e3 * 1.001, "no request lasts longer than its run")
+
+# ---------------------------------------------------------------- generate's statistics: the same names, ITL included
+gp = t.write("gen.jsonl", [{"id": i, "prompt": f"Count to {i + 3}:", "max_tokens": 6, "ignore_eos": True} for i in range(3)])
+gs = t.path("gen-stats.json")
+rc, out, err = t.run(["generate", gp, *ENGINE, "--stats-json", gs])
+g = json.load(open(gs)) if rc == 0 and os.path.exists(gs) else {}
+t.check(rc == 0 and g.get("completed") == 3 and g.get("total_output_tokens") == 18, f"generate runs: {rc} {err[-300:]}")
+t.check(all(f"{m} {n} (ms):" in err for m in ("Mean", "Median", "P99") for n in ("TTFT", "TPOT", "ITL", "E2EL")),
+        f"generate's table shows TTFT, TPOT, ITL, E2EL: {err[-1500:]}")
+if g:
+    t.check(all(isinstance(g.get(f"{m}_itl_ms"), float) for m in ("mean", "median", "std", "p99")), "generate: ITL in --stats-json")
+    t.check(abs(g["mean_itl_ms"] - g["mean_tpot_ms"]) <= 1e-3 * g["mean_tpot_ms"] + 0.05,
+            f"generate: mean ITL = mean TPOT (every output 6 tokens): {g['mean_itl_ms']} vs {g['mean_tpot_ms']}")
 
 rc, _, err = t.run(["bench", "--dataset", "sharegpt"])
 t.check(rc == 2 and "--dataset-path" in err, f"sharegpt without --dataset-path: exit 2 and says so: {rc} {err}")

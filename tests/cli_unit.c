@@ -110,16 +110,21 @@ static void test_report(void)
 {
     pllm_report r;
     pllm_report_init(&r, 100.0);
+    /* a's token times give ITL gaps 0.5 0.25 0.75 0.5; b has one token (no gap); the failed
+     * f's times are not counted */
+    const double times[] = {100.5, 101.0, 101.25, 102.0, 102.5}, btimes[] = {101.0},
+                 ftimes[] = {100.1, 100.9};
     pllm_completion a = completion(100.0, 100.5, 102.5, 5, 10, 4),
                     b = completion(100.0, 101.0, 104.0, 1, 30, 0);
+    a.token_times = times;
+    b.token_times = btimes;
     CHECK_OK(pllm_report_add(&r, &a));
     CHECK_OK(pllm_report_add(&r, &b));
-    pllm_completion f = completion(100, 0, 101, 0, 3, 0);
+    pllm_completion f = completion(100, 100.1, 101, 2, 3, 0);
     f.finish = PLLM_FINISH_ERROR;
+    f.token_times = ftimes;
     CHECK_OK(pllm_report_add(&r, &f));
     pllm_report_add_rejected(&r);
-    const double times[] = {100.5, 101.0, 101.25, 102.0, 102.5};
-    CHECK_OK(pllm_report_add_token_times(&r, times, 5));
     /* duration 4 s: 2 ok requests, 40 prompt tokens, 6 generated */
     pllm_throughput t = pllm_report_run_throughput(&r, 0);
     CHECK(fabs(t.req_s - 0.5) < 1e-12 && fabs(t.input_tok_s - 10) < 1e-12 &&
@@ -130,6 +135,8 @@ static void test_report(void)
           fabs(tpot.mean - 0.5) < 1e-12); /* (102.5 - 100.5) / 4; b has one token: no TPOT */
     CHECK(ttft.count == 2 && fabs(ttft.mean - 0.75) < 1e-12);
     CHECK(itl.count == 4 && fabs(itl.mean - 0.5) < 1e-12 && fabs(itl.median - 0.5) < 1e-12);
+    /* numpy: np.percentile([0.5, 0.25, 0.75, 0.5], 99) = 0.7425 */
+    CHECK(fabs(itl.p99 - 0.7425) < 1e-12);
     pllm_engine_stats es = {.steps = 7,
                             .prompt_tokens = 40,
                             .prompt_tokens_computed = 36,
