@@ -288,7 +288,7 @@ int cmd_generate(int argc, char **argv)
     cmd_engine_opts eo;
     cmd_engine_opts_init(&eo);
     cmd_sampling_opts so;
-    cmd_sampling_opts_init(&so, 256, "256");
+    cmd_sampling_opts_init(&so, 256, "the model's max_new_tokens, else 256");
     const char *out_path = "-", *stats_json = NULL, *format_s = "auto", *out_format_s = "auto",
                *order_s = "completion";
     int32_t window = 1024, reorder = 4096;
@@ -344,7 +344,10 @@ int cmd_generate(int argc, char **argv)
                    "  sharegpt  {\"id\", \"conversations\": [{\"from\", \"value\"}]}, as a JSON "
                    "list or JSON lines\n"
                    "Any format may also be one JSON list of records. One JSON line per request is "
-                   "written as it finishes.",
+                   "written as it finishes.\n"
+                   "Sampling, per field: a record's own field > the option given below > the "
+                   "model's generation defaults\n"
+                   "(generation_config.json; --generation-config) > the built-in default.",
         .opts = opts,
         .n_opts = n_opts,
         .min_pos = 1,
@@ -432,6 +435,7 @@ int cmd_generate(int argc, char **argv)
                 format == PLLM_FORMAT_AUTO ? ", detected" : "");
     if ((rc = cmd_runtime_open(&rt, &eo.rt, quiet)) != 0) goto out;
     if ((rc = cmd_check_kv_budget(&rt, &eo)) != 0) goto out;
+    if ((rc = cmd_sampling_opts_apply_model(&so, rt.model, &defaults, quiet)) != 0) goto out;
     g.tok = rt.tok;
     g.model_name = rt.model->name;
     if (pllm_engine_create(&eng, rt.model, &rt.backend, rt.tok, &eo.ep) != PLLM_OK) {

@@ -160,31 +160,40 @@ void cmd_sampling_opts_init(cmd_sampling_opts *o, int32_t max_tokens,
     o->max_tokens_default = max_tokens_default;
     o->top_p = 1.0f;
     o->rep_pen = 1.0f;
+    o->generation_config = "auto";
 }
 
 void cmd_sampling_opts_table(cmd_sampling_opts *o, cmd_opt *opts, size_t *n, size_t cap)
 {
     push(opts, n, cap,
+         (cmd_opt){"generation-config", 0, CMD_OPT_STR, &o->generation_config, "MODE", "auto",
+                   "auto: the model's generation_config.json (GGUF: general.sampling.*) gives "
+                   "the defaults marked \"the model's\" below; none: built-in defaults only (the "
+                   "model's EOS ids stop generation either way). Precedence, per field: a "
+                   "record's field > an option given here > the model's > built-in",
+                   NULL});
+    push(opts, n, cap,
          (cmd_opt){"max-tokens", 0, CMD_OPT_INT, &o->max_tokens, "N", o->max_tokens_default,
-                   "tokens to generate per request at most", NULL});
+                   "tokens to generate per request at most", &o->seen_max_tokens});
     push(opts, n, cap,
          (cmd_opt){"min-tokens", 0, CMD_OPT_INT, &o->min_tokens, "N", "0",
                    "tokens to generate before EOS/stop may end a request", NULL});
     push(opts, n, cap,
-         (cmd_opt){"temperature", 0, CMD_OPT_FLOAT, &o->temperature, "T", "0 (greedy)",
-                   "sampling temperature", NULL});
+         (cmd_opt){"temperature", 0, CMD_OPT_FLOAT, &o->temperature, "T",
+                   "the model's, else 0 (greedy)", "sampling temperature", &o->seen_temperature});
     push(opts, n, cap,
-         (cmd_opt){"top-p", 0, CMD_OPT_FLOAT, &o->top_p, "P", "1 (off)",
-                   "nucleus sampling threshold", NULL});
+         (cmd_opt){"top-p", 0, CMD_OPT_FLOAT, &o->top_p, "P", "the model's, else 1 (off)",
+                   "nucleus sampling threshold", &o->seen_top_p});
     push(opts, n, cap,
-         (cmd_opt){"top-k", 0, CMD_OPT_INT, &o->top_k, "K", "0 (off)",
-                   "keep the K most likely tokens", NULL});
+         (cmd_opt){"top-k", 0, CMD_OPT_INT, &o->top_k, "K", "the model's, else 0 (off)",
+                   "keep the K most likely tokens", &o->seen_top_k});
     push(opts, n, cap,
-         (cmd_opt){"min-p", 0, CMD_OPT_FLOAT, &o->min_p, "P", "0 (off)",
-                   "drop tokens below P times the top probability", NULL});
+         (cmd_opt){"min-p", 0, CMD_OPT_FLOAT, &o->min_p, "P", "the model's, else 0 (off)",
+                   "drop tokens below P times the top probability", &o->seen_min_p});
     push(opts, n, cap,
-         (cmd_opt){"repetition-penalty", 0, CMD_OPT_FLOAT, &o->rep_pen, "R", "1 (off)",
-                   "penalise tokens of the prompt and output", NULL});
+         (cmd_opt){"repetition-penalty", 0, CMD_OPT_FLOAT, &o->rep_pen, "R",
+                   "the model's, else 1 (off)", "penalise tokens of the prompt and output",
+                   &o->seen_rep_pen});
     push(opts, n, cap,
          (cmd_opt){"presence-penalty", 0, CMD_OPT_FLOAT, &o->pres_pen, "X", "0 (off)",
                    "penalise tokens present in the output", NULL});
@@ -196,7 +205,8 @@ void cmd_sampling_opts_table(cmd_sampling_opts *o, cmd_opt *opts, size_t *n, siz
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"ignore-eos", 0, CMD_OPT_FLAG, &o->ignore_eos, NULL, "off",
-                   "keep generating past EOS", NULL});
+                   "keep generating past EOS (every EOS id of the model's files and tokenizer)",
+                   NULL});
 }
 
 int cmd_sampling_opts_finish(const cmd_sampling_opts *o, pllm_request_params *p)
@@ -214,11 +224,65 @@ int cmd_sampling_opts_finish(const cmd_sampling_opts *o, pllm_request_params *p)
     p->sampling.frequency_penalty = o->freq_pen;
     for (int i = 0; i < o->stop.n; i++) p->stop[i] = o->stop.v[i];
     p->n_stop = o->stop.n;
+    if (strcmp(o->generation_config, "auto") && strcmp(o->generation_config, "none")) {
+        fprintf(stderr, "pllm: --generation-config '%s' is not one of auto, none\n",
+                o->generation_config);
+        return 2;
+    }
     if (pllm_request_params_validate(p) != PLLM_OK) {
         fprintf(stderr, "pllm: invalid option: %s\n", pllm_errmsg());
         return 2;
     }
     return 0;
+}
+
+int cmd_sampling_opts_apply_model(const cmd_sampling_opts *o, const pllm_model *m,
+                                  pllm_request_params *p, bool quiet)
+{
+    if (strcmp(o->generation_config, "auto") != 0) return 0;
+    const pllm_generation_defaults *g = &m->gen;
+    pllm_sampling_params s = p->sampling;
+    pllm_model_apply_generation_defaults(m, &s);
+    pllm_buf said = {0};
+    /* each field the model gives and the command line does not */
+    if (g->has_temperature && !o->seen_temperature) {
+        p->sampling.temperature = s.temperature;
+        pllm_buf_appendf(&said, ", temperature %g", (double)s.temperature);
+    }
+    if (g->has_top_p && !o->seen_top_p) {
+        p->sampling.top_p = s.top_p;
+        pllm_buf_appendf(&said, ", top_p %g", (double)s.top_p);
+    }
+    if (g->has_top_k && !o->seen_top_k) {
+        p->sampling.top_k = s.top_k;
+        pllm_buf_appendf(&said, ", top_k %d", s.top_k);
+    }
+    if (g->has_min_p && !o->seen_min_p) {
+        p->sampling.min_p = s.min_p;
+        pllm_buf_appendf(&said, ", min_p %g", (double)s.min_p);
+    }
+    if (g->has_repetition_penalty && !o->seen_rep_pen) {
+        p->sampling.repetition_penalty = s.repetition_penalty;
+        pllm_buf_appendf(&said, ", repetition_penalty %g", (double)s.repetition_penalty);
+    }
+    if (g->has_max_new_tokens && !o->seen_max_tokens) {
+        p->max_tokens = g->max_new_tokens;
+        pllm_buf_appendf(&said, ", max_tokens %d", g->max_new_tokens);
+    }
+    int rc = 0;
+    if (pllm_request_params_validate(p) != PLLM_OK) {
+        fprintf(stderr, "pllm: the model's generation defaults (%s) are invalid: %s\n",
+                said.n ? said.s + 2 : "", pllm_errmsg());
+        rc = 3;
+    } else if (said.n && !quiet) {
+        fprintf(stderr,
+                "pllm: sampling defaults from the model's %s: %s (options and record fields "
+                "override them; --generation-config none drops them)\n",
+                m->format == PLLM_MODEL_HF ? "generation_config.json" : "general.sampling.* keys",
+                said.s + 2);
+    }
+    pllm_buf_free(&said);
+    return rc;
 }
 
 /* The flag the handler sets: a signal handler can reach nothing else. This is the only

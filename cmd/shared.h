@@ -44,20 +44,41 @@ void cmd_plan_stats_json(json_t *report, const pllm_engine_plan_stats *ps);
  * being killed later). 0 or 3 (message printed). */
 int cmd_check_kv_budget(const cmd_runtime *rt, const cmd_engine_opts *o);
 
-/* Sampling and generation options (generate, bench). */
+/*
+ * Sampling and generation options (generate).
+ *
+ * Precedence, per field (as vLLM applies a model's generation_config.json): a record's own
+ * field > the command-line option, when given > the model's generation defaults
+ * (generation_config.json of a Hugging Face directory, general.sampling.* of a GGUF file;
+ * --generation-config auto, the default) > the built-in default. The model's defaults cover
+ * temperature, top_p, top_k, min_p, repetition_penalty and max_tokens (max_new_tokens);
+ * do_sample is not consulted (a file that sets temperature means it). --generation-config
+ * none leaves them out. The model's EOS ids (every eos_token_id of generation_config.json, the
+ * tokenizer's EOS and end-of-turn tokens) end generation in both modes (the engine's rule;
+ * --ignore-eos or a record's ignore_eos turns them off).
+ */
 typedef struct cmd_sampling_opts {
     int32_t max_tokens, min_tokens, top_k;
     float temperature, top_p, min_p, rep_pen, pres_pen, freq_pen;
     bool ignore_eos;
     cmd_strs stop;
+    const char *generation_config;  /* "auto" or "none" */
     const char *max_tokens_default; /* text shown in --help */
+    /* given on the command line (then the model's default does not apply) */
+    bool seen_max_tokens, seen_temperature, seen_top_p, seen_top_k, seen_min_p, seen_rep_pen;
 } cmd_sampling_opts;
 
 void cmd_sampling_opts_init(cmd_sampling_opts *o, int32_t max_tokens,
                             const char *max_tokens_default);
 void cmd_sampling_opts_table(cmd_sampling_opts *o, cmd_opt *opts, size_t *n, size_t cap);
-/* Fill p (stop strings point into argv); 0 or 2 (message printed). */
+/* Fill p from the command line and the built-in defaults (stop strings point into argv); 0 or
+ * 2 (message printed). */
 int cmd_sampling_opts_finish(const cmd_sampling_opts *o, pllm_request_params *p);
+/* Once the model is loaded: overlay its generation defaults (--generation-config auto) onto
+ * the fields of p the command line did not set, and say on stderr which it applied (unless
+ * quiet). 0 or 3 (the result is invalid; message printed). */
+int cmd_sampling_opts_apply_model(const cmd_sampling_opts *o, const pllm_model *m,
+                                  pllm_request_params *p, bool quiet);
 
 /* SIGINT/SIGTERM: the first sets *flag (the run stops after the current step, writes what
  * finished and exits 130); a second one kills the process at once (default action). */

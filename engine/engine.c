@@ -10,8 +10,8 @@
  * for one generated token is refused by add().
  *
  * Stop rules, checked after each sampled token, in this order: a stop id (the tokenizer's EOS
- * and end-of-turn ids unless ignore_eos, and the request's stop_ids; their text is not
- * output), a stop string (matched on the detokenized text across token boundaries; the text
+ * and end-of-turn ids and the model's generation-config EOS ids, unless ignore_eos, and the
+ * request's stop_ids; their text is not output), a stop string (matched on the detokenized text across token boundaries; the text
  * is cut where the match starts), max_tokens, the context limit. Stop ids and stop strings
  * only count once min_tokens tokens were generated (and stop ids are banned from sampling
  * until then).
@@ -38,7 +38,8 @@ struct pllm_engine {
     pllm_kv_layout layout;
     int32_t n_vocab;
     int32_t ctx_limit;      /* min(max_model_len, KV capacity) */
-    const int32_t *eos_ids; /* tokenizer's stop ids (borrowed) */
+    int32_t *eos_ids; /* [n_eos_ids] owned: the tokenizer's stop ids, then the model's EOS ids
+                         (generation_config.json eos_token_id) not among them */
     int32_t n_eos_ids;
     pllm_kv_manager *kv;
     pllm_plan *plan;
@@ -191,6 +192,26 @@ static pllm_status choose_n_blocks(pllm_engine *e, int32_t *n_blocks)
     return PLLM_OK;
 }
 
+/* The ids that end generation unless ignore_eos: the tokenizer's EOS and end-of-turn ids and
+ * every id of the model's generation defaults (a Hugging Face generation_config.json may list
+ * several, e.g. Llama-3's <|end_of_text|>, <|eom_id|>, <|eot_id|>); ids outside the vocabulary
+ * are left out (the loader already refuses them). */
+static pllm_status collect_eos_ids(pllm_engine *e)
+{
+    int32_t n_tok = 0;
+    const int32_t *tok_ids = e->tok ? pllm_tokenizer_stop_ids(e->tok, &n_tok) : NULL;
+    const pllm_generation_defaults *g = &e->model->gen;
+    e->eos_ids = pllm_malloc(((size_t)n_tok + (size_t)g->n_eos + 1) * sizeof *e->eos_ids);
+    if (!e->eos_ids) return PLLM_ERR_NOMEM;
+    for (int32_t i = 0; i < n_tok + g->n_eos; i++) {
+        int32_t id = i < n_tok ? tok_ids[i] : g->eos_ids[i - n_tok];
+        bool seen = id < 0 || id >= e->n_vocab;
+        for (int32_t j = 0; j < e->n_eos_ids && !seen; j++) seen = e->eos_ids[j] == id;
+        if (!seen) e->eos_ids[e->n_eos_ids++] = id;
+    }
+    return PLLM_OK;
+}
+
 pllm_status pllm_engine_create(pllm_engine **out, const pllm_model *model, pllm_backend *backend,
                                const pllm_tokenizer *tok, const pllm_engine_params *params)
 {
@@ -270,7 +291,7 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
         .label_bits = hooks ? hooks->label_bits : 0,
     };
     if ((st = pllm_sched_init(&e->sched, &sp, e->kv, e->plan)) != PLLM_OK) goto fail;
-    if (tok) e->eos_ids = pllm_tokenizer_stop_ids(tok, &e->n_eos_ids);
+    if ((st = collect_eos_ids(e)) != PLLM_OK) goto fail;
 
     size_t nt = (size_t)p.max_batched_tokens, ns = (size_t)p.max_seqs;
     e->tokens = pllm_malloc(nt * sizeof *e->tokens);
@@ -330,6 +351,7 @@ void pllm_engine_free(pllm_engine *e)
     free(e->out_logprobs);
     free(e->out_top_ids);
     free(e->out_top_logprobs);
+    free(e->eos_ids);
     free(e);
 }
 

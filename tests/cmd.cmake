@@ -13,3 +13,7 @@ pllm_add_py_test(cli_bench cli_bench.py LABELS model)
 set_tests_properties(cli_bench PROPERTIES TIMEOUT 900)
 pllm_add_py_test(cli_tools cli_tools.py LABELS model)
 set_tests_properties(cli_tools PROPERTIES TIMEOUT 900)
+# A model's generation defaults (generation_config.json) and their precedence, on a random-weight
+# Hugging Face directory with a tokenizer written by the test (seconds).
+pllm_add_py_test(cli_genconfig cli_genconfig.py LABELS unit)
+set_tests_properties(cli_genconfig PROPERTIES TIMEOUT 300)
