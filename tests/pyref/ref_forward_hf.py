@@ -154,12 +154,18 @@ class Ref:
         if field(f"{a}.rope.scaling.type", "none") == "linear":
             self.ff[:] = field(f"{a}.rope.scaling.factor")
         w = {}
+        untied = any(t.name == "output.weight" for t in r.tensors)
         for t in r.tensors:
+            if t.name == "token_embd.weight" and untied:
+                # only the rows of the tokens used are dequantized (forward_many): a real
+                # model's embedding is large (Qwen2.5-0.5B: 136M values, 6 s and 0.5 GB)
+                self._embd_tensor = t
+                continue
             x = np.asarray(dequantize(t.data, t.tensor_type), dtype=self.dtype)
             w[t.name] = x.reshape([int(n) for n in reversed(t.shape)]) if len(t.shape) > 1 else x.reshape(-1)
         if "rope_freqs.weight" in w:
             self.ff = w["rope_freqs.weight"].astype(np.float64)
-        self.embed = w["token_embd.weight"]
+        self.embed = w.get("token_embd.weight")
         self.norm = w["output_norm.weight"]
         self.out = w.get("output.weight", self.embed)
         self.layers = []
@@ -171,7 +177,17 @@ class Ref:
             if p + "attn_q.bias" in w:
                 L.update(bq=w[p + "attn_q.bias"], bk=w[p + "attn_k.bias"], bv=w[p + "attn_v.bias"])
             self.layers.append(L)
-        self.n_vocab = self.embed.shape[0]
+        self.n_vocab = self.out.shape[0]
+
+    def _embed(self, ids):
+        """Rows ids of the token embedding [len(ids)][n_embd]."""
+        if self.embed is not None:
+            return self.embed[ids].copy()
+        from gguf.quants import dequantize
+        t = self._embd_tensor
+        uniq, inv = np.unique(ids, return_inverse=True)
+        rows = np.asarray(dequantize(t.data[uniq], t.tensor_type), dtype=self.dtype)
+        return rows.reshape(len(uniq), -1)[inv]
 
     # -- forward -------------------------------------------------------------------------------
     def _rms(self, x, g):
@@ -203,7 +219,7 @@ class Ref:
         pos = np.concatenate([np.arange(len(s)) for s in seqs])
         n = len(ids)
         allowed = (seq_of[:, None] == seq_of[None, :]) & (pos[None, :] <= pos[:, None])
-        x = self.embed[ids].copy()
+        x = self._embed(ids)
         for L in self.layers:
             h = self._rms(x, L["attn_norm"])
             q, k, v = h @ L["wq"].T, h @ L["wk"].T, h @ L["wv"].T
