@@ -1,8 +1,9 @@
 /*
  * info.c: `pllm info [MODEL]`: what a model is: architecture and sizes, tensor dtypes,
  * tokenizer, chat template (with a sample rendering), generation defaults. Human-readable, or
- * one JSON object with --json. GGUF files and Hugging Face directories (the tokenizer of the
- * latter is reported as not loadable until pllm reads tokenizer.json).
+ * one JSON object with --json. GGUF files and Hugging Face directories; a model whose
+ * tokenizer cannot be loaded (a random-weight test GGUF without tokenizer metadata) is still
+ * described, with the reason.
  */
 #include "cmd/commands.h"
 #include "cmd/options.h"
@@ -10,6 +11,7 @@
 #include "cmd/shared.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,9 +106,27 @@ static void print_human(const json_t *j, bool show_template)
     printf("%-20s %lld tokens (trained)\n", "context:", I(m, "n_ctx_train"));
     printf("%-20s %lld\n", "vocabulary:", I(m, "n_vocab"));
     const json_t *rope = G(m, "rope");
-    printf("%-20s theta %g, dim %lld, %s pairs, scaling %s\n",
-           "rope:", json_number_value(G(rope, "theta")), I(rope, "dim"), S(G(rope, "mode")),
+    printf("%-20s theta %g, dim %lld, %s pairs, scaling %s", "rope:",
+           json_number_value(G(rope, "theta")), I(rope, "dim"), S(G(rope, "mode")),
            S(G(rope, "scaling")));
+    static const char *const rope_keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                            "original_max_position_embeddings"};
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(rope_keys); i++)
+        if (json_is_number(G(rope, rope_keys[i])))
+            printf(" %s %g", rope_keys[i], json_number_value(G(rope, rope_keys[i])));
+    const json_t *ff = G(rope, "freq_factors");
+    if (json_array_size(ff) > 0) {
+        double lo = INFINITY, hi = -INFINITY;
+        size_t i;
+        json_t *x;
+        json_array_foreach(ff, i, x)
+        {
+            lo = fmin(lo, json_number_value(x));
+            hi = fmax(hi, json_number_value(x));
+        }
+        printf("; %zu frequency factors in [%g, %g]", json_array_size(ff), lo, hi);
+    }
+    printf("\n");
     printf("%-20s", "matrix dtypes:");
     const char *k;
     json_t *v;
@@ -141,10 +161,30 @@ static void print_human(const json_t *j, bool show_template)
                    "example rendering:", S(G(c, "example")));
         if (show_template) printf("%-20s\n%s\n", "template source:", S(G(c, "source")));
     }
+    /* generation defaults: "key value" pairs, numbers as %g (not JSON's 17 digits) */
+    printf("%-20s", "generation defaults:");
     const json_t *gd = G(m, "generation_defaults");
-    char *gs = json_dumps(gd, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    printf("%-20s %s\n", "generation defaults:", gs ? gs : "{}");
-    free(gs);
+    if (json_object_size(gd) == 0) printf(" none (built-in sampling defaults)");
+    const char *sep = " ";
+    json_object_foreach((json_t *)gd, k, v)
+    {
+        printf("%s%s ", sep, k);
+        sep = ", ";
+        if (json_is_array(v)) {
+            size_t i;
+            json_t *x;
+            printf("[");
+            json_array_foreach(v, i, x) printf("%s%lld", i ? ", " : "", (long long)json_integer_value(x));
+            printf("]");
+        } else if (json_is_integer(v)) {
+            printf("%lld", (long long)json_integer_value(v));
+        } else if (json_is_real(v)) {
+            printf("%g", json_real_value(v));
+        } else {
+            printf("%s", json_is_true(v) ? "true" : "false");
+        }
+    }
+    printf("\n");
     printf("%-20s %s\n", "identity:", S(G(m, "identity")));
 #undef G
 #undef I

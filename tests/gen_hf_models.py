@@ -316,7 +316,8 @@ MIXES = {  # GGUF tensor name suffix -> type; default for the rest
 }
 
 
-def write_gguf(path, spec, w, dtype="F32", mix=None):
+def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None):
+    """extra_kv: more metadata, {key: int (uint32) or float (float32)}."""
     import gguf
     from gguf import GGMLQuantizationType as Q
     s = SPECS[spec]
@@ -341,6 +342,8 @@ def write_gguf(path, spec, w, dtype="F32", mix=None):
     if kind == "linear":
         g.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         g.add_rope_scaling_factor(rs["factor"])
+    for k, v in (extra_kv or {}).items():
+        (g.add_uint32 if isinstance(v, int) else g.add_float32)(k, v)
     permute = arch in ("llama", "mistral")
 
     def put_mat(name, x, special=False):

@@ -11,3 +11,5 @@ pllm_add_c_test(model_st_fuzz SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/model_st_fuzz.
 pllm_add_py_test(model_qwen2_real model_qwen2_real.py LABELS model)
 pllm_add_py_test(model_hf_real model_hf_real.py LABELS model)
 set_tests_properties(model_qwen2_real PROPERTIES TIMEOUT 900)
+# `pllm info` on every random-weight test model (and a GGUF with general.sampling.* keys)
+pllm_add_py_test(model_info model_info.py LABELS unit)

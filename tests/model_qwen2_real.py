@@ -6,7 +6,8 @@ $PLLM_HOME/models/Qwen2.5-Coder-0.5B-Instruct-AWQ.Q4_K_M.gguf (PLLM_HOME default
 NEOX rotation, GQA 14/2, untied output) and a real K-quant mix (Q4_K, Q6_K, Q5_0, Q8_0).
 
 Checks:
-  1. the loader's description: architecture, shapes, rope, tensor type counts;
+  1. the loader's description: architecture, shapes, rope, tensor type counts; `pllm info` shows
+     the same and the tokenizer (ChatML stop tokens) and a usable chat template;
   2. three chat prompts (ChatML, tokenized by the Hugging Face `tokenizers` reference of
      tests/pyref/hf_tok.py) through the CPU backend with real batch plans, 16 greedy tokens
      each; every row of logits (last prompt position and each generated token's) against the
@@ -83,6 +84,19 @@ def main():
           f"{'ok' if not bad else 'MISMATCH ' + str(bad)}")
     if bad:
         failures.append(f"description: {bad}")
+
+    # 1b. `pllm info`: the same, plus the tokenizer and the chat template
+    p = subprocess.run([os.environ.get("PLLM_BIN", "pllm"), "info", "--json", path], capture_output=True, text=True)
+    info = json.loads(p.stdout) if p.returncode == 0 else {}
+    tk, ct, im = info.get("tokenizer", {}), info.get("chat_template", {}), info.get("model", {})
+    stops = sorted(x.get("text") for x in tk.get("stop_tokens", []))
+    ok = (im.get("arch") == "qwen2" and im.get("qkv_bias") is True and im.get("matrix_dtypes") == want["matrix_dtypes"]
+          and tk.get("loaded") is True and tk.get("n_vocab", 0) > 150000 and "<|im_end|>" in stops and ct.get("usable") is True
+          and "<|im_start|>assistant" in ct.get("example", ""))
+    print(f"pllm info: {im.get('arch')}, tokenizer {tk.get('kind')}, stop tokens {stops}, chat template "
+          f"{'usable' if ct.get('usable') else 'NOT usable'} {'ok' if ok else 'MISMATCH'}")
+    if not ok:
+        failures.append(f"pllm info: {p.returncode} {p.stderr[-300:]} {json.dumps(info)[:600]}")
 
     # 2. pllm against the reference
     tok = hf_tok.load(path)
