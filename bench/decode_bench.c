@@ -2,7 +2,12 @@
  * decode_bench.c: CPU backend speed on one sequence (not a test).
  *
  *     decode_bench [MODEL.gguf] [--threads 1,2] [--decode 128] [--prefill 512] [--repeat 3] [--kv f32|f16]
+ *                  [--math int8,f32]
  *
+ * --math runs one backend per listed matmul numerics (PLLM_CPU_MATH: int8 = the integer path
+ * where weights are quantized, f32 = float32 throughout) with the runs interleaved (repeat 1 of
+ * each, repeat 2 of each, ...) so that a shared machine's load hits them alike, and prints the
+ * ratios of the first to the others.
  * For each thread count: prefill tokens/s for a --prefill-token prompt run in one step, and
  * decode tokens/s for --decode greedy steps of one sequence after a 32-token prompt. The
  * Each figure is the best of --repeat runs. CPU seconds of the process are printed beside wall time (the machine may be shared). The
@@ -66,7 +71,7 @@ int main(int argc, char **argv)
     const char *home = getenv("PLLM_HOME");
     if (home && *home) snprintf(def_path, sizeof def_path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
     else snprintf(def_path, sizeof def_path, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf", getenv("HOME") ? getenv("HOME") : ".");
-    const char *model_path = def_path, *threads_arg = "1,2";
+    const char *model_path = def_path, *threads_arg = "1,2", *math_arg = "";
     int n_decode = 128, n_prefill = 512, n_repeat = 3;
     pllm_dtype kv = PLLM_DTYPE_F32;
     for (int i = 1; i < argc; i++) {
@@ -74,10 +79,11 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--decode") == 0 && i + 1 < argc) n_decode = atoi(argv[++i]);
         else if (strcmp(argv[i], "--prefill") == 0 && i + 1 < argc) n_prefill = atoi(argv[++i]);
         else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) n_repeat = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--math") == 0 && i + 1 < argc) math_arg = argv[++i];
         else if (strcmp(argv[i], "--kv") == 0 && i + 1 < argc) kv = strcmp(argv[++i], "f16") == 0 ? PLLM_DTYPE_F16 : PLLM_DTYPE_F32;
         else if (argv[i][0] != '-') model_path = argv[i];
         else {
-            fprintf(stderr, "usage: decode_bench [MODEL.gguf] [--threads 1,2] [--decode N] [--prefill N] [--repeat N] [--kv f32|f16]\n");
+            fprintf(stderr, "usage: decode_bench [MODEL.gguf] [--threads 1,2] [--decode N] [--prefill N] [--repeat N] [--kv f32|f16] [--math int8,f32]\n");
             return 2;
         }
     }
@@ -106,57 +112,85 @@ int main(int argc, char **argv)
         int n_threads = atoi(tp);
         while (*tp && *tp != ',') tp++;
         if (*tp == ',') tp++;
-        pllm_cpu_params cp;
-        pllm_cpu_params_defaults(&cp);
-        cp.n_threads = n_threads;
-        cp.kv_dtype = kv;
-        pllm_backend be = {0};
-        if ((st = pllm_cpu_backend_create(&be, model, &cp))) return fail(st, "creating the backend");
+        /* one backend per numerics in --math (or the default one) */
+        enum { MAX_MATH = 4 };
+        char maths[MAX_MATH][16] = {{0}};
+        int n_math = 0;
+        for (const char *mp = math_arg; *mp && n_math < MAX_MATH;) {
+            int len = 0;
+            while (mp[len] && mp[len] != ',') len++;
+            snprintf(maths[n_math++], sizeof maths[0], "%.*s", len, mp);
+            mp += len + (mp[len] == ',');
+        }
+        if (n_math == 0) n_math = 1;
+        pllm_backend be[MAX_MATH] = {{0}};
+        int32_t *blocks = NULL;
         pllm_kv_layout L;
-        be.iface->kv_layout(be.ctx, bs, &L);
-        L.n_blocks = 2 * ((max_ctx + bs - 1) / bs);
-        if ((st = be.iface->kv_init(be.ctx, &L))) return fail(st, "kv_init");
-        int32_t *blocks = malloc(sizeof(int32_t) * (size_t)L.n_blocks);
+        for (int mi = 0; mi < n_math; mi++) {
+            if (maths[mi][0]) setenv("PLLM_CPU_MATH", maths[mi], 1);
+            pllm_cpu_params cp;
+            pllm_cpu_params_defaults(&cp);
+            cp.n_threads = n_threads;
+            cp.kv_dtype = kv;
+            double t_create = pllm_now();
+            if ((st = pllm_cpu_backend_create(&be[mi], model, &cp))) return fail(st, "creating the backend");
+            t_create = pllm_now() - t_create;
+            be[mi].iface->kv_layout(be[mi].ctx, bs, &L);
+            L.n_blocks = 2 * ((max_ctx + bs - 1) / bs);
+            if ((st = be[mi].iface->kv_init(be[mi].ctx, &L))) return fail(st, "kv_init");
+            fprintf(stderr, "backend %s: created in %.3f s\n", maths[mi][0] ? maths[mi] : "default", t_create);
+        }
+        blocks = malloc(sizeof(int32_t) * (size_t)L.n_blocks);
         for (int32_t i = 0; i < L.n_blocks; i++) blocks[i] = i;
-        int nthr = 0;
-        const char *kern = pllm_cpu_backend_describe(&be, &nthr);
 
         /* best of n_repeat: on a shared machine the fastest run is the one least disturbed */
-        double t_prefill = 1e30, c_prefill = 0, t_decode = 1e30, c_decode = 0;
+        double t_prefill[MAX_MATH], c_prefill[MAX_MATH] = {0}, t_decode[MAX_MATH], c_decode[MAX_MATH] = {0};
+        for (int mi = 0; mi < n_math; mi++) t_prefill[mi] = t_decode[mi] = 1e30;
         int32_t next;
-        for (int rep = 0; rep < n_repeat; rep++) {
-            /* prefill: one step of n_prefill tokens (after a short warm-up on other blocks) */
-            bench_seq s = {.blocks = blocks, .n_blocks = L.n_blocks / 2, .block_size = bs};
-            if ((st = run_step(&be, &s, toks, PLLM_MIN(n_prefill, 64), &greedy, &next))) return fail(st, "warm-up");
-            s = (bench_seq){.blocks = blocks + L.n_blocks / 2, .n_blocks = L.n_blocks / 2, .block_size = bs};
-            double t0 = pllm_now(), c0 = cpu_seconds();
-            if ((st = run_step(&be, &s, toks, n_prefill, &greedy, &next))) return fail(st, "prefill");
-            if (pllm_now() - t0 < t_prefill) {
-                t_prefill = pllm_now() - t0;
-                c_prefill = cpu_seconds() - c0;
-            }
+        for (int rep = 0; rep < n_repeat; rep++)
+            for (int mi = 0; mi < n_math; mi++) {
+                pllm_backend *b = &be[mi];
+                /* prefill: one step of n_prefill tokens (after a short warm-up on other blocks) */
+                bench_seq s = {.blocks = blocks, .n_blocks = L.n_blocks / 2, .block_size = bs};
+                if ((st = run_step(b, &s, toks, PLLM_MIN(n_prefill, 64), &greedy, &next))) return fail(st, "warm-up");
+                s = (bench_seq){.blocks = blocks + L.n_blocks / 2, .n_blocks = L.n_blocks / 2, .block_size = bs};
+                double t0 = pllm_now(), c0 = cpu_seconds();
+                if ((st = run_step(b, &s, toks, n_prefill, &greedy, &next))) return fail(st, "prefill");
+                if (pllm_now() - t0 < t_prefill[mi]) {
+                    t_prefill[mi] = pllm_now() - t0;
+                    c_prefill[mi] = cpu_seconds() - c0;
+                }
 
-            /* decode: a 32-token prompt, then n_decode single-token steps */
-            s = (bench_seq){.blocks = blocks, .n_blocks = L.n_blocks / 2, .block_size = bs};
-            if ((st = run_step(&be, &s, toks, prompt_len, &greedy, &next))) return fail(st, "prompt");
-            t0 = pllm_now();
-            c0 = cpu_seconds();
-            for (int i = 0; i < n_decode; i++) {
-                int32_t tok = next;
-                if ((st = run_step(&be, &s, &tok, 1, &greedy, &next))) return fail(st, "decode");
+                /* decode: a 32-token prompt, then n_decode single-token steps */
+                s = (bench_seq){.blocks = blocks, .n_blocks = L.n_blocks / 2, .block_size = bs};
+                if ((st = run_step(b, &s, toks, prompt_len, &greedy, &next))) return fail(st, "prompt");
+                t0 = pllm_now();
+                c0 = cpu_seconds();
+                for (int i = 0; i < n_decode; i++) {
+                    int32_t tok = next;
+                    if ((st = run_step(b, &s, &tok, 1, &greedy, &next))) return fail(st, "decode");
+                }
+                if (pllm_now() - t0 < t_decode[mi]) {
+                    t_decode[mi] = pllm_now() - t0;
+                    c_decode[mi] = cpu_seconds() - c0;
+                }
             }
-            if (pllm_now() - t0 < t_decode) {
-                t_decode = pllm_now() - t0;
-                c_decode = cpu_seconds() - c0;
-            }
+        for (int mi = 0; mi < n_math; mi++) {
+            int nthr = 0;
+            const char *kern = pllm_cpu_backend_describe(&be[mi], &nthr);
+            printf("threads %d (%s kernels, math %s, KV %s): prefill %d tokens: %.1f tok/s (%.3f s, %.3f CPU s)   "
+                   "decode %d tokens after %d: %.1f tok/s (%.2f ms/token, %.2f CPU ms/token)\n",
+                   nthr, kern, maths[mi][0] ? maths[mi] : "default", pllm_dtype_name(kv), n_prefill, n_prefill / t_prefill[mi],
+                   t_prefill[mi], c_prefill[mi], n_decode, prompt_len, n_decode / t_decode[mi], 1e3 * t_decode[mi] / n_decode,
+                   1e3 * c_decode[mi] / n_decode);
         }
-        printf("threads %d (%s kernels, KV %s): prefill %d tokens: %.1f tok/s (%.3f s, %.3f CPU s)   "
-               "decode %d tokens after %d: %.1f tok/s (%.2f ms/token, %.2f CPU ms/token)\n",
-               nthr, kern, pllm_dtype_name(kv), n_prefill, n_prefill / t_prefill, t_prefill, c_prefill, n_decode,
-               prompt_len, n_decode / t_decode, 1e3 * t_decode / n_decode, 1e3 * c_decode / n_decode);
+        for (int mi = 1; mi < n_math; mi++)
+            printf("threads %d: %s / %s: prefill %.2fx (CPU time %.2fx), decode %.2fx (CPU time %.2fx)\n", n_threads, maths[0],
+                   maths[mi], t_prefill[mi] / t_prefill[0], c_prefill[mi] / c_prefill[0], t_decode[mi] / t_decode[0],
+                   c_decode[mi] / c_decode[0]);
         fflush(stdout);
         free(blocks);
-        pllm_backend_free(&be);
+        for (int mi = 0; mi < n_math; mi++) pllm_backend_free(&be[mi]);
     }
     free(toks);
     pllm_model_free(model);

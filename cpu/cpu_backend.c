@@ -5,13 +5,25 @@
  * Work split inside a step (nth threads; nothing depends on the split, so results are the same
  * for any thread count):
  *   - matmuls: contiguous ranges of each weight matrix's rows (multiples of 16 rows, so no two
- *     threads write the same cache line of an output row); bias, SwiGLU and residual adds are
- *     done by the thread that owns the rows, with no barrier in between;
+ *     threads write the same cache line of an output row, and whole 16-row panels of the packed
+ *     integer-path weights); bias, SwiGLU and residual adds are done by the thread that owns the
+ *     rows, with no barrier in between;
+ *   - int8 activations of the integer path (cpu/gemm.h), once per matmul input: right after each
+ *     RMSNorm by the thread that normed the token; after SwiGLU by the thread that owns those
+ *     columns (w_gate/w_up split at multiples of 32, the quantization block); the attention
+ *     output by token ranges after attention (one extra barrier); the LM head's input after
+ *     the final norm;
  *   - RMSNorm, embedding, RoPE and the K/V stores: contiguous ranges of tokens;
  *   - attention: (token, query head) pairs dealt round robin;
  *   - output projection: rows of the vocabulary, for the sampled tokens only; sampling:
  *     contiguous ranges of samples.
- * Barriers per step: 2 + 7 per layer + 3.
+ * Barriers per step: 2 + 7 per layer + 3 (+ 1 per layer on the integer path).
+ *
+ * PLLM_CPU_MATH=f32 (environment, read at create) keeps every matrix on the float32 kernels (the
+ * reference numerics); the default (int8) sends quantized matrices through the integer path when
+ * the kernel table has one, packing them into panels at create (same size as the GGUF data for
+ * Q4_0/Q4_1/Q8_0; the 5- and 6-bit types take a byte per value) so that the mapped file pages of
+ * those matrices are no longer read.
  */
 #include "cpu/cpu_backend.h"
 
@@ -32,6 +44,16 @@ typedef struct cpu_ctx {
     pllm_cpu_params params;
     const pllm_cpu_kernels *kern;
     pllm_cpu_pool *pool;
+    /* The integer path (cpu/gemm.h): mats[l * 7 + i] for layer l's wq wk wv wo w_gate w_up
+     * w_down, mats[n_layer * 7] for the output; use_q where the matrix goes through it. */
+    bool int_math;
+    struct cpu_mat {
+        const pllm_tensor *t;
+        pllm_cpu_qweight q;
+        bool use_q;
+    } *mats;
+    pllm_cpu_qact qa; /* [T][n_embd]: the normed inputs of wq/wk/wv, w_gate/w_up, output */
+    pllm_cpu_qact qb; /* [T][max(n_head * head_dim, n_ff)]: the inputs of wo and w_down */
     int n_threads;
     double *inv_freq;            /* [rope_dim / 2] */
 
@@ -71,14 +93,27 @@ typedef struct cpu_ctx {
 
 /* ---- forward pass ------------------------------------------------------------------------ */
 
-/* Y = X W^T for this thread's rows of W; returns the rows [*r0, *r1). */
-static void mm(cpu_ctx *c, int ith, int nth, float *Y, int64_t ldy, const float *X, int64_t ldx,
-               const pllm_tensor *W, int64_t n_tok, int64_t *r0, int64_t *r1)
+enum { M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_PER_LAYER };
+
+/* Y = X W^T for this thread's rows of W (contiguous, starting at multiples of align); returns
+ * the rows [*r0, *r1). Matrices on the integer path read XQ, the quantized X. */
+static void mm(cpu_ctx *c, int ith, int nth, float *Y, int64_t ldy, const float *X, int64_t ldx, const pllm_cpu_qact *XQ,
+               const struct cpu_mat *M, int64_t n_tok, int64_t align, int64_t *r0, int64_t *r1)
 {
-    pllm_cpu_split(W->n_rows, 16, ith, nth, r0, r1);
-    if (*r0 < *r1 && n_tok > 0)
+    const pllm_tensor *W = M->t;
+    pllm_cpu_split(W->n_rows, align, ith, nth, r0, r1);
+    if (*r0 >= *r1 || n_tok <= 0) return;
+    if (M->use_q) c->kern->qmatmul(Y, ldy, XQ, &M->q, n_tok, *r0, *r1);
+    else
         c->kern->matmul[W->dtype](Y, ldy, X, ldx, W->data, W->row_bytes, W->n_cols, n_tok, *r0, *r1,
                                   c->scratch + (size_t)ith * c->scratch_floats);
+}
+
+/* Quantize tokens [t0, t1) of X (rows of K floats) into A when a consumer needs it. */
+static void quant_rows(const cpu_ctx *c, bool need, pllm_cpu_qact *A, const float *X, int64_t K, int64_t t0, int64_t t1)
+{
+    if (!need) return;
+    for (int64_t t = t0; t < t1; t++) c->kern->quant(A, t, X + t * K, 0, K / 32);
 }
 
 static void add_bias(float *Y, int64_t ldy, const float *b, int64_t n_tok, int64_t r0, int64_t r1)
@@ -126,15 +161,20 @@ static void forward_region(void *arg, int ith, int nth)
 
     for (int32_t l = 0; l < cfg->n_layer; l++) {
         const pllm_layer_weights *w = &m->layers[l];
+        const struct cpu_mat *M = c->mats + (size_t)l * M_PER_LAYER;
 
-        for (int64_t t = t0; t < t1; t++) pllm_cpu_rmsnorm(c->xb + t * E, c->x + t * E, w->attn_norm, E, cfg->norm_eps);
+        /* RMSNorm and, in the same pass, the int8 activations of q/k/v */
+        for (int64_t t = t0; t < t1; t++) {
+            pllm_cpu_rmsnorm(c->xb + t * E, c->x + t * E, w->attn_norm, E, cfg->norm_eps);
+            quant_rows(c, M[M_Q].use_q || M[M_K].use_q || M[M_V].use_q, &c->qa, c->xb, E, t, t + 1);
+        }
         pllm_cpu_pool_barrier(c->pool);
 
-        mm(c, ith, nth, c->q, QD, c->xb, E, &w->wq, T, &r0, &r1);
+        mm(c, ith, nth, c->q, QD, c->xb, E, &c->qa, &M[M_Q], T, 16, &r0, &r1);
         add_bias(c->q, QD, w->bq, T, r0, r1);
-        mm(c, ith, nth, c->k, KVD, c->xb, E, &w->wk, T, &r0, &r1);
+        mm(c, ith, nth, c->k, KVD, c->xb, E, &c->qa, &M[M_K], T, 16, &r0, &r1);
         add_bias(c->k, KVD, w->bk, T, r0, r1);
-        mm(c, ith, nth, c->v, KVD, c->xb, E, &w->wv, T, &r0, &r1);
+        mm(c, ith, nth, c->v, KVD, c->xb, E, &c->qa, &M[M_V], T, 16, &r0, &r1);
         add_bias(c->v, KVD, w->bv, T, r0, r1);
         pllm_cpu_pool_barrier(c->pool);
 
@@ -164,22 +204,35 @@ static void forward_region(void *arg, int ith, int nth)
         }
         pllm_cpu_pool_barrier(c->pool);
 
+        /* int8 activations of the attention output (a token's heads come from several threads) */
+        if (M[M_O].use_q) {
+            quant_rows(c, true, &c->qb, c->att, QD, t0, t1);
+            pllm_cpu_pool_barrier(c->pool);
+        }
+
         /* output projection and residual (the thread's own rows) */
-        mm(c, ith, nth, c->xb, E, c->att, QD, &w->wo, T, &r0, &r1);
+        mm(c, ith, nth, c->xb, E, c->att, QD, &c->qb, &M[M_O], T, 16, &r0, &r1);
         for (int64_t t = 0; t < T; t++)
             for (int64_t r = r0; r < r1; r++) c->x[t * E + r] += c->xb[t * E + r];
         pllm_cpu_pool_barrier(c->pool);
 
-        for (int64_t t = t0; t < t1; t++) pllm_cpu_rmsnorm(c->xb + t * E, c->x + t * E, w->ffn_norm, E, cfg->norm_eps);
+        for (int64_t t = t0; t < t1; t++) {
+            pllm_cpu_rmsnorm(c->xb + t * E, c->x + t * E, w->ffn_norm, E, cfg->norm_eps);
+            quant_rows(c, M[M_GATE].use_q || M[M_UP].use_q, &c->qa, c->xb, E, t, t + 1);
+        }
         pllm_cpu_pool_barrier(c->pool);
 
-        /* gate and up split the same rows, so SwiGLU needs no barrier */
-        mm(c, ith, nth, c->hb, F, c->xb, E, &w->w_gate, T, &r0, &r1);
-        mm(c, ith, nth, c->hb2, F, c->xb, E, &w->w_up, T, &r0, &r1);
-        for (int64_t t = 0; t < T; t++) pllm_cpu_swiglu(c->hb + t * F + r0, c->hb2 + t * F + r0, r1 - r0);
+        /* gate and up split the same rows (at multiples of 32, the quantization block), so
+         * SwiGLU and the int8 activations of w_down need no barrier */
+        mm(c, ith, nth, c->hb, F, c->xb, E, &c->qa, &M[M_GATE], T, 32, &r0, &r1);
+        mm(c, ith, nth, c->hb2, F, c->xb, E, &c->qa, &M[M_UP], T, 32, &r0, &r1);
+        for (int64_t t = 0; t < T; t++) {
+            pllm_cpu_swiglu(c->hb + t * F + r0, c->hb2 + t * F + r0, r1 - r0);
+            if (M[M_DOWN].use_q && r0 < r1) c->kern->quant(&c->qb, t, c->hb + t * F + r0, r0 / 32, (r1 + 31) / 32);
+        }
         pllm_cpu_pool_barrier(c->pool);
 
-        mm(c, ith, nth, c->xb, E, c->hb, F, &w->w_down, T, &r0, &r1);
+        mm(c, ith, nth, c->xb, E, c->hb, F, &c->qb, &M[M_DOWN], T, 16, &r0, &r1);
         for (int64_t t = 0; t < T; t++)
             for (int64_t r = r0; r < r1; r++) c->x[t * E + r] += c->xb[t * E + r];
         pllm_cpu_pool_barrier(c->pool);
@@ -193,8 +246,10 @@ static void forward_region(void *arg, int ith, int nth)
         int64_t t = sp->token_start + sp->n_new - 1;
         pllm_cpu_rmsnorm(c->xs + s * E, c->x + t * E, m->output_norm, E, cfg->norm_eps);
     }
+    const struct cpu_mat *Mo = c->mats + (size_t)cfg->n_layer * M_PER_LAYER;
+    quant_rows(c, Mo->use_q, &c->qa, c->xs, E, s0, s1);
     pllm_cpu_pool_barrier(c->pool);
-    mm(c, ith, nth, c->logits, V, c->xs, E, &m->output, S, &r0, &r1);
+    mm(c, ith, nth, c->logits, V, c->xs, E, &c->qa, Mo, S, 16, &r0, &r1);
     pllm_cpu_pool_barrier(c->pool);
 
     /* sampling */
@@ -372,6 +427,18 @@ static pllm_status reserve(cpu_ctx *c, int32_t n_tokens, int32_t n_samples)
         }
         c->cap_samples = S;
     }
+    /* int8 activations: qa also holds the sampled tokens' final-normed states */
+    int64_t qt = PLLM_MAX(c->cap_tokens, c->cap_samples);
+    if (c->int_math && c->qa.cap_tok < qt) {
+        pllm_cpu_qact_free(&c->qa);
+        pllm_cpu_qact_free(&c->qb);
+        pllm_status st;
+        if ((st = pllm_cpu_qact_init(&c->qa, qt, (cfg->n_embd + 63) / 64 * 64)) ||
+            (st = pllm_cpu_qact_init(&c->qb, qt, (PLLM_MAX(qd, (int64_t)cfg->n_ff) + 63) / 64 * 64))) {
+            pllm_cpu_qact_free(&c->qa);
+            return pllm_error_prefix(st, "cpu backend: int8 activations for %lld tokens: ", (long long)qt);
+        }
+    }
     return PLLM_OK;
 }
 
@@ -505,6 +572,11 @@ static void cpu_destroy(void *vctx)
     if (!c) return;
     pllm_cpu_pool_free(c->pool);
     free_tokens_ws(c);
+    pllm_cpu_qact_free(&c->qa);
+    pllm_cpu_qact_free(&c->qb);
+    if (c->mats)
+        for (int32_t i = 0; i <= c->model->cfg.n_layer * M_PER_LAYER; i++) pllm_cpu_qweight_free(&c->mats[i].q);
+    free(c->mats);
     pllm_aligned_free(c->xs);
     pllm_aligned_free(c->logits);
     pllm_aligned_free(c->kv_mem);
@@ -526,6 +598,37 @@ static const pllm_backend_iface g_cpu_iface = {
     .copy_blocks = cpu_copy_blocks,
     .destroy = cpu_destroy,
 };
+
+/* Which matrices take the integer path (PLLM_CPU_MATH=f32 keeps the float32 kernels for all:
+ * the reference numerics), and their packed copies for tables that read panels. Packing reads
+ * every quantized weight once; afterwards the mapped file pages of those matrices are no longer
+ * touched (the embedding table still is, for the rows of the step's tokens). */
+static pllm_status setup_mats(cpu_ctx *c)
+{
+    const pllm_model *m = c->model;
+    const int32_t L = m->cfg.n_layer;
+    const char *env = getenv("PLLM_CPU_MATH");
+    if (env && *env && strcmp(env, "f32") != 0 && strcmp(env, "int8") != 0)
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: PLLM_CPU_MATH=%s (expected f32 or int8)", env);
+    c->int_math = c->kern->qmatmul && !(env && strcmp(env, "f32") == 0);
+    c->mats = pllm_calloc((size_t)L * M_PER_LAYER + 1, sizeof *c->mats);
+    if (!c->mats) return PLLM_ERR_NOMEM;
+    for (int32_t i = 0; i <= L * M_PER_LAYER; i++) {
+        struct cpu_mat *M = &c->mats[i];
+        if (i < L * M_PER_LAYER) {
+            const pllm_layer_weights *w = &m->layers[i / M_PER_LAYER];
+            const pllm_tensor *ts[M_PER_LAYER] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+            M->t = ts[i % M_PER_LAYER];
+        } else {
+            M->t = &m->output;
+        }
+        M->use_q = c->int_math && pllm_cpu_qdtype(M->t->dtype);
+        if (M->use_q)
+            PLLM_TRY(pllm_cpu_qweight_init(&M->q, M->t->dtype, M->t->data, M->t->row_bytes, M->t->n_rows, M->t->n_cols,
+                                           c->kern->qpacked));
+    }
+    return PLLM_OK;
+}
 
 void pllm_cpu_params_defaults(pllm_cpu_params *p)
 {
@@ -578,6 +681,8 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
                 goto fail;
             }
     }
+
+    if ((st = setup_mats(c)) != PLLM_OK) goto fail;
 
     c->inv_freq = pllm_malloc(sizeof(double) * (size_t)PLLM_MAX(cfg->rope_dim / 2, 1));
     c->sample_scratch_bytes = (pllm_sample_scratch_bytes(cfg->n_vocab) + 63) & ~(size_t)63;

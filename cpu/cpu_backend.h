@@ -7,9 +7,10 @@
  * time for the machine (cpu/kernels.h: scalar, AVX2, AVX-512; the environment variable
  * PLLM_CPU_ISA=scalar|avx2|avx512 caps the choice).
  *
- * Numerics: float32 activations throughout (weights expanded to float32 in registers), so
- * results differ from float64 math on the dequantized weights only by float32 rounding.
- * Greedy results are bitwise identical for any batch composition, chunking of prefills and
+ * Numerics (cpu/kernels.h): by default, quantized weight matrices multiply int8 activations
+ * (per-32 block scales, exact integer dot products; the llama.cpp convention); float weights,
+ * and every matrix when the environment has PLLM_CPU_MATH=f32, use float32 math, which differs
+ * from float64 math on the dequantized weights only by float32 rounding. Greedy results are bitwise identical for any batch composition, chunking of prefills and
  * thread count (per kernel table).
  *
  * The vtable:

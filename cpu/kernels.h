@@ -1,15 +1,25 @@
 /*
  * kernels.h: the CPU backend's compute kernels, one table per instruction set, chosen at run
- * time so that one binary runs on any x86-64 (scalar C, AVX2+FMA+F16C, AVX-512F/BW/VL).
+ * time so that one binary runs on any x86-64 (scalar C, AVX2+FMA+F16C, AVX-512F/BW/VL, and
+ * AVX-512 with VNNI, which adds the integer matmul of cpu/gemm.h).
  *
  * The scalar table is the reference: it dequantizes one weight row with pllm_dequantize_row
  * (engine/dtype.c) and takes plain float dot products. Every other table is tested against it
  * (tests/cpu_kernels.c) and must agree to float rounding.
  *
- * Numerics: the matmul kernels compute in float32 throughout: quantized weight blocks are
- * expanded to float32 in registers (never into a copy of the matrix) and multiplied with
- * float32 activations, so a quantized model's result differs from float64 math on the
- * dequantized weights only by float32 rounding and summation order.
+ * Numerics: two paths, chosen per matrix by the backend.
+ *   - Integer (the default where the weights are quantized, as in llama.cpp; cpu/gemm.h): the
+ *     matmul input is quantized once per token to int8 in blocks of 32 with a float scale,
+ *     block dot products are exact integers (AVX-512 VNNI vpdpbusd, or the scalar reference),
+ *     and the scales are applied in one fixed float32 order, so every table that has the path
+ *     gives bitwise the same result as the scalar reference. Its error against float math is
+ *     the int8 rounding of the activations (~1e-2 relative on a logits row of the real model).
+ *   - Float32 (float weights F32/F16/BF16 always; every matrix when PLLM_CPU_MATH=f32, the
+ *     reference numerics): quantized weight blocks are expanded to float32 in registers (never
+ *     into a copy of the matrix) and multiplied with float32 activations, so a quantized model's
+ *     result differs from float64 math on the dequantized weights only by float32 rounding and
+ *     summation order (tables differ from one another in summation order).
+ * Tables without an integer path (avx2, avx512 without VNNI) compute everything in float32.
  *
  * Batch invariance: each output Y[t][r] is computed by the same sequence of operations whatever
  * n_tok, the token's place in the batch, or the row range [r0, r1) are, so results are bitwise

@@ -1,3 +1,8 @@
 # Integer matmul path of the CPU backend (owner: cpu gemm): every quantized weight type x every
 # dispatch path this machine runs, bitwise against the scalar reference.
 pllm_add_c_test(cpu_gemm SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cpu_gemm.c LABELS unit)
+pllm_add_py_test(cpu_gemm_forward cpu_gemm_forward.py LABELS unit)
+# The float reference tests of tests/cpu.cmake check float32 math to 1e-4: they run the
+# backend's float path (PLLM_CPU_MATH=f32); the int8 path is checked by cpu_gemm_forward.
+set_property(TEST cpu_forward_ref APPEND PROPERTY ENVIRONMENT PLLM_CPU_MATH=f32)
+set_property(TEST cpu_model_ref APPEND PROPERTY ENVIRONMENT PLLM_CPU_MATH=f32)
