@@ -6,6 +6,8 @@ Two real faults:
     `unshare -m` as root, else `unshare -rm` in a user namespace; skipped only if neither works);
   - EFBIG: a file size limit (RLIMIT_FSIZE, as `ulimit -f` sets) of 4 KiB, with the default
     SIGXFSZ disposition (pllm must not die of the signal).
+  - EFBIG again, the output compressed (-o out.jsonl.zst): the stream is cut where the disk
+    filled (its last frame has no end mark), and what decompresses from it must be whole lines.
 Checks, for each: pllm stops with a clear error naming the output file and the cause (not a
 signal, not exit 0); the file holds only whole JSON lines (no half-written line); those records
 are identical to an uninterrupted run's; the same command with --resume, once there is space,
@@ -37,11 +39,27 @@ log(f"reference: {N} records, {ref_bytes} bytes (the limit is {LIMIT})")
 check(ref_bytes > 2 * LIMIT, "the reference output must be larger than the limit for the test to mean anything")
 
 
+def zst_text(path):
+    """What decompresses from a (possibly cut) zstd stream, and zstd's exit code."""
+    r = subprocess.run(["zstd", "-dc", path], capture_output=True)
+    return r.stdout, r.returncode
+
+
+def read_any(path):
+    """read_output for a plain or a .zst output file."""
+    if not path.endswith(".zst"):
+        return read_output(path)
+    plain = path[:-4] + ".decompressed"
+    with open(plain, "wb") as f:
+        f.write(zst_text(path)[0] if os.path.exists(path) else b"")
+    return read_output(plain)
+
+
 def after_fault(label, rc, err, out, shown_name):
     log(f"{label}: {describe_exit(rc)}; stderr: {err.strip()[-300:]}")
     check(rc > 0, f"{label}: expected an error exit, got {describe_exit(rc)}")
     check(shown_name in err and ("--resume" in err), f"{label}: the message should name the file and say --resume: {err[-300:]}")
-    recs, torn, bad = read_output(out)
+    recs, torn, bad = read_any(out)
     check(not bad, f"{label}: complete lines that are not JSON records: {bad[:1]}")
     check(not torn, f"{label}: a half-written line was left at the end ({len(torn)} bytes: {torn[:60]!r}...)")
     check(len(recs) > 0, f"{label}: no record was written before the disk filled")
@@ -51,11 +69,13 @@ def after_fault(label, rc, err, out, shown_name):
           f"{label}: the records written before the fault differ from the reference")
     log(f"{label}: {len(recs)} whole records kept, torn tail {len(torn)} bytes")
     # make room (copy the file to a normal directory) and resume
-    roomy = os.path.join(TMP, f"{label}_resumed.jsonl")
+    roomy = os.path.join(TMP, f"{label}_resumed.jsonl" + (".zst" if out.endswith(".zst") else ""))
     shutil.copyfile(out, roomy)
     rc2, _, err2 = run(ARGS + ["-o", roomy, "--resume"])
     check(rc2 == 0, f"{label}: --resume with space again: {describe_exit(rc2)}: {err2[-300:]}")
-    recs2, torn2, bad2 = read_output(roomy)
+    if roomy.endswith(".zst"):
+        check(zst_text(roomy)[1] == 0, f"{label}: after resume the .zst file does not decompress cleanly")
+    recs2, torn2, bad2 = read_any(roomy)
     check(not torn2 and not bad2, f"{label}: after resume: torn {torn2[:60]!r} bad {bad2[:1]}")
     compare_to_reference(label, recs2, ref)
 
@@ -95,5 +115,14 @@ r = subprocess.run([PLLM, *ARGS, "-o", out], capture_output=True, preexec_fn=lim
 err = r.stderr.decode("utf-8", "replace")
 after_fault("EFBIG", r.returncode, err, out, "efbig_out.jsonl")
 check("File too large" in err, f"EFBIG: the cause should be in the message: {err[-300:]}")
+
+# 3. EFBIG with a compressed output: the zstd stream is cut where the limit hit (a limit of 1 KiB:
+# compression shrinks these records several times, so that is still reached mid-run).
+zout = os.path.join(TMP, "efbig_out.jsonl.zst")
+r = subprocess.run([PLLM, *ARGS, "-o", zout], capture_output=True,
+                   preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024)))
+err = r.stderr.decode("utf-8", "replace")
+after_fault("EFBIG .zst", r.returncode, err, zout, "efbig_out.jsonl.zst")
+check("File too large" in err, f"EFBIG .zst: the cause should be in the message: {err[-300:]}")
 
 finish("rel_disk_full")

@@ -7,6 +7,7 @@ number of records is written), and reruns with --resume until the run completes 
 itself interrupted once). Checks:
   - SIGINT/SIGTERM: exit code 130, a message saying how to resume, only whole lines written;
   - SIGKILL: at most a torn last line (cut off by --resume, which says so);
+  - a resume interrupted in turn (SIGINT in one scenario, SIGKILL in another) loses nothing;
   - after resuming: every id of the input exactly once, each record identical to the
     reference (text, token ids, finish reason): nothing lost, nothing repeated.
 """
@@ -82,11 +83,16 @@ for k, (label, sig, lines, delay) in enumerate(scenarios):
         check(not torn, f"{label}: a {sig.name} left a half-written line: {torn[:80]!r}")
         if rc == 130 and os.path.exists(out):
             check("--resume" in err, f"{label}: the message does not say how to continue: {err[-300:]}")
-    # a resume that is itself interrupted, in one scenario
-    if k == 1:
-        rc2, err2 = interrupt(out, signal.SIGINT, len(recs) + 1, 0)
-        log(f"  interrupted resume: {describe_exit(rc2)}")
-        check(rc2 in (130, 0), f"{label}: interrupted resume: {describe_exit(rc2)}: {err2[-300:]}")
+    # a resume that is itself interrupted: by SIGINT after the SIGTERM, by SIGKILL (a second torn
+    # line for the next resume to cut) after the late SIGKILL
+    if k in (1, 3):
+        rsig = signal.SIGINT if k == 1 else signal.SIGKILL
+        rc2, err2 = interrupt(out, rsig, len(recs) + RNG.randint(1, 3), 0)
+        log(f"  resume interrupted by {rsig.name}: {describe_exit(rc2)}")
+        check(rc2 in ((130, 0) if k == 1 else (-signal.SIGKILL, 0)),
+              f"{label}: resume interrupted by {rsig.name}: {describe_exit(rc2)}: {err2[-300:]}")
+        _, _, bad2 = read_output(out)
+        check(not bad2, f"{label}: after the interrupted resume: complete lines that are not JSON records: {bad2[:2]}")
     check(resume_until_done(out, label), f"{label}: --resume did not complete the run")
     recs, torn, bad = read_output(out)
     check(not torn and not bad, f"{label}: after resume: torn {torn[:80]!r}, bad {bad[:2]}")
