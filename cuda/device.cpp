@@ -1,6 +1,15 @@
 /*
  * device.cpp: device.h on the CUDA runtime and cuBLAS. The same source serves the real build
- * (linked with libcudart/libcublas) and the emulated one (linked with cuda/emu/).
+ * (linked with the static libcudart; libcublas loaded when a context is created) and the
+ * emulated one (linked with cuda/emu/).
+ *
+ * Why cuBLAS is loaded with dlopen rather than linked: libcublas (with the libcublasLt it
+ * needs) runs its initialisers when the process starts, whether or not a GPU is used: 0.2 s
+ * and 215 MB of resident memory before main() on the test machine. Linked, every pllm command
+ * (--device cpu, tokenize, info, --help) would pay that, and a signal sent while it ran would
+ * kill the process before pllm's handlers are installed. Loaded by pllm_cuda_dev_init, only a
+ * run on a GPU pays it. The few entry points used are looked up into the context (no global
+ * state); the emulated build points them at the emulator's functions.
  */
 #include "cuda/device_impl.h"
 
@@ -12,14 +21,97 @@
 
 #ifdef PLLM_CUDA_EMU
 #include "cuda/emu/cuemu.h"
+#else
+#include <dlfcn.h>
 #endif
+
+/* The cuBLAS entry points the device API uses (the GEMM spelled out: C++ sees an overload). */
+typedef cublasStatus_t (*gemm_strided_batched_ex_fn)(
+    cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *, const void *,
+    cudaDataType, int, long long int, const void *, cudaDataType, int, long long int, const void *,
+    void *, cudaDataType, int, long long int, int, cublasComputeType_t, cublasGemmAlgo_t);
+struct blas_api {
+    void *lib; /* the dlopen handle (real build) */
+    decltype(&cublasCreate_v2) create;
+    decltype(&cublasDestroy_v2) destroy;
+    decltype(&cublasSetStream_v2) set_stream;
+    decltype(&cublasSetWorkspace_v2) set_workspace;
+    gemm_strided_batched_ex_fn gemm_strided_batched_ex;
+    decltype(&cublasGetStatusString) status_string;
+};
 
 struct pllm_cuda_dev {
     int ordinal;
     cudaStream_t stream;
+    blas_api api;
     cublasHandle_t blas;
     void *blas_ws; /* cuBLAS workspace: set explicitly so GEMMs can be captured into graphs */
 };
+
+#define PLLM_STR_(x) #x
+#define PLLM_STR(x)  PLLM_STR_(x)
+
+/* Fill api: the emulator's functions, or libcublas.so.<major of the headers> found by the
+ * dynamic loader's search (LD_LIBRARY_PATH, ld.so.cache), else in the directory of the toolkit
+ * the build used (PLLM_CUBLAS_DIR). */
+static pllm_status blas_load(blas_api *api)
+{
+    memset(api, 0, sizeof *api);
+#ifdef PLLM_CUDA_EMU
+    api->create = cublasCreate_v2;
+    api->destroy = cublasDestroy_v2;
+    api->set_stream = cublasSetStream_v2;
+    api->set_workspace = cublasSetWorkspace_v2;
+    api->gemm_strided_batched_ex = cublasGemmStridedBatchedEx;
+    api->status_string = cublasGetStatusString;
+    return PLLM_OK;
+#else
+    const char *name = "libcublas.so." PLLM_STR(CUBLAS_VER_MAJOR);
+    api->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    char first[512];
+    snprintf(first, sizeof first, "%s", api->lib ? "" : dlerror());
+#ifdef PLLM_CUBLAS_DIR
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", PLLM_CUBLAS_DIR, name);
+    if (!api->lib) api->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+#endif
+    if (!api->lib)
+        return pllm_errorf(PLLM_ERR_NOT_FOUND,
+                           "cannot load cuBLAS (%s): %s; install the CUDA %d toolkit's cuBLAS or "
+                           "add its directory to LD_LIBRARY_PATH",
+                           name, first, CUBLAS_VER_MAJOR);
+    struct {
+        void **dst;
+        const char *sym;
+    } syms[] = {
+        {(void **)&api->create, "cublasCreate_v2"},
+        {(void **)&api->destroy, "cublasDestroy_v2"},
+        {(void **)&api->set_stream, "cublasSetStream_v2"},
+        {(void **)&api->set_workspace, "cublasSetWorkspace_v2"},
+        {(void **)&api->gemm_strided_batched_ex, "cublasGemmStridedBatchedEx"},
+        {(void **)&api->status_string, "cublasGetStatusString"},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        *syms[i].dst = dlsym(api->lib, syms[i].sym);
+        if (!*syms[i].dst) {
+            pllm_status st =
+                pllm_errorf(PLLM_ERR_NOT_FOUND, "%s has no %s: %s", name, syms[i].sym, dlerror());
+            dlclose(api->lib);
+            memset(api, 0, sizeof *api);
+            return st;
+        }
+    }
+    return PLLM_OK;
+#endif
+}
+
+static void blas_unload(blas_api *api)
+{
+#ifndef PLLM_CUDA_EMU
+    if (api->lib) dlclose(api->lib);
+#endif
+    memset(api, 0, sizeof *api);
+}
 
 struct pllm_cuda_event {
     cudaEvent_t ev;
@@ -72,12 +164,13 @@ static pllm_status cuda_fail(cudaError_t e, const char *call, const char *file, 
         if (e_ != cudaSuccess) return cuda_fail(e_, #call, __FILE__, __LINE__);                    \
     } while (0)
 
-static pllm_status cublas_fail(cublasStatus_t s, const char *call, const char *file, int line)
+static pllm_status cublas_fail(const blas_api *api, cublasStatus_t s, const char *call,
+                               const char *file, int line)
 {
     const char *d = detail();
     pllm_status st = pllm_errorf(
         s == CUBLAS_STATUS_INVALID_VALUE ? PLLM_ERR_INVALID : PLLM_ERR_INTERNAL,
-        "%s:%d: %s: %s%s%s", file, line, call, cublasGetStatusString(s), d[0] ? ": " : "", d);
+        "%s:%d: %s: %s%s%s", file, line, call, api->status_string(s), d[0] ? ": " : "", d);
     (void)cudaGetLastError();
     return st;
 }
@@ -133,18 +226,19 @@ pllm_status pllm_cuda_dev_init(pllm_cuda_dev **out, int ordinal)
         st = cuda_fail(e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
         goto fail;
     }
-    if ((bs = cublasCreate(&d->blas)) != CUBLAS_STATUS_SUCCESS ||
-        (bs = cublasSetStream(d->blas, d->stream)) != CUBLAS_STATUS_SUCCESS) {
-        st = cublas_fail(bs, "cublasCreate/cublasSetStream", __FILE__, __LINE__);
+    if ((st = blas_load(&d->api)) != PLLM_OK) goto fail;
+    if ((bs = d->api.create(&d->blas)) != CUBLAS_STATUS_SUCCESS ||
+        (bs = d->api.set_stream(d->blas, d->stream)) != CUBLAS_STATUS_SUCCESS) {
+        st = cublas_fail(&d->api, bs, "cublasCreate/cublasSetStream", __FILE__, __LINE__);
         goto fail;
     }
     if ((e = cudaMalloc(&d->blas_ws, BLAS_WORKSPACE_BYTES)) != cudaSuccess) {
         st = cuda_fail(e, "cudaMalloc(cuBLAS workspace)", __FILE__, __LINE__);
         goto fail;
     }
-    if ((bs = cublasSetWorkspace(d->blas, d->blas_ws, BLAS_WORKSPACE_BYTES)) !=
+    if ((bs = d->api.set_workspace(d->blas, d->blas_ws, BLAS_WORKSPACE_BYTES)) !=
         CUBLAS_STATUS_SUCCESS) {
-        st = cublas_fail(bs, "cublasSetWorkspace", __FILE__, __LINE__);
+        st = cublas_fail(&d->api, bs, "cublasSetWorkspace", __FILE__, __LINE__);
         goto fail;
     }
     *out = d;
@@ -157,12 +251,13 @@ fail:
 void pllm_cuda_dev_free(pllm_cuda_dev *dev)
 {
     if (!dev) return;
-    if (dev->blas) cublasDestroy(dev->blas);
+    if (dev->blas) dev->api.destroy(dev->blas);
     if (dev->stream) {
         cudaStreamSynchronize(dev->stream);
         cudaStreamDestroy(dev->stream);
     }
     if (dev->blas_ws) cudaFree(dev->blas_ws);
+    blas_unload(&dev->api);
     free(dev);
 }
 
@@ -296,13 +391,13 @@ pllm_status pllm_cuda_gemm(pllm_cuda_dev *dev, const pllm_cuda_gemm_args *g)
     if (g->m == 0 || g->n == 0) return PLLM_OK;
     /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: hand cuBLAS B first. A
      * row-major B[k][ldb] read column-major is B^T, i.e. op(B)^T when trans_b is false. */
-    cublasStatus_t s = cublasGemmStridedBatchedEx(
+    cublasStatus_t s = dev->api.gemm_strided_batched_ex(
         dev->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
         g->n, g->m, g->k, &g->alpha, g->b, bt, (int)g->ldb, g->stride_b, g->a, at, (int)g->lda,
         g->stride_a, &g->beta, g->c, ct, (int)g->ldc, g->stride_c, g->batch, CUBLAS_COMPUTE_32F,
         CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS)
-        return cublas_fail(s, "cublasGemmStridedBatchedEx", __FILE__, __LINE__);
+        return cublas_fail(&dev->api, s, "cublasGemmStridedBatchedEx", __FILE__, __LINE__);
     return PLLM_OK;
 }
 
