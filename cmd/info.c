@@ -106,8 +106,8 @@ static void print_human(const json_t *j, bool show_template)
     printf("%-20s %lld tokens (trained)\n", "context:", I(m, "n_ctx_train"));
     printf("%-20s %lld\n", "vocabulary:", I(m, "n_vocab"));
     const json_t *rope = G(m, "rope");
-    printf("%-20s theta %g, dim %lld, %s pairs, scaling %s", "rope:",
-           json_number_value(G(rope, "theta")), I(rope, "dim"), S(G(rope, "mode")),
+    printf("%-20s theta %g, dim %lld, %s pairs, scaling %s",
+           "rope:", json_number_value(G(rope, "theta")), I(rope, "dim"), S(G(rope, "mode")),
            S(G(rope, "scaling")));
     static const char *const rope_keys[] = {"factor", "low_freq_factor", "high_freq_factor",
                                             "original_max_position_embeddings"};
@@ -174,7 +174,8 @@ static void print_human(const json_t *j, bool show_template)
             size_t i;
             json_t *x;
             printf("[");
-            json_array_foreach(v, i, x) printf("%s%lld", i ? ", " : "", (long long)json_integer_value(x));
+            json_array_foreach(v, i, x)
+                printf("%s%lld", i ? ", " : "", (long long)json_integer_value(x));
             printf("]");
         } else if (json_is_integer(v)) {
             printf("%lld", (long long)json_integer_value(v));

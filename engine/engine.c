@@ -11,10 +11,10 @@
  *
  * Stop rules, checked after each sampled token, in this order: a stop id (the tokenizer's EOS
  * and end-of-turn ids and the model's generation-config EOS ids, unless ignore_eos, and the
- * request's stop_ids; their text is not output), a stop string (matched on the detokenized text across token boundaries; the text
- * is cut where the match starts), max_tokens, the context limit. Stop ids and stop strings
- * only count once min_tokens tokens were generated (and stop ids are banned from sampling
- * until then).
+ * request's stop_ids; their text is not output), a stop string (matched on the detokenized text
+ * across token boundaries; the text is cut where the match starts), max_tokens, the context limit.
+ * Stop ids and stop strings only count once min_tokens tokens were generated (and stop ids are
+ * banned from sampling until then).
  */
 #include "engine/engine.h"
 
@@ -37,9 +37,9 @@ struct pllm_engine {
     const pllm_tokenizer *tok;
     pllm_kv_layout layout;
     int32_t n_vocab;
-    int32_t ctx_limit;      /* min(max_model_len, KV capacity) */
-    int32_t *eos_ids; /* [n_eos_ids] owned: the tokenizer's stop ids, then the model's EOS ids
-                         (generation_config.json eos_token_id) not among them */
+    int32_t ctx_limit; /* min(max_model_len, KV capacity) */
+    int32_t *eos_ids;  /* [n_eos_ids] owned: the tokenizer's stop ids, then the model's EOS ids
+                          (generation_config.json eos_token_id) not among them */
     int32_t n_eos_ids;
     pllm_kv_manager *kv;
     pllm_plan *plan;
@@ -666,8 +666,8 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
         bool done = false;
         st = accept_token(e, r, tok, so.logprobs ? so.logprobs[k] : 0.0f,
                           so.top_ids ? so.top_ids + (size_t)k * (size_t)top_n : NULL,
-                          so.top_logprobs ? so.top_logprobs + (size_t)k * (size_t)top_n : NULL,
-                          now, &done);
+                          so.top_logprobs ? so.top_logprobs + (size_t)k * (size_t)top_n : NULL, now,
+                          &done);
         if (st != PLLM_OK) goto broken;
         if (!done) continue;
         o->entries[e->sample_entry[k]].req = NULL; /* freed below */

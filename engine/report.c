@@ -313,6 +313,9 @@ static tp_intervals intervals(const pllm_report *r)
     out.out = pllm_interval95(v + 2 * n, n);
     out.total = pllm_interval95(v + 3 * n, n);
     out.duration = pllm_interval95(v + 4 * n, n);
+    /* the quantities are positive: a lower bound below 0 (few, scattered runs) says only that */
+    pllm_interval *all[] = {&out.req, &out.in, &out.out, &out.total, &out.duration};
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(all); i++) all[i]->lo = fmax(all[i]->lo, 0.0);
     free(v);
     return out;
 }

@@ -29,7 +29,8 @@
  * Runs (pllm bench --repeat): the report accumulates several runs of the same workload. The
  * counts it prints are per run (the totals divided by the number of runs: exact when the runs
  * are identical, as deterministic counters are), throughputs are the mean over runs with a 95%
- * confidence interval (Student's t), latency percentiles pool all runs.
+ * confidence interval (Student's t; its lower bound truncated at 0, as the quantities are
+ * positive), latency percentiles pool all runs.
  *
  * Ownership: pllm_report_init/free; the add functions copy what they need.
  */

@@ -106,6 +106,29 @@ static pllm_completion completion(double arrival, double first, double finish, i
                              .t_finish = finish};
 }
 
+/* Two runs far apart: Student's t interval reaches below 0; the report truncates it at 0. */
+static void test_interval_clamp(void)
+{
+    pllm_report r;
+    pllm_report_init(&r, 0.0);
+    pllm_completion a = completion(0.0, 0.5, 1.0, 2, 10, 0),
+                    b = completion(10.0, 10.5, 110.0, 2, 10, 0);
+    CHECK_OK(pllm_report_add(&r, &a)); /* run 1: 1 s */
+    CHECK_OK(pllm_report_new_run(&r, 10.0));
+    CHECK_OK(pllm_report_add(&r, &b)); /* run 2: 100 s */
+    json_t *j = pllm_report_json(&r, NULL);
+    const json_t *ci = json_object_get(j, "throughput_ci95");
+    const json_t *req = json_object_get(ci, "request_throughput"),
+                 *dur = json_object_get(ci, "duration");
+    CHECK(fabs(json_real_value(json_object_get(req, "mean")) - 0.505) < 1e-12 &&
+          json_real_value(json_object_get(req, "ci95_low")) == 0.0 &&
+          json_real_value(json_object_get(req, "ci95_high")) > 0.505);
+    CHECK(fabs(json_real_value(json_object_get(dur, "mean")) - 50.5) < 1e-12 &&
+          json_real_value(json_object_get(dur, "ci95_low")) == 0.0);
+    json_decref(j);
+    pllm_report_free(&r);
+}
+
 static void test_report(void)
 {
     pllm_report r;
@@ -212,5 +235,6 @@ int main(void)
     test_series();
     test_t_quantiles();
     test_report();
+    test_interval_clamp();
     return pllm_test_finish("cli_unit");
 }
