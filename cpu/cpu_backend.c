@@ -14,7 +14,7 @@
  *     output by token ranges after attention (one extra barrier); the LM head's input after
  *     the final norm;
  *   - RMSNorm, embedding, RoPE and the K/V stores: contiguous ranges of tokens;
- *   - attention: (token, query head) pairs dealt round robin;
+ *   - attention: (sequence, query tile, kv head) items split by their cost (attention.h);
  *   - output projection: rows of the vocabulary, for the sampled tokens only; sampling:
  *     contiguous ranges of samples.
  * Barriers per step: 2 + 7 per layer + 3 (+ 1 per layer on the integer path).
@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/attention.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
 #include "cpu/threadpool.h"
@@ -126,14 +127,15 @@ static void add_bias(float *Y, int64_t ldy, const float *b, int64_t n_tok, int64
 static void *kv_k(const cpu_ctx *c, int32_t l) { return c->kv_mem + (size_t)(2 * l) * c->kv_layer_bytes; }
 static void *kv_v(const cpu_ctx *c, int32_t l) { return c->kv_mem + (size_t)(2 * l + 1) * c->kv_layer_bytes; }
 
-/* Store one head's vector src[head_dim] at the cache position of slot. */
-static void kv_store(const cpu_ctx *c, void *cache, int32_t slot, int32_t head, const float *src)
+/* Query positions per attention tile: the GQA group's rows of up to 64 (query, head) pairs,
+ * whose q and output rows (2 x 16 KiB at head_dim 64) stay in L1 beside the K/V chunk, within
+ * the thread's scratch. Depends only on the model and the KV layout, never on the batch. */
+static int32_t attn_tile_tokens(const cpu_ctx *c, int32_t group)
 {
-    const pllm_kv_layout *L = &c->kv;
-    size_t idx = (((size_t)(slot / L->block_size) * (size_t)L->n_head_kv + (size_t)head) * (size_t)L->block_size +
-                  (size_t)(slot % L->block_size)) * (size_t)L->head_dim;
-    if (L->dtype == PLLM_DTYPE_F16) c->kern->to_f16((uint16_t *)cache + idx, src, L->head_dim);
-    else memcpy((float *)cache + idx, src, (size_t)L->head_dim * sizeof(float));
+    int32_t qt = PLLM_MAX(1, 64 / group);
+    while (qt > 1 && pllm_cpu_attn_tile_scratch(qt * group, c->kv.block_size) > c->scratch_floats) qt--;
+    PLLM_ASSERT(pllm_cpu_attn_tile_scratch(qt * group, c->kv.block_size) <= c->scratch_floats);
+    return qt;
 }
 
 static void forward_region(void *arg, int ith, int nth)
@@ -178,29 +180,50 @@ static void forward_region(void *arg, int ith, int nth)
         add_bias(c->v, KVD, w->bv, T, r0, r1);
         pllm_cpu_pool_barrier(c->pool);
 
-        /* RoPE on q and k, then K/V into the cache at each token's slot */
+        /* RoPE on q; RoPE on k fused with the K/V store (one pass per token: the rotated key is
+         * written straight into its cache slot) */
         void *kc = kv_k(c, l), *vc = kv_v(c, l);
         for (int64_t t = t0; t < t1; t++) {
             const float *cs = c->rope_cs + t * cfg->rope_dim;
             for (int32_t h = 0; h < cfg->n_head; h++) pllm_cpu_rope_apply(c->q + t * QD + h * hd, cs, cfg->rope_dim, cfg->rope_mode);
-            for (int32_t h = 0; h < cfg->n_head_kv; h++) {
-                pllm_cpu_rope_apply(c->k + t * KVD + h * hd, cs, cfg->rope_dim, cfg->rope_mode);
-                kv_store(c, kc, plan->slots[t], h, c->k + t * KVD + h * hd);
-                kv_store(c, vc, plan->slots[t], h, c->v + t * KVD + h * hd);
-            }
+            pllm_cpu_rope_store_kv(kc, vc, &c->kv, plan->slots[t], c->k + t * KVD, c->v + t * KVD, cs, cfg->rope_dim,
+                                   cfg->rope_mode, c->kern, scratch);
         }
         pllm_cpu_pool_barrier(c->pool);
 
-        /* attention: (token, head) pairs dealt round robin (a token's cost grows with its
-         * position, so contiguous ranges would give the last thread the most work) */
-        for (int64_t i = ith; i < T * cfg->n_head; i += nth) {
-            int64_t t = i / cfg->n_head;
-            int32_t h = (int32_t)(i % cfg->n_head);
-            const pllm_seq_plan *sp = &plan->seqs[c->tok_seq[t]];
-            pllm_cpu_attn_args a = {.k_cache = kc, .v_cache = vc, .kv = &c->kv,
-                                    .block_table = plan->block_tables + sp->block_start,
-                                    .n_pos = plan->positions[t] + 1, .scale = 1.0f / sqrtf((float)hd)};
-            pllm_cpu_attend(c->att + t * QD + h * hd, c->q + t * QD + h * hd, h / group, &a, c->kern, scratch);
+        /* attention: items (sequence, query tile of up to qt consecutive tokens, kv head), the
+         * query heads of one GQA group together so they share each K/V chunk (attention.h).
+         * A tile's cost grows with its positions, so items are split by cost: each thread takes
+         * the items whose cost midpoint falls in its share. A row's result depends on neither its
+         * tile nor its thread, so the step's result does not either. */
+        {
+            const int32_t qt = attn_tile_tokens(c, group);
+            double total = 0;
+            for (int32_t s = 0; s < plan->n_seqs; s++) {
+                const pllm_seq_plan *sp = &plan->seqs[s];
+                const double p0 = sp->n_ctx - sp->n_new;
+                total += (double)sp->n_new * (p0 + 0.5 * (sp->n_new + 1) + 16) * cfg->n_head_kv;
+            }
+            double cum = 0;
+            for (int32_t s = 0; s < plan->n_seqs; s++) {
+                const pllm_seq_plan *sp = &plan->seqs[s];
+                pllm_cpu_attn_args a = {.k_cache = kc, .v_cache = vc, .kv = &c->kv,
+                                        .block_table = plan->block_tables + sp->block_start,
+                                        .scale = 1.0f / sqrtf((float)hd)};
+                for (int32_t i0 = 0; i0 < sp->n_new; i0 += qt) {
+                    const int32_t n = PLLM_MIN(qt, sp->n_new - i0), pos0 = sp->n_ctx - sp->n_new + i0;
+                    const double cost = (double)n * (pos0 + 0.5 * (n + 1) + 16);
+                    for (int32_t kh = 0; kh < cfg->n_head_kv; kh++) {
+                        const double mid = cum + 0.5 * cost;
+                        cum += cost;
+                        if (PLLM_MIN((int)(mid * nth / total), nth - 1) != ith) continue;
+                        const int64_t t = sp->token_start + i0, col = (int64_t)kh * group * hd;
+                        pllm_cpu_attn_tile tile = {.out = c->att + t * QD + col, .ld_out = QD, .q = c->q + t * QD + col,
+                                                   .ld_q = QD, .pos0 = pos0, .n_q = n, .n_group = group, .kv_head = kh};
+                        pllm_cpu_attend_tile(&tile, &a, c->kern, scratch);
+                    }
+                }
+            }
         }
         pllm_cpu_pool_barrier(c->pool);
 

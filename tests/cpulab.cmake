@@ -1,0 +1,2 @@
+# CPU performance-lab tests (owner: cpulab): the tiled attention and the thread pool.
+pllm_add_c_test(cpu_attn SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cpu_attn.c LABELS unit)
