@@ -214,6 +214,11 @@ pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int
             return PLLM_OK;
         }
         scanned = r->buf_end - r->buf_start;
+        if (scanned > PLLM_READER_MAX_LINE)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: line %lld is longer than %zu MiB without a newline (the limit "
+                               "of one record)",
+                               r->path, (long long)r->lineno + 1, PLLM_READER_MAX_LINE >> 20);
         PLLM_TRY(reader_fill(r));
     }
 }

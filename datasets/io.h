@@ -29,7 +29,10 @@ typedef struct pllm_reader pllm_reader;
 /* Open path ("-" for stdin); a name ending in ".zst" is decompressed. */
 pllm_status pllm_reader_open(pllm_reader **out, const char *path);
 /* Next line: *line points to an internal buffer (NUL-terminated, without the '\n'), valid
- * until the next call; *lineno is its number. *eof is set at the end (line NULL). */
+ * until the next call; *lineno is its number. *eof is set at the end (line NULL). A line longer
+ * than PLLM_READER_MAX_LINE is an error (PLLM_ERR_FORMAT naming its number), so that a file
+ * without newlines cannot make the reader buffer all of it. */
+#define PLLM_READER_MAX_LINE ((size_t)256 << 20)
 pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int64_t *lineno,
                              bool *eof);
 /* Up to cap decompressed bytes into dst; *n == 0 only at the end of the input. */

@@ -14,3 +14,5 @@ set_tests_properties(rel_signals rel_resume_zst rel_disk_full rel_model_changed 
 set_tests_properties(rel_million PROPERTIES TIMEOUT 1800)
 # a short real-model run, also what CI runs under ASan+UBSan (scripts/ci-extra.sh)
 pllm_add_py_test(rel_generate_smoke rel_generate_smoke.py LABELS "model;rel")
+# a line without end: the reader's cap (PLLM_READER_MAX_LINE) stops it with a clear error
+pllm_add_py_test(rel_long_line rel_long_line.py LABELS "model;rel")
