@@ -581,7 +581,7 @@ int cmd_bench(int argc, char **argv)
         json_decref(base);
         return rc;
     }
-    if ((rc = cmd_check_kv_budget(&rt, &eo)) != 0) {
+    if ((rc = cmd_check_kv_budget(&rt, &eo)) != 0 || (rc = cmd_size_kv(&rt, &eo)) != 0) {
         cmd_runtime_close(&rt);
         json_decref(base);
         return rc;
@@ -684,10 +684,11 @@ int cmd_bench(int argc, char **argv)
     json_object_set_new(wl, "model",
                         json_pack("{s:s, s:s}", "name", rt.model->name, "identity", ident));
     json_object_set_new(wl, "engine", engine_params_json(&eo.ep, &es0, max_len));
-    int nt = 0;
-    const char *isa = pllm_cpu_backend_describe(&rt.backend, &nt);
-    json_t *setup = json_pack("{s:s, s:s, s:i, s:i, s:i}", "device", rt.device_name, "kernels", isa,
-                              "threads", nt, "warmup", o.warmup, "repeat", o.repeat);
+    json_t *setup =
+        json_pack("{s:s, s:s, s:i, s:i, s:i}", "device", rt.device_name, "kernels", rt.kernels,
+                  "threads", rt.threads, "warmup", o.warmup, "repeat", o.repeat);
+    if (rt.dev.kind == CMD_DEVICE_CUDA)
+        json_object_set_new(setup, "gpu_memory_fraction", json_real(eo.rt.gpu_memory_fraction));
     json_t *doc = json_pack("{s:s, s:s, s:o, s:o}", "pllm_version", BENCH_VERSION, "command",
                             "bench", "workload", wl, "setup", setup);
     json_object_update(doc, out);
@@ -697,7 +698,8 @@ int cmd_bench(int argc, char **argv)
     json_object_set_new(out, "peak_rss_mb", json_real(cmd_peak_rss_mb()));
 
     if (!quiet) {
-        char ds[256], rss[32], runs[96], best[96], blocks[96];
+        char ds[256], rss[32], runs[96], best[96], blocks[96], device[512];
+        cmd_runtime_describe(&rt, device, sizeof device);
         snprintf(best, sizeof best, "%.2f%% (%lld of %lld prompt tokens)",
                  100.0 * plan0.best_hit_rate, (long long)plan0.best_cached_tokens,
                  (long long)plan0.prompt_tokens);
@@ -720,8 +722,9 @@ int cmd_bench(int argc, char **argv)
                  o.repeat > 1 ? (deterministic ? "identical in every run" : "DIFFER between runs")
                               : "from one run");
         pllm_report_note notes[] = {
-            {"Best achievable hit rate", best}, {"Prompt blocks", blocks}, {"Dataset", ds},
-            {"Workload fingerprint", fp},       {"Measured", runs},        {"Peak RSS (MiB)", rss}};
+            {"Device", device},     {"Best achievable hit rate", best}, {"Prompt blocks", blocks},
+            {"Dataset", ds},        {"Workload fingerprint", fp},       {"Measured", runs},
+            {"Peak RSS (MiB)", rss}};
         pllm_report_print(&rep, &es0, "pllm bench", notes, (int)PLLM_ARRAY_LEN(notes), stderr);
     }
     if (stats_json && json_dump_file(out, stats_json, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {

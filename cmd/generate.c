@@ -435,6 +435,7 @@ int cmd_generate(int argc, char **argv)
                 format == PLLM_FORMAT_AUTO ? ", detected" : "");
     if ((rc = cmd_runtime_open(&rt, &eo.rt, quiet)) != 0) goto out;
     if ((rc = cmd_check_kv_budget(&rt, &eo)) != 0) goto out;
+    if ((rc = cmd_size_kv(&rt, &eo)) != 0) goto out;
     if ((rc = cmd_sampling_opts_apply_model(&so, rt.model, &defaults, quiet)) != 0) goto out;
     g.tok = rt.tok;
     g.model_name = rt.model->name;
@@ -623,15 +624,18 @@ int cmd_generate(int argc, char **argv)
         if (n_skipped)
             fprintf(stderr, "pllm: skipped %lld records already in the output\n",
                     (long long)n_skipped);
-        char rss[32], best[96], blocks[96];
+        char rss[32], best[96], blocks[96], device[512];
         snprintf(rss, sizeof rss, "%.1f", cmd_peak_rss_mb());
+        cmd_runtime_describe(&rt, device, sizeof device);
         snprintf(best, sizeof best, "%.2f%% (%lld of %lld prompt tokens)",
                  100.0 * plan.best_hit_rate, (long long)plan.best_cached_tokens,
                  (long long)plan.prompt_tokens);
         snprintf(blocks, sizeof blocks, "%lld computed, %lld of them recomputed",
                  (long long)plan.blocks_computed, (long long)plan.blocks_recomputed);
-        pllm_report_note notes[] = {
-            {"Best achievable hit rate", best}, {"Prompt blocks", blocks}, {"Peak RSS (MiB)", rss}};
+        pllm_report_note notes[] = {{"Device", device},
+                                    {"Best achievable hit rate", best},
+                                    {"Prompt blocks", blocks},
+                                    {"Peak RSS (MiB)", rss}};
         pllm_report_print(&g.rep, &es,
                           interrupted ? "pllm generate (interrupted)" : "pllm generate", notes,
                           (int)PLLM_ARRAY_LEN(notes), stderr);
@@ -640,6 +644,8 @@ int cmd_generate(int argc, char **argv)
         json_t *j = pllm_report_json(&g.rep, &es);
         cmd_plan_stats_json(j, &plan);
         json_object_set_new(j, "command", json_string("generate"));
+        json_object_set_new(j, "device", json_string(rt.device_name));
+        json_object_set_new(j, "kernels", json_string(rt.kernels));
         json_object_set_new(j, "input", json_string(file));
         json_object_set_new(j, "input_format", json_string(pllm_format_name(in_format)));
         json_object_set_new(j, "skipped_by_resume", json_integer(n_skipped));

@@ -1,7 +1,12 @@
 #include "cmd/runtime.h"
 
 #include "cpu/cpu_backend.h"
+#ifdef PLLM_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#endif
 
+#include <ctype.h>
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,11 +64,125 @@ static char *hf_chat_template(const char *dir)
     return out;
 }
 
+int cmd_device_select(cmd_device *out, const char *spec)
+{
+    memset(out, 0, sizeof *out);
+    const char *dev = spec ? spec : "auto";
+    if (!strcmp(dev, "cpu")) return 0;
+    out->is_auto = !strcmp(dev, "auto");
+    if (!out->is_auto) {
+        /* "cuda" or "cuda:N", N decimal digits */
+        const char *n = dev + 4;
+        bool ok =
+            !strncmp(dev, "cuda", 4) && (*n == 0 || (n[0] == ':' && isdigit((unsigned char)n[1])));
+        long v = 0;
+        if (ok && *n == ':') {
+            char *end;
+            errno = 0;
+            v = strtol(n + 1, &end, 10);
+            ok = *end == 0 && errno == 0 && v <= INT32_MAX;
+        }
+        if (!ok) {
+            fprintf(stderr, "pllm: --device '%s' is not one of auto, cpu, cuda, cuda:N\n", dev);
+            return 2;
+        }
+        out->kind = CMD_DEVICE_CUDA;
+        out->ordinal = (int32_t)v;
+    }
+#ifdef PLLM_HAVE_CUDA
+    char why[200];
+    int n_dev = pllm_cuda_device_count(why, sizeof why);
+    if (out->is_auto) {
+        out->kind = n_dev > 0 ? CMD_DEVICE_CUDA : CMD_DEVICE_CPU;
+        snprintf(out->why, sizeof out->why, "%s", why);
+        return 0;
+    }
+    if (n_dev == 0) {
+        fprintf(stderr,
+                "pllm: --device %s: no CUDA device can be used here: %s; use --device cpu (or "
+                "auto, which falls back to the CPU)\n",
+                dev, why);
+        return 2;
+    }
+    if (out->ordinal >= n_dev) {
+        fprintf(stderr,
+                "pllm: --device %s: CUDA device %d is out of range: this machine has %s (cuda:0 "
+                "to cuda:%d)\n",
+                dev, out->ordinal, why, n_dev - 1);
+        return 2;
+    }
+    snprintf(out->why, sizeof out->why, "asked for; %s", why);
+#else
+    if (out->is_auto) {
+        snprintf(out->why, sizeof out->why, "this pllm was built without the CUDA backend");
+        return 0;
+    }
+    fprintf(stderr,
+            "pllm: --device %s: this pllm was built without the CUDA backend (nvcc was not found "
+            "when it was built, or -DPLLM_CUDA=OFF); use --device cpu\n",
+            dev);
+    return 2;
+#endif
+    return 0;
+}
+
+static int open_cpu(cmd_runtime *rt, const cmd_runtime_opts *o)
+{
+    pllm_cpu_params cp;
+    pllm_cpu_params_defaults(&cp);
+    cp.n_threads = o->threads;
+    if (o->kv_dtype >= 0) cp.kv_dtype = (pllm_dtype)o->kv_dtype;
+    if (pllm_cpu_backend_create(&rt->backend, rt->model, &cp) != PLLM_OK) {
+        fprintf(stderr, "pllm: cannot start the CPU backend: %s\n", pllm_errmsg());
+        return 3;
+    }
+    int nt = 0;
+    snprintf(rt->device_name, sizeof rt->device_name, "cpu");
+    snprintf(rt->kernels, sizeof rt->kernels, "%s", pllm_cpu_backend_describe(&rt->backend, &nt));
+    rt->threads = nt;
+    rt->dev.kind = CMD_DEVICE_CPU;
+    return 0;
+}
+
+#ifdef PLLM_HAVE_CUDA
+/* The CUDA backend on rt->dev.ordinal: 0, or 3 with the error printed. */
+static int open_cuda(cmd_runtime *rt, const cmd_runtime_opts *o)
+{
+    pllm_cuda_params cp;
+    pllm_cuda_params_defaults(&cp);
+    cp.device = rt->dev.ordinal;
+    if (o->gpu_memory_fraction > 0) cp.gpu_memory_fraction = o->gpu_memory_fraction;
+    if (o->step_tokens > 0) cp.reserve_tokens = o->step_tokens;
+    if (o->step_seqs > 0) cp.reserve_seqs = o->step_seqs;
+    if (o->kv_dtype >= 0) cp.kv_dtype = (pllm_dtype)o->kv_dtype;
+    if (o->weight_dtype == PLLM_DTYPE_F16) cp.weights = PLLM_CUDA_WEIGHTS_F16;
+    if (o->weight_dtype == PLLM_DTYPE_BF16) cp.weights = PLLM_CUDA_WEIGHTS_BF16;
+    if (o->weight_dtype == PLLM_DTYPE_F32) cp.weights = PLLM_CUDA_WEIGHTS_F32;
+    if (pllm_cuda_backend_create(&rt->backend, rt->model, &cp) != PLLM_OK) {
+        fprintf(stderr, "pllm: cannot start the CUDA backend on cuda:%d: %s\n", rt->dev.ordinal,
+                pllm_errmsg());
+        return 3;
+    }
+    pllm_cuda_backend_info gi;
+    pllm_cuda_backend_get_info(&rt->backend, &gi);
+    snprintf(rt->device_name, sizeof rt->device_name, "cuda:%d", gi.ordinal);
+    snprintf(rt->kernels, sizeof rt->kernels, "%s, sm_%d%d%s", gi.device_name, gi.sm_major,
+             gi.sm_minor, gi.emulated && !strstr(gi.device_name, "emulated") ? " (emulated)" : "");
+    rt->threads = 0;
+    return 0;
+}
+#endif
+
 int cmd_runtime_open(cmd_runtime *rt, const cmd_runtime_opts *o, bool quiet)
 {
     memset(rt, 0, sizeof *rt);
     char *def = NULL;
     const char *path = o->model;
+    /* the device first: asking for one that cannot run is a usage error before any work */
+    if (!o->no_backend) {
+        int rc = cmd_device_select(&rt->dev, o->device);
+        if (rc) return rc;
+    }
     if (!path) {
         def = cmd_default_model_path();
         path = def;
@@ -78,21 +197,12 @@ int cmd_runtime_open(cmd_runtime *rt, const cmd_runtime_opts *o, bool quiet)
             return 3;
         }
     }
-    const char *dev = o->device ? o->device : "auto";
-    if (!o->no_backend) {
-        if (strcmp(dev, "auto") && strcmp(dev, "cpu") && strncmp(dev, "cuda", 4)) {
-            fprintf(stderr, "pllm: --device '%s' is not one of auto, cpu, cuda, cuda:N\n", dev);
-            free(def);
-            return 2;
-        }
-        if (strncmp(dev, "cuda", 4) == 0) {
-            fprintf(stderr,
-                    "pllm: --device %s: this pllm was built without the CUDA backend; use --device "
-                    "cpu\n",
-                    dev);
-            free(def);
-            return 3;
-        }
+    if (!o->no_backend && !quiet) {
+        if (rt->dev.kind == CMD_DEVICE_CUDA)
+            fprintf(stderr, "pllm: device: cuda:%d (%s%s)\n", rt->dev.ordinal,
+                    rt->dev.is_auto ? "auto: " : "", rt->dev.why);
+        else if (rt->dev.is_auto)
+            fprintf(stderr, "pllm: device: cpu (auto: %s)\n", rt->dev.why);
     }
     pllm_status st = pllm_model_load(&rt->model, path);
     if (st != PLLM_OK) {
@@ -142,26 +252,50 @@ int cmd_runtime_open(cmd_runtime *rt, const cmd_runtime_opts *o, bool quiet)
         }
     }
     if (o->no_backend) return 0;
-    pllm_cpu_params cp;
-    pllm_cpu_params_defaults(&cp);
-    cp.n_threads = o->threads;
-    if ((st = pllm_cpu_backend_create(&rt->backend, rt->model, &cp)) != PLLM_OK) {
-        fprintf(stderr, "pllm: cannot start the CPU backend: %s\n", pllm_errmsg());
-        cmd_runtime_close(rt);
-        return 3;
+    int rc = 0;
+#ifdef PLLM_HAVE_CUDA
+    if (rt->dev.kind == CMD_DEVICE_CUDA) {
+        rc = open_cuda(rt, o);
+        if (rc && rt->dev.is_auto) {
+            /* auto: a device answered but the backend cannot run on it; the CPU can */
+            fprintf(stderr, "pllm: warning: --device auto falls back to the CPU\n");
+            snprintf(rt->dev.why, sizeof rt->dev.why, "the CUDA backend did not start");
+            rt->dev.kind = CMD_DEVICE_CPU;
+            rc = 0;
+        }
     }
-    rt->device_name = "cpu";
+#endif
+    if (!rc && rt->dev.kind == CMD_DEVICE_CPU) rc = open_cpu(rt, o);
+    if (rc) {
+        cmd_runtime_close(rt);
+        return rc;
+    }
     if (!quiet) {
-        int nt = 0;
-        const char *isa = pllm_cpu_backend_describe(&rt->backend, &nt);
-        fprintf(
-            stderr,
-            "pllm: model %s (%s, %d layers, %.1f MB of weights) on %s (%s kernels, %d threads)%s\n",
-            rt->model->name, pllm_arch_name(rt->model->cfg.arch), rt->model->cfg.n_layer,
-            (double)rt->model->weight_bytes / 1e6, rt->device_name, isa, nt,
-            strcmp(dev, "auto") == 0 ? " (auto: no CUDA backend in this build)" : "");
+        char d[512];
+        cmd_runtime_describe(rt, d, sizeof d);
+        fprintf(stderr, "pllm: model %s (%s, %d layers, %.1f MB of weights) on %s\n",
+                rt->model->name, pllm_arch_name(rt->model->cfg.arch), rt->model->cfg.n_layer,
+                (double)rt->model->weight_bytes / 1e6, d);
     }
     return 0;
+}
+
+void cmd_runtime_describe(const cmd_runtime *rt, char *out, size_t cap)
+{
+#ifdef PLLM_HAVE_CUDA
+    if (rt->dev.kind == CMD_DEVICE_CUDA) {
+        pllm_cuda_backend_info gi;
+        pllm_cuda_backend_get_info(&rt->backend, &gi);
+        int n = snprintf(out, cap, "%s: %s (%d SMs, %.1f GiB), %s weights %.2f GB, %s KV",
+                         rt->device_name, rt->kernels, gi.n_sm,
+                         (double)gi.total_bytes / 1073741824.0, pllm_dtype_name(gi.weight_dtype),
+                         (double)gi.weight_bytes / 1e9, pllm_dtype_name(gi.kv_dtype));
+        if (n > 0 && (size_t)n < cap && gi.kv_bytes)
+            snprintf(out + n, cap - (size_t)n, " pool %.2f GB", (double)gi.kv_bytes / 1e9);
+        return;
+    }
+#endif
+    snprintf(out, cap, "cpu (%s kernels, %d threads)", rt->kernels, rt->threads);
 }
 
 void cmd_runtime_close(cmd_runtime *rt)

@@ -15,6 +15,10 @@ void cmd_engine_opts_init(cmd_engine_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->rt.device = "auto";
+    o->rt.gpu_memory_fraction = 0.9f;
+    o->dtype = "auto";
+    o->rt.weight_dtype = o->rt.kv_dtype = -1;
+    o->kv_dtype = "auto";
     o->eviction = "lru";
     pllm_engine_params_defaults(&o->ep);
     snprintf(o->defs[0], sizeof o->defs[0], "%d", o->ep.block_size);
@@ -34,7 +38,23 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"device", 0, CMD_OPT_STR, &o->rt.device, "DEV", "auto",
-                   "auto, cpu, cuda or cuda:N", NULL});
+                   "auto (CUDA device 0 when one answers, else the CPU), cpu, cuda or cuda:N",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"gpu-memory-fraction", 0, CMD_OPT_FLOAT, &o->rt.gpu_memory_fraction, "F", "0.9",
+                   "CUDA: share of the device's memory pllm may use (weights, activations, KV "
+                   "cache), in (0, 1]; the KV cache gets what the rest leaves",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"dtype", 0, CMD_OPT_STR, &o->dtype, "T",
+                   "auto (bfloat16 and float32 models as they are, others float16)",
+                   "CUDA: the weights' dtype on the device and in the GEMMs: auto, float16, "
+                   "bfloat16, float32 (the CPU computes on the weights as stored)",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"kv-cache-dtype", 0, CMD_OPT_STR, &o->kv_dtype, "T",
+                   "auto (fp32 on the CPU, fp16 on CUDA)", "KV cache dtype: auto, fp16, fp32",
+                   NULL});
     push(opts, n, cap,
          (cmd_opt){"seed", 0, CMD_OPT_INT64, &o->seed, "N", "0",
                    "run seed (requests without a seed derive theirs from it)", NULL});
@@ -95,6 +115,39 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
                     checks[i].v);
             return 2;
         }
+    /* !(a && b) also refuses NaN */
+    if (!(o->rt.gpu_memory_fraction > 0.0f && o->rt.gpu_memory_fraction <= 1.0f)) {
+        fprintf(stderr, "pllm: --gpu-memory-fraction must be in (0, 1], got %g\n",
+                (double)o->rt.gpu_memory_fraction);
+        return 2;
+    }
+    static const struct {
+        const char *name;
+        int32_t dtype;
+    } wt[] = {{"auto", -1},
+              {"float16", PLLM_DTYPE_F16},
+              {"half", PLLM_DTYPE_F16},
+              {"bfloat16", PLLM_DTYPE_BF16},
+              {"float32", PLLM_DTYPE_F32},
+              {"float", PLLM_DTYPE_F32}},
+      kt[] = {{"auto", -1}, {"fp16", PLLM_DTYPE_F16}, {"fp32", PLLM_DTYPE_F32}};
+    o->rt.weight_dtype = o->rt.kv_dtype = -2;
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(wt); i++)
+        if (!strcmp(o->dtype, wt[i].name)) o->rt.weight_dtype = wt[i].dtype;
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(kt); i++)
+        if (!strcmp(o->kv_dtype, kt[i].name)) o->rt.kv_dtype = kt[i].dtype;
+    if (o->rt.weight_dtype == -2) {
+        fprintf(stderr,
+                "pllm: --dtype '%s' is not one of auto, float16 (half), bfloat16, float32 "
+                "(float)\n",
+                o->dtype);
+        return 2;
+    }
+    if (o->rt.kv_dtype == -2) {
+        fprintf(stderr, "pllm: --kv-cache-dtype '%s' is not one of auto, fp16, fp32\n",
+                o->kv_dtype);
+        return 2;
+    }
     if (pllm_evict_policy_parse(o->eviction, &o->ep.eviction) != PLLM_OK) {
         fprintf(stderr, "pllm: --eviction: %s\n", pllm_errmsg());
         return 2;
@@ -102,7 +155,11 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
     o->ep.kv_bytes = (size_t)o->kv_mb << 20;
     o->ep.no_prefix_cache = o->no_prefix_cache;
     o->ep.seed = (uint64_t)o->seed;
-    return 0;
+    o->rt.step_tokens = o->ep.max_batched_tokens;
+    o->rt.step_seqs = o->ep.max_seqs;
+    /* the device is checked now: asking for one that cannot run fails before any work */
+    cmd_device d;
+    return cmd_device_select(&d, o->rt.device);
 }
 
 void cmd_plan_stats_json(json_t *report, const pllm_engine_plan_stats *ps)
@@ -150,6 +207,37 @@ int cmd_check_kv_budget(const cmd_runtime *rt, const cmd_engine_opts *o)
                 "budget that fits is %zu MB: use --kv-cache-mb %zu or less\n",
                 o->kv_mb, (double)avail / 1e9, mb, mb);
     return 3;
+}
+
+int cmd_size_kv(const cmd_runtime *rt, cmd_engine_opts *o)
+{
+    if (rt->dev.kind != CMD_DEVICE_CUDA || o->ep.kv_bytes > 0 || o->ep.n_blocks > 0) return 0;
+    const pllm_backend *b = &rt->backend;
+    size_t avail = 0;
+    pllm_kv_layout l;
+    memset(&l, 0, sizeof l);
+    if (b->iface->kv_available(b->ctx, &avail) != PLLM_OK ||
+        b->iface->kv_layout(b->ctx, o->ep.block_size, &l) != PLLM_OK) {
+        fprintf(stderr, "pllm: cannot size the KV cache on %s: %s\n", rt->device_name,
+                pllm_errmsg());
+        return 3;
+    }
+    size_t per_block = pllm_kv_block_bytes(&l);
+    if (per_block == 0 || avail < per_block) {
+        fprintf(stderr,
+                "pllm: --gpu-memory-fraction %g leaves %zu bytes of %s for the KV cache, less "
+                "than one %d-token block (%zu bytes): raise it, or lower --max-batched-tokens / "
+                "--max-seqs (their activations are reserved first)\n",
+                (double)o->rt.gpu_memory_fraction, avail, rt->device_name, o->ep.block_size,
+                per_block);
+        return 3;
+    }
+    /* no more than max_seqs sequences of the longest context can use */
+    int32_t len = o->ep.max_model_len > 0 ? o->ep.max_model_len : rt->model->cfg.n_ctx_train;
+    size_t full = (size_t)o->ep.max_seqs *
+                  (((size_t)len + (size_t)o->ep.block_size - 1) / (size_t)o->ep.block_size);
+    o->ep.kv_bytes = PLLM_MIN(avail / per_block, full) * per_block;
+    return 0;
 }
 
 void cmd_sampling_opts_init(cmd_sampling_opts *o, int32_t max_tokens,

@@ -25,6 +25,7 @@ typedef struct cmd_engine_opts {
     int64_t seed;
     bool no_prefix_cache;
     const char *eviction;
+    const char *dtype, *kv_dtype; /* --dtype, --kv-cache-dtype */
     char defs[4][32];
 } cmd_engine_opts;
 
@@ -43,6 +44,12 @@ void cmd_plan_stats_json(json_t *report, const pllm_engine_plan_stats *ps);
  * use is refused up front, naming the largest budget that fits (rather than allocating it and
  * being killed later). 0 or 3 (message printed). */
 int cmd_check_kv_budget(const cmd_runtime *rt, const cmd_engine_opts *o);
+
+/* On a CUDA device, the KV budget left unset (no --kv-cache-mb, --num-blocks) becomes what
+ * --gpu-memory-fraction leaves after the weights and the step workspace (as vLLM sizes its
+ * pool), at most max_seqs sequences of the longest context; on the CPU the engine's default
+ * stays. 0, or 3 when that leaves no block (message printed). */
+int cmd_size_kv(const cmd_runtime *rt, cmd_engine_opts *o);
 
 /*
  * Sampling and generation options (generate).

@@ -26,7 +26,11 @@ sys.path.insert(0, HERE)
 
 
 def run(tool, model, args):
-    p = subprocess.run([tool, model] + args, capture_output=True, text=True)
+    # the CPU reference in its float32 math (cpu_backend.h): the CUDA backend's numerics (float
+    # activations into F16/BF16/F32 GEMMs) follow it; the CPU's default int8-activation path for
+    # quantized matrices is a different approximation
+    env = dict(os.environ, PLLM_CPU_MATH="f32")
+    p = subprocess.run([tool, model] + args, capture_output=True, text=True, env=env)
     return p.returncode, p.stderr
 
 
