@@ -43,6 +43,7 @@ typedef struct bench {
     double bw, f16_rate, f32_rate; /* measured peaks: bytes/s, FLOP/s */
     FILE *json;
     int n_rows;
+    const char *phase; /* "decode" or "prefill": the step the rows belong to */
 } bench;
 
 #define TRY(call)                                                                                  \
@@ -107,9 +108,9 @@ static void report(bench *b, const char *name, double t, double bytes, double fl
            100 * share, expect * 1e6);
     if (b->json)
         fprintf(b->json,
-                "%s{\"kernel\": \"%s\", \"us\": %.3f, \"bytes\": %.0f, \"flops\": %.0f, \"bound\": "
-                "\"%s\", \"peak_share\": %.4f, \"predicted_us\": %.3f}",
-                b->n_rows++ ? ",\n  " : "\n  ", name, t * 1e6, bytes, flops,
+                "%s{\"step\": \"%s\", \"kernel\": \"%s\", \"us\": %.3f, \"bytes\": %.0f, "
+                "\"flops\": %.0f, \"bound\": \"%s\", \"peak_share\": %.4f, \"predicted_us\": %.3f}",
+                b->n_rows++ ? ",\n  " : "\n  ", b->phase, name, t * 1e6, bytes, flops,
                 mem_bound ? "memory" : (tensor ? "tensor" : "fp32"), share, expect * 1e6);
 }
 
@@ -425,6 +426,7 @@ static void step_init(bench *b, step *s, const dims *d, int32_t T, int32_t ctx, 
 static void run_step(bench *b, const dims *d, int32_t T, int32_t ctx, bool prefill)
 {
     step s;
+    b->phase = prefill ? "prefill" : "decode";
     step_init(b, &s, d, T, ctx, prefill, false);
     const double E = d->E, F = d->F, V = d->V, qc = qkv_cols(d), qd = (double)d->H * d->hd, Tn = T,
                  S = s.S;
@@ -540,10 +542,10 @@ int main(int argc, char **argv)
         return 1;
     }
     if (b.json)
-        fprintf(
-            b.json,
-            "{\"device\": \"%s\", \"dims\": \"%s\", \"batch\": %d, \"ctx\": %d, \"prefill\": %d,\n",
-            info.name, d->name, batch, ctx, prefill);
+        fprintf(b.json,
+                "{\"device\": \"%s\", \"dims\": \"%s\", \"n_layer\": %d, \"batch\": %d, \"ctx\": "
+                "%d, \"prefill\": %d,\n",
+                info.name, d->name, d->L, batch, ctx, prefill);
     measure_peaks(&b, tiny);
     run_step(&b, d, batch, ctx, false);
     run_step(&b, d, prefill, 0, true);
