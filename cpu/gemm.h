@@ -87,6 +87,11 @@ void pllm_cpu_qmatmul_ref(float *restrict Y, int64_t ldy, const pllm_cpu_qact *A
                           int64_t r0, int64_t r1);
 void pllm_cpu_quant_ref(pllm_cpu_qact *a, int64_t t, const float *x, int64_t b0, int64_t b1);
 
+/* AVX2 (gemm_avx2.c; vpmaddubsw, no VNNI needed): packed panels. */
+void pllm_cpu_qmatmul_avx2(float *restrict Y, int64_t ldy, const pllm_cpu_qact *A, const pllm_cpu_qweight *W, int64_t n_tok,
+                           int64_t r0, int64_t r1);
+void pllm_cpu_quant_avx2(pllm_cpu_qact *a, int64_t t, const float *x, int64_t b0, int64_t b1);
+
 /* AVX-512 VNNI (gemm_avx512.c): packed panels. */
 void pllm_cpu_qmatmul_avx512vnni(float *restrict Y, int64_t ldy, const pllm_cpu_qact *A, const pllm_cpu_qweight *W,
                                  int64_t n_tok, int64_t r0, int64_t r1);

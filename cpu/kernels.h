@@ -19,7 +19,8 @@
  *     into a copy of the matrix) and multiplied with float32 activations, so a quantized model's
  *     result differs from float64 math on the dequantized weights only by float32 rounding and
  *     summation order (tables differ from one another in summation order).
- * Tables without an integer path (avx2, avx512 without VNNI) compute everything in float32.
+ * The avx512 table (AVX-512 without VNNI) has no integer path and computes everything in
+ * float32; avx2 has one (vpmaddubsw), as do scalar (the reference) and avx512vnni.
  *
  * Batch invariance: each output Y[t][r] is computed by the same sequence of operations whatever
  * n_tok, the token's place in the batch, or the row range [r0, r1) are, so results are bitwise

@@ -325,6 +325,9 @@ const pllm_cpu_kernels pllm_cpu_kernels_avx2 = {
     .attn_accum_f32 = attn_accum_f32,
     .attn_accum_f16 = attn_accum_f16,
     .to_f16 = to_f16,
+    .quant = pllm_cpu_quant_avx2,
+    .qmatmul = pllm_cpu_qmatmul_avx2,
+    .qpacked = true,
 };
 
 #endif /* __x86_64__ */

@@ -12,6 +12,7 @@
  *              64-token blocks)
  *   vnni-notb  the same without the outer loop over blocks of 64 tokens (all tokens per panel)
  *   vnni-nopf  the same with prefetch distance 0 (no look-ahead in the panel stream)
+ *   avx2-int   the AVX2 integer kernel (cpu/gemm_avx2.c: vpmaddubsw, 8-row halves, 4-token tiles)
  * GOP/s counts 2 * rows * K * n_tok operations (multiply and add) per call; the integer
  * variants' time includes quantizing the activations. Only winners go into cpu/.
  */
@@ -71,7 +72,11 @@ typedef struct variant {
 } variant;
 
 static const variant g_variants[] = {
-    {"f32", NULL}, {"vnni-nt8", pllm_cpu_qmatmul_avx512vnni}, {"vnni-notb", lab_qmm_nt4}, {"vnni-nopf", lab_qmm_nopf}};
+    {"f32", NULL},
+    {"vnni-nt8", pllm_cpu_qmatmul_avx512vnni},
+    {"vnni-notb", lab_qmm_nt4},
+    {"vnni-nopf", lab_qmm_nopf},
+    {"avx2-int", pllm_cpu_qmatmul_avx2}};
 
 static const pllm_dtype g_types[] = {PLLM_DTYPE_Q4_0, PLLM_DTYPE_Q4_1, PLLM_DTYPE_Q5_0, PLLM_DTYPE_Q5_1,
                                      PLLM_DTYPE_Q8_0, PLLM_DTYPE_Q4_K, PLLM_DTYPE_Q5_K, PLLM_DTYPE_Q6_K};
