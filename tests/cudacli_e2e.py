@@ -188,7 +188,8 @@ def compare(name, cpu, emu):
 
 
 def gen_args(model, prompts, extra):
-    return ["generate", prompts, "--model", model, "--token-ids", "--threads", "1", "--log-interval", "1000"] + extra
+    return ["generate", prompts, "--model", model, "--token-ids", "--threads", "1", "--log-interval", "1000",
+            "--temperature", "0"] + extra  # greedy whatever the model's generation defaults say
 
 
 def e2e(pool):
