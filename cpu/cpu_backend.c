@@ -622,6 +622,19 @@ static const pllm_backend_iface g_cpu_iface = {
     .destroy = cpu_destroy,
 };
 
+/* Pack every integer-path matrix, each thread a contiguous range of each matrix's panels. */
+static void pack_region(void *arg, int ith, int nth)
+{
+    cpu_ctx *c = arg;
+    for (int32_t i = 0; i <= c->model->cfg.n_layer * M_PER_LAYER; i++) {
+        struct cpu_mat *M = &c->mats[i];
+        if (!M->use_q) continue;
+        int64_t p0, p1;
+        pllm_cpu_split(pllm_cpu_qweight_panels(&M->q), 1, ith, nth, &p0, &p1);
+        pllm_cpu_qweight_pack(&M->q, p0, p1);
+    }
+}
+
 /* Which matrices take the integer path (PLLM_CPU_MATH=f32 keeps the float32 kernels for all:
  * the reference numerics), and their packed copies for tables that read panels. Packing reads
  * every quantized weight once; afterwards the mapped file pages of those matrices are no longer
@@ -647,9 +660,10 @@ static pllm_status setup_mats(cpu_ctx *c)
         }
         M->use_q = c->int_math && pllm_cpu_qdtype(M->t->dtype);
         if (M->use_q)
-            PLLM_TRY(pllm_cpu_qweight_init(&M->q, M->t->dtype, M->t->data, M->t->row_bytes, M->t->n_rows, M->t->n_cols,
-                                           c->kern->qpacked));
+            PLLM_TRY(pllm_cpu_qweight_alloc(&M->q, M->t->dtype, M->t->data, M->t->row_bytes, M->t->n_rows, M->t->n_cols,
+                                            c->kern->qpacked));
     }
+    if (c->int_math && c->kern->qpacked) pllm_cpu_pool_run(c->pool, pack_region, c);
     return PLLM_OK;
 }
 
@@ -705,8 +719,6 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
             }
     }
 
-    if ((st = setup_mats(c)) != PLLM_OK) goto fail;
-
     c->inv_freq = pllm_malloc(sizeof(double) * (size_t)PLLM_MAX(cfg->rope_dim / 2, 1));
     c->sample_scratch_bytes = (pllm_sample_scratch_bytes(cfg->n_vocab) + 63) & ~(size_t)63;
     c->sample_scratch = pllm_aligned_alloc(c->sample_scratch_bytes * (size_t)c->n_threads);
@@ -718,6 +730,7 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
     }
     pllm_cpu_rope_freqs(c->inv_freq, cfg, model->rope_freq_factors);
     if ((st = pllm_cpu_pool_create(&c->pool, c->n_threads)) != PLLM_OK) goto fail;
+    if ((st = setup_mats(c)) != PLLM_OK) goto fail;
 
     out->iface = &g_cpu_iface;
     out->ctx = c;

@@ -72,6 +72,12 @@ size_t pllm_cpu_panel_bytes(pllm_dtype dt, int64_t K);
 /* Fill w for the matrix rows[n_rows][row_bytes]; pack = whether to build the packed copy. */
 pllm_status pllm_cpu_qweight_init(pllm_cpu_qweight *w, pllm_dtype dt, const void *rows, size_t row_bytes, int64_t n_rows,
                                   int64_t K, bool pack);
+/* The same in two parts, so that several threads can pack: alloc (packed copy allocated, not
+ * filled), then pack panels [p0, p1) (any split of [0, panels)). */
+pllm_status pllm_cpu_qweight_alloc(pllm_cpu_qweight *w, pllm_dtype dt, const void *rows, size_t row_bytes, int64_t n_rows,
+                                   int64_t K, bool pack);
+int64_t pllm_cpu_qweight_panels(const pllm_cpu_qweight *w);
+void pllm_cpu_qweight_pack(pllm_cpu_qweight *w, int64_t p0, int64_t p1);
 void pllm_cpu_qweight_free(pllm_cpu_qweight *w);
 
 /*

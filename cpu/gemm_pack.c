@@ -291,8 +291,8 @@ static void pack_panel(uint8_t *dst, const pllm_cpu_qweight *w, int64_t p)
     }
 }
 
-pllm_status pllm_cpu_qweight_init(pllm_cpu_qweight *w, pllm_dtype dt, const void *rows, size_t row_bytes, int64_t n_rows,
-                                  int64_t K, bool pack)
+pllm_status pllm_cpu_qweight_alloc(pllm_cpu_qweight *w, pllm_dtype dt, const void *rows, size_t row_bytes, int64_t n_rows,
+                                   int64_t K, bool pack)
 {
     memset(w, 0, sizeof *w);
     if (!pllm_cpu_qdtype(dt))
@@ -303,12 +303,26 @@ pllm_status pllm_cpu_qweight_init(pllm_cpu_qweight *w, pllm_dtype dt, const void
     *w = (pllm_cpu_qweight){.dtype = dt, .n_rows = n_rows, .K = K, .rows = rows, .row_bytes = row_bytes};
     if (!pack) return PLLM_OK;
     w->panel_bytes = pllm_cpu_panel_bytes(dt, K);
-    const int64_t n_panels = (n_rows + PLLM_CPU_PANEL - 1) / PLLM_CPU_PANEL;
-    w->packed = pllm_aligned_alloc(w->panel_bytes * (size_t)n_panels);
+    w->packed = pllm_aligned_alloc(w->panel_bytes * (size_t)pllm_cpu_qweight_panels(w));
     if (!w->packed)
-        return pllm_errorf(PLLM_ERR_NOMEM, "qweight: %zu bytes for the packed %s matrix", w->panel_bytes * (size_t)n_panels,
-                           pllm_dtype_name(dt));
-    for (int64_t p = 0; p < n_panels; p++) pack_panel(w->packed + (size_t)p * w->panel_bytes, w, p);
+        return pllm_errorf(PLLM_ERR_NOMEM, "qweight: %zu bytes for the packed %s matrix",
+                           w->panel_bytes * (size_t)pllm_cpu_qweight_panels(w), pllm_dtype_name(dt));
+    return PLLM_OK;
+}
+
+int64_t pllm_cpu_qweight_panels(const pllm_cpu_qweight *w) { return (w->n_rows + PLLM_CPU_PANEL - 1) / PLLM_CPU_PANEL; }
+
+void pllm_cpu_qweight_pack(pllm_cpu_qweight *w, int64_t p0, int64_t p1)
+{
+    if (!w->packed) return;
+    for (int64_t p = p0; p < p1; p++) pack_panel(w->packed + (size_t)p * w->panel_bytes, w, p);
+}
+
+pllm_status pllm_cpu_qweight_init(pllm_cpu_qweight *w, pllm_dtype dt, const void *rows, size_t row_bytes, int64_t n_rows,
+                                  int64_t K, bool pack)
+{
+    PLLM_TRY(pllm_cpu_qweight_alloc(w, dt, rows, row_bytes, n_rows, K, pack));
+    pllm_cpu_qweight_pack(w, 0, pllm_cpu_qweight_panels(w));
     return PLLM_OK;
 }
 
