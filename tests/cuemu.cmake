@@ -13,6 +13,10 @@ if(TARGET pllm_cuda_emu)
   # what the emulator does not provide must fail to compile or link
   pllm_add_py_test(cuemu_unemulated cuemu_unemulated.py LABELS cuda
                    ARGS ${CMAKE_CXX_COMPILER} ${PLLM_CUDA_INCLUDE_DIR} ${CMAKE_SOURCE_DIR} $<TARGET_FILE:pllm_cuda_emu>)
+  if(PLLM_SANITIZE)
+    # the library is instrumented: the snippets link with the sanitizer runtimes too
+    set_property(TEST cuemu_unemulated APPEND PROPERTY ENVIRONMENT "PLLM_CUEMU_EXTRA_FLAGS=-fsanitize=address,undefined")
+  endif()
 else()
   foreach(t cuemu_selftest cuemu_kernels cuemu_device cuemu_unemulated)
     add_test(NAME ${t} COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: CUDA toolkit headers (cuda_fp16.h) not found")

@@ -61,6 +61,8 @@ def main():
                 f.write(src)
             cmd = [cxx, "-std=gnu++17", "-x", "c++", "-include", emu_header, "-I", root, "-isystem", cuda_inc,
                    "-D_GNU_SOURCE", "-DPLLM_CUDA_EMU=1", path]
+            # the sanitizer build's library needs the sanitizer runtimes (tests/cuemu.cmake sets this)
+            cmd += os.environ.get("PLLM_CUEMU_EXTRA_FLAGS", "").split()
             if link:
                 cmd += ["-x", "none", emu_lib, "-lpthread", "-o", os.path.join(tmp, f"case{i}")]
             else:
