@@ -19,6 +19,9 @@ PLLM = os.environ.get("PLLM_BIN", "pllm")
 HOME = os.environ.get("PLLM_HOME", os.path.expanduser("~/.cache/pllm"))
 MODEL = os.path.join(HOME, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 DATA = os.environ.get("PLLM_SHARED_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+# Set by scripts/ci-extra.sh for the ASan+UBSan build, where pllm runs several times slower:
+# the tests that run many prompts then use fewer (each says how many).
+SANITIZE = bool(os.environ.get("PLLM_SANITIZE"))
 SEED = int(os.environ.get("PLLM_REL_SEED", str(int(time.time() * 1000) % 1000000)))
 RNG = random.Random(SEED)
 

@@ -15,7 +15,7 @@ import shutil
 import signal
 import subprocess
 
-from rel_common import (MODEL, PLLM, RNG, check, compare_to_reference, describe_exit, finish, log, need_model,
+from rel_common import (MODEL, PLLM, RNG, SANITIZE, check, compare_to_reference, describe_exit, finish, log, need_model,
                         read_output, run, sharegpt_prompts, tmpdir, wait_lines, write_jsonl)
 
 need_model()
@@ -23,7 +23,7 @@ TMP = tmpdir("rel_model_")
 model = os.path.join(TMP, "model.gguf")
 shutil.copyfile(MODEL, model)
 SIZE = os.path.getsize(model)
-N = 32
+N = 16 if SANITIZE else 32  # 16 under the sanitizer build (PLLM_SANITIZE), where pllm is slower
 prompts = sharegpt_prompts(N, max_chars=160, offset=500)
 inp = write_jsonl(os.path.join(TMP, "in.jsonl"),
                   [{"id": f"m{i}", "prompt": p, "max_tokens": 8} for i, p in enumerate(prompts)])

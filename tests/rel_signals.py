@@ -16,12 +16,12 @@ import signal
 import subprocess
 import time
 
-from rel_common import (PLLM, RNG, SEED, check, compare_to_reference, describe_exit, finish, log, need_model,
+from rel_common import (PLLM, RNG, SANITIZE, SEED, check, compare_to_reference, describe_exit, finish, log, need_model,
                         read_output, run, sharegpt_prompts, tmpdir, wait_lines, write_jsonl)
 
 need_model()
 TMP = tmpdir("rel_signals_")
-N = 24
+N = 12 if SANITIZE else 24  # 12 under the sanitizer build (PLLM_SANITIZE), where pllm is slower
 prompts = sharegpt_prompts(N, max_chars=200)
 records = [{"id": f"s{i}", "prompt": p, "max_tokens": 4 + (i * 5) % 11} for i, p in enumerate(prompts)]
 inp = write_jsonl(os.path.join(TMP, "in.jsonl"), records)
