@@ -2,3 +2,6 @@
 #   ceilings       the machine's read bandwidth and fp32 / int8 (VNNI, AMX) peaks: build/bench/ceilings [--json F]
 add_executable(ceilings ${CMAKE_CURRENT_SOURCE_DIR}/ceilings.c)
 target_link_libraries(ceilings PRIVATE pllm_cpu pllm_core)
+#   pool_bench     thread pool barriers/s and empty regions/s: build/bench/pool_bench [--threads N]
+add_executable(pool_bench ${CMAKE_CURRENT_SOURCE_DIR}/pool_bench.c)
+target_link_libraries(pool_bench PRIVATE pllm_cpu pllm_core)

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,6 +29,16 @@ typedef struct worker_arg {
     int ith;
 } worker_arg;
 
+/* Per-thread wait statistics (PLLM_POOL_STATS), one cache line each. */
+typedef struct pool_tstats {
+    _Alignas(64) double wait_s; /* time spent waiting in barriers */
+    double region_s;            /* time inside regions */
+    uint64_t barriers;
+} pool_tstats;
+
+/* Layout: the words written at every barrier (bar_count by each arrival, bar_gen by the last)
+ * live on cache lines of their own, apart from what waiters spin on for a region (job_gen) and
+ * from the read-mostly fields, so an arrival does not invalidate the line the others spin on. */
 struct pllm_cpu_pool {
     int n;                      /* threads, the caller included */
     pthread_t *threads;         /* [n - 1] */
@@ -35,11 +46,13 @@ struct pllm_cpu_pool {
     int n_started;
     pllm_cpu_pool_fn fn;        /* the current region */
     void *arg;
-    _Atomic uint32_t job_gen;   /* bumped to start a region (futex word) */
+    pool_tstats *stats;         /* [n] when PLLM_POOL_STATS is set, else NULL */
+    double spin_s;              /* how long a waiter spins before it sleeps */
+    _Alignas(64) _Atomic uint32_t job_gen; /* bumped to start a region (futex word) */
     _Atomic int quit;
-    _Atomic uint32_t bar_count; /* threads arrived at the current barrier */
-    _Atomic uint32_t bar_gen;   /* bumped when a barrier opens (futex word) */
-    _Atomic uint32_t sleepers;  /* threads sleeping (or about to) on a futex word */
+    _Alignas(64) _Atomic uint32_t bar_count; /* threads arrived at the current barrier */
+    _Alignas(64) _Atomic uint32_t bar_gen;   /* bumped when a barrier opens (futex word) */
+    _Alignas(64) _Atomic uint32_t sleepers;  /* threads sleeping (or about to) on a futex word */
 };
 
 static void futex_wait(_Atomic uint32_t *word, uint32_t old)
@@ -71,7 +84,7 @@ static void wait_while_eq(pllm_cpu_pool *p, _Atomic uint32_t *word, uint32_t old
         if ((i & 63) == 63) {
             double t = pllm_now();
             if (t0 == 0) t0 = t;
-            else if (t - t0 > SPIN_SECONDS) break;
+            else if (t - t0 > p->spin_s) break;
         }
     }
     while (atomic_load(word) == old) {
@@ -89,9 +102,8 @@ static void bump_and_wake(pllm_cpu_pool *p, _Atomic uint32_t *word)
     if (atomic_load(&p->sleepers) > 0) futex_wake_all(word);
 }
 
-void pllm_cpu_pool_barrier(pllm_cpu_pool *p)
+static void barrier_wait(pllm_cpu_pool *p)
 {
-    if (p->n == 1) return;
     uint32_t gen = atomic_load(&p->bar_gen);
     if (atomic_fetch_add(&p->bar_count, 1) == (uint32_t)p->n - 1) {
         atomic_store(&p->bar_count, 0);
@@ -99,6 +111,36 @@ void pllm_cpu_pool_barrier(pllm_cpu_pool *p)
     } else {
         wait_while_eq(p, &p->bar_gen, gen);
     }
+}
+
+/* The barrier with its wait time recorded for thread ith (stats on). */
+static void barrier_timed(pllm_cpu_pool *p, int ith)
+{
+    double t0 = pllm_now();
+    barrier_wait(p);
+    p->stats[ith].wait_s += pllm_now() - t0;
+    p->stats[ith].barriers++;
+}
+
+static _Thread_local int tl_ith; /* the calling thread's index in the region it runs (stats) */
+
+void pllm_cpu_pool_barrier(pllm_cpu_pool *p)
+{
+    if (p->n == 1) return;
+    if (p->stats) barrier_timed(p, tl_ith);
+    else barrier_wait(p);
+}
+
+static void run_fn(pllm_cpu_pool *p, int ith)
+{
+    if (!p->stats) {
+        p->fn(p->arg, ith, p->n);
+        return;
+    }
+    tl_ith = ith;
+    double t0 = pllm_now();
+    p->fn(p->arg, ith, p->n);
+    p->stats[ith].region_s += pllm_now() - t0;
 }
 
 static void *worker_main(void *varg)
@@ -110,8 +152,8 @@ static void *worker_main(void *varg)
         wait_while_eq(p, &p->job_gen, seen);
         seen = atomic_load(&p->job_gen);
         if (atomic_load(&p->quit)) break;
-        p->fn(p->arg, wa->ith, p->n);
-        pllm_cpu_pool_barrier(p);
+        run_fn(p, wa->ith);
+        barrier_wait(p);
     }
     return NULL;
 }
@@ -125,8 +167,8 @@ void pllm_cpu_pool_run(pllm_cpu_pool *p, pllm_cpu_pool_fn fn, void *arg)
     p->fn = fn;
     p->arg = arg;
     bump_and_wake(p, &p->job_gen); /* seq_cst: fn and arg are visible to the workers */
-    fn(arg, 0, p->n);
-    pllm_cpu_pool_barrier(p);
+    run_fn(p, 0);
+    barrier_wait(p);
 }
 
 int pllm_cpu_online_cores(void)
@@ -147,9 +189,22 @@ pllm_status pllm_cpu_pool_create(pllm_cpu_pool **out, int n_threads)
     *out = NULL;
     if (n_threads < 1 || n_threads > 4096)
         return pllm_errorf(PLLM_ERR_INVALID, "thread pool: n_threads must be in [1, 4096], got %d", n_threads);
-    pllm_cpu_pool *p = pllm_calloc(1, sizeof *p);
+    pllm_cpu_pool *p = pllm_aligned_alloc(sizeof *p); /* 64-byte aligned: the layout above */
     if (!p) return PLLM_ERR_NOMEM;
+    memset(p, 0, sizeof *p);
     p->n = n_threads;
+    p->spin_s = SPIN_SECONDS;
+    const char *spin = getenv("PLLM_POOL_SPIN_US");
+    if (spin && *spin) p->spin_s = atof(spin) * 1e-6;
+    const char *stats = getenv("PLLM_POOL_STATS");
+    if (stats && *stats && strcmp(stats, "0") != 0) {
+        p->stats = pllm_aligned_alloc(sizeof(pool_tstats) * (size_t)n_threads);
+        if (!p->stats) {
+            pllm_aligned_free(p);
+            return PLLM_ERR_NOMEM;
+        }
+        memset(p->stats, 0, sizeof(pool_tstats) * (size_t)n_threads);
+    }
     if (n_threads > 1) {
         p->threads = pllm_calloc((size_t)n_threads - 1, sizeof *p->threads);
         p->args = pllm_calloc((size_t)n_threads - 1, sizeof *p->args);
@@ -175,15 +230,38 @@ pllm_status pllm_cpu_pool_create(pllm_cpu_pool **out, int n_threads)
 void pllm_cpu_pool_free(pllm_cpu_pool *p)
 {
     if (!p) return;
+    if (p->stats && p->n > 1) {
+        pllm_cpu_pool_stats st;
+        pllm_cpu_pool_get_stats(p, &st);
+        fprintf(stderr, "thread pool (%d threads): %llu regions, %llu barriers per thread, %.3f s in regions, %.1f%% of it "
+                        "waiting in barriers (%.2f us per barrier)\n",
+                p->n, (unsigned long long)st.regions, (unsigned long long)st.barriers, st.region_s,
+                st.region_s > 0 ? 100 * st.wait_s / st.region_s : 0, st.barriers ? 1e6 * st.wait_s / (double)st.barriers : 0);
+    }
     atomic_store(&p->quit, 1);
     bump_and_wake(p, &p->job_gen);
     for (int i = 0; i < p->n_started; i++) pthread_join(p->threads[i], NULL);
+    pllm_aligned_free(p->stats);
     free(p->threads);
     free(p->args);
-    free(p);
+    pllm_aligned_free(p);
 }
 
 int pllm_cpu_pool_size(const pllm_cpu_pool *p) { return p->n; }
+
+bool pllm_cpu_pool_get_stats(const pllm_cpu_pool *p, pllm_cpu_pool_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!p->stats) return false;
+    for (int i = 0; i < p->n; i++) {
+        out->wait_s += p->stats[i].wait_s / p->n;
+        out->region_s += p->stats[i].region_s / p->n;
+        out->barriers += p->stats[i].barriers;
+    }
+    out->barriers /= (uint64_t)p->n;
+    out->regions = atomic_load(&p->job_gen);
+    return true;
+}
 
 void pllm_cpu_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi)
 {

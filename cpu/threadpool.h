@@ -11,6 +11,11 @@
  * decode step takes) and then sleeps on a futex, so an idle pool and an oversubscribed machine
  * cost no CPU.
  *
+ * Knobs for measurement (read once at create, from the environment): PLLM_POOL_SPIN_US sets the
+ * spin time in microseconds (default 50); PLLM_POOL_STATS=1 records, per thread, the time spent in
+ * regions and waiting in barriers (pllm_cpu_pool_get_stats; printed to stderr when the pool is
+ * freed).
+ *
  * Ownership: pllm_cpu_pool_create() returns a pool freed (threads joined) by
  * pllm_cpu_pool_free(). A pool runs one region at a time; run() is not reentrant and must be
  * called from one thread.
@@ -32,6 +37,16 @@ int pllm_cpu_pool_size(const pllm_cpu_pool *p);
 void pllm_cpu_pool_run(pllm_cpu_pool *p, pllm_cpu_pool_fn fn, void *arg);
 /* Inside fn: wait until every thread of the pool has reached this barrier. */
 void pllm_cpu_pool_barrier(pllm_cpu_pool *p);
+
+typedef struct pllm_cpu_pool_stats {
+    uint64_t regions;   /* regions run */
+    uint64_t barriers;  /* barriers passed per thread (the region's closing one excluded) */
+    double region_s;    /* seconds inside regions, mean over threads */
+    double wait_s;      /* seconds waiting in barriers, mean over threads (sync cost + imbalance) */
+} pllm_cpu_pool_stats;
+
+/* The statistics so far; false (and zeros) unless the pool was created with PLLM_POOL_STATS. */
+bool pllm_cpu_pool_get_stats(const pllm_cpu_pool *p, pllm_cpu_pool_stats *out);
 
 /* Split [0, n) into nth contiguous parts of sizes that differ by at most `align` (parts start
  * at multiples of align, except that the last part ends at n); part ith is [*lo, *hi). */
