@@ -37,19 +37,21 @@ typedef struct pool_tstats {
 } pool_tstats;
 
 /* Layout: the words written at every barrier (bar_count by each arrival, bar_gen by the last)
- * live on cache lines of their own, apart from what waiters spin on for a region (job_gen) and
- * from the read-mostly fields, so an arrival does not invalidate the line the others spin on. */
+ * live on cache lines of their own, apart from the region's start (job_gen with fn and arg, one
+ * line: one transfer per region) and from the read-mostly fields, so an arrival does not
+ * invalidate the line the others spin on (2 threads: ~300 -> ~250 ns per barrier). */
 struct pllm_cpu_pool {
     int n;                      /* threads, the caller included */
     pthread_t *threads;         /* [n - 1] */
     worker_arg *args;           /* [n - 1] */
     int n_started;
-    pllm_cpu_pool_fn fn;        /* the current region */
-    void *arg;
     pool_tstats *stats;         /* [n] when PLLM_POOL_STATS is set, else NULL */
     double spin_s;              /* how long a waiter spins before it sleeps */
+    /* the region's start: written together by run(), read together by each worker */
     _Alignas(64) _Atomic uint32_t job_gen; /* bumped to start a region (futex word) */
     _Atomic int quit;
+    pllm_cpu_pool_fn fn;        /* the current region */
+    void *arg;
     _Alignas(64) _Atomic uint32_t bar_count; /* threads arrived at the current barrier */
     _Alignas(64) _Atomic uint32_t bar_gen;   /* bumped when a barrier opens (futex word) */
     _Alignas(64) _Atomic uint32_t sleepers;  /* threads sleeping (or about to) on a futex word */
