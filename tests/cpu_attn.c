@@ -11,6 +11,8 @@
  *   - every row within tolerance of the reference (max abs error and max relative error printed);
  *   - tiling invariance: the same rows computed as random sub-tiles (including one query at a
  *     time) are bitwise equal to the whole tile (the engine's determinism rests on this);
+ *   - block-size invariance: the same K/V in blocks of 1, 5, 16 and 32 give bitwise equal rows
+ *     (AVX-512 tile; the per-row fallback follows the kernel table, which works per block);
  *   - RoPE + K/V store (pllm_cpu_rope_store_kv) writes exactly what rope_apply + copy writes.
  */
 #include <math.h>
@@ -129,6 +131,49 @@ static void run_case(const attn_case *cs, const pllm_cpu_kernels *tiled, const p
     free(scratch);
 }
 
+/* The same K/V stored with different block sizes (and reversed block tables) gives bitwise the
+ * same attention: the softmax chunks are fixed in position space, not in blocks. */
+static void check_block_size_invariance(const pllm_cpu_kernels *kern, uint64_t *rng)
+{
+    const int32_t hd = 80, G = 3, n_kv = 2, n_ctx = 71, pos0 = 20, n_q = n_ctx - pos0;
+    const int32_t bss[] = {1, 5, 16, 32};
+    const int64_t ld = (int64_t)G * n_kv * hd;
+    float *kv_src = malloc(sizeof(float) * 2 * n_kv * n_ctx * hd), *q = malloc(sizeof(float) * (size_t)(n_q * ld));
+    float *outs[4];
+    for (int i = 0; i < 2 * n_kv * n_ctx * hd; i++) kv_src[i] = pllm_test_randf(rng);
+    for (int64_t i = 0; i < n_q * ld; i++) q[i] = pllm_test_randf(rng);
+    for (int b = 0; b < 4; b++) {
+        const int32_t bs = bss[b], nb = (n_ctx + bs - 1) / bs;
+        float *kc = calloc((size_t)nb * n_kv * bs * hd, sizeof(float)), *vc = calloc((size_t)nb * n_kv * bs * hd, sizeof(float));
+        int32_t *bt = malloc(sizeof(int32_t) * (size_t)nb);
+        for (int32_t i = 0; i < nb; i++) bt[i] = nb - 1 - i;
+        for (int32_t h = 0; h < n_kv; h++)
+            for (int32_t p = 0; p < n_ctx; p++) {
+                size_t idx = (((size_t)bt[p / bs] * n_kv + (size_t)h) * (size_t)bs + (size_t)(p % bs)) * hd;
+                memcpy(kc + idx, kv_src + ((size_t)h * n_ctx + p) * hd, sizeof(float) * hd);
+                memcpy(vc + idx, kv_src + ((size_t)(n_kv + h) * n_ctx + p) * hd, sizeof(float) * hd);
+            }
+        pllm_kv_layout L = {.n_layer = 1, .n_head_kv = n_kv, .head_dim = hd, .block_size = bs, .n_blocks = nb,
+                            .dtype = PLLM_DTYPE_F32};
+        pllm_cpu_attn_args a = {.k_cache = kc, .v_cache = vc, .kv = &L, .block_table = bt, .scale = 0.125f};
+        float *scratch = malloc(sizeof(float) * pllm_cpu_attn_tile_scratch(n_q * G, bs));
+        outs[b] = malloc(sizeof(float) * (size_t)(n_q * ld));
+        for (int32_t h = 0; h < n_kv; h++) {
+            pllm_cpu_attn_tile t = {.out = outs[b] + (int64_t)h * G * hd, .ld_out = ld, .q = q + (int64_t)h * G * hd, .ld_q = ld,
+                                    .pos0 = pos0, .n_q = n_q, .n_group = G, .kv_head = h};
+            pllm_cpu_attend_tile(&t, &a, kern, scratch);
+        }
+        if (b > 0) CHECK(memcmp(outs[b], outs[0], sizeof(float) * (size_t)(n_q * ld)) == 0);
+        free(kc);
+        free(vc);
+        free(bt);
+        free(scratch);
+    }
+    for (int b = 0; b < 4; b++) free(outs[b]);
+    free(kv_src);
+    free(q);
+}
+
 static void check_rope_store(const pllm_cpu_kernels *kern, uint64_t *rng)
 {
     for (int dti = 0; dti < 2; dti++)
@@ -209,6 +254,7 @@ int main(void)
     g_max_abs = PLLM_MAX(save_abs, g_max_abs);
     g_max_rel = PLLM_MAX(save_rel, g_max_rel);
     check_rope_store(best, &rng);
+    if (best->isa >= PLLM_CPU_ISA_AVX512) check_block_size_invariance(best, &rng);
     printf("cpu_attn: %d cases + 3: max abs error %.3g, max relative error (per row, against its largest element) %.3g\n",
            n_cases, g_max_abs, g_max_rel);
     return pllm_test_finish("cpu_attn");
