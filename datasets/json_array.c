@@ -176,6 +176,12 @@ static pllm_status scan_element(pllm_json_array *a)
         PLLM_TRY(pllm_buf_append(&a->elem, a->chunk + start, i - start));
         while (a->pos < i) advance(a);
         if (done) break;
+        if (a->elem.n > PLLM_READER_MAX_LINE) /* the line reader's cap, for the same reason */
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s:%lld: array element %lld is longer than %zu MiB (the limit of "
+                               "one record)",
+                               pllm_reader_path(a->r), (long long)a->line,
+                               (long long)a->n_elems + 1, PLLM_READER_MAX_LINE >> 20);
     }
     if (!a->elem.s) PLLM_TRY(pllm_buf_append(&a->elem, "", 0));
     return PLLM_OK;

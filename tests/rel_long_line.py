@@ -6,8 +6,8 @@ line reader must not buffer all of it.
 longer than PLLM_READER_MAX_LINE (256 MiB, datasets/io.h) is an error naming the line: pllm
 must stop with that message (an error exit, not a signal), and its peak RSS must stay below
 what buffering the whole input would cost (checked against 320 MiB x 2 plus the model), so the
-reader really stopped at the cap. The same bytes in a .zst file, and a line just under a small
-size with a newline (accepted), are checked too.
+reader really stopped at the cap. The same bytes in a .zst file, a JSON list whose element never
+ends (the array reader's cap), and a 10 MB line with its newline (accepted) are checked too.
 """
 import os
 import subprocess
@@ -71,6 +71,19 @@ err = r.stderr.decode("utf-8", "replace")
 log(f".zst with a 300 MiB line: {describe_exit(r.returncode)}; stderr: {err.strip()[-300:]}")
 check(r.returncode > 0 and "line 1 is longer than 256 MiB" in err and "long.jsonl.zst" in err,
       f".zst: expected an error naming the file and line 1: {describe_exit(r.returncode)}: {err[-300:]}")
+
+# a JSON list (ShareGPT style) whose element never ends: the array reader has the same cap
+p = subprocess.Popen([PLLM, "generate", "-", "--quiet"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.PIPE)
+th = threading.Thread(target=feed, args=(p.stdin, b'[{"id": "a", "prompt": "Hi"},\n {"id": "big", "prompt": "', TOTAL),
+                      daemon=True)
+th.start()
+err = p.stderr.read().decode("utf-8", "replace")
+p.wait()
+th.join()
+log(f"JSON list, element 2 without end: {describe_exit(p.returncode)}; stderr: {err.strip()[-300:]}")
+check(p.returncode > 0 and "array element 2 is longer than 256 MiB" in err,
+      f"JSON list: expected an error naming element 2: {describe_exit(p.returncode)}: {err[-300:]}")
 
 # a long line under the limit is a record like any other (rejected by the engine for its length,
 # one error record, the run goes on)
