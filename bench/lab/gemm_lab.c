@@ -206,7 +206,8 @@ int main(int argc, char **argv)
             for (int ti = 0; ti < 4; ti++) {
                 const int64_t nt = ti == 0 ? 1 : ti == 1 ? 16 : ti == 2 ? 64 : 512;
                 problem p;
-                problem_init(&p, dt, shapes[s].K, shapes[s].rows, nt);
+                const int64_t be = pllm_dtype_block_elems(dt); /* K-quants: 576 -> 768 */
+                problem_init(&p, dt, (shapes[s].K + be - 1) / be * be, shapes[s].rows, nt);
                 printf("%-5s %-13s K=%-5lld rows=%-5lld tok=%-3lld", pllm_dtype_name(dt), shapes[s].what, (long long)p.K,
                        (long long)p.rows, (long long)nt);
                 for (size_t v = 0; v < PLLM_ARRAY_LEN(g_variants); v++) {
