@@ -132,13 +132,15 @@ static int open_cpu(cmd_runtime *rt, const cmd_runtime_opts *o)
     pllm_cpu_params_defaults(&cp);
     cp.n_threads = o->threads;
     if (o->kv_dtype >= 0) cp.kv_dtype = (pllm_dtype)o->kv_dtype;
+    cp.math = (pllm_cpu_math)o->cpu_math;
     if (pllm_cpu_backend_create(&rt->backend, rt->model, &cp) != PLLM_OK) {
         fprintf(stderr, "pllm: cannot start the CPU backend: %s\n", pllm_errmsg());
         return 3;
     }
     int nt = 0;
     snprintf(rt->device_name, sizeof rt->device_name, "cpu");
-    snprintf(rt->kernels, sizeof rt->kernels, "%s", pllm_cpu_backend_describe(&rt->backend, &nt));
+    snprintf(rt->kernels, sizeof rt->kernels, "%s kernels, %s math", pllm_cpu_backend_describe(&rt->backend, &nt),
+             pllm_cpu_backend_int_math(&rt->backend) ? "int8" : "f32");
     rt->threads = nt;
     rt->dev.kind = CMD_DEVICE_CPU;
     return 0;
@@ -295,7 +297,7 @@ void cmd_runtime_describe(const cmd_runtime *rt, char *out, size_t cap)
         return;
     }
 #endif
-    snprintf(out, cap, "cpu (%s kernels, %d threads)", rt->kernels, rt->threads);
+    snprintf(out, cap, "cpu (%s, %d threads)", rt->kernels, rt->threads);
 }
 
 void cmd_runtime_close(cmd_runtime *rt)

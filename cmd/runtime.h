@@ -30,6 +30,7 @@ typedef struct cmd_runtime_opts {
     int32_t step_seqs;         /* workspace is reserved before the KV pool; 0: defaults */
     int32_t weight_dtype;      /* CUDA: weights on the device, PLLM_DTYPE_F16/BF16/F32; -1: auto */
     int32_t kv_dtype;          /* KV cache PLLM_DTYPE_F16/F32; -1: the backend's default */
+    int32_t cpu_math;          /* CPU: pllm_cpu_math (0: auto, int8 where the weights are quantized) */
 } cmd_runtime_opts;
 
 typedef enum cmd_device_kind { CMD_DEVICE_CPU = 0, CMD_DEVICE_CUDA } cmd_device_kind;

@@ -1,5 +1,7 @@
 #include "cmd/shared.h"
 
+#include "cpu/cpu_backend.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -19,6 +21,7 @@ void cmd_engine_opts_init(cmd_engine_opts *o)
     o->dtype = "auto";
     o->rt.weight_dtype = o->rt.kv_dtype = -1;
     o->kv_dtype = "auto";
+    o->cpu_math = "auto";
     o->eviction = "lru";
     pllm_engine_params_defaults(&o->ep);
     snprintf(o->defs[0], sizeof o->defs[0], "%d", o->ep.block_size);
@@ -54,6 +57,13 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
     push(opts, n, cap,
          (cmd_opt){"kv-cache-dtype", 0, CMD_OPT_STR, &o->kv_dtype, "T",
                    "auto (fp32 on the CPU, fp16 on CUDA)", "KV cache dtype: auto, fp16, fp32",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"cpu-math", 0, CMD_OPT_STR, &o->cpu_math, "M",
+                   "auto (int8 where the weights are quantized and the CPU has an integer kernel)",
+                   "CPU: how quantized weights are multiplied: int8 (activations quantized per "
+                   "32-block, llama.cpp's numerics, fast) or f32 (float32 math, exact to float "
+                   "rounding, ~2x slower; for parity with float references)",
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"seed", 0, CMD_OPT_INT64, &o->seed, "N", "0",
@@ -141,6 +151,13 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
                 "pllm: --dtype '%s' is not one of auto, float16 (half), bfloat16, float32 "
                 "(float)\n",
                 o->dtype);
+        return 2;
+    }
+    if (!strcmp(o->cpu_math, "auto")) o->rt.cpu_math = PLLM_CPU_MATH_AUTO;
+    else if (!strcmp(o->cpu_math, "int8")) o->rt.cpu_math = PLLM_CPU_MATH_INT8;
+    else if (!strcmp(o->cpu_math, "f32")) o->rt.cpu_math = PLLM_CPU_MATH_F32;
+    else {
+        fprintf(stderr, "pllm: --cpu-math '%s' is not one of auto, int8, f32\n", o->cpu_math);
         return 2;
     }
     if (o->rt.kv_dtype == -2) {

@@ -26,6 +26,7 @@ typedef struct cmd_engine_opts {
     bool no_prefix_cache;
     const char *eviction;
     const char *dtype, *kv_dtype; /* --dtype, --kv-cache-dtype */
+    const char *cpu_math;         /* --cpu-math */
     char defs[4][32];
 } cmd_engine_opts;
 

@@ -48,6 +48,7 @@ typedef struct cpu_ctx {
     /* The integer path (cpu/gemm.h): mats[l * 7 + i] for layer l's wq wk wv wo w_gate w_up
      * w_down, mats[n_layer * 7] for the output; use_q where the matrix goes through it. */
     bool int_math;
+    const pllm_cpu_kernels *qkern; /* the integer path's table: kern, or the scalar reference */
     struct cpu_mat {
         const pllm_tensor *t;
         pllm_cpu_qweight q;
@@ -104,7 +105,7 @@ static void mm(cpu_ctx *c, int ith, int nth, float *Y, int64_t ldy, const float 
     const pllm_tensor *W = M->t;
     pllm_cpu_split(W->n_rows, align, ith, nth, r0, r1);
     if (*r0 >= *r1 || n_tok <= 0) return;
-    if (M->use_q) c->kern->qmatmul(Y, ldy, XQ, &M->q, n_tok, *r0, *r1);
+    if (M->use_q) c->qkern->qmatmul(Y, ldy, XQ, &M->q, n_tok, *r0, *r1);
     else
         c->kern->matmul[W->dtype](Y, ldy, X, ldx, W->data, W->row_bytes, W->n_cols, n_tok, *r0, *r1,
                                   c->scratch + (size_t)ith * c->scratch_floats);
@@ -114,7 +115,7 @@ static void mm(cpu_ctx *c, int ith, int nth, float *Y, int64_t ldy, const float 
 static void quant_rows(const cpu_ctx *c, bool need, pllm_cpu_qact *A, const float *X, int64_t K, int64_t t0, int64_t t1)
 {
     if (!need) return;
-    for (int64_t t = t0; t < t1; t++) c->kern->quant(A, t, X + t * K, 0, K / 32);
+    for (int64_t t = t0; t < t1; t++) c->qkern->quant(A, t, X + t * K, 0, K / 32);
 }
 
 static void add_bias(float *Y, int64_t ldy, const float *b, int64_t n_tok, int64_t r0, int64_t r1)
@@ -251,7 +252,7 @@ static void forward_region(void *arg, int ith, int nth)
         mm(c, ith, nth, c->hb2, F, c->xb, E, &c->qa, &M[M_UP], T, 32, &r0, &r1);
         for (int64_t t = 0; t < T; t++) {
             pllm_cpu_swiglu(c->hb + t * F + r0, c->hb2 + t * F + r0, r1 - r0);
-            if (M[M_DOWN].use_q && r0 < r1) c->kern->quant(&c->qb, t, c->hb + t * F + r0, r0 / 32, (r1 + 31) / 32);
+            if (M[M_DOWN].use_q && r0 < r1) c->qkern->quant(&c->qb, t, c->hb + t * F + r0, r0 / 32, (r1 + 31) / 32);
         }
         pllm_cpu_pool_barrier(c->pool);
 
@@ -635,7 +636,8 @@ static void pack_region(void *arg, int ith, int nth)
     }
 }
 
-/* Which matrices take the integer path (PLLM_CPU_MATH=f32 keeps the float32 kernels for all:
+/* Which matrices take the integer path (params.math F32, or PLLM_CPU_MATH=f32 in the environment,
+ * which wins over params, keeps the float32 kernels for all:
  * the reference numerics), and their packed copies for tables that read panels. Packing reads
  * every quantized weight once; afterwards the mapped file pages of those matrices are no longer
  * touched (the embedding table still is, for the rows of the step's tokens). */
@@ -646,7 +648,14 @@ static pllm_status setup_mats(cpu_ctx *c)
     const char *env = getenv("PLLM_CPU_MATH");
     if (env && *env && strcmp(env, "f32") != 0 && strcmp(env, "int8") != 0)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: PLLM_CPU_MATH=%s (expected f32 or int8)", env);
-    c->int_math = c->kern->qmatmul && !(env && strcmp(env, "f32") == 0);
+    bool f32 = env && *env ? strcmp(env, "f32") == 0 : c->params.math == PLLM_CPU_MATH_F32;
+    /* PLLM_CPU_QMM=scalar (tests): the integer matmuls and quantizer of the scalar reference
+     * table, everything else from the chosen table, to show the optimized ones change nothing */
+    const char *qmm = getenv("PLLM_CPU_QMM");
+    if (qmm && *qmm && strcmp(qmm, "scalar") != 0)
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: PLLM_CPU_QMM=%s (expected scalar)", qmm);
+    c->qkern = qmm && *qmm && c->kern->qmatmul ? &pllm_cpu_kernels_scalar : c->kern;
+    c->int_math = c->kern->qmatmul && !f32;
     c->mats = pllm_calloc((size_t)L * M_PER_LAYER + 1, sizeof *c->mats);
     if (!c->mats) return PLLM_ERR_NOMEM;
     for (int32_t i = 0; i <= L * M_PER_LAYER; i++) {
@@ -661,9 +670,9 @@ static pllm_status setup_mats(cpu_ctx *c)
         M->use_q = c->int_math && pllm_cpu_qdtype(M->t->dtype);
         if (M->use_q)
             PLLM_TRY(pllm_cpu_qweight_alloc(&M->q, M->t->dtype, M->t->data, M->t->row_bytes, M->t->n_rows, M->t->n_cols,
-                                            c->kern->qpacked));
+                                            c->qkern->qpacked));
     }
-    if (c->int_math && c->kern->qpacked) pllm_cpu_pool_run(c->pool, pack_region, c);
+    if (c->int_math && c->qkern->qpacked) pllm_cpu_pool_run(c->pool, pack_region, c);
     return PLLM_OK;
 }
 
@@ -671,6 +680,7 @@ void pllm_cpu_params_defaults(pllm_cpu_params *p)
 {
     p->n_threads = 0;
     p->kv_dtype = PLLM_DTYPE_F32;
+    p->math = PLLM_CPU_MATH_AUTO;
 }
 
 pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, const pllm_cpu_params *p)
@@ -680,6 +690,8 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
     pllm_cpu_params params;
     if (p) params = *p;
     else pllm_cpu_params_defaults(&params);
+    if (params.math < PLLM_CPU_MATH_AUTO || params.math > PLLM_CPU_MATH_F32)
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: math must be AUTO, INT8 or F32, got %d", (int)params.math);
     if (params.n_threads < 0 || params.n_threads > 1024)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: n_threads must be in [0, 1024] (0: all cores), got %d", params.n_threads);
     if (params.kv_dtype != PLLM_DTYPE_F32 && params.kv_dtype != PLLM_DTYPE_F16)
@@ -746,4 +758,10 @@ const char *pllm_cpu_backend_describe(const pllm_backend *b, int *n_threads)
     const cpu_ctx *c = b->ctx;
     if (n_threads) *n_threads = c->n_threads;
     return c->kern->name;
+}
+
+bool pllm_cpu_backend_int_math(const pllm_backend *b)
+{
+    const cpu_ctx *c = b->ctx;
+    return c->int_math;
 }

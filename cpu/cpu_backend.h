@@ -9,7 +9,8 @@
  *
  * Numerics (cpu/kernels.h): by default, quantized weight matrices multiply int8 activations
  * (per-32 block scales, exact integer dot products; the llama.cpp convention); float weights,
- * and every matrix when the environment has PLLM_CPU_MATH=f32, use float32 math, which differs
+ * and every matrix when params.math is PLLM_CPU_MATH_F32 (or the environment has
+ * PLLM_CPU_MATH=f32, which overrides params for tests and benchmarks), use float32 math, which differs
  * from float64 math on the dequantized weights only by float32 rounding. Greedy results are bitwise identical for any batch composition, chunking of prefills and
  * thread count (per kernel table).
  *
@@ -34,9 +35,17 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 
+/* How quantized weight matrices are multiplied (float weights always take float32 math). */
+typedef enum pllm_cpu_math {
+    PLLM_CPU_MATH_AUTO = 0, /* int8 activations where the machine has an integer kernel table */
+    PLLM_CPU_MATH_INT8,     /* int8 activations (falls back to float32 on a table without them) */
+    PLLM_CPU_MATH_F32,      /* float32 throughout: the exact reference numerics */
+} pllm_cpu_math;
+
 typedef struct pllm_cpu_params {
     int n_threads;       /* 0: the number of online cores */
     pllm_dtype kv_dtype; /* PLLM_DTYPE_F32 (default) or PLLM_DTYPE_F16 */
+    pllm_cpu_math math;  /* PLLM_CPU_MATH_AUTO (default); PLLM_CPU_MATH in the environment wins */
 } pllm_cpu_params;
 
 void pllm_cpu_params_defaults(pllm_cpu_params *p);
@@ -45,3 +54,6 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
 /* The kernel table name ("scalar", "avx2", "avx512") a CPU backend created above runs, and its
  * thread count (for reports and benchmarks). */
 const char *pllm_cpu_backend_describe(const pllm_backend *b, int *n_threads);
+/* Whether a CPU backend created above multiplies quantized matrices with int8 activations
+ * (false: float32 math throughout). */
+bool pllm_cpu_backend_int_math(const pllm_backend *b);
