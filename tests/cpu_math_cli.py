@@ -16,13 +16,15 @@ import json
 import os
 import subprocess
 
-from rel_common import check, finish, log, need_model, run, sharegpt_prompts, tmpdir, write_jsonl
+from rel_common import SANITIZE, check, finish, log, need_model, run, sharegpt_prompts, tmpdir, write_jsonl
 
 need_model()
 TMP = tmpdir("cpu_math_")
-prompts = sharegpt_prompts(6, max_chars=200)
+# under the sanitizer build (PLLM_SANITIZE, scripts/ci-extra.sh), where pllm is ~8x slower: 2 prompts x 8 tokens
+N_PROMPTS, N_TOKENS = (2, 8) if SANITIZE else (6, 24)
+prompts = sharegpt_prompts(N_PROMPTS, max_chars=200)
 inp = write_jsonl(os.path.join(TMP, "in.jsonl"),
-                  [{"id": f"p{i}", "prompt": p, "max_tokens": 24, "ignore_eos": True} for i, p in enumerate(prompts)])
+                  [{"id": f"p{i}", "prompt": p, "max_tokens": N_TOKENS, "ignore_eos": True} for i, p in enumerate(prompts)])
 
 
 def tokens(isa, extra=(), qmm=None):
