@@ -40,7 +40,9 @@ if [ "$what" = all ] || [ "$what" = asan ]; then
     # expecting exit 1 or 3 cannot mistake it for its own error); detect_leaks: LeakSanitizer
     # at every exit; log_path: every ASan/LSan report also kept as a file, checked below.
     common="halt_on_error=1:abort_on_error=1:log_path=$reports/report"
-    export ASAN_OPTIONS="$common:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
+    # handle_sigbus=0: SIGBUS stays the real signal (pllm guards its mapped files itself, and
+    # rel_mapped_file checks the signal a child dies of)
+    export ASAN_OPTIONS="$common:handle_sigbus=0:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
     export UBSAN_OPTIONS="$common:print_stacktrace=1"
     export LSAN_OPTIONS=report_objects=1
     export PLLM_SANITIZE=1
