@@ -40,23 +40,10 @@ N_GEN = 24
 PROMPTS = ["hello world", "the quick brown fox", "abc abc abc", "tests of eos", "zebra", "0123 4567"]
 
 
-def bytes_to_unicode():
-    """GPT-2's byte -> printable character table."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
 def write_tokenizer(d):
     """A byte-level BPE of exactly V ids: 256 bytes, merges of common letter pairs, 3 specials."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    b2u = bytes_to_unicode()
+    b2u = G.bytes_to_unicode()
     vocab = {b2u[b]: b for b in range(256)}
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     merges = []

@@ -38,6 +38,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import gen_hf_models  # noqa: E402  (bytes_to_unicode)
 PLLM = os.environ["PLLM_BIN"]
 HOME = os.environ.get("PLLM_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "pllm")
 MODEL = os.path.join(HOME, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -71,19 +72,6 @@ def write_jsonl(name, recs):
 
 # ---- a byte-level BPE tokenizer for the random models ------------------------------------------
 
-def bytes_to_unicode():
-    """GPT-2's byte -> printable character map (byte-level BPE's alphabet)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
 WORDS = ("the of and to in is was that for on with as by at from his her are were this which be or "
          "an had not but all one have they their has been more can there who some would when what "
          "into time only new could about after other than then first these two may any water "
@@ -92,7 +80,7 @@ WORDS = ("the of and to in is was that for on with as by at from his her are wer
 
 def train_bpe(n_merges):
     """Tokens (256 bytes then merges) and merges, learnt on WORDS with GPT-2's space marker."""
-    b2u = bytes_to_unicode()
+    b2u = gen_hf_models.bytes_to_unicode()
     words = [[b2u[b] for b in (" " + w).encode()] for w in WORDS] + [[b2u[b] for b in w.encode()] for w in WORDS]
     tokens = [b2u[b] for b in range(256)]
     merges = []

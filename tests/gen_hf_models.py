@@ -80,6 +80,20 @@ OUTPUTS = [
 ]
 
 
+def bytes_to_unicode():
+    """GPT-2's byte -> printable character map (byte-level BPE's alphabet), for the tokenizers
+    tests write beside random-weight models (tests/cli_genconfig.py, tests/cudacli_e2e.py)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
 def head_dim(s):
     return s.get("head_dim") or s["E"] // s["H"]
 
