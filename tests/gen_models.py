@@ -83,14 +83,18 @@ def _matrix(w, dtype):
 
 
 def write_model(path, shape, dtype, seed):
-    cfg = SHAPES[shape]
+    """One random model: shape is a SHAPES key, or a config dict of the same fields (plus n_ctx,
+    default 512, and name); dtype as in DTYPES or K_DTYPES."""
+    cfg = SHAPES[shape] if isinstance(shape, str) else shape
+    if not isinstance(shape, str):
+        shape = cfg.get("name", "custom")
     rng = np.random.default_rng(seed)
     E, F, V, H, HKV = cfg["n_embd"], cfg["n_ff"], cfg["n_vocab"], cfg["n_head"], cfg["n_head_kv"]
     hd = E // H
     arch = cfg["arch"]
     w = gguf.GGUFWriter(path, arch)
     w.add_name(f"pllm-test-{shape}-{dtype}")
-    w.add_context_length(512)
+    w.add_context_length(cfg.get("n_ctx", 512))
     w.add_embedding_length(E)
     w.add_block_count(cfg["n_layer"])
     w.add_feed_forward_length(F)
