@@ -33,6 +33,7 @@ struct pllm_reader {
     int64_t lineno;
     bool bom_checked;   /* a leading UTF-8 BOM was looked for */
     bool truncated;     /* the .zst stream ended inside a frame */
+    bool skip_line;     /* an over-long line was reported: drop bytes through its newline */
     uint64_t file_pos;  /* bytes read from the file */
     uint64_t file_size; /* 0 when unknown */
 };
@@ -164,10 +165,33 @@ static pllm_status reader_fill(pllm_reader *r)
     }
 }
 
+/* After an over-long line was reported: consume the rest of it through its newline (or the
+ * end of the input), keeping no more than one chunk of it in memory. */
+static pllm_status skip_rest_of_line(pllm_reader *r)
+{
+    while (r->skip_line) {
+        char *nl = r->buf_end > r->buf_start
+                       ? memchr(r->buf + r->buf_start, '\n', r->buf_end - r->buf_start)
+                       : NULL;
+        if (nl) {
+            r->buf_start = (size_t)(nl - r->buf) + 1;
+            r->skip_line = false;
+        } else if (r->src_eof) {
+            r->buf_start = r->buf_end;
+            r->skip_line = false;
+        } else {
+            r->buf_start = r->buf_end; /* nothing kept: reader_grow() moves no bytes */
+            PLLM_TRY(reader_fill(r));
+        }
+    }
+    return PLLM_OK;
+}
+
 /* Before the first byte is handed out: buffer 3 bytes (or the whole shorter input) and drop
- * a UTF-8 byte order mark. */
+ * a UTF-8 byte order mark. Then finish skipping an over-long line, if one was reported. */
 static pllm_status ensure_bom(pllm_reader *r)
 {
+    PLLM_TRY(skip_rest_of_line(r));
     while (!r->bom_checked) {
         size_t have = r->buf_end - r->buf_start;
         if (have >= 3 || r->src_eof) {
@@ -179,6 +203,35 @@ static pllm_status ensure_bom(pllm_reader *r)
         PLLM_TRY(reader_fill(r));
     }
     return PLLM_OK;
+}
+
+/* After a line was dropped: give back what the buffer grew for it. The bytes left (already
+ * read, after that line) move to the front; the buffer shrinks to the smallest doubling of the
+ * first size that holds them and a chunk more. */
+static void reader_shrink(pllm_reader *r)
+{
+    size_t have = r->buf_end - r->buf_start;
+    if (have > 0 && r->buf_start > 0) memmove(r->buf, r->buf + r->buf_start, have);
+    r->buf_start = 0;
+    r->buf_end = have;
+    size_t cap = 4 * IO_CHUNK;
+    while (cap < have + IO_CHUNK) cap *= 2;
+    if (cap >= r->buf_cap) return;
+    char *nb = pllm_realloc(r->buf, cap);
+    if (!nb) return; /* keep the larger buffer */
+    r->buf = nb;
+    r->buf_cap = cap;
+}
+
+/* A line over PLLM_READER_MAX_LINE: its bytes up to buf_start are dropped already; report it
+ * (the caller set skip_line when its newline is still to come). */
+static pllm_status line_too_long(pllm_reader *r, int64_t *lineno)
+{
+    reader_shrink(r);
+    *lineno = ++r->lineno;
+    return pllm_errorf(PLLM_ERR_RANGE,
+                       "%s: line %lld is longer than %zu MiB (the limit of one record)", r->path,
+                       (long long)r->lineno, PLLM_READER_MAX_LINE >> 20);
 }
 
 pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int64_t *lineno,
@@ -195,6 +248,10 @@ pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int
         if (nl || (r->src_eof && r->buf_end > r->buf_start)) {
             size_t end = nl ? (size_t)(nl - r->buf) : r->buf_end;
             size_t n = end - r->buf_start;
+            if (n > PLLM_READER_MAX_LINE) { /* whole in the buffer (one .zst fill can do that) */
+                r->buf_start = nl ? end + 1 : end;
+                return line_too_long(r, lineno);
+            }
             if (n + 1 > r->line_cap) {
                 char *nlb = pllm_realloc(r->line, n + 1);
                 if (!nlb) return PLLM_ERR_NOMEM;
@@ -214,11 +271,11 @@ pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int
             return PLLM_OK;
         }
         scanned = r->buf_end - r->buf_start;
-        if (scanned > PLLM_READER_MAX_LINE)
-            return pllm_errorf(PLLM_ERR_FORMAT,
-                               "%s: line %lld is longer than %zu MiB without a newline (the limit "
-                               "of one record)",
-                               r->path, (long long)r->lineno + 1, PLLM_READER_MAX_LINE >> 20);
+        if (scanned > PLLM_READER_MAX_LINE) { /* the next call reads and drops the rest of it */
+            r->buf_start = r->buf_end;
+            r->skip_line = true;
+            return line_too_long(r, lineno);
+        }
         PLLM_TRY(reader_fill(r));
     }
 }

@@ -30,8 +30,10 @@ typedef struct pllm_reader pllm_reader;
 pllm_status pllm_reader_open(pllm_reader **out, const char *path);
 /* Next line: *line points to an internal buffer (NUL-terminated, without the '\n'), valid
  * until the next call; *lineno is its number. *eof is set at the end (line NULL). A line longer
- * than PLLM_READER_MAX_LINE is an error (PLLM_ERR_FORMAT naming its number), so that a file
- * without newlines cannot make the reader buffer all of it. */
+ * than PLLM_READER_MAX_LINE is not buffered (a file without newlines cannot make the reader
+ * hold all of it): the call returns PLLM_ERR_RANGE with a message naming the line, *lineno set
+ * to its number and *line NULL, and the next call goes on after that line's newline (the rest
+ * of it is read and dropped chunk by chunk). Every other error status is final. */
 #define PLLM_READER_MAX_LINE ((size_t)256 << 20)
 pllm_status pllm_reader_next(pllm_reader *r, const char **line, size_t *len, int64_t *lineno,
                              bool *eof);

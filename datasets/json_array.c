@@ -108,12 +108,14 @@ static pllm_status structure_error(pllm_json_array *a, const char *what, int c)
 
 /* Copy one element (its first byte is the current one) into a->elem. Brackets are counted
  * with one depth counter and strings are skipped with their escapes; a scalar ends at
- * whitespace, ',' or ']'. */
+ * whitespace, ',' or ']'. An element longer than PLLM_READER_MAX_LINE is scanned to its end
+ * without being kept (its buffer freed) and reported as PLLM_ERR_RANGE; the array goes on
+ * after it. */
 static pllm_status scan_element(pllm_json_array *a)
 {
     a->elem.n = 0;
     int depth = 0;
-    bool in_str = false, esc = false, scalar = false, first = true;
+    bool in_str = false, esc = false, scalar = false, first = true, dropping = false;
     for (;;) {
         if (a->pos == a->n) {
             int c;
@@ -173,16 +175,19 @@ static pllm_status scan_element(pllm_json_array *a)
                 }
             }
         }
-        PLLM_TRY(pllm_buf_append(&a->elem, a->chunk + start, i - start));
+        if (!dropping) PLLM_TRY(pllm_buf_append(&a->elem, a->chunk + start, i - start));
         while (a->pos < i) advance(a);
         if (done) break;
-        if (a->elem.n > PLLM_READER_MAX_LINE) /* the line reader's cap, for the same reason */
-            return pllm_errorf(PLLM_ERR_FORMAT,
-                               "%s:%lld: array element %lld is longer than %zu MiB (the limit of "
-                               "one record)",
-                               pllm_reader_path(a->r), (long long)a->line,
-                               (long long)a->n_elems + 1, PLLM_READER_MAX_LINE >> 20);
+        if (!dropping && a->elem.n > PLLM_READER_MAX_LINE) { /* the line reader's cap */
+            pllm_buf_free(&a->elem);
+            dropping = true;
+        }
     }
+    if (dropping)
+        return pllm_errorf(
+            PLLM_ERR_RANGE,
+            "%s: array element %lld is longer than %zu MiB (the limit of one record)",
+            pllm_reader_path(a->r), (long long)a->n_elems + 1, PLLM_READER_MAX_LINE >> 20);
     if (!a->elem.s) PLLM_TRY(pllm_buf_append(&a->elem, "", 0));
     return PLLM_OK;
 }
@@ -215,7 +220,13 @@ pllm_status pllm_json_array_next(pllm_json_array *a, pllm_json_elem *e, bool *eo
                                        c);
             e->line = a->line;
             e->offset = a->offset;
-            PLLM_TRY(scan_element(a));
+            pllm_status st = scan_element(a);
+            if (st == PLLM_ERR_RANGE) { /* an over-long element, skipped: the list goes on */
+                e->index = ++a->n_elems;
+                a->state = JA_AFTER;
+                return st;
+            }
+            PLLM_TRY(st);
             e->text = a->elem.s;
             e->len = a->elem.n;
             e->index = ++a->n_elems;

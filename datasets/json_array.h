@@ -30,5 +30,8 @@ typedef struct pllm_json_elem {
     uint64_t offset; /* byte offset of its first byte (after decompression) */
 } pllm_json_elem;
 
-/* Next element; *eof at the closing bracket (nothing but whitespace may follow it). */
+/* Next element; *eof at the closing bracket (nothing but whitespace may follow it). An
+ * element longer than PLLM_READER_MAX_LINE is not kept: the call returns PLLM_ERR_RANGE with
+ * e->index, e->line and e->offset set (e->text NULL), and the next call goes on after it.
+ * Every other error status is final. */
 pllm_status pllm_json_array_next(pllm_json_array *a, pllm_json_elem *e, bool *eof);

@@ -676,6 +676,22 @@ done:
     return st;
 }
 
+pllm_status pllm_record_reject(pllm_record *rec, pllm_format fmt, const pllm_record_loc *loc,
+                               const pllm_request_params *defaults, const char *message)
+{
+    memset(rec, 0, sizeof *rec);
+    PLLM_ASSERT(fmt != PLLM_FORMAT_AUTO);
+    rec->format = fmt;
+    rec->line = loc->line;
+    rec->element = loc->element;
+    rec->params = *defaults;
+    rec->params.n_stop = 0; /* the defaults' stop strings are borrowed; a bad record needs none */
+    if (fmt != PLLM_FORMAT_OPENAI)
+        rec->id = json_integer(loc->element > 0 ? loc->element : loc->line);
+    pctx x = {.rec = rec, .loc = loc, .prefix = ""};
+    return rec_err(&x, PLLM_ERR_FORMAT, "%s", message);
+}
+
 void pllm_record_free(pllm_record *rec)
 {
     if (!rec) return;

@@ -97,6 +97,12 @@ bool pllm_record_line_is_blank(const char *line, size_t len);
 /* Parse one record (the JSON text of one line or list element) in format fmt (not AUTO). */
 pllm_status pllm_record_parse(pllm_record *rec, pllm_format fmt, const char *text, size_t len,
                               const pllm_record_loc *loc, const pllm_request_params *defaults);
+/* A bad record whose text could not be read at all (a line over the reader's cap): rec is
+ * filled as parse() fills a record that is not JSON (the line/element number as its id, none
+ * for openai) with the error "file:line: message". Returns PLLM_ERR_FORMAT (PLLM_ERR_NOMEM
+ * when even the message could not be kept: rec->error NULL). */
+pllm_status pllm_record_reject(pllm_record *rec, pllm_format fmt, const pllm_record_loc *loc,
+                               const pllm_request_params *defaults, const char *message);
 void pllm_record_free(pllm_record *rec);
 
 /* The format a parsed JSON object looks like: openai when it has "custom_id", sharegpt when

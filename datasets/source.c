@@ -2,14 +2,16 @@
 
 #include "datasets/json_array.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* One raw record: its JSON text and where it was. */
 typedef struct raw_rec {
-    char *text;
+    char *text; /* NULL when too_long */
     size_t len;
     int64_t line, element;
+    bool too_long; /* a line or list element over PLLM_READER_MAX_LINE: skipped, a bad record */
 } raw_rec;
 
 struct pllm_source {
@@ -29,19 +31,29 @@ static pllm_status read_raw(pllm_source *s, raw_rec *out, bool *eof)
     *eof = false;
     if (s->arr) {
         pllm_json_elem e;
-        PLLM_TRY(pllm_json_array_next(s->arr, &e, eof));
+        pllm_status st = pllm_json_array_next(s->arr, &e, eof);
+        if (st == PLLM_ERR_RANGE) { /* an over-long element: the array goes on after it */
+            *out = (raw_rec){NULL, 0, e.line, e.index, true};
+            return PLLM_OK;
+        }
+        PLLM_TRY(st);
         if (*eof) return PLLM_OK;
-        *out = (raw_rec){(char *)e.text, e.len, e.line, e.index};
+        *out = (raw_rec){(char *)e.text, e.len, e.line, e.index, false};
         return PLLM_OK;
     }
     for (;;) {
         const char *line;
         size_t len;
         int64_t no;
-        PLLM_TRY(pllm_reader_next(s->r, &line, &len, &no, eof));
+        pllm_status st = pllm_reader_next(s->r, &line, &len, &no, eof);
+        if (st == PLLM_ERR_RANGE) { /* an over-long line: the reader goes on after it */
+            *out = (raw_rec){NULL, 0, no, 0, true};
+            return PLLM_OK;
+        }
+        PLLM_TRY(st);
         if (*eof) return PLLM_OK;
         if (pllm_record_line_is_blank(line, len)) continue;
-        *out = (raw_rec){(char *)line, len, no, 0};
+        *out = (raw_rec){(char *)line, len, no, 0, false};
         return PLLM_OK;
     }
 }
@@ -71,6 +83,7 @@ pllm_status pllm_source_open(pllm_source **out, const char *path, pllm_format fo
             }
             raw_rec *k = &s->sniffed[s->n_sniffed++];
             *k = rr;
+            if (rr.too_long) continue;
             k->text = pllm_malloc(rr.len + 1);
             if (!k->text) {
                 st = PLLM_ERR_NOMEM;
@@ -136,7 +149,15 @@ pllm_status pllm_source_next(pllm_source *s, const pllm_request_params *defaults
     }
     pllm_record_loc loc = {.file = pllm_reader_path(s->r), .line = rr.line, .element = rr.element};
     s->n_records++;
-    pllm_status st = pllm_record_parse(rec, s->format, rr.text, rr.len, &loc, defaults);
+    pllm_status st;
+    if (rr.too_long) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "longer than %zu MiB (the limit of one record); skipped",
+                 PLLM_READER_MAX_LINE >> 20);
+        st = pllm_record_reject(rec, s->format, &loc, defaults, msg);
+    } else {
+        st = pllm_record_parse(rec, s->format, rr.text, rr.len, &loc, defaults);
+    }
     if (st == PLLM_ERR_NOMEM && !rec->error) return st;
     return PLLM_OK; /* a bad record is the caller's to report (rec->error) */
 }

@@ -35,7 +35,8 @@ const char *pllm_source_path(const pllm_source *s);
 
 /*
  * Next record, parsed with defaults. Returns PLLM_OK with *eof at the end; PLLM_OK with a
- * record otherwise, which may be a bad one (rec->error set: write an error record and go on);
+ * record otherwise, which may be a bad one (rec->error set: write an error record and go on;
+ * a line longer than PLLM_READER_MAX_LINE is one, and reading goes on after it);
  * an error status only when the input itself cannot be read further (I/O error, truncated
  * .zst, broken list structure, PLLM_ERR_INTERRUPTED when a signal interrupted a read).
  */
