@@ -9,8 +9,9 @@
 
 size_t pllm_cpu_attn_tile_scratch(int32_t n_rows, int32_t block_size)
 {
-    /* tiled: m[rows], l[rows], one chunk of probabilities; fallback: one block of scores */
-    size_t tiled = 2 * (size_t)n_rows + PLLM_CPU_ATTN_CHUNK;
+    /* fast tile: m[rows], l[rows][16]; other AVX-512 tile: m[rows], l[rows], one chunk of
+     * probabilities; fallback: one block of scores */
+    size_t tiled = PLLM_MAX(17 * (size_t)n_rows, 2 * (size_t)n_rows + PLLM_CPU_ATTN_CHUNK);
     return PLLM_MAX(tiled, (size_t)block_size) + 16;
 }
 
@@ -58,7 +59,8 @@ T512 static inline __m512 load_kv(const void *base, bool f16, int64_t off, __mma
 }
 
 /*
- * One tile on AVX-512. Rows r = i * n_group + g. For each chunk of at most 16 positions
+ * One tile on AVX-512, for head dims the fast tile below does not take (not a multiple of 16, or
+ * over 128). Rows r = i * n_group + g. For each chunk of at most 16 positions
  * (inside one block) and each row that reaches the chunk:
  *   s_j = scale * dot(q, K_j)          16-lane FMAs over head_dim in order, then a lane sum
  *   m' = max(m, max_j s_j), corr = e^(m - m'), p_j = e^(s_j - m'), l = l * corr + sum_j p_j
@@ -164,6 +166,216 @@ T512 static void tile_avx512(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_ar
             for (int32_t e = 0; e < hd; e++) o[e] *= inv;
         }
 }
+/*
+ * The fast tile for head_dim = 16 * NS (NS <= 8: head dims 16..128), on AVX-512.
+ *
+ * Work is organised per query position and per group of RG of its heads (RG rows that share
+ * every K/V load; RG * NS <= 12 so that the rows' output accumulators stay in registers). The
+ * tile sweeps the context in super-chunks of ATTN_SUPER positions (their K/V row addresses looked
+ * up once, their K/V rows staying in L2 while every query of the tile uses them); inside one,
+ * each row group walks the 16-position chunks with its state in registers:
+ *   scores:  v_j = q (.) K_j over the head's NS 16-lane segments in order (a multiply, then
+ *            FMAs), and the 16 lane sums of v_0..v_15 by one transpose-and-add tree (hsum16:
+ *            lane j of the result is the sum of v_j), so the chunk's 16 scores land in one
+ *            vector with no per-score horizontal reduction;
+ *   softmax: s = scores * scale (lanes past the row's position: -inf), m' = max(m, max s),
+ *            corr = e^(m - m'), p = e^(s - m') (zero past the position), l = l * corr + p (l is
+ *            a 16-lane vector, summed once at the end), out = out * corr;
+ *   values:  out += p_j V_j for j in order, each V_j segment loaded once for the RG rows.
+ * Between super-chunks a row's state (out, m, l) goes through memory unchanged, so a row's result
+ * is the same chain of operations whatever its tile, its row group or the block size: the tiling
+ * and block-size invariance of attention.h hold.
+ */
+#define ATTN_SUPER 128
+
+/* hsum16, the lane sums of 16 vectors v_0..v_15 as one vector (lane j = the sum of v_j's lanes),
+ * by a fixed tree in two parts: hsum4 folds v_4k..v_4k+3 into y_k (in each 128-bit quarter,
+ * the quarter's partial sums of the four), hsum_final adds the quarters of y_0..y_3. */
+T512 static inline __m512 hsum4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    const __m512 x0 = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    const __m512 x1 = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    return _mm512_add_ps(_mm512_shuffle_ps(x0, x1, 0x44), _mm512_shuffle_ps(x0, x1, 0xee));
+}
+
+T512 static inline __m512 hsum_final(const __m512 *y)
+{
+    const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], 0x88), _mm512_shuffle_f32x4(y[0], y[1], 0xdd));
+    const __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], 0x88), _mm512_shuffle_f32x4(y[2], y[3], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(u, w, 0x88), _mm512_shuffle_f32x4(u, w, 0xdd));
+}
+
+T512 static inline __m512 kv_seg(const uint8_t *row, bool f16, int s)
+{
+    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 32 * s)));
+    return _mm512_loadu_ps((const float *)(row + 64 * s));
+}
+
+/* One row group (RG heads of one query at position pos) over the chunks of [P0, P1) that reach
+ * pos. Kp/Vp: the K/V row of each position of the super-chunk starting at P0 (positions past
+ * the tile's last point at a valid row). o[g]: the rows' outputs (running state), m[g]: running
+ * max, lv: [RG][16] running sums. */
+T512 static inline __attribute__((always_inline)) void rows_sweep(const int NS, const int RG, const bool f16, float *const *o,
+                                                                   const float *const *q, float *m, float *lv,
+                                                                   const uint8_t *const *Kp, const uint8_t *const *Vp,
+                                                                   int32_t P0, int32_t P1, int32_t pos,
+                                                                   float scale)
+{
+    __m512 acc[4][8], l[4];
+    float mr[4];
+#pragma GCC unroll 16
+    for (int g = 0; g < RG; g++) {
+#pragma GCC unroll 16
+        for (int s = 0; s < NS; s++) acc[g][s] = _mm512_loadu_ps(o[g] + 16 * s);
+        l[g] = _mm512_loadu_ps(lv + 16 * g);
+        mr[g] = m[g];
+    }
+    const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
+    const int32_t end = PLLM_MIN(P1, pos + 1);
+    for (int32_t P = P0; P < end; P += PLLM_CPU_ATTN_CHUNK) {
+        const int32_t n = PLLM_MIN(PLLM_CPU_ATTN_CHUNK, end - P);
+        const __mmask16 jm = (__mmask16)((1u << n) - 1);
+        const uint8_t *const *K = Kp + (P - P0), *const *V = Vp + (P - P0);
+        float pj[4][PLLM_CPU_ATTN_CHUNK] __attribute__((aligned(64)));
+#pragma GCC unroll 16
+        for (int g = 0; g < RG; g++) {
+            __m512 y[4];
+#pragma GCC unroll 16
+            for (int k = 0; k < 4; k++) {
+                __m512 v[4];
+#pragma GCC unroll 16
+                for (int jj = 0; jj < 4; jj++) {
+                    const uint8_t *kr = K[4 * k + jj];
+                    __m512 d = _mm512_mul_ps(_mm512_loadu_ps(q[g]), kv_seg(kr, f16, 0));
+#pragma GCC unroll 16
+                    for (int s = 1; s < NS; s++) d = _mm512_fmadd_ps(_mm512_loadu_ps(q[g] + 16 * s), kv_seg(kr, f16, s), d);
+                    v[jj] = d;
+                }
+                y[k] = hsum4(v[0], v[1], v[2], v[3]);
+            }
+            const __m512 sc = _mm512_mask_mov_ps(ninf, jm, _mm512_mul_ps(hsum_final(y), vscale));
+            const float m_new = PLLM_MAX(mr[g], _mm512_reduce_max_ps(sc));
+            const __m512 vm = _mm512_set1_ps(m_new);
+            const __m512 corr = exp512(_mm512_sub_ps(_mm512_set1_ps(mr[g]), vm));
+            const __m512 p = _mm512_maskz_mov_ps(jm, exp512(_mm512_sub_ps(sc, vm)));
+            mr[g] = m_new;
+            l[g] = _mm512_fmadd_ps(l[g], corr, p);
+            _mm512_store_ps(pj[g], p);
+#pragma GCC unroll 16
+            for (int s = 0; s < NS; s++) acc[g][s] = _mm512_mul_ps(acc[g][s], corr);
+        }
+        for (int32_t j = 0; j < n; j++)
+#pragma GCC unroll 16
+            for (int s = 0; s < NS; s++) {
+                const __m512 vv = kv_seg(V[j], f16, s);
+#pragma GCC unroll 16
+                for (int g = 0; g < RG; g++) acc[g][s] = _mm512_fmadd_ps(_mm512_set1_ps(pj[g][j]), vv, acc[g][s]);
+            }
+    }
+#pragma GCC unroll 16
+    for (int g = 0; g < RG; g++) {
+#pragma GCC unroll 16
+        for (int s = 0; s < NS; s++) _mm512_storeu_ps(o[g] + 16 * s, acc[g][s]);
+        _mm512_storeu_ps(lv + 16 * g, l[g]);
+        m[g] = mr[g];
+    }
+}
+
+/* Rows per group for NS segments: the group's outputs (RG * NS zmm) stay in registers. */
+#define RG_MAX(NS) ((NS) <= 3 ? 4 : (NS) == 4 ? 3 : (NS) <= 6 ? 2 : 1)
+
+typedef void (*sweep_fn)(float *const *o, const float *const *q, float *m, float *lv, const uint8_t *const *Kp,
+                         const uint8_t *const *Vp, int32_t P0, int32_t P1, int32_t pos, float scale);
+/* one function per (NS, RG, cache dtype), every small loop unrolled, the accumulators in registers */
+#define SWEEP(NS, RG)                                                                                                  \
+    T512 static void sweep_##NS##_##RG##_f32(float *const *o, const float *const *q, float *m, float *lv,             \
+                                             const uint8_t *const *Kp, const uint8_t *const *Vp, int32_t P0,          \
+                                             int32_t P1, int32_t pos, float scale)                                     \
+    {                                                                                                                  \
+        rows_sweep(NS, RG, false, o, q, m, lv, Kp, Vp, P0, P1, pos, scale);                                            \
+    }                                                                                                                  \
+    T512 static void sweep_##NS##_##RG##_f16(float *const *o, const float *const *q, float *m, float *lv,             \
+                                             const uint8_t *const *Kp, const uint8_t *const *Vp, int32_t P0,          \
+                                             int32_t P1, int32_t pos, float scale)                                     \
+    {                                                                                                                  \
+        rows_sweep(NS, RG, true, o, q, m, lv, Kp, Vp, P0, P1, pos, scale);                                             \
+    }
+SWEEP(1, 1) SWEEP(1, 2) SWEEP(1, 3) SWEEP(1, 4)
+SWEEP(2, 1) SWEEP(2, 2) SWEEP(2, 3) SWEEP(2, 4)
+SWEEP(3, 1) SWEEP(3, 2) SWEEP(3, 3) SWEEP(3, 4)
+SWEEP(4, 1) SWEEP(4, 2) SWEEP(4, 3)
+SWEEP(5, 1) SWEEP(5, 2)
+SWEEP(6, 1) SWEEP(6, 2)
+SWEEP(7, 1)
+SWEEP(8, 1)
+#undef SWEEP
+#define ROW4(NS, T) {NULL, sweep_##NS##_1_##T, sweep_##NS##_2_##T, sweep_##NS##_3_##T, sweep_##NS##_4_##T}
+#define ROW3(NS, T) {NULL, sweep_##NS##_1_##T, sweep_##NS##_2_##T, sweep_##NS##_3_##T}
+#define ROW2(NS, T) {NULL, sweep_##NS##_1_##T, sweep_##NS##_2_##T}
+#define ROW1(NS, T) {NULL, sweep_##NS##_1_##T}
+static const sweep_fn sweeps[2][9][5] = {
+    {[1] = ROW4(1, f32), [2] = ROW4(2, f32), [3] = ROW4(3, f32), [4] = ROW3(4, f32), [5] = ROW2(5, f32),
+     [6] = ROW2(6, f32), [7] = ROW1(7, f32), [8] = ROW1(8, f32)},
+    {[1] = ROW4(1, f16), [2] = ROW4(2, f16), [3] = ROW4(3, f16), [4] = ROW3(4, f16), [5] = ROW2(5, f16),
+     [6] = ROW2(6, f16), [7] = ROW1(7, f16), [8] = ROW1(8, f16)},
+};
+#undef ROW4
+#undef ROW3
+#undef ROW2
+#undef ROW1
+
+/* The tile on the fast path (head_dim a multiple of 16, at most 128). Scratch: m[rows], then
+ * l[rows][16]. */
+T512 static void tile_fast(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, float *scratch)
+{
+    const pllm_kv_layout *kv = a->kv;
+    const int32_t bs = kv->block_size, hd = kv->head_dim, G = t->n_group, rows = t->n_q * G, NS = hd / 16;
+    const int RG = RG_MAX(NS);
+    const bool f16 = kv->dtype == PLLM_DTYPE_F16;
+    const size_t esz = f16 ? 2 : 4;
+    const int32_t last = t->pos0 + t->n_q - 1;
+    float *m = scratch, *lv = scratch + rows;
+
+    for (int32_t r = 0; r < rows; r++) m[r] = -INFINITY;
+    memset(lv, 0, sizeof(float) * 16 * (size_t)rows);
+    for (int32_t i = 0; i < t->n_q; i++) memset(t->out + i * t->ld_out, 0, sizeof(float) * (size_t)G * (size_t)hd);
+
+    const uint8_t *Kp[ATTN_SUPER], *Vp[ATTN_SUPER];
+    for (int32_t P0 = 0; P0 <= last; P0 += ATTN_SUPER) {
+        const int32_t P1 = PLLM_MIN(P0 + ATTN_SUPER, last + 1);
+        /* K/V rows of [P0, P1); the rest of P1's chunk points at a valid row (its lanes are masked) */
+        const int32_t n_fill = PLLM_MIN(ATTN_SUPER, (P1 - P0 + PLLM_CPU_ATTN_CHUNK - 1) / PLLM_CPU_ATTN_CHUNK * PLLM_CPU_ATTN_CHUNK);
+        for (int32_t j = 0; j < n_fill; j++) {
+            const int32_t pos = P0 + j < P1 ? P0 + j : P0;
+            const size_t row = (((size_t)a->block_table[pos / bs] * (size_t)kv->n_head_kv + (size_t)t->kv_head) * (size_t)bs +
+                                (size_t)(pos % bs)) * (size_t)hd * esz;
+            Kp[j] = (const uint8_t *)a->k_cache + row;
+            Vp[j] = (const uint8_t *)a->v_cache + row;
+        }
+        for (int32_t i = 0; i < t->n_q; i++) {
+            const int32_t pos = t->pos0 + i;
+            if (pos < P0) continue;
+            for (int32_t g0 = 0; g0 < G; g0 += RG) {
+                const int32_t rg = PLLM_MIN(RG, G - g0);
+                float *o[4];
+                const float *q[4];
+                for (int32_t g = 0; g < rg; g++) {
+                    o[g] = t->out + i * t->ld_out + (int64_t)(g0 + g) * hd;
+                    q[g] = t->q + i * t->ld_q + (int64_t)(g0 + g) * hd;
+                }
+                const int32_t r = i * G + g0;
+                sweeps[f16][NS][rg](o, q, m + r, lv + 16 * (size_t)r, Kp, Vp, P0, P1, pos, a->scale);
+            }
+        }
+    }
+
+    for (int32_t i = 0; i < t->n_q; i++)
+        for (int32_t g = 0; g < G; g++) {
+            float *o = t->out + i * t->ld_out + (int64_t)g * hd;
+            const float inv = 1.0f / _mm512_reduce_add_ps(_mm512_loadu_ps(lv + 16 * (size_t)(i * G + g)));
+            for (int32_t e = 0; e < hd; e++) o[e] *= inv;
+        }
+}
 #endif
 
 void pllm_cpu_attend_tile(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, const pllm_cpu_kernels *kern,
@@ -171,7 +383,8 @@ void pllm_cpu_attend_tile(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args 
 {
 #if defined(__x86_64__)
     if (kern->isa >= PLLM_CPU_ISA_AVX512) {
-        tile_avx512(t, a, scratch);
+        if (a->kv->head_dim % 16 == 0 && a->kv->head_dim <= 128) tile_fast(t, a, scratch);
+        else tile_avx512(t, a, scratch);
         return;
     }
 #endif

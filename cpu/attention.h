@@ -11,11 +11,20 @@
  *
  * Numerics (the invariant the engine's determinism rests on): a query row's result depends only
  * on its own q, its position and the cache contents -- never on the tile it is in, the tile's
- * size, the thread that runs it, or even the block size (chunks are fixed in position space). Per row and per chunk the arithmetic is
- * fixed: scores by a fixed-order dot product, an online softmax (running max m and sum l,
- * corrected by exp(m_old - m_new) per chunk), out = out * corr + sum_j p_j V_j in j order.
- * Results differ from pllm_cpu_attend (the per-token reference, ops.h) only by float rounding
- * (the exponential is a vector polynomial accurate to ~2 ulp; sums are grouped by chunk).
+ * size, the thread that runs it, or even the block size (chunks are fixed in position space).
+ * Per row and per chunk the arithmetic is fixed: scores by a fixed-order dot product, an online
+ * softmax (running max m and sum l, corrected by exp(m_old - m_new) per chunk),
+ * out = out * corr + sum_j p_j V_j in j order. Results differ from pllm_cpu_attend (the
+ * per-token reference, ops.h) only by float rounding (the exponential is a vector polynomial
+ * accurate to ~2 ulp; sums are grouped by chunk).
+ *
+ * AVX-512, head_dim a multiple of 16 up to 128 (every supported model): the fast tile
+ * (attention.c): a chunk's 16 scores come out in one vector (per-lane products over the head,
+ * then one transpose-and-add tree for the 16 lane sums), l is kept per lane, and a query's heads
+ * of one GQA group share each K/V load with their outputs in registers; the tile sweeps the
+ * context in super-chunks of 128 positions whose K/V stay in L2 while every query of the tile
+ * uses them. Other head dims: a per-row AVX-512 tile with one horizontal sum per score.
+ * bench/lab/attn_lab times it (single thread, CPU time).
  *
  * Without AVX-512 (or when the kernel table is capped below it, PLLM_CPU_ISA) the tile falls back
  * to pllm_cpu_attend per row, which uses the table's own attention kernels.

@@ -538,8 +538,10 @@ static pllm_status cpu_kv_init(void *vctx, const pllm_kv_layout *L)
         c->slot_bits = NULL;
         return pllm_errorf(PLLM_ERR_NOMEM, "cpu kv_init: cannot allocate %zu bytes for %d KV blocks", total, L->n_blocks);
     }
-    /* scratch per thread: a dequantized row (the widest matrix) and one block of scores */
+    /* scratch per thread: a dequantized row (the widest matrix) and one block of scores, */
     size_t sf = (size_t)PLLM_MAX(PLLM_MAX(cfg->n_embd, cfg->n_ff), cfg->n_head * cfg->head_dim) + (size_t)L->block_size;
+    /* and an attention tile of 64 (query, head) rows, or one query's heads if more */
+    sf = PLLM_MAX(sf, pllm_cpu_attn_tile_scratch(PLLM_MAX(64, cfg->n_head / cfg->n_head_kv), L->block_size));
     sf = (sf + 15) & ~(size_t)15;
     if (sf > c->scratch_floats) {
         pllm_aligned_free(c->scratch);
