@@ -1,20 +1,29 @@
 /*
  * gemm_lab.c: the kernel lab for the CPU matmul (not a test; run by hand).
  *
- *     gemm_lab [--quick] [--dtype Q4_1] [--ms 300]
+ *     gemm_lab [--quick] [--head] [--dtype Q4_1,Q8_0] [--variants vnni,rolled,nt6] [--tok 16,512] [--ms 300]
  *
- * Variants, each first checked against the scalar reference on random data with odd shapes
+ * Every variant is first checked against the scalar reference on random data with odd shapes
  * (K per dtype block size, n_tok 1 3 7 16 33 512, row ranges not multiples of the 16-row panel;
- * the integer variants must be bitwise equal, the float kernels within float rounding), then
- * timed on the SmolLM2-135M / TinyLlama-1.1B matrix shapes for n_tok 1, 16 and 512, one thread:
+ * the integer variants must be bitwise equal, the float kernels within float rounding); then the
+ * chosen variants (default: vnni and rolled) are timed on one thread on the SmolLM2-135M matrix
+ * shapes (gate/up 576 -> 1536, down 1536 -> 576, q/o 576 -> 576, k/v 576 -> 192; --quick: the
+ * first two), TinyLlama-1.1B gate/up, and with --head the 135M LM head (576 -> 49152, Q8_0 only),
+ * for n_tok 1 16 64 128 512 (--quick: without 128). Variants:
  *   f32        the float kernels (cpu/kernels_avx512.c: blocks expanded to float32, FMAs)
- *   vnni-nt8   the production integer kernel (cpu/gemm_avx512.c: 16-row panels, 8-token tiles,
- *              64-token blocks)
- *   vnni-notb  the same without the outer loop over blocks of 64 tokens (all tokens per panel)
- *   vnni-nopf  the same with prefetch distance 0 (no look-ahead in the panel stream)
+ *   vnni       the production integer kernel (cpu/gemm_avx512.c: 16-row panels, 8-token tiles,
+ *              64-token blocks, loops unrolled)
+ *   the same file rebuilt with one tuning macro changed (bench/cpu.cmake):
+ *   rolled     GEMM_UNROLL=0 GEMM_EMBED_BCAST=0: loops left to GCC (the kernel before 2026-11-26)
+ *   embed      GEMM_EMBED_BCAST=1: vpdpbusd with a {1to16} memory operand (inline asm)
+ *   nt6 nt10 nt12          tokens per tile
+ *   tb32 tb128 notb        tokens per outer block (notb: all tokens per panel)
+ *   nopf pf512 pf2048      software prefetch distance in the panel stream
  *   avx2-int   the AVX2 integer kernel (cpu/gemm_avx2.c: vpmaddubsw, 8-row halves, 4-token tiles)
- * GOP/s counts 2 * rows * K * n_tok operations (multiply and add) per call; the integer
- * variants' time includes quantizing the activations. Only winners go into cpu/.
+ * GOP/s counts 2 * rows * K * n_tok operations (multiply and add) per call, and is also given as
+ * a fraction of this thread's vpdpbusd peak measured at the start; the integer variants' time
+ * includes quantizing the activations. Times are thread CPU time (the machine is shared), the best
+ * of the repetitions within --ms. Only winners go into cpu/.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,61 +31,49 @@
 #include <string.h>
 #include <time.h>
 
+#include <immintrin.h>
+
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "tests/cpu_gemm_rand.h"
 
-/* lab variants of the production kernel file, under other names */
+/* lab variants: cpu/gemm_avx512.c compiled again with other tuning macros (bench/cpu.cmake) */
 #define LAB_PROTO(NAME)                                                                                                \
-    void NAME##_qmm(float *restrict Y, int64_t ldy, const pllm_cpu_qact *A, const pllm_cpu_qweight *W, int64_t n_tok,  \
-                    int64_t r0, int64_t r1);                                                                           \
-    void NAME##_quant(pllm_cpu_qact *a, int64_t t, const float *x, int64_t b0, int64_t b1);
-LAB_PROTO(lab_nt4)
-LAB_PROTO(lab_nopf)
-#define lab_qmm_nt4 lab_nt4_qmm
-#define lab_quant_nt4 lab_nt4_quant
-#define lab_qmm_nopf lab_nopf_qmm
-#define lab_quant_nopf lab_nopf_quant
-#define pllm_cpu_qmatmul_avx512vnni lab_qmm_nt4
-#define pllm_cpu_quant_avx512 lab_quant_nt4
-#define TOK_BLOCK 1000000000
-#include "cpu/gemm_avx512.c"
-#undef TOK_BLOCK
-#undef pllm_cpu_qmatmul_avx512vnni
-#undef pllm_cpu_quant_avx512
-#undef PF_DIST
-
-#define pllm_cpu_qmatmul_avx512vnni lab_qmm_nopf
-#define pllm_cpu_quant_avx512 lab_quant_nopf
-#define PF_DIST 0
-#define prefetch prefetch_nopf
-#define bcast4 bcast4_nopf
-#define h16 h16_nopf
-#define u8f u8f_nopf
-#define block_dots block_dots_nopf
-#define panel_tile panel_tile_nopf
-#define qmatmul qmatmul_nopf
-#define qmm_q4_0 nopf_q4_0
-#define qmm_q4_1 nopf_q4_1
-#define qmm_q5_0 nopf_q5_0
-#define qmm_q5_1 nopf_q5_1
-#define qmm_q8_0 nopf_q8_0
-#define qmm_q4_k nopf_q4_k
-#define qmm_q5_k nopf_q5_k
-#define qmm_q6_k nopf_q6_k
-#include "cpu/gemm_avx512.c"
+    void lab_##NAME##_qmm(float *restrict Y, int64_t ldy, const pllm_cpu_qact *A, const pllm_cpu_qweight *W,         \
+                          int64_t n_tok, int64_t r0, int64_t r1);
+LAB_PROTO(rolled)
+LAB_PROTO(embed)
+LAB_PROTO(nt6)
+LAB_PROTO(nt10)
+LAB_PROTO(nt12)
+LAB_PROTO(tb32)
+LAB_PROTO(tb128)
+LAB_PROTO(notb)
+LAB_PROTO(nopf)
+LAB_PROTO(pf512)
+LAB_PROTO(pf2048)
 
 typedef struct variant {
     const char *name;
     pllm_cpu_qmatmul_fn fn; /* NULL: the float kernels */
+    bool dflt;              /* timed without --variants */
 } variant;
 
 static const variant g_variants[] = {
-    {"f32", NULL},
-    {"vnni-nt8", pllm_cpu_qmatmul_avx512vnni},
-    {"vnni-notb", lab_qmm_nt4},
-    {"vnni-nopf", lab_qmm_nopf},
-    {"avx2-int", pllm_cpu_qmatmul_avx2}};
+    {"f32", NULL, false},
+    {"vnni", pllm_cpu_qmatmul_avx512vnni, true},
+    {"rolled", lab_rolled_qmm, true},
+    {"embed", lab_embed_qmm, false},
+    {"nt6", lab_nt6_qmm, false},
+    {"nt10", lab_nt10_qmm, false},
+    {"nt12", lab_nt12_qmm, false},
+    {"tb32", lab_tb32_qmm, false},
+    {"tb128", lab_tb128_qmm, false},
+    {"notb", lab_notb_qmm, false},
+    {"nopf", lab_nopf_qmm, false},
+    {"pf512", lab_pf512_qmm, false},
+    {"pf2048", lab_pf2048_qmm, false},
+    {"avx2-int", pllm_cpu_qmatmul_avx2, false}};
 
 static const pllm_dtype g_types[] = {PLLM_DTYPE_Q4_0, PLLM_DTYPE_Q4_1, PLLM_DTYPE_Q5_0, PLLM_DTYPE_Q5_1,
                                      PLLM_DTYPE_Q8_0, PLLM_DTYPE_Q4_K, PLLM_DTYPE_Q5_K, PLLM_DTYPE_Q6_K};
@@ -165,17 +162,66 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Whether name is in the comma-separated list (NULL: the default). */
+static bool in_list(const char *list, const char *name, bool dflt)
+{
+    if (!list) return dflt;
+    const size_t n = strlen(name);
+    for (const char *c = list; *c;) {
+        const char *e = strchr(c, ',');
+        const size_t len = e ? (size_t)(e - c) : strlen(c);
+        if (len == n && strncmp(c, name, n) == 0) return true;
+        c += len + (e ? 1 : 0);
+    }
+    return false;
+}
+
+/* This thread's register-resident vpdpbusd zmm rate, GOP/s (as bench/ceilings: 12 independent
+ * accumulators, 128 ops per instruction), over `budget` seconds of thread CPU time. */
+__attribute__((target("avx512f,avx512vnni"))) static double vnni_peak(double budget)
+{
+    const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
+    __m512i a0 = _mm512_set1_epi32(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0,
+            a10 = a0, a11 = a0;
+    double best = 0;
+    for (double t_end = now() + budget; now() < t_end;) {
+        const double t0 = now();
+        for (int it = 0; it < 100000; it++) {
+            a0 = _mm512_dpbusd_epi32(a0, x, y);
+            a1 = _mm512_dpbusd_epi32(a1, x, y);
+            a2 = _mm512_dpbusd_epi32(a2, x, y);
+            a3 = _mm512_dpbusd_epi32(a3, x, y);
+            a4 = _mm512_dpbusd_epi32(a4, x, y);
+            a5 = _mm512_dpbusd_epi32(a5, x, y);
+            a6 = _mm512_dpbusd_epi32(a6, x, y);
+            a7 = _mm512_dpbusd_epi32(a7, x, y);
+            a8 = _mm512_dpbusd_epi32(a8, x, y);
+            a9 = _mm512_dpbusd_epi32(a9, x, y);
+            a10 = _mm512_dpbusd_epi32(a10, x, y);
+            a11 = _mm512_dpbusd_epi32(a11, x, y);
+            __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
+            __asm__ volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
+        }
+        best = fmax(best, 100000.0 * 12 * 128 / (now() - t0) / 1e9);
+    }
+    return best;
+}
+
 int main(int argc, char **argv)
 {
-    const char *only = NULL;
+    const char *only = NULL, *vlist = NULL, *tlist = NULL;
     double budget = 0.3;
-    bool quick = false;
+    bool quick = false, head = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) only = argv[++i];
+        else if (strcmp(argv[i], "--variants") == 0 && i + 1 < argc) vlist = argv[++i];
+        else if (strcmp(argv[i], "--tok") == 0 && i + 1 < argc) tlist = argv[++i];
         else if (strcmp(argv[i], "--ms") == 0 && i + 1 < argc) budget = atof(argv[++i]) / 1e3;
         else if (strcmp(argv[i], "--quick") == 0) quick = true;
+        else if (strcmp(argv[i], "--head") == 0) head = true;
         else {
-            fprintf(stderr, "usage: gemm_lab [--quick] [--dtype Q4_1] [--ms 300]\n");
+            fprintf(stderr, "usage: gemm_lab [--quick] [--head] [--dtype Q4_1,Q8_0] [--variants vnni,nt6] "
+                            "[--tok 16,64,512] [--ms 300]\n");
             return 2;
         }
     }
@@ -183,34 +229,50 @@ int main(int argc, char **argv)
         fprintf(stderr, "gemm_lab: this machine has no AVX-512 VNNI; nothing to compare\n");
         return 0;
     }
-    static const int64_t toks[] = {1, 3, 7, 16, 33, 512};
-    static const struct { int64_t K, rows; const char *what; } shapes[] = {
-        {576, 1536, "135M gate/up"}, {1536, 576, "135M down"}, {2048, 5632, "1.1B gate/up"}};
+    const double peak = vnni_peak(0.2);
+    printf("int8 peak (vpdpbusd zmm, registers, this thread): %.1f GOP/s; each figure below: GOP/s (%% of that)\n",
+           peak);
+    static const int64_t check_toks[] = {1, 3, 7, 16, 33, 512};
+    static const struct { int64_t K, rows; const char *what; bool quick; } shapes[] = {
+        {576, 1536, "135M gate/up", true}, {1536, 576, "135M down", true}, {576, 576, "135M q/o", false},
+        {576, 192, "135M k/v", false},     {2048, 5632, "1.1B gate/up", false}};
+    static const int64_t time_toks[] = {1, 16, 64, 128, 512};
     int total_bad = 0;
     for (size_t d = 0; d < PLLM_ARRAY_LEN(g_types); d++) {
         pllm_dtype dt = g_types[d];
-        if (only && strcmp(only, pllm_dtype_name(dt)) != 0) continue;
+        if (!in_list(only, pllm_dtype_name(dt), true)) continue;
         const bool kq = pllm_dtype_block_elems(dt) == PLLM_QK_K;
-        /* correctness on odd shapes */
+        /* correctness on odd shapes: every variant, timed or not */
+        int dt_bad = 0;
         for (size_t v = 0; v < PLLM_ARRAY_LEN(g_variants); v++) {
             int bad = 0;
-            for (size_t i = 0; i < PLLM_ARRAY_LEN(toks); i++)
-                bad += check(&g_variants[v], dt, kq ? 256 * (int64_t)(1 + i % 3) : 32 * (int64_t)(1 + 2 * i), 16 * (int64_t)(i % 3) + 29,
-                             toks[i]);
-            printf("%-5s %-10s check vs scalar reference (n_tok 1..512, odd shapes): %s\n", pllm_dtype_name(dt),
-                   g_variants[v].name, bad ? "FAIL" : g_variants[v].fn ? "bitwise equal" : "within 1e-4");
-            total_bad += bad;
+            for (size_t i = 0; i < PLLM_ARRAY_LEN(check_toks); i++)
+                bad += check(&g_variants[v], dt, kq ? 256 * (int64_t)(1 + i % 3) : 32 * (int64_t)(1 + 2 * i),
+                             16 * (int64_t)(i % 3) + 29, check_toks[i]);
+            if (bad) printf("%-5s %-10s check vs scalar reference: FAIL (%d outputs)\n", pllm_dtype_name(dt), g_variants[v].name, bad);
+            dt_bad += bad;
         }
+        printf("%-5s check vs scalar reference (n_tok 1..512, odd shapes): %s\n", pllm_dtype_name(dt),
+               dt_bad ? "FAIL" : "every integer variant bitwise equal, f32 within 1e-4");
+        total_bad += dt_bad;
         /* timing */
-        for (size_t s = 0; s < PLLM_ARRAY_LEN(shapes) - (quick ? 1 : 0); s++)
-            for (int ti = 0; ti < 4; ti++) {
-                const int64_t nt = ti == 0 ? 1 : ti == 1 ? 16 : ti == 2 ? 64 : 512;
+        const size_t n_shapes = head && dt == PLLM_DTYPE_Q8_0 ? PLLM_ARRAY_LEN(shapes) + 1 : PLLM_ARRAY_LEN(shapes);
+        for (size_t s = 0; s < n_shapes; s++) {
+            const bool lm = s == PLLM_ARRAY_LEN(shapes); /* the 135M LM head: 49152 rows, Q8_0 */
+            if (!lm && quick && !shapes[s].quick) continue;
+            for (size_t ti = 0; ti < PLLM_ARRAY_LEN(time_toks); ti++) {
+                const int64_t nt = time_toks[ti];
+                char tn[16];
+                snprintf(tn, sizeof tn, "%lld", (long long)nt);
+                if (!in_list(tlist, tn, !quick || nt != 128)) continue;
                 problem p;
                 const int64_t be = pllm_dtype_block_elems(dt); /* K-quants: 576 -> 768 */
-                problem_init(&p, dt, (shapes[s].K + be - 1) / be * be, shapes[s].rows, nt);
-                printf("%-5s %-13s K=%-5lld rows=%-5lld tok=%-3lld", pllm_dtype_name(dt), shapes[s].what, (long long)p.K,
-                       (long long)p.rows, (long long)nt);
+                const int64_t K0 = lm ? 576 : shapes[s].K, rows = lm ? 49152 : shapes[s].rows;
+                problem_init(&p, dt, (K0 + be - 1) / be * be, rows, nt);
+                printf("%-5s %-13s K=%-5lld rows=%-5lld tok=%-3lld", pllm_dtype_name(dt), lm ? "135M LM head" : shapes[s].what,
+                       (long long)p.K, (long long)p.rows, (long long)nt);
                 for (size_t v = 0; v < PLLM_ARRAY_LEN(g_variants); v++) {
+                    if (!in_list(vlist, g_variants[v].name, g_variants[v].dflt)) continue;
                     run(&g_variants[v], &p, 0, p.rows); /* warm-up */
                     double best = 1e30, t_end = now() + budget;
                     int reps = 0;
@@ -220,12 +282,14 @@ int main(int argc, char **argv)
                         best = fmin(best, now() - t0);
                         reps++;
                     }
-                    printf("  %s %6.1f", g_variants[v].name, 2.0 * (double)p.rows * (double)p.K * (double)nt / best / 1e9);
+                    const double gops = 2.0 * (double)p.rows * (double)p.K * (double)nt / best / 1e9;
+                    printf("  %s %6.1f (%2.0f%%)", g_variants[v].name, gops, 100 * gops / peak);
                 }
-                printf("  GOP/s\n");
+                printf("\n");
                 fflush(stdout);
                 problem_free(&p);
             }
+        }
     }
     return total_bad ? 1 : 0;
 }
