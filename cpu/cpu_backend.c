@@ -168,7 +168,7 @@ static void forward_region(void *arg, int ith, int nth)
 
         /* RMSNorm and, in the same pass, the int8 activations of q/k/v */
         for (int64_t t = t0; t < t1; t++) {
-            pllm_cpu_rmsnorm(c->xb + t * E, c->x + t * E, w->attn_norm, E, cfg->norm_eps);
+            c->kern->rmsnorm(c->xb + t * E, c->x + t * E, w->attn_norm, E, cfg->norm_eps);
             quant_rows(c, M[M_Q].use_q || M[M_K].use_q || M[M_V].use_q, &c->qa, c->xb, E, t, t + 1);
         }
         pllm_cpu_pool_barrier(c->pool);
@@ -241,7 +241,7 @@ static void forward_region(void *arg, int ith, int nth)
         pllm_cpu_pool_barrier(c->pool);
 
         for (int64_t t = t0; t < t1; t++) {
-            pllm_cpu_rmsnorm(c->xb + t * E, c->x + t * E, w->ffn_norm, E, cfg->norm_eps);
+            c->kern->rmsnorm(c->xb + t * E, c->x + t * E, w->ffn_norm, E, cfg->norm_eps);
             quant_rows(c, M[M_GATE].use_q || M[M_UP].use_q, &c->qa, c->xb, E, t, t + 1);
         }
         pllm_cpu_pool_barrier(c->pool);
@@ -251,7 +251,7 @@ static void forward_region(void *arg, int ith, int nth)
         mm(c, ith, nth, c->hb, F, c->xb, E, &c->qa, &M[M_GATE], T, 32, &r0, &r1);
         mm(c, ith, nth, c->hb2, F, c->xb, E, &c->qa, &M[M_UP], T, 32, &r0, &r1);
         for (int64_t t = 0; t < T; t++) {
-            pllm_cpu_swiglu(c->hb + t * F + r0, c->hb2 + t * F + r0, r1 - r0);
+            c->kern->swiglu(c->hb + t * F + r0, c->hb2 + t * F + r0, r1 - r0);
             if (M[M_DOWN].use_q && r0 < r1) c->qkern->quant(&c->qb, t, c->hb + t * F + r0, r0 / 32, (r1 + 31) / 32);
         }
         pllm_cpu_pool_barrier(c->pool);
@@ -268,7 +268,7 @@ static void forward_region(void *arg, int ith, int nth)
     for (int64_t s = s0; s < s1; s++) {
         const pllm_seq_plan *sp = &plan->seqs[plan->samples[s].seq];
         int64_t t = sp->token_start + sp->n_new - 1;
-        pllm_cpu_rmsnorm(c->xs + s * E, c->x + t * E, m->output_norm, E, cfg->norm_eps);
+        c->kern->rmsnorm(c->xs + s * E, c->x + t * E, m->output_norm, E, cfg->norm_eps);
     }
     const struct cpu_mat *Mo = c->mats + (size_t)cfg->n_layer * M_PER_LAYER;
     quant_rows(c, Mo->use_q, &c->qa, c->xs, E, s0, s1);

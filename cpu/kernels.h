@@ -71,6 +71,15 @@ typedef struct pllm_cpu_kernels {
     void (*attn_accum_f16)(float *out, float corr, const float *p, const uint16_t *V, int64_t n, int64_t hd);
     /* dst[i] = half(src[i]) rounded to nearest even */
     void (*to_f16)(uint16_t *dst, const float *src, int64_t n);
+    /* RMSNorm of one token: out[i] = (x[i] * r) * w[i], r = (float)(1 / sqrt(ss / n + eps)) with
+     * ss = sum x[i]^2 in double (tables differ only in the order of that sum). out, x, w: [n];
+     * out may equal x. */
+    void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n, float eps);
+    /* SwiGLU in place: gate[i] = gate[i] / (1 + e^-gate[i]) * up[i]. gate, up: [n]. Every
+     * element goes through the same operations whatever n and its index are (the SIMD tables
+     * mask the tail instead of finishing in scalar code), so splitting a row between threads
+     * does not change a bit. The SIMD tables share one vector e^x (a few ulp; cpu_kernels). */
+    void (*swiglu)(float *gate, const float *up, int64_t n);
     /* The integer path (cpu/gemm.h), NULL where the table has none: the activation quantizer,
      * the matmul for every quantized dtype, and whether it reads packed panels. */
     pllm_cpu_quant_fn quant;

@@ -14,6 +14,7 @@
 #if defined(__x86_64__)
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
@@ -313,6 +314,66 @@ T256 static void to_f16(uint16_t *dst, const float *src, int64_t n)
     for (; i < n; i++) dst[i] = pllm_fp32_to_fp16(src[i]);
 }
 
+/* 2^k for integer k in [-126, 127] (a normal float built from its exponent field). */
+T256 INLINE __m256 pow2i(__m256i k) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23)); }
+
+/* e^x in 8 lanes: the operations of kernels_avx512.c's exp16 (same clamp, reduction and
+ * polynomial), with 2^n applied as two exact powers 2^(n/2) and 2^(n - n/2): p * 2^n1 is exact,
+ * the second product rounds once, as vscalefps does (overflow to +inf, subnormals, NaN kept). */
+T256 INLINE __m256 exp8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_set1_ps(100.0f), _mm256_max_ps(_mm256_set1_ps(-110.0f), x));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    const __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1);
+    return _mm256_mul_ps(_mm256_mul_ps(p, pow2i(n1)), pow2i(_mm256_sub_epi32(ni, n1)));
+}
+
+/* Lanes [0, m) of a vector of 8 (m in 1..8), for the masked tail. */
+T256 INLINE __m256i tail_mask(int64_t m)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)PLLM_MIN(m, 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+T256 static void swiglu(float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i k = tail_mask(n - i);
+        const __m256 g = _mm256_maskload_ps(gate + i, k), u = _mm256_maskload_ps(up + i, k);
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        _mm256_maskstore_ps(gate + i, k, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u));
+    }
+}
+
+/* The sum of squares in double, 8 lanes at a time (x * x is exact in double). */
+T256 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256 v = _mm256_maskload_ps(x + i, tail_mask(n - i));
+        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        s0 = _mm256_fmadd_pd(lo, lo, s0);
+        s1 = _mm256_fmadd_pd(hi, hi, s1);
+    }
+    const __m256d s = _mm256_add_pd(s0, s1);
+    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    const double ss = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    const __m256 r = _mm256_set1_ps((float)(1.0 / sqrt(ss / (double)n + (double)eps)));
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i k = tail_mask(n - i);
+        _mm256_maskstore_ps(out + i, k, _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(x + i, k), r), _mm256_maskload_ps(w + i, k)));
+    }
+}
+
 const pllm_cpu_kernels pllm_cpu_kernels_avx2 = {
     .isa = PLLM_CPU_ISA_AVX2,
     .name = "avx2",
@@ -325,6 +386,8 @@ const pllm_cpu_kernels pllm_cpu_kernels_avx2 = {
     .attn_accum_f32 = attn_accum_f32,
     .attn_accum_f16 = attn_accum_f16,
     .to_f16 = to_f16,
+    .rmsnorm = rmsnorm,
+    .swiglu = swiglu,
     .quant = pllm_cpu_quant_avx2,
     .qmatmul = pllm_cpu_qmatmul_avx2,
     .qpacked = true,

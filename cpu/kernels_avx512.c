@@ -18,6 +18,7 @@
 #if defined(__x86_64__)
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
@@ -333,13 +334,67 @@ T512 static void to_f16(uint16_t *dst, const float *src, int64_t n)
     }
 }
 
+/* e^x in 16 lanes: x = n ln2 + r with n = round(x log2 e) and ln2 in two parts (|r| <= ln2 / 2),
+ * e^r by Cephes expf's degree-6 polynomial, times 2^n by vscalefps (overflow to +inf, underflow
+ * through the subnormals to +0, NaN kept). x is clamped to [-110, 100] first, where e^x is
+ * already 0 or inf. Max error 2 ulp (tests/cpu_kernels). The AVX2 table's exp8 computes the same
+ * operations, so both give the same bits. */
+T512 INLINE __m512 exp16(__m512 x)
+{
+    /* max/min return their second operand when one is NaN: a NaN x passes through */
+    x = _mm512_min_ps(_mm512_set1_ps(100.0f), _mm512_max_ps(_mm512_set1_ps(-110.0f), x));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+T512 static void swiglu(float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 g = _mm512_maskz_loadu_ps(k, gate + i), u = _mm512_maskz_loadu_ps(k, up + i);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        _mm512_mask_storeu_ps(gate + i, k, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u));
+    }
+}
+
+/* The sum of squares in double, 16 lanes at a time (x * x is exact in double). */
+T512 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+        const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+        const __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
+        s0 = _mm512_fmadd_pd(lo, lo, s0);
+        s1 = _mm512_fmadd_pd(hi, hi, s1);
+    }
+    const double ss = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    const __m512 r = _mm512_set1_ps((float)(1.0 / sqrt(ss / (double)n + (double)eps)));
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), r),
+                                                        _mm512_maskz_loadu_ps(k, w + i)));
+    }
+}
+
 #define AVX512_FIELDS                                                                                                  \
     .matmul = {[PLLM_DTYPE_F32] = mm_f32, [PLLM_DTYPE_F16] = mm_f16, [PLLM_DTYPE_BF16] = mm_bf16,                      \
                [PLLM_DTYPE_Q8_0] = mm_q8_0, [PLLM_DTYPE_Q4_0] = mm_q4_0, [PLLM_DTYPE_Q4_1] = mm_q4_1,                  \
                [PLLM_DTYPE_Q5_0] = mm_q5_0, [PLLM_DTYPE_Q5_1] = mm_q5_1, [PLLM_DTYPE_Q4_K] = mm_q4_k,                  \
                [PLLM_DTYPE_Q5_K] = mm_q5_k, [PLLM_DTYPE_Q6_K] = mm_q6_k},                                             \
     .attn_scores_f32 = attn_scores_f32, .attn_scores_f16 = attn_scores_f16, .attn_accum_f32 = attn_accum_f32,          \
-    .attn_accum_f16 = attn_accum_f16, .to_f16 = to_f16
+    .attn_accum_f16 = attn_accum_f16, .to_f16 = to_f16, .rmsnorm = rmsnorm, .swiglu = swiglu
 
 /* Without VNNI: float math only (no integer path). */
 const pllm_cpu_kernels pllm_cpu_kernels_avx512 = {.isa = PLLM_CPU_ISA_AVX512, .name = "avx512", AVX512_FIELDS};

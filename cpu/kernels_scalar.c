@@ -3,6 +3,7 @@
  * dequantized with engine/dtype.c's reference dequantizer, then dotted with each token.
  */
 #include "cpu/kernels.h"
+#include "cpu/ops.h"
 
 /* One row at a time: dequantize it into scratch, then one float dot per token. */
 static void matmul_scalar(pllm_dtype dt, float *restrict Y, int64_t ldy, const float *restrict X, int64_t ldx,
@@ -92,6 +93,8 @@ const pllm_cpu_kernels pllm_cpu_kernels_scalar = {
     .attn_accum_f32 = attn_accum_f32,
     .attn_accum_f16 = attn_accum_f16,
     .to_f16 = to_f16,
+    .rmsnorm = pllm_cpu_rmsnorm,
+    .swiglu = pllm_cpu_swiglu,
     .quant = pllm_cpu_quant_ref,
     .qmatmul = pllm_cpu_qmatmul_ref,
     .qpacked = false,

@@ -12,7 +12,8 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 
-/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i].  out, x, w: [n]. out may equal x. */
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i].  out, x, w: [n]. out may equal x. The scalar
+ * reference: the forward pass calls its kernel table's rmsnorm (kernels.h). */
 void pllm_cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 
 /* Inverse frequencies of the rotary embedding: inv_freq[rope_dim / 2], so that pair i of
@@ -27,7 +28,8 @@ void pllm_cpu_rope_table(float *cos_sin, int32_t pos, const double *inv_freq, in
  * (x[2i], x[2i+1]), NEOX rotates (x[i], x[i + rope_dim/2]). */
 void pllm_cpu_rope_apply(float *x, const float *cos_sin, int32_t rope_dim, pllm_rope_mode mode);
 
-/* gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g).  gate, up: [n]. */
+/* gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g).  gate, up: [n]. The scalar
+ * reference (libm expf): the forward pass calls its kernel table's swiglu (kernels.h). */
 void pllm_cpu_swiglu(float *gate, const float *up, int64_t n);
 
 /* Where the K (or V) vectors of layer-local cache `cache` live:

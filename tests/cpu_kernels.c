@@ -230,8 +230,98 @@ static void test_attention(const pllm_cpu_kernels *kern, pllm_dtype kvdt, int32_
     free(V);
 }
 
+/* The table's SwiGLU and RMSNorm against float64 math on random data of odd lengths, with the
+ * edges of e^x (overflow, underflow through the subnormals, +-0, +-inf, NaN); SwiGLU split at an
+ * odd point gives the same bits as in one call (the thread split of the forward pass). */
+static void test_swiglu_rmsnorm(const pllm_cpu_kernels *kern)
+{
+    const int64_t lens[] = {1, 7, 15, 16, 17, 31, 33, 100, 577, 1537};
+    double worst_ulp = 0, worst_tail = 0, worst_norm = 0;
+    int split_diff = 0, special_bad = 0;
+    for (size_t li = 0; li < PLLM_ARRAY_LEN(lens); li++) {
+        const int64_t n = lens[li];
+        float *g = malloc(sizeof(float) * (size_t)n), *g2 = malloc(sizeof(float) * (size_t)n),
+              *g0 = malloc(sizeof(float) * (size_t)n), *up = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) {
+            /* mostly the range activations have, some far out: e^-g from 1e-38 to 1e38 and past */
+            const float scale = i % 5 == 0 ? 60.0f : i % 5 == 1 ? 110.0f : 10.0f;
+            g[i] = g2[i] = g0[i] = randf() * scale;
+            up[i] = randf();
+        }
+        kern->swiglu(g, up, n);
+        const int64_t cut = n / 2 | 1;
+        kern->swiglu(g2, up, PLLM_MIN(cut, n));
+        if (cut < n) kern->swiglu(g2 + cut, up + cut, n - cut);
+        split_diff += memcmp(g, g2, sizeof(float) * (size_t)n) != 0;
+        for (int64_t i = 0; i < n; i++) {
+            const double ref = (double)g0[i] / (1 + exp(-(double)g0[i])) * up[i];
+            if (g0[i] < -88) {
+                /* e^-g overflows float (the scalar reference's expf too): silu is 0 there, off
+                 * by at most |g e^g| < 3e-37 */
+                worst_tail = fmax(worst_tail, fabs(g[i] - ref));
+                continue;
+            }
+            /* error in units of the float spacing at ref (subnormal spacing at the bottom) */
+            const double ulp = fmax(ldexp(1.0, ilogb(fmax(fabs(ref), 0x1p-126)) - 23), 0x1p-149);
+            worst_ulp = fmax(worst_ulp, fabs(g[i] - ref) / ulp);
+        }
+        /* RMSNorm, out == x too */
+        float *w = malloc(sizeof(float) * (size_t)n), *out = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) { g0[i] = randf() * 4; w[i] = randf(); }
+        kern->rmsnorm(out, g0, w, n, 1e-5f);
+        double ss = 0;
+        for (int64_t i = 0; i < n; i++) ss += (double)g0[i] * g0[i];
+        for (int64_t i = 0; i < n; i++) {
+            const double ref = g0[i] / sqrt(ss / (double)n + 1e-5) * w[i];
+            worst_norm = fmax(worst_norm, fabs(out[i] - ref) / (fabs(ref) + 1e-30));
+        }
+        kern->rmsnorm(g0, g0, w, n, 1e-5f);
+        CHECK(memcmp(g0, out, sizeof(float) * (size_t)n) == 0);
+        free(w);
+        free(out);
+        free(g);
+        free(g2);
+        free(g0);
+        free(up);
+    }
+    /* special values: silu(g) * 1 */
+    const float sv[] = {0.0f, -0.0f, 88.0f, 89.0f, -88.0f, -89.0f, 104.0f, -104.0f, 1000.0f, -1000.0f, INFINITY, -INFINITY, NAN};
+    float gs[PLLM_ARRAY_LEN(sv)], ones[PLLM_ARRAY_LEN(sv)];
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(sv); i++) { gs[i] = sv[i]; ones[i] = 1; }
+    kern->swiglu(gs, ones, (int64_t)PLLM_ARRAY_LEN(sv));
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(sv); i++) {
+        const float want = isnan(sv[i]) || sv[i] == -INFINITY ? NAN : sv[i] / (1 + expf(-sv[i]));
+        const bool ok = isnan(want) ? isnan(gs[i]) : gs[i] == want || fabsf(gs[i] - want) <= 4e-7f * fabsf(want);
+        if (!ok) fprintf(stderr, "  swiglu %s silu(%g) = %g, want %g  FAIL\n", kern->name, sv[i], gs[i], want);
+        special_bad += !ok;
+    }
+    fprintf(stderr,
+            "  swiglu  %-10s max err %.2f ulp vs float64 (n 1..1537, -88 <= g < 110; below: abs %.2g), split: %s, edges: %s\n",
+            kern->name, worst_ulp, worst_tail, split_diff ? "DIFFERS" : "same bits", special_bad ? "FAIL" : "ok");
+    fprintf(stderr, "  rmsnorm %-10s max rel %.3g vs float64 (n 1..1537)\n", kern->name, worst_norm);
+    CHECK(worst_ulp <= 4);
+    CHECK(worst_tail < 3e-37);
+    CHECK(split_diff == 0);
+    CHECK(special_bad == 0);
+    CHECK(worst_norm < 4e-7);
+}
+
 static void test_norm_rope_swiglu(void)
 {
+    /* the AVX2 and AVX-512 tables' SwiGLU: the same e^x operations, so the same bits */
+    const pllm_cpu_kernels *k2 = pllm_cpu_kernels_get(PLLM_CPU_ISA_AVX2), *k5 = pllm_cpu_kernels_get(PLLM_CPU_ISA_AVX512);
+    if (k2 && k5) {
+        float a[1537], b[1537], u[1537];
+        for (int i = 0; i < 1537; i++) { a[i] = b[i] = randf() * (i % 3 ? 12 : 120); u[i] = randf(); }
+        k2->swiglu(a, u, 1537);
+        k5->swiglu(b, u, 1537);
+        const bool same = memcmp(a, b, sizeof a) == 0;
+        fprintf(stderr, "  swiglu avx2 vs avx512 (n 1537): %s\n", same ? "same bits" : "DIFFER  FAIL");
+        CHECK(same);
+    } else {
+        fprintf(stderr, "  swiglu avx2 vs avx512: skipped (this machine lacks one of them)\n");
+    }
+
     /* RMSNorm */
     float x[97], w[97], out[97];
     for (int i = 0; i < 97; i++) { x[i] = randf() * 4; w[i] = randf(); }
@@ -377,6 +467,7 @@ int main(void)
             }
         }
         test_vec(kern);
+        test_swiglu_rmsnorm(kern);
         test_attention(kern, PLLM_DTYPE_F32, 64, 16, 1);
         test_attention(kern, PLLM_DTYPE_F32, 64, 16, 100);
         test_attention(kern, PLLM_DTYPE_F32, 24, 7, 200);
