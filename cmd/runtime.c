@@ -131,7 +131,7 @@ static int open_cpu(cmd_runtime *rt, const cmd_runtime_opts *o)
     pllm_cpu_params cp;
     pllm_cpu_params_defaults(&cp);
     cp.n_threads = o->threads;
-    if (o->kv_dtype >= 0) cp.kv_dtype = (pllm_dtype)o->kv_dtype;
+    cp.kv_dtype = o->kv_dtype >= 0 ? (pllm_dtype)o->kv_dtype : PLLM_DTYPE_COUNT; /* COUNT: auto */
     cp.math = (pllm_cpu_math)o->cpu_math;
     if (pllm_cpu_backend_create(&rt->backend, rt->model, &cp) != PLLM_OK) {
         fprintf(stderr, "pllm: cannot start the CPU backend: %s\n", pllm_errmsg());
@@ -139,8 +139,9 @@ static int open_cpu(cmd_runtime *rt, const cmd_runtime_opts *o)
     }
     int nt = 0;
     snprintf(rt->device_name, sizeof rt->device_name, "cpu");
-    snprintf(rt->kernels, sizeof rt->kernels, "%s kernels, %s math", pllm_cpu_backend_describe(&rt->backend, &nt),
-             pllm_cpu_backend_int_math(&rt->backend) ? "int8" : "f32");
+    snprintf(rt->kernels, sizeof rt->kernels, "%s kernels, %s math, %s KV", pllm_cpu_backend_describe(&rt->backend, &nt),
+             pllm_cpu_backend_int_math(&rt->backend) ? "int8" : "f32",
+             pllm_cpu_backend_kv_dtype(&rt->backend) == PLLM_DTYPE_F16 ? "fp16" : "fp32");
     rt->threads = nt;
     rt->dev.kind = CMD_DEVICE_CPU;
     return 0;

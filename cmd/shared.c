@@ -56,7 +56,7 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"kv-cache-dtype", 0, CMD_OPT_STR, &o->kv_dtype, "T",
-                   "auto (fp32 on the CPU, fp16 on CUDA)", "KV cache dtype: auto, fp16, fp32",
+                   "auto (fp16; fp32 on the CPU with f32 math)", "KV cache dtype: auto, fp16, fp32",
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"cpu-math", 0, CMD_OPT_STR, &o->cpu_math, "M",

@@ -675,6 +675,14 @@ static pllm_status setup_mats(cpu_ctx *c)
                                             c->qkern->qpacked));
     }
     if (c->int_math && c->qkern->qpacked) pllm_cpu_pool_run(c->pool, pack_region, c);
+    /* kv_dtype auto: F16 when quantized matrices take the int8 path (llama.cpp's numerics, whose
+     * KV cache is F16 too; half the memory and the bandwidth of batched decode), F32 with
+     * float32 math (the exact reference numerics) */
+    if (c->params.kv_dtype == PLLM_DTYPE_COUNT) {
+        bool any_q = false;
+        for (int32_t i = 0; i <= L * M_PER_LAYER; i++) any_q = any_q || c->mats[i].use_q;
+        c->params.kv_dtype = any_q ? PLLM_DTYPE_F16 : PLLM_DTYPE_F32;
+    }
     return PLLM_OK;
 }
 
@@ -696,9 +704,9 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
         return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: math must be AUTO, INT8 or F32, got %d", (int)params.math);
     if (params.n_threads < 0 || params.n_threads > 1024)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: n_threads must be in [0, 1024] (0: all cores), got %d", params.n_threads);
-    if (params.kv_dtype != PLLM_DTYPE_F32 && params.kv_dtype != PLLM_DTYPE_F16)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "cpu backend: kv_dtype %s is not supported (F32, F16)",
-                           pllm_dtype_name(params.kv_dtype));
+    if (params.kv_dtype != PLLM_DTYPE_F32 && params.kv_dtype != PLLM_DTYPE_F16 && params.kv_dtype != PLLM_DTYPE_COUNT)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "cpu backend: kv_dtype %s is not supported (F32, F16, or COUNT: auto)",
+                           params.kv_dtype >= 0 && params.kv_dtype < PLLM_DTYPE_COUNT ? pllm_dtype_name(params.kv_dtype) : "?");
     const pllm_model_config *cfg = &model->cfg;
     if (cfg->rope_scaling == PLLM_ROPE_SCALING_LLAMA3 && !model->rope_freq_factors)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: model %s: Llama-3 RoPE scaling without rope_freq_factors", model->name);
@@ -760,6 +768,12 @@ const char *pllm_cpu_backend_describe(const pllm_backend *b, int *n_threads)
     const cpu_ctx *c = b->ctx;
     if (n_threads) *n_threads = c->n_threads;
     return c->kern->name;
+}
+
+pllm_dtype pllm_cpu_backend_kv_dtype(const pllm_backend *b)
+{
+    const cpu_ctx *c = b->ctx;
+    return c->params.kv_dtype;
 }
 
 bool pllm_cpu_backend_int_math(const pllm_backend *b)

@@ -44,7 +44,8 @@ typedef enum pllm_cpu_math {
 
 typedef struct pllm_cpu_params {
     int n_threads;       /* 0: the number of online cores */
-    pllm_dtype kv_dtype; /* PLLM_DTYPE_F32 (default) or PLLM_DTYPE_F16 */
+    pllm_dtype kv_dtype; /* PLLM_DTYPE_F32 (default), PLLM_DTYPE_F16, or PLLM_DTYPE_COUNT: auto (F16 when
+                          * quantized matrices take the int8 path, else F32; what the CLI's auto asks) */
     pllm_cpu_math math;  /* PLLM_CPU_MATH_AUTO (default); PLLM_CPU_MATH in the environment wins */
 } pllm_cpu_params;
 
@@ -57,3 +58,5 @@ const char *pllm_cpu_backend_describe(const pllm_backend *b, int *n_threads);
 /* Whether a CPU backend created above multiplies quantized matrices with int8 activations
  * (false: float32 math throughout). */
 bool pllm_cpu_backend_int_math(const pllm_backend *b);
+/* The KV cache dtype a CPU backend created above uses (auto resolved). */
+pllm_dtype pllm_cpu_backend_kv_dtype(const pllm_backend *b);
