@@ -159,8 +159,8 @@ static pllm_status read_scalar(cursor *c, pllm_gguf_kv *kv)
 
 static pllm_status read_kv(cursor *c, pllm_gguf_kv *kv, int64_t idx)
 {
-    pllm_gguf_str key;
-    uint32_t t;
+    pllm_gguf_str key = {0};
+    uint32_t t = 0;
     size_t key_at = c->pos;
     PLLM_TRY(rd_str(c, &key, "metadata key"));
     if (key.len == 0 || key.len > GGUF_MAX_KEY)
@@ -243,7 +243,7 @@ static pllm_status read_tensor_info(cursor *c, pllm_gguf_tensor *t, int64_t idx)
     uint64_t nel = 1;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < n_dims; d++) {
-        uint64_t ne;
+        uint64_t ne = 0;
         PLLM_TRY(rd_u64(c, &ne, t->name));
         if (ne == 0 || ne > ((uint64_t)1 << 40) || __builtin_mul_overflow(nel, ne, &nel) || nel > ((uint64_t)1 << 44))
             return pllm_errorf(PLLM_ERR_FORMAT, "%s: tensor '%s' at byte offset %zu: dimension %u is %llu (invalid or too large)",
@@ -336,7 +336,7 @@ pllm_status pllm_gguf_parse(pllm_gguf **out, const void *data, size_t size, cons
                          name, g->version);
         goto fail;
     }
-    uint64_t n_tensors, n_kv;
+    uint64_t n_tensors = 0, n_kv = 0;
     if ((st = rd_u64(&c, &n_tensors, "tensor count")) != PLLM_OK) goto fail;
     if ((st = rd_u64(&c, &n_kv, "metadata count")) != PLLM_OK) goto fail;
     /* A metadata entry takes at least 8+1+4+1 bytes, a tensor entry at least 8+1+4+8+4+8. */

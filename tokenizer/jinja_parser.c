@@ -276,7 +276,7 @@ static pllm_status parse_condexpr(parser *p, pllm_jnode **out)
     PLLM_TRY(parse_or(p, &expr1));
     while (is_name(p, "if")) {
         advance(p);
-        pllm_jnode *expr2, *expr3 = NULL, *n;
+        pllm_jnode *expr2 = NULL, *expr3 = NULL, *n = NULL;
         PLLM_TRY(parse_or(p, &expr2));
         if (is_name(p, "else")) {
             advance(p);
@@ -484,7 +484,7 @@ static pllm_status parse_pow(parser *p, pllm_jnode **out)
 static pllm_status parse_unary(parser *p, bool with_filter, pllm_jnode **out)
 {
     int line = cur(p)->line;
-    pllm_jnode *node;
+    pllm_jnode *node = NULL;
     PLLM_TRY(enter(p));
     if (is_op(p, "-") || is_op(p, "+")) {
         int kind = is_op(p, "-") ? PLLM_JE_NEG : PLLM_JE_POS;
@@ -722,7 +722,7 @@ static pllm_status parse_subscript(parser *p, pllm_jnode *node, pllm_jnode **out
         if (attr->type != PLLM_JT_INT)
             return fail_at(p, attr->line, PLLM_ERR_FORMAT,
                            "template syntax error: expected name or number");
-        pllm_jnode *k;
+        pllm_jnode *k = NULL;
         PLLM_TRY(new_node(p, PLLM_JE_CONST, attr->line, &k));
         k->value = pllm_jv_int(attr->i);
         PLLM_TRY(new_node(p, PLLM_JE_GETITEM, line, out));
@@ -734,12 +734,12 @@ static pllm_status parse_subscript(parser *p, pllm_jnode *node, pllm_jnode **out
     nvec args = {0};
     while (!is_op(p, "]")) {
         if (args.n) PLLM_TRY(expect_op(p, ","));
-        pllm_jnode *e;
+        pllm_jnode *e = NULL;
         PLLM_TRY(parse_subscribed(p, &e));
         PLLM_TRY(nvec_push(p, &args, e));
     }
     PLLM_TRY(expect_op(p, "]"));
-    pllm_jnode *key;
+    pllm_jnode *key = NULL;
     if (args.n == 1) {
         key = args.v[0];
     } else {
@@ -806,7 +806,7 @@ static pllm_status parse_filter(parser *p, pllm_jnode *node, bool start_inline, 
         int line = cur(p)->line;
         char nm[256];
         PLLM_TRY(parse_dotted(p, nm, sizeof nm));
-        pllm_jnode *f;
+        pllm_jnode *f = NULL;
         PLLM_TRY(new_node(p, PLLM_JE_FILTER, line, &f));
         f->a = node;
         if (!(f->name = pllm_jarena_strndup(p->a, nm, strlen(nm))))
@@ -831,7 +831,7 @@ static pllm_status parse_test(parser *p, pllm_jnode *node, pllm_jnode **out)
     }
     char nm[256];
     PLLM_TRY(parse_dotted(p, nm, sizeof nm));
-    pllm_jnode *t;
+    pllm_jnode *t = NULL;
     PLLM_TRY(new_node(p, PLLM_JE_TEST, line, &t));
     t->a = node;
     if (!(t->name = pllm_jarena_strndup(p->a, nm, strlen(nm))))
@@ -855,7 +855,7 @@ static pllm_status parse_test(parser *p, pllm_jnode *node, pllm_jnode **out)
     /* jinja2 resolves test names when compiling, after the whole expression parsed */
     PLLM_TRY(resolve_builtin(p, PLLM_JB_TEST, nm, line, &t->fn));
     if (negated) {
-        pllm_jnode *n;
+        pllm_jnode *n = NULL;
         PLLM_TRY(new_node(p, PLLM_JE_NOT, line, &n));
         n->a = t;
         t = n;
@@ -943,7 +943,7 @@ static pllm_status parse_for(parser *p, pllm_jnode **out)
 {
     int line = cur(p)->line;
     advance(p);
-    pllm_jnode *n;
+    pllm_jnode *n = NULL;
     PLLM_TRY(new_node(p, PLLM_JN_FOR, line, &n));
     end_rules in_rule = {{"in", NULL}}, rec_rule = {{"recursive", NULL}};
     PLLM_TRY(parse_assign_target(p, false, &in_rule, false, &n->a));
@@ -976,7 +976,7 @@ static pllm_status parse_if(parser *p, pllm_jnode **out)
 {
     static const char *const body_end[] = {"elif", "else", "endif", NULL};
     static const char *const else_end[] = {"endif", NULL};
-    pllm_jnode *result, *node;
+    pllm_jnode *result = NULL, *node = NULL;
     PLLM_TRY(new_node(p, PLLM_JN_IF, cur(p)->line, &result));
     advance(p);
     node = result;
@@ -985,7 +985,7 @@ static pllm_status parse_if(parser *p, pllm_jnode **out)
         PLLM_TRY(parse_statements(p, body_end, false, &node->body));
         if (is_name(p, "elif")) {
             advance(p);
-            pllm_jnode *elif;
+            pllm_jnode *elif = NULL;
             PLLM_TRY(new_node(p, PLLM_JN_IF, cur(p)->line, &elif));
             nvec one = {0};
             PLLM_TRY(nvec_push(p, &one, elif));
@@ -1043,7 +1043,7 @@ static pllm_status parse_macro(parser *p, pllm_jnode **out)
 {
     int line = cur(p)->line;
     advance(p);
-    pllm_jnode *n, *nm;
+    pllm_jnode *n = NULL, *nm = NULL;
     PLLM_TRY(new_node(p, PLLM_JN_MACRO, line, &n));
     PLLM_TRY(parse_assign_target(p, true, NULL, false, &nm));
     n->name = nm->name;
@@ -1093,7 +1093,7 @@ static pllm_status parse_with(parser *p, pllm_jnode **out)
     /* {% with a = x, b = y %}body{% endwith %} */
     int line = cur(p)->line;
     advance(p);
-    pllm_jnode *n;
+    pllm_jnode *n = NULL;
     PLLM_TRY(new_node(p, PLLM_JN_WITH, line, &n));
     nvec targets = {0}, values = {0};
     while (cur(p)->type != PLLM_JT_BLOCK_END) {
@@ -1128,7 +1128,7 @@ static pllm_status parse_statement(parser *p, pllm_jnode **out)
         nvec items = {0};
         while (cur(p)->type != PLLM_JT_BLOCK_END) {
             if (items.n) PLLM_TRY(expect_op(p, ","));
-            pllm_jnode *e, *pr;
+            pllm_jnode *e = NULL, *pr = NULL;
             PLLM_TRY(parse_expression(p, true, &e));
             PLLM_TRY(new_node(p, PLLM_JN_PRINT, line, &pr));
             pr->a = e;
@@ -1182,7 +1182,7 @@ static pllm_status subparse(parser *p, const char *const *end_tokens, pllm_jnode
         const pllm_jtok *t = cur(p);
         if (t->type == PLLM_JT_EOF) break;
         if (t->type == PLLM_JT_DATA) {
-            pllm_jnode *n;
+            pllm_jnode *n = NULL;
             PLLM_TRY(new_node(p, PLLM_JN_TEXT, t->line, &n));
             n->text = t->text;
             n->text_len = t->len;
@@ -1190,7 +1190,7 @@ static pllm_status subparse(parser *p, const char *const *end_tokens, pllm_jnode
             advance(p);
         } else if (t->type == PLLM_JT_VAR_BEGIN) {
             advance(p);
-            pllm_jnode *n, *e;
+            pllm_jnode *n = NULL, *e = NULL;
             PLLM_TRY(new_node(p, PLLM_JN_PRINT, t->line, &n));
             PLLM_TRY(parse_tuple(p, false, true, NULL, false, false, &e));
             n->a = e;
@@ -1205,7 +1205,7 @@ static pllm_status subparse(parser *p, const char *const *end_tokens, pllm_jnode
                         return PLLM_OK;
                     }
             }
-            pllm_jnode *n;
+            pllm_jnode *n = NULL;
             PLLM_TRY(parse_statement(p, &n));
             PLLM_TRY(nvec_push(p, &body, n));
             PLLM_TRY(expect_type(p, PLLM_JT_BLOCK_END, "end of statement block"));

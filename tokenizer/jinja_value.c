@@ -1262,7 +1262,7 @@ pllm_status pllm_jv_collect(pllm_jctx *c, pllm_jv v, pllm_jv **items, size_t *n)
         *n = v.l->n;
         return PLLM_OK;
     }
-    pllm_jiter it;
+    pllm_jiter it = {0};
     PLLM_TRY(pllm_jiter_init(c, v, &it));
     size_t cap = 8, len = 0;
     pllm_jv *arr = jalloc(c, cap * sizeof *arr);

@@ -640,7 +640,7 @@ static pllm_status config_id(hf_ctx *c, json_t *cfg, const char *cfg_path, const
 {
     const char *s = config_token(cfg, key);
     if (!s) return PLLM_OK;
-    int32_t v;
+    int32_t v = 0;
     if (find_token(c, s, key, &v)) return pllm_error_prefix(PLLM_ERR_FORMAT, "%s: ", cfg_path);
     *id = v;
     return PLLM_OK;
@@ -755,7 +755,7 @@ pllm_status pllm_tokenizer_from_hf(pllm_tokenizer **out, const char *json_path,
     sp.n_post_suf = c.n_post_suf;
     const char *unk = json_string_value(json_object_get(model, "unk_token"));
     if (unk) {
-        int32_t id;
+        int32_t id = 0;
         if ((st = find_token(&c, unk, "model.unk_token", &id))) goto done;
         if (!c.in_model[id]) {
             st = pllm_errorf(PLLM_ERR_FORMAT, "%s: model.unk_token \"%s\" is not in model.vocab",

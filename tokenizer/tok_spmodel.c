@@ -44,7 +44,7 @@ static pllm_status pb_varint(pb *r, uint64_t *v)
  * varint, (5) the 32-bit word. */
 static pllm_status pb_field(pb *r, uint32_t *field, int *wt, uint64_t *v, pb *sub)
 {
-    uint64_t key;
+    uint64_t key = 0;
     PLLM_TRY(pb_varint(r, &key));
     *field = (uint32_t)(key >> 3);
     *wt = (int)(key & 7);
@@ -57,7 +57,7 @@ static pllm_status pb_field(pb *r, uint32_t *field, int *wt, uint64_t *v, pb *su
         r->p += 8;
         return PLLM_OK;
     case 2: {
-        uint64_t len;
+        uint64_t len = 0;
         PLLM_TRY(pb_varint(r, &len));
         if ((uint64_t)(r->end - r->p) < len) break;
         *sub = (pb){r->p, r->p + len, r->path};

@@ -86,7 +86,7 @@ pllm_status tok_utf8_append_lossy(pllm_buf *out, const uint8_t *s, size_t n)
         if (v) PLLM_TRY(pllm_buf_append(out, s + i, v));
         i += v;
         if (i >= n) break;
-        size_t bad;
+        size_t bad = 0;
         bool trunc;
         (void)tok_utf8_char(s + i, n - i, &bad, &trunc);
         PLLM_TRY(pllm_buf_append(out, k_replacement, sizeof k_replacement));
