@@ -6,7 +6,8 @@
  * contexts that are not multiples of the block size; block tables that are random permutations
  * of a larger pool (the unused blocks and the unwritten tail of the last block hold NaN, so any
  * read outside the sequence or past the context poisons the result); query tiles that start in
- * the middle of the context (a prefill chunk after cached positions) and single decode tokens.
+ * the middle of the context (a prefill chunk after cached positions) and single decode tokens;
+ * contexts of several 128-position super-chunks (the fast tile's unit) for each row-group shape.
  * Checks, per case:
  *   - every row within tolerance of the reference (max abs error and max relative error printed);
  *   - tiling invariance: the same rows computed as random sub-tiles (including one query at a
@@ -246,6 +247,13 @@ int main(void)
     run_case(&big, best, ref, &rng);
     big.dt = PLLM_DTYPE_F16;
     run_case(&big, best, ref, &rng);
+    /* more than one 128-position super-chunk of the fast tile, with every row-group shape: head
+     * dim 128 (one head per group), group 8 at head dim 64 (groups of 3, 3, 2), MHA */
+    const attn_case longer[] = {{.hd = 128, .group = 8, .bs = 32, .n_ctx = 300, .pos0 = 250, .dt = PLLM_DTYPE_F16},
+                                {.hd = 64, .group = 8, .bs = 16, .n_ctx = 290, .pos0 = 289, .dt = PLLM_DTYPE_F32},
+                                {.hd = 64, .group = 1, .bs = 1, .n_ctx = 260, .pos0 = 100, .dt = PLLM_DTYPE_F32},
+                                {.hd = 48, .group = 4, .bs = 16, .n_ctx = 257, .pos0 = 0, .dt = PLLM_DTYPE_F16}};
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(longer); i++) run_case(&longer[i], best, ref, &rng);
     attn_case fb = {.hd = 80, .group = 8, .bs = 16, .n_ctx = 77, .pos0 = 30, .dt = PLLM_DTYPE_F32};
     double save_abs = g_max_abs, save_rel = g_max_rel;
     g_max_abs = 0;
@@ -255,7 +263,7 @@ int main(void)
     g_max_rel = PLLM_MAX(save_rel, g_max_rel);
     check_rope_store(best, &rng);
     if (best->isa >= PLLM_CPU_ISA_AVX512) check_block_size_invariance(best, &rng);
-    printf("cpu_attn: %d cases + 3: max abs error %.3g, max relative error (per row, against its largest element) %.3g\n",
+    printf("cpu_attn: %d cases + 7: max abs error %.3g, max relative error (per row, against its largest element) %.3g\n",
            n_cases, g_max_abs, g_max_rel);
     return pllm_test_finish("cpu_attn");
 }
