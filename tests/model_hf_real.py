@@ -39,6 +39,15 @@ import hf_tok  # noqa: E402
 
 TOL = 1e-5
 N_PROMPTS, MAX_TOKENS, N_GEN = 8, 40, 8
+GEN_TOKENS = 24  # pllm generate's --max-tokens
+STEP_TOKENS = 96  # cpu_logits_tool's token budget per step (prompts are chunked across steps)
+# Under the ASan+UBSan build (PLLM_SANITIZE, scripts/ci-extra.sh; pllm is several times slower
+# there, and the sanitizers, not the numerics, are what that run checks): 3 prompts of at most
+# 24 tokens + 4 greedy tokens through cpu_logits_tool (a step budget of 32 tokens, so prompts
+# are still chunked across steps and mixed with decodes), and 3 chats x 8 tokens through pllm
+# generate; the same conversion, files and checks.
+if os.environ.get("PLLM_SANITIZE"):
+    N_PROMPTS, MAX_TOKENS, N_GEN, GEN_TOKENS, STEP_TOKENS = 3, 24, 4, 8, 32
 
 
 def unpermute(w, n_head):
@@ -119,7 +128,7 @@ def generate(tmp, name, model, records):
     inp, out = os.path.join(tmp, "chat.jsonl"), os.path.join(tmp, name + ".out.jsonl")
     with open(inp, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in records)
-    p = subprocess.run([os.environ["PLLM_BIN"], "generate", "-q", "-t", "2", "--max-tokens", "24", "--order", "input", "-m", model,
+    p = subprocess.run([os.environ["PLLM_BIN"], "generate", "-q", "-t", "2", "--max-tokens", str(GEN_TOKENS), "--order", "input", "-m", model,
                         "-o", out, inp], capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"pllm generate -m {model}: exit {p.returncode}: {p.stderr[-2000:]}")
@@ -127,7 +136,7 @@ def generate(tmp, name, model, records):
 
 
 def run(build, tmp, name, model, prompts):
-    spec = dict(model=model, threads=2, block_size=16, max_step_tokens=96, max_step_seqs=4, shuffle_seed=3,
+    spec = dict(model=model, threads=2, block_size=16, max_step_tokens=STEP_TOKENS, max_step_seqs=4, shuffle_seed=3,
                 out=os.path.join(tmp, name + ".npy"),
                 seqs=[dict(tokens=p, logits_at=list(range(len(p))), generate=N_GEN) for p in prompts])
     sp = os.path.join(tmp, name + ".json")
@@ -188,7 +197,7 @@ def main():
     ga, gb = generate(tmp, "gguf", path, chats), generate(tmp, "hf", hfdir, chats)
     shutil.rmtree(hfdir)
     same = sum(a["text"] == b["text"] and a["prompt_tokens"] == b["prompt_tokens"] for a, b in zip(ga, gb))
-    print(f"pllm generate (chat template, tokenizer, model; greedy 24 tokens): GGUF vs HF directory identical "
+    print(f"pllm generate (chat template, tokenizer, model; greedy {GEN_TOKENS} tokens): GGUF vs HF directory identical "
           f"{same}/{len(ga)}; e.g. {gb[0]['text']!r}")
     if same != len(ga) or len(ga) != len(chats):
         failures.append(f"pllm generate: {same}/{len(ga)} outputs identical between the GGUF and the HF directory")
