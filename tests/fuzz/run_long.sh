@@ -7,7 +7,10 @@
 #
 #   tests/fuzz/run_long.sh                      every target up to 10,000,000 executions
 #   tests/fuzz/run_long.sh -n 2000000 gguf io   chosen targets, another goal
-#   tests/fuzz/run_long.sh -s                   print the totals only
+#   tests/fuzz/run_long.sh -s                   print the totals only: this build's (long.tsv)
+#                                               and the committed record (campaigns.tsv)
+#   tests/fuzz/run_long.sh -c                   this build's totals as rows for the committed
+#                                               record tests/fuzz/campaigns.tsv (append them)
 #
 # Runs at the lowest CPU priority (nice 19) in one process per target at a time, so that it
 # takes only idle time on a shared machine. The per-input timeout is 60 s of wall time
@@ -27,7 +30,8 @@ while [ $# -gt 0 ]; do
     case "$1" in
     -n) GOAL=$2; shift 2 ;;
     -s) summary=1; shift ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    -c) summary=2; shift ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
     *) targets="$targets $1"; shift ;;
     esac
 done
@@ -38,11 +42,23 @@ TSV=$WORK/long.tsv
 total_of() { awk -F'\t' -v t="$1" '$2 == t && $5 == "ok" { s += $3 } END { print s + 0 }' "$TSV" 2>/dev/null || echo 0; }
 secs_of() { awk -F'\t' -v t="$1" '$2 == t { s += $4 } END { print s + 0 }' "$TSV" 2>/dev/null || echo 0; }
 
+RECORD=$ROOT/tests/fuzz/campaigns.tsv
+recorded_of() { awk -F'\t' -v t="$1" '$2 == t { s += $3 } END { print s + 0 }' "$RECORD" 2>/dev/null || echo 0; }
+
 print_totals() {
-    printf "%-12s %14s %10s %s\n" target executions cpu-s "command: $BUILD/tests/fuzz_<target> (see tests/fuzz/run_long.sh)"
-    for t in $ALL; do printf "%-12s %14s %10s\n" "$t" "$(total_of "$t")" "$(secs_of "$t")"; done
+    printf "%-12s %14s %10s %14s %s\n" target executions cpu-s recorded "command: $BUILD/tests/fuzz_<target> (see tests/fuzz/run_long.sh); recorded: tests/fuzz/campaigns.tsv"
+    for t in $ALL; do printf "%-12s %14s %10s %14s\n" "$t" "$(total_of "$t")" "$(secs_of "$t")" "$(recorded_of "$t")"; done
 }
 if [ "$summary" = 1 ]; then print_totals; exit 0; fi
+if [ "$summary" = 2 ]; then # rows for campaigns.tsv: last chunk's date, target, executions, cpu-s, command
+    for t in $ALL; do
+        n=$(total_of "$t")
+        [ "$n" -gt 0 ] || continue
+        d=$(awk -F'\t' -v t="$t" '$2 == t { d = $1 } END { print d }' "$TSV")
+        printf "%s\t%s\t%s\t%s\t%s\n" "$d" "$t" "$n" "$(secs_of "$t")" "tests/fuzz/run_long.sh $t (libFuzzer, ASan+UBSan+LSan, nice 19)"
+    done
+    exit 0
+fi
 
 # build and seed once, through run.sh (replays the regression corpus too)
 PLLM_FUZZ_BUILD=$BUILD "$ROOT/tests/fuzz/run.sh" -r $targets >/dev/null
