@@ -25,6 +25,9 @@
  * lru|future|both (default both: (b) and (c) run with each). Reduced sizes for quick checks:
  * e.g. `engine_model_bench a --prompts 16 --max-tokens 16`.
  *
+ * The backend runs with pllm generate's defaults: int8 math where the weights are quantized, the KV
+ * cache dtype auto (fp16 then).
+ *
  * Throughput is wall time (the machine may be shared); the CPU seconds of the process are
  * printed beside it.
  */
@@ -111,6 +114,7 @@ static int run(const pllm_model *m, const pllm_tokenizer *tok, const opts *op, c
     pllm_cpu_params cp;
     pllm_cpu_params_defaults(&cp);
     cp.n_threads = op->threads;
+    cp.kv_dtype = PLLM_DTYPE_COUNT; /* auto, as `pllm generate` runs (fp16 with int8 math) */
     pllm_backend be = {0};
     pllm_engine *e = NULL;
     if (!out->tokens || pllm_cpu_backend_create(&be, m, &cp) != PLLM_OK ||
@@ -533,11 +537,13 @@ int main(int argc, char **argv)
         pllm_cpu_params cp;
         pllm_cpu_params_defaults(&cp);
         cp.n_threads = op.threads;
+        cp.kv_dtype = PLLM_DTYPE_COUNT;
         int n_threads = 0;
         if (pllm_cpu_backend_create(&probe, m, &cp) == PLLM_OK) {
             const char *isa = pllm_cpu_backend_describe(&probe, &n_threads);
-            printf("engine_model_bench: %s, CPU backend (%s kernels, %d threads)\n", op.model, isa,
-                   n_threads);
+            printf("engine_model_bench: %s, CPU backend (%s kernels, %s math, %s KV, %d threads)\n", op.model, isa,
+                   pllm_cpu_backend_int_math(&probe) ? "int8" : "f32",
+                   pllm_cpu_backend_kv_dtype(&probe) == PLLM_DTYPE_F16 ? "fp16" : "fp32", n_threads);
             pllm_backend_free(&probe);
         }
     }
