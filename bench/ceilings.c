@@ -38,6 +38,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #define CEIL_X86 1
+#include "bench/vnni_peak.h"
 #else
 #define CEIL_X86 0
 #endif
@@ -279,41 +280,12 @@ __attribute__((target("avx2,fma"))) static double fma256_work(void *varg, int it
     return (double)a->iters * FMA_ACC * 8 * 2;
 }
 
-/* vpdpbusd zmm: 64 u8 x s8 products + 64 adds per instruction. */
-__attribute__((target("avx512f,avx512vnni"))) static double vnni512_work(void *varg, int ith,
-                                                                         int nth)
+/* vpdpbusd zmm: 64 u8 x s8 products + 64 adds per instruction (the loop in vnni_peak.h). */
+static double vnni512_work(void *varg, int ith, int nth)
 {
     (void)ith;
     (void)nth;
-    const peak_arg *a = varg;
-    const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
-    __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2),
-            a3 = _mm512_set1_epi32(3), a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5),
-            a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7), a8 = _mm512_set1_epi32(8),
-            a9 = _mm512_set1_epi32(9), a10 = _mm512_set1_epi32(10), a11 = _mm512_set1_epi32(11);
-    for (int64_t it = 0; it < a->iters; it++) {
-        a0 = _mm512_dpbusd_epi32(a0, x, y);
-        a1 = _mm512_dpbusd_epi32(a1, x, y);
-        a2 = _mm512_dpbusd_epi32(a2, x, y);
-        a3 = _mm512_dpbusd_epi32(a3, x, y);
-        a4 = _mm512_dpbusd_epi32(a4, x, y);
-        a5 = _mm512_dpbusd_epi32(a5, x, y);
-        a6 = _mm512_dpbusd_epi32(a6, x, y);
-        a7 = _mm512_dpbusd_epi32(a7, x, y);
-        a8 = _mm512_dpbusd_epi32(a8, x, y);
-        a9 = _mm512_dpbusd_epi32(a9, x, y);
-        a10 = _mm512_dpbusd_epi32(a10, x, y);
-        a11 = _mm512_dpbusd_epi32(a11, x, y);
-        __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
-        __asm__ volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
-    }
-    __m512i s =
-        _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
-                         _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
-    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
-    volatile int sink = _mm512_reduce_add_epi32(s);
-    (void)sink;
-    return (double)a->iters * FMA_ACC * 128;
+    return pllm_bench_vnni512_loop(((const peak_arg *)varg)->iters);
 }
 
 /* VEX vpdpbusd ymm (AVX-VNNI): 32 products + 32 adds per instruction. */

@@ -35,6 +35,7 @@
 
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
+#include "bench/vnni_peak.h"
 #include "tests/cpu_gemm_rand.h"
 
 /* lab variants: cpu/gemm_avx512.c compiled again with other tuning macros (bench/cpu.cmake) */
@@ -178,31 +179,12 @@ static bool in_list(const char *list, const char *name, bool dflt)
 
 /* This thread's register-resident vpdpbusd zmm rate, GOP/s (as bench/ceilings: 12 independent
  * accumulators, 128 ops per instruction), over `budget` seconds of thread CPU time. */
-__attribute__((target("avx512f,avx512vnni"))) static double vnni_peak(double budget)
+static double vnni_peak(double budget)
 {
-    const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
-    __m512i a0 = _mm512_set1_epi32(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0,
-            a10 = a0, a11 = a0;
     double best = 0;
     for (double t_end = now() + budget; now() < t_end;) {
-        const double t0 = now();
-        for (int it = 0; it < 100000; it++) {
-            a0 = _mm512_dpbusd_epi32(a0, x, y);
-            a1 = _mm512_dpbusd_epi32(a1, x, y);
-            a2 = _mm512_dpbusd_epi32(a2, x, y);
-            a3 = _mm512_dpbusd_epi32(a3, x, y);
-            a4 = _mm512_dpbusd_epi32(a4, x, y);
-            a5 = _mm512_dpbusd_epi32(a5, x, y);
-            a6 = _mm512_dpbusd_epi32(a6, x, y);
-            a7 = _mm512_dpbusd_epi32(a7, x, y);
-            a8 = _mm512_dpbusd_epi32(a8, x, y);
-            a9 = _mm512_dpbusd_epi32(a9, x, y);
-            a10 = _mm512_dpbusd_epi32(a10, x, y);
-            a11 = _mm512_dpbusd_epi32(a11, x, y);
-            __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
-            __asm__ volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
-        }
-        best = fmax(best, 100000.0 * 12 * 128 / (now() - t0) / 1e9);
+        const double t0 = now(), ops = pllm_bench_vnni512_loop(100000);
+        best = fmax(best, ops / (now() - t0) / 1e9);
     }
     return best;
 }
