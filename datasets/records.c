@@ -600,8 +600,10 @@ static pllm_status parse_sharegpt(pctx *x, json_t *root)
     return validate_params(x);
 }
 
-pllm_status pllm_record_parse(pllm_record *rec, pllm_format fmt, const char *text, size_t len,
-                              const pllm_record_loc *loc, const pllm_request_params *defaults)
+/* A record's fields before parsing: where it stands, its format and the default parameters
+ * (without the defaults' stop strings, which are borrowed). */
+static void record_start(pllm_record *rec, pllm_format fmt, const pllm_record_loc *loc,
+                         const pllm_request_params *defaults)
 {
     memset(rec, 0, sizeof *rec);
     PLLM_ASSERT(fmt != PLLM_FORMAT_AUTO);
@@ -609,9 +611,18 @@ pllm_status pllm_record_parse(pllm_record *rec, pllm_format fmt, const char *tex
     rec->line = loc->line;
     rec->element = loc->element;
     rec->params = *defaults;
+    rec->params.n_stop = 0;
+}
+
+/* The id of a record without a usable one of its own: its element number, else its line. */
+static int64_t fallback_id(const pllm_record_loc *loc) { return loc->element > 0 ? loc->element : loc->line; }
+
+pllm_status pllm_record_parse(pllm_record *rec, pllm_format fmt, const char *text, size_t len,
+                              const pllm_record_loc *loc, const pllm_request_params *defaults)
+{
+    record_start(rec, fmt, loc, defaults);
     pctx x = {.rec = rec, .loc = loc, .prefix = ""};
-    int64_t fallback_id = loc->element > 0 ? loc->element : loc->line;
-    rec->params.n_stop = 0; /* the defaults' stop strings are borrowed: copy them */
+    /* the defaults' stop strings are borrowed: copy them */
     for (int32_t i = 0; i < defaults->n_stop; i++) {
         if (!(rec->stop_store[i] = pllm_strdup(defaults->stop[i])))
             return rec_err(&x, PLLM_ERR_NOMEM, "out of memory");
@@ -621,13 +632,13 @@ pllm_status pllm_record_parse(pllm_record *rec, pllm_format fmt, const char *tex
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (!root) {
-        if (fmt != PLLM_FORMAT_OPENAI) rec->id = json_integer(fallback_id);
+        if (fmt != PLLM_FORMAT_OPENAI) rec->id = json_integer(fallback_id(loc));
         return rec_err(&x, PLLM_ERR_FORMAT, "invalid JSON at column %d: %s", jerr.column,
                        jerr.text);
     }
     pllm_status st = PLLM_OK;
     if (!json_is_object(root)) {
-        if (fmt != PLLM_FORMAT_OPENAI) rec->id = json_integer(fallback_id);
+        if (fmt != PLLM_FORMAT_OPENAI) rec->id = json_integer(fallback_id(loc));
         st = rec_err(&x, PLLM_ERR_FORMAT, "a record must be a JSON object");
         goto done;
     }
@@ -646,13 +657,13 @@ pllm_status pllm_record_parse(pllm_record *rec, pllm_format fmt, const char *tex
             goto done;
         }
     } else if (id_nul) {
-        rec->id = json_integer(fallback_id);
+        rec->id = json_integer(fallback_id(loc));
         st = field_err(&x, "id", "must not contain a NUL character (\\u0000)", id);
         goto done;
     } else if (id && (json_is_string(id) || json_is_integer(id))) {
         rec->id = json_incref(id);
     } else {
-        rec->id = json_integer(fallback_id);
+        rec->id = json_integer(fallback_id(loc));
         if (id && !json_is_null(id)) {
             st = field_err(&x, "id", "must be a string or an integer", id);
             goto done;
@@ -679,15 +690,8 @@ done:
 pllm_status pllm_record_reject(pllm_record *rec, pllm_format fmt, const pllm_record_loc *loc,
                                const pllm_request_params *defaults, const char *message)
 {
-    memset(rec, 0, sizeof *rec);
-    PLLM_ASSERT(fmt != PLLM_FORMAT_AUTO);
-    rec->format = fmt;
-    rec->line = loc->line;
-    rec->element = loc->element;
-    rec->params = *defaults;
-    rec->params.n_stop = 0; /* the defaults' stop strings are borrowed; a bad record needs none */
-    if (fmt != PLLM_FORMAT_OPENAI)
-        rec->id = json_integer(loc->element > 0 ? loc->element : loc->line);
+    record_start(rec, fmt, loc, defaults); /* a bad record needs no stop strings */
+    if (fmt != PLLM_FORMAT_OPENAI) rec->id = json_integer(fallback_id(loc));
     pctx x = {.rec = rec, .loc = loc, .prefix = ""};
     return rec_err(&x, PLLM_ERR_FORMAT, "%s", message);
 }
