@@ -470,8 +470,13 @@ int cmd_generate(int argc, char **argv)
     pllm_tokens ids = {0};
     pllm_buf rendered = {0};
     while (!interrupted && g.write_st == PLLM_OK && !input_error) {
-        while (!eof && g.in_flight < window && g.write_st == PLLM_OK && !interrupted &&
-               (order == GEN_ORDER_COMPLETION || next_seq - g.head < g.n_slots)) {
+        /* At most `window` records are read between two engine steps, bad and skipped ones
+         * included: in an input that is mostly rejected records, filling the window with valid
+         * ones could otherwise read hundreds of thousands of lines before the first step. */
+        int32_t n_round = 0;
+        while (!eof && g.in_flight < window && n_round < window && g.write_st == PLLM_OK &&
+               !interrupted && (order == GEN_ORDER_COMPLETION || next_seq - g.head < g.n_slots)) {
+            n_round++;
             pllm_record rec;
             pllm_status st = pllm_source_next(src, &defaults, &rec, &eof);
             if (st != PLLM_OK) {
