@@ -15,6 +15,22 @@
  *      JSON list, format detected, or forced to pllm by mode 4): every record handed out is
  *      good (no error) or bad with a message, records come in file order, and the source
  *      stops only at the end or with an error that has a message.
+ *
+ * Decompressed-size cap (modes 1 and 5): a .zst input that decompresses to more than
+ * FUZZ_ZST_MAX_OUT bytes (1 MiB) or more than FUZZ_ZST_MAX_LINES newlines (1024) is skipped
+ * (returns -1: libFuzzer runs it but does not add it to the corpus), the way -max_len caps
+ * the input itself. A few dozen bytes of zstd can expand to hundreds of MB (an RLE block of
+ * newlines), which the reader splits into millions of lines and mode 5 parses as JSON and
+ * recompresses, line by line: seconds per input under ASan (~7 us a line, ~70 ns a byte).
+ * Such inputs filled the corpus until the io target ran at ~150 exec/s instead of thousands.
+ * The size is measured first by a streaming decompress of the input into a scratch buffer
+ * that stops as soon as either cap is passed (or at the first error, or at the end of the
+ * input, where the reader stops too). 1 MiB is 4x the reader's first buffer (4 x 64 KiB), so
+ * buffer growth on long lines is still fuzzed; 1024 lines is far past what coverage can tell
+ * apart (libFuzzer's loop counters stop at 128+). Over-long lines (PLLM_READER_MAX_LINE, 256
+ * MiB) were never reachable here (-max_len, the RSS limit); tests/ cover them. Inputs under
+ * the caps are checked exactly as before. This is a harness limit only: the product reads
+ * .zst inputs of any size.
  */
 #include "tests/fuzz/fuzz_common.h"
 
@@ -24,6 +40,10 @@
 
 #include <string.h>
 #include <sys/stat.h>
+#include <zstd.h>
+
+#define FUZZ_ZST_MAX_OUT ((size_t)1 << 20)
+#define FUZZ_ZST_MAX_LINES 1024
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -38,6 +58,36 @@ static char *path_of(const char *name)
     pllm_buf b = {0};
     pllm_buf_appendf(&b, "%s/%s", fuzz_scratch_dir(), name);
     return b.s;
+}
+
+/* Whether the zstd stream p[0..n) decompresses to more than FUZZ_ZST_MAX_OUT bytes or more
+ * than FUZZ_ZST_MAX_LINES newlines, counted up to the first error or the end of the input (as
+ * datasets/io.c's reader would read it) and no further than a cap. */
+static bool zst_over_cap(const uint8_t *p, size_t n)
+{
+    static ZSTD_DCtx *dctx; /* kept for the process (reachable, not a leak) */
+    static unsigned char out[1 << 16];
+    if (!dctx) dctx = ZSTD_createDCtx();
+    FUZZ_CHECK(dctx != NULL, "ZSTD_createDCtx");
+    ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
+    ZSTD_inBuffer in = {p, n, 0};
+    size_t total = 0, lines = 0;
+    for (;;) {
+        ZSTD_outBuffer ob = {out, sizeof out, 0};
+        size_t in_before = in.pos;
+        size_t ret = ZSTD_decompressStream(dctx, &ob, &in);
+        if (ZSTD_isError(ret)) return false;
+        total += ob.pos;
+        if (total > FUZZ_ZST_MAX_OUT) return true;
+        const unsigned char *q = out, *end = out + ob.pos;
+        while ((q = memchr(q, '\n', (size_t)(end - q))) != NULL) {
+            if (++lines > FUZZ_ZST_MAX_LINES) return true;
+            q++;
+        }
+        /* go on while input is left or a full output buffer may leave bytes to flush */
+        if (in.pos == in.size && ob.pos < ob.size) return false;
+        if (ob.pos == 0 && in.pos == in_before) return false; /* no progress */
+    }
 }
 
 static void read_plain(const uint8_t *p, size_t n)
@@ -179,7 +229,9 @@ static void source(const uint8_t *p, size_t n, pllm_format fmt)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0) return 0;
-    switch (data[0] % 6) {
+    int mode = data[0] % 6;
+    if ((mode == 1 || mode == 5) && zst_over_cap(data + 1, size - 1)) return -1;
+    switch (mode) {
     case 0: read_plain(data + 1, size - 1); break;
     case 1: read_zst(data + 1, size - 1); break;
     case 2: resume(data + 1, size - 1); break;
