@@ -187,6 +187,14 @@ T512 static void tile_avx512(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_ar
  * and block-size invariance of attention.h hold.
  */
 #define ATTN_SUPER 128
+/* Software prefetch distance, in positions: the K/V rows of the chunk ATTN_PF positions ahead
+ * are prefetched while a chunk is computed. The rows of one block are 2-4 KB that the hardware
+ * prefetcher meets only as the sweep reaches them, and the next block is anywhere in the cache,
+ * so a decode sweep over a context in DRAM otherwise waits on a miss at every block. Only the
+ * first row group of a tile to reach a super-chunk prefetches (the others find it in L2). */
+#ifndef ATTN_PF
+#define ATTN_PF 32
+#endif
 
 /* hsum16, the lane sums of 16 vectors v_0..v_15 as one vector (lane j = the sum of v_j's lanes),
  * by a fixed tree in two parts: hsum4 folds v_4k..v_4k+3 into y_k (in each 128-bit quarter,
@@ -219,8 +227,9 @@ T512 static inline __attribute__((always_inline)) void rows_sweep(const int NS, 
                                                                    const float *const *q, float *m, float *lv,
                                                                    const uint8_t *const *Kp, const uint8_t *const *Vp,
                                                                    int32_t P0, int32_t P1, int32_t pos,
-                                                                   float scale)
+                                                                   float scale, int32_t pf_end)
 {
+    const int row_lines = ((f16 ? 32 : 64) * NS + 63) / 64; /* cache lines of one K or V row */
     __m512 acc[4][8], l[4];
     float mr[4];
 #pragma GCC unroll 16
@@ -236,6 +245,15 @@ T512 static inline __attribute__((always_inline)) void rows_sweep(const int NS, 
         const int32_t n = PLLM_MIN(PLLM_CPU_ATTN_CHUNK, end - P);
         const __mmask16 jm = (__mmask16)((1u << n) - 1);
         const uint8_t *const *K = Kp + (P - P0), *const *V = Vp + (P - P0);
+        if (ATTN_PF > 0 && P + ATTN_PF < pf_end) { /* Kp/Vp hold the rows up to pf_end */
+            const int32_t n_pf = PLLM_MIN(PLLM_CPU_ATTN_CHUNK, pf_end - (P + ATTN_PF));
+            for (int32_t j = 0; j < n_pf; j++)
+#pragma GCC unroll 8
+                for (int c = 0; c < row_lines; c++) {
+                    _mm_prefetch((const char *)K[ATTN_PF + j] + 64 * c, _MM_HINT_T0);
+                    _mm_prefetch((const char *)V[ATTN_PF + j] + 64 * c, _MM_HINT_T0);
+                }
+        }
         float pj[4][PLLM_CPU_ATTN_CHUNK] __attribute__((aligned(64)));
 #pragma GCC unroll 16
         for (int g = 0; g < RG; g++) {
@@ -285,20 +303,20 @@ T512 static inline __attribute__((always_inline)) void rows_sweep(const int NS, 
 #define RG_MAX(NS) ((NS) <= 3 ? 4 : (NS) == 4 ? 3 : (NS) <= 6 ? 2 : 1)
 
 typedef void (*sweep_fn)(float *const *o, const float *const *q, float *m, float *lv, const uint8_t *const *Kp,
-                         const uint8_t *const *Vp, int32_t P0, int32_t P1, int32_t pos, float scale);
+                         const uint8_t *const *Vp, int32_t P0, int32_t P1, int32_t pos, float scale, int32_t pf_end);
 /* one function per (NS, RG, cache dtype), every small loop unrolled, the accumulators in registers */
 #define SWEEP(NS, RG)                                                                                                  \
     T512 static void sweep_##NS##_##RG##_f32(float *const *o, const float *const *q, float *m, float *lv,             \
                                              const uint8_t *const *Kp, const uint8_t *const *Vp, int32_t P0,          \
-                                             int32_t P1, int32_t pos, float scale)                                     \
+                                             int32_t P1, int32_t pos, float scale, int32_t pf_end)                     \
     {                                                                                                                  \
-        rows_sweep(NS, RG, false, o, q, m, lv, Kp, Vp, P0, P1, pos, scale);                                            \
+        rows_sweep(NS, RG, false, o, q, m, lv, Kp, Vp, P0, P1, pos, scale, pf_end);                                    \
     }                                                                                                                  \
     T512 static void sweep_##NS##_##RG##_f16(float *const *o, const float *const *q, float *m, float *lv,             \
                                              const uint8_t *const *Kp, const uint8_t *const *Vp, int32_t P0,          \
-                                             int32_t P1, int32_t pos, float scale)                                     \
+                                             int32_t P1, int32_t pos, float scale, int32_t pf_end)                     \
     {                                                                                                                  \
-        rows_sweep(NS, RG, true, o, q, m, lv, Kp, Vp, P0, P1, pos, scale);                                             \
+        rows_sweep(NS, RG, true, o, q, m, lv, Kp, Vp, P0, P1, pos, scale, pf_end);                                     \
     }
 SWEEP(1, 1) SWEEP(1, 2) SWEEP(1, 3) SWEEP(1, 4)
 SWEEP(2, 1) SWEEP(2, 2) SWEEP(2, 3) SWEEP(2, 4)
@@ -340,18 +358,20 @@ T512 static void tile_fast(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args
     memset(lv, 0, sizeof(float) * 16 * (size_t)rows);
     for (int32_t i = 0; i < t->n_q; i++) memset(t->out + i * t->ld_out, 0, sizeof(float) * (size_t)G * (size_t)hd);
 
-    const uint8_t *Kp[ATTN_SUPER], *Vp[ATTN_SUPER];
+    const uint8_t *Kp[ATTN_SUPER + ATTN_PF], *Vp[ATTN_SUPER + ATTN_PF];
     for (int32_t P0 = 0; P0 <= last; P0 += ATTN_SUPER) {
-        const int32_t P1 = PLLM_MIN(P0 + ATTN_SUPER, last + 1);
-        /* K/V rows of [P0, P1); the rest of P1's chunk points at a valid row (its lanes are masked) */
+        const int32_t P1 = PLLM_MIN(P0 + ATTN_SUPER, last + 1), pf_end = PLLM_MIN(P1 + ATTN_PF, last + 1);
+        /* K/V rows of [P0, P1); the rest of P1's chunk points at a valid row (its lanes are
+         * masked); then the rows of [P1, pf_end), for the prefetch only */
         const int32_t n_fill = PLLM_MIN(ATTN_SUPER, (P1 - P0 + PLLM_CPU_ATTN_CHUNK - 1) / PLLM_CPU_ATTN_CHUNK * PLLM_CPU_ATTN_CHUNK);
-        for (int32_t j = 0; j < n_fill; j++) {
-            const int32_t pos = P0 + j < P1 ? P0 + j : P0;
+        for (int32_t j = 0; j < PLLM_MAX(n_fill, pf_end - P0); j++) {
+            const int32_t pos = P0 + j < pf_end && (P0 + j < P1 || j >= n_fill) ? P0 + j : P0;
             const size_t row = (((size_t)a->block_table[pos / bs] * (size_t)kv->n_head_kv + (size_t)t->kv_head) * (size_t)bs +
                                 (size_t)(pos % bs)) * (size_t)hd * esz;
             Kp[j] = (const uint8_t *)a->k_cache + row;
             Vp[j] = (const uint8_t *)a->v_cache + row;
         }
+        bool first = true;
         for (int32_t i = 0; i < t->n_q; i++) {
             const int32_t pos = t->pos0 + i;
             if (pos < P0) continue;
@@ -364,7 +384,8 @@ T512 static void tile_fast(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args
                     q[g] = t->q + i * t->ld_q + (int64_t)(g0 + g) * hd;
                 }
                 const int32_t r = i * G + g0;
-                sweeps[f16][NS][rg](o, q, m + r, lv + 16 * (size_t)r, Kp, Vp, P0, P1, pos, a->scale);
+                sweeps[f16][NS][rg](o, q, m + r, lv + 16 * (size_t)r, Kp, Vp, P0, P1, pos, a->scale, first ? pf_end : 0);
+                first = false;
             }
         }
     }

@@ -7,6 +7,8 @@
  * pllm_cpu_attend_tile, one thread, on the shapes the engine runs, with the AVX-512 tile and with
  * the per-row path (pllm_cpu_attend on the same kernel table) as a second variant:
  *   decode   one query of each of 64 sequences, context 300 (the batched ShareGPT decode step)
+ *   DRAM     the same over 30 times as many sequences: a step's KV over all 30 layers of the
+ *            135M model (150-300 MB), which does not fit the caches, as in the engine
  *   prefill  a 21-query tile (the engine's tile at GQA group 3) at the end of a 175-token prompt
  *   long     one decode query at context 4096
  * for SmolLM2-135M (head_dim 64, group 3) and TinyLlama-1.1B (head_dim 64, group 8) and a
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "cpu/attention.h"
@@ -30,6 +33,24 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* LAB_HUGE=1: the caches in transparent huge pages (madvise), as pllm_huge_alloc gives them */
+static void *lab_alloc(size_t n)
+{
+    if (!getenv("LAB_HUGE")) return malloc(n);
+    const size_t H = (size_t)2 << 20;
+    uint8_t *p = mmap(NULL, n + H, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) abort();
+    uint8_t *a = (uint8_t *)(((uintptr_t)p + H - 1) & ~(uintptr_t)(H - 1));
+    madvise(a, n, MADV_HUGEPAGE);
+    return a;
+}
+
+static void lab_free(void *p, size_t n)
+{
+    if (!getenv("LAB_HUGE")) free(p);
+    (void)n; /* the lab's huge mappings live until exit */
 }
 
 typedef struct shape {
@@ -45,7 +66,7 @@ static void run(const shape *sh, pllm_dtype dt, bool tiled, const pllm_cpu_kerne
     const int32_t hd = sh->hd, G = sh->group, bs = 16, n_kv = 1;
     const int32_t nb = (sh->n_ctx + bs - 1) / bs, n_blocks = nb * sh->n_seq;
     const size_t esz = dt == PLLM_DTYPE_F16 ? 2 : 4, n_el = (size_t)n_blocks * (size_t)bs * (size_t)hd;
-    uint8_t *kc = malloc(n_el * esz), *vc = malloc(n_el * esz);
+    uint8_t *kc = lab_alloc(n_el * esz), *vc = lab_alloc(n_el * esz);
     for (size_t e = 0; e < n_el; e++) {
         float k = 2.0f * pllm_test_randf(rng), v = pllm_test_randf(rng);
         if (esz == 2) {
@@ -98,8 +119,8 @@ static void run(const shape *sh, pllm_dtype dt, bool tiled, const pllm_cpu_kerne
     g_sink += out[0];
     printf("  %-34s %-3s %-8s %8.3f ms/call  %6.2f GFLOP/s\n", sh->name, dt == PLLM_DTYPE_F16 ? "f16" : "f32",
            tiled ? "tile" : "per-row", (t1 - t0) * 1e3 / iters, flops * iters / (t1 - t0) * 1e-9);
-    free(kc);
-    free(vc);
+    lab_free(kc, n_el * esz);
+    lab_free(vc, n_el * esz);
     free(bt);
     free(q);
     free(out);
@@ -121,6 +142,7 @@ int main(int argc, char **argv)
     printf("attn_lab: %s kernel table, 1 thread, block size 16, %.0f ms per figure\n", kern->name, ms);
     const shape shapes[] = {
         {"135M decode (64 seqs x ctx 300)", 64, 3, 64, 300, 1},
+        {"135M decode, DRAM (64x30 seqs x 300)", 64, 3, 64 * 30, 300, 1},
         {"135M prefill (21-query tile, 175)", 64, 3, 16, 175, 21},
         {"135M decode, ctx 4096", 64, 3, 1, 4096, 1},
         {"1.1B decode (64 seqs x ctx 300)", 64, 8, 64, 300, 1},
