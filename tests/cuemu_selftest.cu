@@ -260,6 +260,25 @@ __global__ void k_wild_read(float *out, const float *p, long long off)
     out[threadIdx.x] = p[off];
 }
 
+#if defined(PLLM_CUDA_EMU) && defined(__SANITIZE_ADDRESS__)
+/* A device function returning the address of its local array (ASan's stack-use-after-return). */
+__device__ __attribute__((noinline)) int *uar_local_address(int v)
+{
+    int local[16];
+    for (int i = 0; i < 16; i++) local[i] = v + i;
+    int *volatile p = local;
+    return p;
+}
+
+/* Every thread calls it; only the last block reads through the dead pointer, so the fiber that
+ * reads runs on a fake stack the emulator kept from the slot's earlier blocks. */
+__global__ void k_use_after_return(int *out, int bad_block)
+{
+    int *p = uar_local_address((int)threadIdx.x);
+    out[blockIdx.x * blockDim.x + threadIdx.x] = (int)blockIdx.x == bad_block ? p[3] : 0;
+}
+#endif
+
 /* A missing barrier: each thread reads the slot its predecessor wrote, with no __syncthreads. */
 __global__ void k_racy(int *out)
 {
@@ -782,6 +801,15 @@ static void wild_read_body(void)
     PLLM_LAUNCH(k_wild_read, 1, 32, 0, 0)(o, p, 64); /* just past the end: the guard page */
 }
 
+#ifdef __SANITIZE_ADDRESS__
+static void use_after_return_body(void)
+{
+    int *d = dalloc<int>(8 * 64);
+    PLLM_LAUNCH(k_use_after_return, 8, 64, 0, 0)(d, 7);
+    cudaDeviceSynchronize();
+}
+#endif
+
 static void test_graphs_and_streams(uint64_t *rng)
 {
     const int n = 300;
@@ -968,6 +996,17 @@ int main(void)
     expect_death("fiber stack overflow", deep_stack_body, "fiber stack overflow");
     expect_death("read just past a device buffer", wild_read_body,
                  "0 bytes past the end of the 256-byte device allocation");
+#ifdef __SANITIZE_ADDRESS__
+    /* ASan's stack-use-after-return inside a kernel, when the run asks for it (scripts/ci-extra.sh
+     * does): the emulator keeps each fiber slot's fake stack from block to block */
+    const char *ao = getenv("ASAN_OPTIONS");
+    if (ao && strstr(ao, "detect_stack_use_after_return=1"))
+        expect_death("stack use after return in a kernel", use_after_return_body,
+                     "stack-use-after-return");
+    else
+        fprintf(stderr, "cuemu_selftest: ASAN_OPTIONS lacks detect_stack_use_after_return=1: "
+                        "the use-after-return check is not run\n");
+#endif
     pllm_cuemu_stats st;
     pllm_cuemu_get_stats(&st);
     fprintf(stderr,

@@ -131,6 +131,16 @@ struct stack_pool {
     unsigned n = 0;
     char *altstack = nullptr;
     size_t altstack_len = 0;
+#ifdef CUEMU_ASAN
+    /* ASan's fake stack (detect_stack_use_after_return) of each slot, kept from one block to the
+     * next like the stack itself: a fiber that finishes saves it instead of destroying it, the
+     * next fiber of the slot takes it over. Creating and destroying one per emulated thread
+     * (an mmap of ~1.5 MiB, page faults, munmap) cost ~9x the kernels' own time under ASan. A
+     * finished fiber has returned from every frame, so its fake stack holds no live frame.
+     * After a failed block (fibers abandoned or ended mid-kernel) the slots start afresh: those
+     * fake stacks are left mapped, as abandoned fibers' always were. */
+    std::vector<void *> fake;
+#endif
     ~stack_pool();
 };
 
@@ -291,6 +301,9 @@ stack_pool *get_pool()
     p->guard = pg;
     p->slot = want + pg;
     p->n = CUEMU_MAX_THREADS;
+#ifdef CUEMU_ASAN
+    p->fake.assign(p->n, nullptr);
+#endif
     p->map_len = p->slot * p->n;
     void *m = mmap(nullptr, p->map_len, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -402,12 +415,12 @@ void yield(block_exec *b, fiber *f)
 #endif
 }
 
-/* Fiber -> scheduler, never to come back. */
+/* Fiber -> scheduler, never to come back (its fake stack is kept for the slot's next fiber). */
 [[noreturn]] void leave(block_exec *b, fiber *f)
 {
     b->switches++;
 #ifdef CUEMU_ASAN
-    __sanitizer_start_switch_fiber(nullptr, b->sched_bottom, b->sched_size);
+    __sanitizer_start_switch_fiber(&f->fake_stack, b->sched_bottom, b->sched_size);
 #endif
 #ifdef CUEMU_ASM_SWITCH
     cuemu_switch(&f->sp, b->sched_sp);
@@ -515,10 +528,11 @@ void fiber_exit(block_exec *b, fiber *f)
 void fiber_entry()
 {
     block_exec *b = cur_exec();
-#ifdef CUEMU_ASAN
-    __sanitizer_finish_switch_fiber(nullptr, &b->sched_bottom, &b->sched_size);
-#endif
     fiber *f = b->cur_fiber();
+#ifdef CUEMU_ASAN
+    /* the slot's fake stack from an earlier block (nullptr: ASan makes one on first use) */
+    __sanitizer_finish_switch_fiber(f->fake_stack, &b->sched_bottom, &b->sched_size);
+#endif
     b->body->run();
     fiber_exit(b, f);
     leave(b, f);
@@ -922,7 +936,8 @@ bool run_block(block_exec *b, stack_pool *pool)
         f.wait_name = f.wait_file = nullptr;
         f.wait_line = 0;
 #ifdef CUEMU_ASAN
-        f.fake_stack = nullptr;
+        f.fake_stack = pool->fake[i];
+        pool->fake[i] = nullptr; /* back in the pool when this fiber finishes */
 #endif
         init_stack(&f);
         f.st = fst::runnable;
@@ -957,6 +972,8 @@ bool run_block(block_exec *b, stack_pool *pool)
     if (b->failed) /* abandoned fibers leave poisoned frames behind: clean their stacks */
         for (unsigned i = 0; i < n; i++)
             ASAN_UNPOISON_MEMORY_REGION(b->fibers[i].stack_lo, b->fibers[i].stack_size);
+    if (!b->failed) /* every fiber finished: their fake stacks serve the next block */
+        for (unsigned i = 0; i < n; i++) pool->fake[i] = b->fibers[i].fake_stack;
 #endif
     return !b->failed;
 }
