@@ -27,9 +27,19 @@ sys.path.insert(0, HERE)
 # Under the ASan+UBSan build (PLLM_SANITIZE, scripts/ci-extra.sh), where the emulated kernels
 # run many times slower and the sanitizers, not the numerics, are what the run checks: the
 # teacher-forced F32 run goes through one model per weight dtype (each dtype still converted
-# and run, each shape still in the list) instead of all 35, with 2 prompts x 3 tokens (the
-# engine runs of each shape's first model, the production, split, no-graph, Hugging Face and
-# sampled runs keep their sizes); the default model on 2 prompts x 2 tokens instead of 3 x 3.
+# and run, each shape still in the list) instead of all 35, with 2 prompts x 3 tokens; each
+# shape's first model runs teacher forced (4 prompts x 6 tokens) without the engine part, and
+# so does the sharded BF16 Hugging Face directory: the engine over the CUDA backend still runs
+# for every shape in its production run, which is 3 prompts x 4 tokens (halves in flight,
+# decode graphs captured and replayed) instead of 4 x 6; the split-attention runs and the
+# Llama-3 rope-scaling run take 2 of their 4 long prompts (every decode step still splits /
+# scales); the no-graph, mistral and sampled runs keep their sizes. The default model runs 1
+# text prompt x 2 tokens, teacher forced (the Q4_1 -> F16 conversion, a prefill step and a decode
+# step captured as a CUDA graph, at the real shape: vocabulary 49152), instead of 3 prompts x 3
+# tokens and the engine part: under ASan each step of the 135M model through the emulated
+# kernels costs 15-50 s, and the rest (batches of several sequences, halves in flight, graph
+# replays, the engine over the CUDA backend) runs under the sanitizers on the random models here
+# for every shape, and in cudacli_e2e's real-model run (pllm-emu generate: the engine).
 SANITIZE = bool(os.environ.get("PLLM_SANITIZE"))
 
 
@@ -61,28 +71,29 @@ def random_runs(tmp):
     picked = {ps[i % len(ps)] for i, ps in enumerate(per_dtype.values())}
     for m in models:
         if m["path"] in firsts:
-            runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--seed", "7", "--engine"]))
+            runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--seed", "7"] + ([] if SANITIZE else ["--engine"])))
         elif not SANITIZE:
             runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--seed", "7"]))
         elif m["path"] in picked:
             runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--seed", "7", "--prompts", "2", "--gen", "3"]))
     for shape, ms in sorted(by_shape.items()):
         pick = next((m for m in ms if m["dtype"] in ("Q4_1", "Q4_K")), ms[0])
-        runs.append((pick["path"], ["--kv", "f16", "--engine", "--seed", "11"]))
+        runs.append((pick["path"], ["--kv", "f16", "--engine", "--seed", "11"] + (["--prompts", "3", "--gen", "4"] if SANITIZE else [])))
     bf16 = next(m for m in models if m["dtype"] == "BF16")
     runs.append((bf16["path"], ["--kv", "f16", "--seed", "13"]))
     # contexts of 60..130 positions, decode attention split into 64-position ranges
     for m in (models[0], next(m for m in models if m["shape"] == "odd")):
         runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--split", "64", "--len", "60:130", "--gen", "4",
-                                 "--budget", "64", "--seed", "17"]))
+                                 "--budget", "64", "--seed", "17"] + (["--prompts", "2"] if SANITIZE else [])))
     runs.append((models[1]["path"], ["--no-graphs", "--kv", "f16", "--seed", "19"]))
     # Hugging Face directories (tests/gen_hf_models.py): BF16 shards uploaded as they are, a
     # mistral with head_dim 48 != hidden / heads, Llama-3 rope scaling
     hf = os.path.join(tmp, "hf")
     subprocess.run([sys.executable, os.path.join(HERE, "gen_hf_models.py"), hf], check=True, capture_output=True)
-    runs.append((os.path.join(hf, "qwen2-hf-bf16-sharded"), ["--kv", "f16", "--engine", "--seed", "29"]))
+    runs.append((os.path.join(hf, "qwen2-hf-bf16-sharded"), ["--kv", "f16", "--seed", "29"] + ([] if SANITIZE else ["--engine"])))
     runs.append((os.path.join(hf, "mistral-hf-f32-sharded"), ["--weights", "f32", "--kv", "f32", "--seed", "31"]))
-    runs.append((os.path.join(hf, "llama3-hf-f32"), ["--weights", "f32", "--kv", "f32", "--len", "30:90", "--seed", "37"]))
+    runs.append((os.path.join(hf, "llama3-hf-f32"), ["--weights", "f32", "--kv", "f32", "--len", "30:90", "--seed", "37"]
+                 + (["--prompts", "2"] if SANITIZE else [])))
     # sampling (temperature, top-k/p, min-p, penalties, bans, logprobs) through graphs and eager steps
     for m in (models[0], next(m for m in models if m["shape"] == "qwen2" and m["dtype"] == "Q4_1")):
         runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--sample", "--prompts", "6", "--gen", "8",
@@ -96,8 +107,8 @@ def model_runs():
     if not os.path.exists(path):
         print(f"FAIL: the default model is missing: {path} (run scripts/setup.sh or set PLLM_HOME)")
         sys.exit(1)
-    n = ["--prompts", "2", "--gen", "2"] if SANITIZE else ["--prompts", "3", "--gen", "3"]
-    return [(path, ["--text"] + n + ["--engine", "--block-size", "16", "--budget", "48"])]
+    n = ["--prompts", "1", "--gen", "2"] if SANITIZE else ["--prompts", "3", "--gen", "3", "--engine"]
+    return [(path, ["--text"] + n + ["--block-size", "16", "--budget", "48"])]
 
 
 def main():
