@@ -44,7 +44,8 @@ template <typename KV> struct kv_ptrs {
  *          unnormalised output
  * Launch: grid (n_items, n_head_kv * ceil(G / 8), n_splits), G = n_head / n_head_kv; 128
  *   threads. A block handles up to 8 query heads of one kv head (GQA: they share every K and V
- *   load) over positions [z * split_len, min(n_ctx, (z + 1) * split_len)), 64 at a time:
+ *   load) over positions [z * split_len, min(n_ctx, (z + 1) * split_len)) (n_splits == 1:
+ *   [0, n_ctx)), 64 at a time:
  *     1. the tile's keys are copied to shared memory two elements per load (coalesced: a
  *        block's slab of one head is contiguous), with each position's row offset;
  *     2. scores: thread i takes key i % 64 and heads i / 64, i / 64 + 2, ... (q from shared
@@ -56,7 +57,8 @@ template <typename KV> struct kv_ptrs {
  *        128 contiguous bytes of an F16 row).
  *   Four barriers per tile.
  * Preconditions: head_dim even and <= 256; n_head a multiple of n_head_kv; split_len a multiple
- *   of 64 with n_splits * split_len >= every n_ctx; the block table covers [0, n_ctx); part
+ *   of 64 with n_splits * split_len >= every n_ctx when n_splits > 1; the block table covers
+ *   [0, n_ctx); part
  *   holds pllm_cuda_attn_decode_workspace(n_items, n_head, head_dim, n_splits) bytes.
  * Shared memory: 4 (8 hd + 64 (hd + 1) + 8 * 64 + 24) bytes dynamic (39 KiB at hd = 128,
  *   76 KiB at hd = 256: opt-in) + 512 bytes static (row offsets).
@@ -79,7 +81,9 @@ __global__ void __launch_bounds__(kThreads, 4) /* ptxas' own choice on sm_90a (4
     const int h0 = kvh * G + g0; /* first query head of the block */
     const pllm_cuda_attn_item it = items[blockIdx.x];
     const int z = blockIdx.z;
-    const int p_begin = z * split_len, p_end = min(it.n_ctx, p_begin + split_len);
+    /* one split: the whole context, whatever split_len (choose_split keeps n_splits at 1 for
+     * large batches of long contexts, with split_len its base) */
+    const int p_begin = z * split_len, p_end = n_splits == 1 ? it.n_ctx : min(it.n_ctx, p_begin + split_len);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
     PLLM_SHARED(int64_t, row_s, kTile); /* element offset of each position's K/V row */

@@ -112,10 +112,11 @@ typedef struct pllm_cuda_attn_item {
 /*
  * Decode attention over n_items single-token queries. With n_splits > 1 each query's context is
  * cut into n_splits ranges of split_len positions (the last ones may be empty), computed by
- * separate blocks into workspace and combined by a second kernel; n_splits == 1 writes out
- * directly. workspace: pllm_cuda_attn_decode_workspace(n_items, n_head, head_dim, n_splits)
- * bytes (0 when n_splits == 1). Preconditions: head_dim even and <= 256, n_splits * split_len
- * >= every n_ctx, split_len a multiple of 64.
+ * separate blocks into workspace and combined by a second kernel; n_splits == 1 takes each
+ * query's whole context (split_len is then not used) and writes out directly. workspace:
+ * pllm_cuda_attn_decode_workspace(n_items, n_head, head_dim, n_splits) bytes (0 when
+ * n_splits == 1). Preconditions: head_dim even and <= 256; with n_splits > 1, n_splits *
+ * split_len >= every n_ctx and split_len a multiple of 64.
  */
 size_t pllm_cuda_attn_decode_workspace(int32_t n_items, int32_t n_head, int32_t head_dim,
                                        int32_t n_splits);

@@ -455,6 +455,8 @@ int main(void)
         {2, 18, 1, 16, 8, PLLM_DTYPE_F32, PLLM_DTYPE_F32, 50, 6, 0},  /* G = 18: two head chunks */
         {3, 4, 4, 256, 16, PLLM_DTYPE_F16, PLLM_DTYPE_F32, 45, 5, 0}, /* opt-in shared memory */
         {4, 2, 1, 128, 16, PLLM_DTYPE_F16, PLLM_DTYPE_F16, 300, 1, 128}, /* long decode, split */
+        /* long decode, not split: n_splits 1 covers each whole context, past split_len (64) */
+        {8, 9, 3, 64, 16, PLLM_DTYPE_F16, PLLM_DTYPE_F32, 700, 1, 0},
     };
     for (size_t i = 0; i < PLLM_ARRAY_LEN(attns); i++) test_attention(dev, &attns[i]);
 
