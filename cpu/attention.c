@@ -195,6 +195,9 @@ T512 static void tile_avx512(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_ar
 #ifndef ATTN_PF
 #define ATTN_PF 32
 #endif
+#ifndef ATTN_PF_HINT
+#define ATTN_PF_HINT _MM_HINT_T0
+#endif
 
 /* hsum16, the lane sums of 16 vectors v_0..v_15 as one vector (lane j = the sum of v_j's lanes),
  * by a fixed tree in two parts: hsum4 folds v_4k..v_4k+3 into y_k (in each 128-bit quarter,
@@ -250,8 +253,8 @@ T512 static inline __attribute__((always_inline)) void rows_sweep(const int NS, 
             for (int32_t j = 0; j < n_pf; j++)
 #pragma GCC unroll 8
                 for (int c = 0; c < row_lines; c++) {
-                    _mm_prefetch((const char *)K[ATTN_PF + j] + 64 * c, _MM_HINT_T0);
-                    _mm_prefetch((const char *)V[ATTN_PF + j] + 64 * c, _MM_HINT_T0);
+                    _mm_prefetch((const char *)K[ATTN_PF + j] + 64 * c, ATTN_PF_HINT);
+                    _mm_prefetch((const char *)V[ATTN_PF + j] + 64 * c, ATTN_PF_HINT);
                 }
         }
         float pj[4][PLLM_CPU_ATTN_CHUNK] __attribute__((aligned(64)));

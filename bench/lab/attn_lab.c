@@ -16,6 +16,9 @@
  * flops per (query head, position): q.k and p.v, a multiply and an add each. Times are the
  * thread's CPU time (the machine is shared: wall time would count other processes' turns).
  * Compare two builds by linking this file against each (the tile's API has not changed).
+ * LAB_ONLY=substring times only the shapes whose name holds it. cpu/attention.c's prefetch
+ * distance and hint can be set when compiling it for the lab: -DATTN_PF=0|16|32|..,
+ * -DATTN_PF_HINT=_MM_HINT_T1.
  */
 #include <math.h>
 #include <stdio.h>
@@ -149,9 +152,12 @@ int main(int argc, char **argv)
         {"hd128 decode (64 seqs x ctx 300)", 128, 4, 64, 300, 1},
         {"hd128 prefill (16-query tile, 512)", 128, 4, 4, 512, 16},
     };
-    for (size_t s = 0; s < PLLM_ARRAY_LEN(shapes); s++)
+    const char *only = getenv("LAB_ONLY"); /* a substring of the shapes to time */
+    for (size_t s = 0; s < PLLM_ARRAY_LEN(shapes); s++) {
+        if (only && !strstr(shapes[s].name, only)) continue;
         for (int d = 0; d < 2; d++)
             for (int tiled = 1; tiled >= 0; tiled--)
                 run(&shapes[s], d ? PLLM_DTYPE_F16 : PLLM_DTYPE_F32, tiled, kern, ms, &rng);
+    }
     return g_sink == 12345.0;
 }
