@@ -617,8 +617,11 @@ int cmd_generate(int argc, char **argv)
     }
     pllm_tokens_free(&ids);
     pllm_buf_free(&rendered);
-    if (interrupted || engine_error || input_error || g.write_st != PLLM_OK) flush_all(&g);
-    cmd_signals_restore();
+    /* The run's outcome is decided here. The handlers stay until the output is closed (the end
+     * of a .zst frame is still to be written): a signal from now on only sets the flag, which
+     * is no longer read, so a finished run still exits 0 with its output whole. */
+    const bool stopped = interrupted;
+    if (stopped || engine_error || input_error || g.write_st != PLLM_OK) flush_all(&g);
     cmd_progress_finish(&g.prog, &g.ps);
 
     pllm_engine_stats es;
@@ -642,7 +645,7 @@ int cmd_generate(int argc, char **argv)
                                     {"Prompt blocks", blocks},
                                     {"Peak RSS (MiB)", rss}};
         pllm_report_print(&g.rep, &es,
-                          interrupted ? "pllm generate (interrupted)" : "pllm generate", notes,
+                          stopped ? "pllm generate (interrupted)" : "pllm generate", notes,
                           (int)PLLM_ARRAY_LEN(notes), stderr);
     }
     if (stats_json) {
@@ -654,7 +657,7 @@ int cmd_generate(int argc, char **argv)
         json_object_set_new(j, "input", json_string(file));
         json_object_set_new(j, "input_format", json_string(pllm_format_name(in_format)));
         json_object_set_new(j, "skipped_by_resume", json_integer(n_skipped));
-        json_object_set_new(j, "interrupted", json_boolean(interrupted));
+        json_object_set_new(j, "interrupted", json_boolean(stopped));
         json_object_set_new(j, "peak_rss_mb", json_real(cmd_peak_rss_mb()));
         if (json_dump_file(j, stats_json, JSON_INDENT(2)) != 0)
             fprintf(stderr, "pllm: cannot write %s\n", stats_json);
@@ -667,7 +670,7 @@ int cmd_generate(int argc, char **argv)
                 "intact; rerun with --resume\n",
                 pllm_errmsg());
         rc = 3;
-    } else if (interrupted) {
+    } else if (stopped) {
         fprintf(stderr,
                 "pllm: interrupted: %lld output lines are in %s; rerun the same command with "
                 "--resume to continue\n",
@@ -714,5 +717,6 @@ out:
     pllm_report_free(&g.rep);
     cmd_runtime_close(&rt);
     pllm_idset_free(done);
+    cmd_signals_restore();
     return rc;
 }

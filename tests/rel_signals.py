@@ -8,6 +8,7 @@ itself interrupted once). Checks:
   - SIGINT/SIGTERM: exit code 130, a message saying how to resume, only whole lines written;
   - SIGKILL: at most a torn last line (cut off by --resume, which says so);
   - a resume interrupted in turn (SIGINT in one scenario, SIGKILL in another) loses nothing;
+  - a SIGINT right after the last record is written: exit 0 (or 130), the output whole;
   - after resuming: every id of the input exactly once, each record identical to the
     reference (text, token ids, finish reason): nothing lost, nothing repeated.
 A SIGINT/SIGTERM "during load" is sent a random delay after pllm has installed its handler
@@ -117,5 +118,17 @@ for k, (label, sig, lines, delay) in enumerate(scenarios):
     recs, torn, bad = read_output(out)
     check(not torn and not bad, f"{label}: after resume: torn {torn[:80]!r}, bad {bad[:2]}")
     compare_to_reference(label, recs, ref)
+
+# SIGINT the moment the last record is written: the run has finished its work, so it must exit 0
+# (or 130 if the signal beat the end of the loop) with every record whole. pllm used to restore the
+# default handlers before closing the output, and such a signal killed it (seed 56057 met it in
+# the resume above, under load).
+for k in range(3):
+    out = os.path.join(TMP, f"late{k}.jsonl")
+    rc, err = interrupt(out, signal.SIGINT, N, 0)
+    recs, torn, bad = read_output(out)
+    log(f"SIGINT after the last record: {describe_exit(rc)}, {len(recs)} records")
+    check(rc in (0, 130) and not torn and not bad, f"SIGINT after the last record: {describe_exit(rc)}: {err[-300:]}")
+    compare_to_reference("SIGINT after the last record", recs, ref)
 
 finish("rel_signals")
