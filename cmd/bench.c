@@ -650,7 +650,8 @@ int cmd_bench(int argc, char **argv)
             deterministic = false;
         }
     }
-    cmd_signals_restore();
+    /* the handlers stay until the results are written: a signal from here on only sets the flag,
+     * which is no longer read, so finished runs still print and write their results */
 
     out = pllm_report_json(&rep, &es0);
     cmd_plan_stats_json(out, &plan0);
@@ -752,5 +753,6 @@ out:
     pllm_report_free(&rep);
     workload_free(&w);
     cmd_runtime_close(&rt);
+    cmd_signals_restore();
     return rc;
 }
