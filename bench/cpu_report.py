@@ -13,7 +13,10 @@
 4. On the real default model ($PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf) and the 1.1B
    one: bench/decode_bench of old and new, interleaved (R rounds, which binary goes first
    alternates), best of the rounds: one-sequence decode tok/s and its fraction of the read
-   bandwidth (weight bytes read per token x tok/s / measured N-thread bandwidth); prefill of 512
+   bandwidth (weight bytes read per token x tok/s / measured N-thread bandwidth; the bandwidth is
+   also measured again right before each round, since a shared host's bandwidth moves from one
+   minute to the next, and the note gives the median and range of new's fraction against the
+   reading just before it); prefill of 512
    tokens in one step, tok/s and GOP/s (2 x matmul parameters x tokens) as a fraction of the
    int8 VNNI and the fp32 FMA peaks.
 5. 200 ShareGPT prompts x 128 output tokens (--sharegpt-prompts/--sharegpt-output), ignore_eos
@@ -27,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -74,6 +78,13 @@ def model_stats(path):
 
 
 DB = re.compile(r"prefill (\d+) tokens: ([\d.]+) tok/s .*decode (\d+) tokens after \d+: ([\d.]+) tok/s")
+
+
+def read_bw(ceilings, threads, path):
+    """The N-thread read bandwidth now, in bytes/s (a fresh bench/ceilings run)."""
+    run([ceilings, "--threads", str(threads), "--json", path], stdout=subprocess.DEVNULL)
+    with open(path) as f:
+        return json.load(f)["read_bw_gbs"][str(threads)] * 1e9
 
 
 def decode_bench(binary, model, threads, n_decode, n_prefill):
@@ -139,11 +150,17 @@ def main():
         n_dec = 16 if a.quick else n_dec
         read_bytes, layer_params, head_params = model_stats(model)
         best = {"old": [0.0, 0.0], "new": [0.0, 0.0]}
+        paired = []  # new's decode fraction of the bandwidth read just before its round
         l0 = load()
         for r in range(a.rounds):
+            bw_r = read_bw(os.path.join(a.work, "new", "bench", "ceilings"), a.threads,
+                           os.path.join(a.work, "ceilings-round.json"))
             for v in (("old", "new") if r % 2 == 0 else ("new", "old")):
                 pre, dec = decode_bench(bins[v][1], model, a.threads, n_dec, n_pre)
                 best[v] = [max(best[v][0], pre), max(best[v][1], dec)]
+                if v == "new":
+                    paired.append(dec * read_bytes / bw_r)
+                    log(f"{label} new: decode {dec:.1f} tok/s, {100 * paired[-1]:.0f}% of {bw_r / 1e9:.1f} GB/s read just before")
         loads.append((f"decode_bench {label}", max(l0, load())))
         for v in ("old", "new"):
             log(f"{label} {v}: prefill {best[v][0]:.1f} tok/s, decode {best[v][1]:.1f} tok/s")
@@ -151,7 +168,9 @@ def main():
         pn, po = best["new"][0], best["old"][0]
         ops_per_tok = 2 * layer_params + 2 * head_params / n_pre
         rows.append((f"{label} decode, 1 seq", dn, do, "tok/s",
-                     f"{read_bytes / 1e6:.0f} MB/token: {100 * dn * read_bytes / bw:.0f}% of read bw (old {100 * do * read_bytes / bw:.0f}%)"))
+                     f"{read_bytes / 1e6:.0f} MB/token: {100 * dn * read_bytes / bw:.0f}% of read bw (old {100 * do * read_bytes / bw:.0f}%); "
+                     f"per round against the bandwidth read just before: median {100 * statistics.median(paired):.0f}% "
+                     f"({100 * min(paired):.0f}-{100 * max(paired):.0f}%)"))
         note = f"{pn * ops_per_tok / 1e9:.1f} GOP/s"
         if int8_peak:
             note += f": {100 * pn * ops_per_tok / 1e9 / int8_peak:.1f}% of int8 VNNI peak"
