@@ -368,7 +368,7 @@ T512 static void tile_fast(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args
          * masked); then the rows of [P1, pf_end), for the prefetch only */
         const int32_t n_fill = PLLM_MIN(ATTN_SUPER, (P1 - P0 + PLLM_CPU_ATTN_CHUNK - 1) / PLLM_CPU_ATTN_CHUNK * PLLM_CPU_ATTN_CHUNK);
         for (int32_t j = 0; j < PLLM_MAX(n_fill, pf_end - P0); j++) {
-            const int32_t pos = P0 + j < pf_end && (P0 + j < P1 || j >= n_fill) ? P0 + j : P0;
+            const int32_t pos = P0 + j < P1 || j >= n_fill ? P0 + j : P0; /* j >= n_fill: below pf_end */
             const size_t row = (((size_t)a->block_table[pos / bs] * (size_t)kv->n_head_kv + (size_t)t->kv_head) * (size_t)bs +
                                 (size_t)(pos % bs)) * (size_t)hd * esz;
             Kp[j] = (const uint8_t *)a->k_cache + row;
