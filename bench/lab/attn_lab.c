@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "cpu/attention.h"
@@ -36,24 +35,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* LAB_HUGE=1: the caches in transparent huge pages (madvise), as pllm_huge_alloc gives them */
-static void *lab_alloc(size_t n)
-{
-    if (!getenv("LAB_HUGE")) return malloc(n);
-    const size_t H = (size_t)2 << 20;
-    uint8_t *p = mmap(NULL, n + H, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) abort();
-    uint8_t *a = (uint8_t *)(((uintptr_t)p + H - 1) & ~(uintptr_t)(H - 1));
-    madvise(a, n, MADV_HUGEPAGE);
-    return a;
-}
-
-static void lab_free(void *p, size_t n)
-{
-    if (!getenv("LAB_HUGE")) free(p);
-    (void)n; /* the lab's huge mappings live until exit */
 }
 
 typedef struct shape {
@@ -69,7 +50,7 @@ static void run(const shape *sh, pllm_dtype dt, bool tiled, const pllm_cpu_kerne
     const int32_t hd = sh->hd, G = sh->group, bs = 16, n_kv = 1;
     const int32_t nb = (sh->n_ctx + bs - 1) / bs, n_blocks = nb * sh->n_seq;
     const size_t esz = dt == PLLM_DTYPE_F16 ? 2 : 4, n_el = (size_t)n_blocks * (size_t)bs * (size_t)hd;
-    uint8_t *kc = lab_alloc(n_el * esz), *vc = lab_alloc(n_el * esz);
+    uint8_t *kc = malloc(n_el * esz), *vc = malloc(n_el * esz);
     for (size_t e = 0; e < n_el; e++) {
         float k = 2.0f * pllm_test_randf(rng), v = pllm_test_randf(rng);
         if (esz == 2) {
@@ -122,8 +103,8 @@ static void run(const shape *sh, pllm_dtype dt, bool tiled, const pllm_cpu_kerne
     g_sink += out[0];
     printf("  %-34s %-3s %-8s %8.3f ms/call  %6.2f GFLOP/s\n", sh->name, dt == PLLM_DTYPE_F16 ? "f16" : "f32",
            tiled ? "tile" : "per-row", (t1 - t0) * 1e3 / iters, flops * iters / (t1 - t0) * 1e-9);
-    lab_free(kc, n_el * esz);
-    lab_free(vc, n_el * esz);
+    free(kc);
+    free(vc);
     free(bt);
     free(q);
     free(out);
