@@ -55,6 +55,12 @@ size_t pllm_cpu_attn_tile_scratch(int32_t n_rows, int32_t block_size);
 void pllm_cpu_attend_tile(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, const pllm_cpu_kernels *kern,
                           float *scratch);
 
+/* Prefetch (into L2) the K/V rows of the tile's first n_pos positions: called for the next tile
+ * of a thread while it computes the current one, so that a tile over a context in DRAM does not
+ * start on a miss at every row (the tile's own sweep prefetches ahead from there). */
+#define PLLM_CPU_ATTN_PREFETCH 32 /* positions of the next tile to prefetch */
+void pllm_cpu_attn_tile_prefetch(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, int32_t n_pos);
+
 /* RoPE of one token's K heads written straight into the cache, with its V heads, in one pass:
  *   k, v: [n_head_kv][head_dim] (k is not modified); cos_sin: [rope_dim] (pllm_cpu_rope_table);
  *   the cache position is slot's (engine/backend.h); tmp: head_dim floats (F16 caches). */

@@ -205,7 +205,13 @@ static void forward_region(void *arg, int ith, int nth)
                 const double p0 = sp->n_ctx - sp->n_new;
                 total += (double)sp->n_new * (p0 + 0.5 * (sp->n_new + 1) + 16) * cfg->n_head_kv;
             }
+            /* each tile is computed once the thread has found its next one and prefetched that
+             * one's first positions: a tile over a context in DRAM then starts on rows already
+             * on their way (attention.h) */
             double cum = 0;
+            bool have = false;
+            pllm_cpu_attn_tile cur = {0};
+            pllm_cpu_attn_args cur_a = {0};
             for (int32_t s = 0; s < plan->n_seqs; s++) {
                 const pllm_seq_plan *sp = &plan->seqs[s];
                 pllm_cpu_attn_args a = {.k_cache = kc, .v_cache = vc, .kv = &c->kv,
@@ -219,12 +225,20 @@ static void forward_region(void *arg, int ith, int nth)
                         cum += cost;
                         if (PLLM_MIN((int)(mid * nth / total), nth - 1) != ith) continue;
                         const int64_t t = sp->token_start + i0, col = (int64_t)kh * group * hd;
-                        pllm_cpu_attn_tile tile = {.out = c->att + t * QD + col, .ld_out = QD, .q = c->q + t * QD + col,
-                                                   .ld_q = QD, .pos0 = pos0, .n_q = n, .n_group = group, .kv_head = kh};
-                        pllm_cpu_attend_tile(&tile, &a, c->kern, scratch);
+                        const pllm_cpu_attn_tile tile = {.out = c->att + t * QD + col, .ld_out = QD,
+                                                         .q = c->q + t * QD + col, .ld_q = QD, .pos0 = pos0,
+                                                         .n_q = n, .n_group = group, .kv_head = kh};
+                        if (have) {
+                            pllm_cpu_attn_tile_prefetch(&tile, &a, PLLM_CPU_ATTN_PREFETCH);
+                            pllm_cpu_attend_tile(&cur, &cur_a, c->kern, scratch);
+                        }
+                        cur = tile;
+                        cur_a = a;
+                        have = true;
                     }
                 }
             }
+            if (have) pllm_cpu_attend_tile(&cur, &cur_a, c->kern, scratch);
         }
         pllm_cpu_pool_barrier(c->pool);
 

@@ -43,6 +43,7 @@ typedef struct shape {
 } shape;
 
 static double g_sink;
+static int32_t lab_next_pf; /* LAB_NEXT_PF=N: prefetch the next tile's first N positions */
 
 /* Time one shape: n_seq sequences each with its own blocks, n_q queries at the end. */
 static void run(const shape *sh, pllm_dtype dt, bool tiled, const pllm_cpu_kernels *kern, double ms, uint64_t *rng)
@@ -85,6 +86,11 @@ static void run(const shape *sh, pllm_dtype dt, bool tiled, const pllm_cpu_kerne
             if (tiled) {
                 pllm_cpu_attn_tile t = {.out = out + row, .ld_out = ld, .q = q + row, .ld_q = ld,
                                         .pos0 = sh->n_ctx - sh->n_q, .n_q = sh->n_q, .n_group = G, .kv_head = 0};
+                if (lab_next_pf && s + 1 < sh->n_seq) {
+                    pllm_cpu_attn_args an = a;
+                    an.block_table = bt + (size_t)(s + 1) * nb;
+                    pllm_cpu_attn_tile_prefetch(&t, &an, lab_next_pf);
+                }
                 pllm_cpu_attend_tile(&t, &a, kern, scratch);
             } else {
                 for (int32_t i = 0; i < sh->n_q; i++) {
@@ -133,6 +139,7 @@ int main(int argc, char **argv)
         {"hd128 decode (64 seqs x ctx 300)", 128, 4, 64, 300, 1},
         {"hd128 prefill (16-query tile, 512)", 128, 4, 4, 512, 16},
     };
+    if (getenv("LAB_NEXT_PF")) lab_next_pf = atoi(getenv("LAB_NEXT_PF"));
     const char *only = getenv("LAB_ONLY"); /* a substring of the shapes to time */
     for (size_t s = 0; s < PLLM_ARRAY_LEN(shapes); s++) {
         if (only && !strstr(shapes[s].name, only)) continue;
