@@ -9,8 +9,11 @@
 #   tests/fuzz/run_long.sh -n 2000000 gguf io   chosen targets, another goal
 #   tests/fuzz/run_long.sh -s                   print the totals only: this build's (long.tsv)
 #                                               and the committed record (campaigns.tsv)
-#   tests/fuzz/run_long.sh -c                   this build's totals as rows for the committed
-#                                               record tests/fuzz/campaigns.tsv (append them)
+#   tests/fuzz/run_long.sh -c                   this build's chunks not yet printed by an earlier
+#                                               -c, as rows for the committed record
+#                                               tests/fuzz/campaigns.tsv (append them); the
+#                                               line count of long.tsv already printed is kept
+#                                               in BUILD/fuzz-work/long.printed
 #
 # Runs at the lowest CPU priority (nice 19) in one process per target at a time, so that it
 # takes only idle time on a shared machine. The per-input timeout is 60 s of wall time
@@ -51,12 +54,20 @@ print_totals() {
 }
 if [ "$summary" = 1 ]; then print_totals; exit 0; fi
 if [ "$summary" = 2 ]; then # rows for campaigns.tsv: last chunk's date, target, executions, cpu-s, command
+    # only the chunks after those an earlier -c printed, so that appending never counts a chunk twice
+    [ -f "$TSV" ] || exit 0
+    done_lines=$(cat "$WORK/long.printed" 2>/dev/null || echo 0)
+    all_lines=$(wc -l <"$TSV")
+    NEW=$(mktemp)
+    tail -n +"$((done_lines + 1))" "$TSV" >"$NEW"
     for t in $ALL; do
-        n=$(total_of "$t")
+        n=$(TSV=$NEW; total_of "$t")
         [ "$n" -gt 0 ] || continue
-        d=$(awk -F'\t' -v t="$t" '$2 == t { d = $1 } END { print d }' "$TSV")
-        printf "%s\t%s\t%s\t%s\t%s\n" "$d" "$t" "$n" "$(secs_of "$t")" "tests/fuzz/run_long.sh $t (libFuzzer, ASan+UBSan+LSan, nice 19)"
+        d=$(awk -F'\t' -v t="$t" '$2 == t { d = $1 } END { print d }' "$NEW")
+        printf "%s\t%s\t%s\t%s\t%s\n" "$d" "$t" "$n" "$(TSV=$NEW; secs_of "$t")" "tests/fuzz/run_long.sh $t (libFuzzer, ASan+UBSan+LSan, nice 19)"
     done
+    rm -f "$NEW"
+    echo "$all_lines" >"$WORK/long.printed"
     exit 0
 fi
 
