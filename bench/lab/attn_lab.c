@@ -7,6 +7,7 @@
  * pllm_cpu_attend_tile, one thread, on the shapes the engine runs, with the AVX-512 tile and with
  * the per-row path (pllm_cpu_attend on the same kernel table) as a second variant:
  *   decode   one query of each of 64 sequences, context 300 (the batched ShareGPT decode step)
+ *   L2       the same for 4 sequences (300 KB of K/V, in L2: the tile's compute rate)
  *   DRAM     the same over 30 times as many sequences: a step's KV over all 30 layers of the
  *            135M model (150-300 MB), which does not fit the caches, as in the engine
  *   prefill  a 21-query tile (the engine's tile at GQA group 3) at the end of a 175-token prompt
@@ -132,6 +133,7 @@ int main(int argc, char **argv)
     printf("attn_lab: %s kernel table, 1 thread, block size 16, %.0f ms per figure\n", kern->name, ms);
     const shape shapes[] = {
         {"135M decode (64 seqs x ctx 300)", 64, 3, 64, 300, 1},
+        {"135M decode, L2 (4 seqs x ctx 300)", 64, 3, 4, 300, 1},
         {"135M decode, DRAM (64x30 seqs x 300)", 64, 3, 64 * 30, 300, 1},
         {"135M prefill (21-query tile, 175)", 64, 3, 16, 175, 21},
         {"135M decode, ctx 4096", 64, 3, 1, 4096, 1},
