@@ -15,6 +15,20 @@ size_t pllm_cpu_attn_tile_scratch(int32_t n_rows, int32_t block_size)
     return PLLM_MAX(tiled, (size_t)block_size) + 16;
 }
 
+/* Bytes from a layer's K (or V) cache base to the row of position pos of kv_head, and the bytes of
+ * one row: layout [block][kv head][position in block][head_dim] (engine/backend.h). */
+static inline size_t kv_row_bytes(const pllm_kv_layout *kv)
+{
+    return (size_t)kv->head_dim * (kv->dtype == PLLM_DTYPE_F16 ? 2 : 4);
+}
+
+static inline size_t kv_row_off(const pllm_kv_layout *kv, const int32_t *block_table, int32_t kv_head, int32_t pos)
+{
+    const int32_t bs = kv->block_size;
+    return (((size_t)block_table[pos / bs] * (size_t)kv->n_head_kv + (size_t)kv_head) * (size_t)bs + (size_t)(pos % bs)) *
+           kv_row_bytes(kv);
+}
+
 /* Per-row reference path: pllm_cpu_attend for each (query, head) of the tile. */
 static void tile_fallback(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, const pllm_cpu_kernels *kern,
                           float *scratch)
@@ -70,9 +84,8 @@ T512 static inline __m512 load_kv(const void *base, bool f16, int64_t off, __mma
 T512 static void tile_avx512(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, float *scratch)
 {
     const pllm_kv_layout *kv = a->kv;
-    const int32_t bs = kv->block_size, hd = kv->head_dim, G = t->n_group, rows = t->n_q * G;
+    const int32_t hd = kv->head_dim, G = t->n_group, rows = t->n_q * G;
     const bool f16 = kv->dtype == PLLM_DTYPE_F16;
-    const size_t esz = f16 ? 2 : 4;
     const int32_t last = t->pos0 + t->n_q - 1;
     const __mmask16 tail = (__mmask16)((1u << (hd % 16)) - 1);
     const int32_t n_full = hd / 16;
@@ -90,8 +103,7 @@ T512 static void tile_avx512(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_ar
         const uint8_t *K[PLLM_CPU_ATTN_CHUNK], *V[PLLM_CPU_ATTN_CHUNK];
         for (int32_t j = 0; j < n; j++) {
             const int32_t pos = P + j;
-            const size_t row = (((size_t)a->block_table[pos / bs] * (size_t)kv->n_head_kv + (size_t)t->kv_head) * (size_t)bs +
-                                (size_t)(pos % bs)) * (size_t)hd * esz;
+            const size_t row = kv_row_off(kv, a->block_table, t->kv_head, pos);
             K[j] = (const uint8_t *)a->k_cache + row;
             V[j] = (const uint8_t *)a->v_cache + row;
         }
@@ -358,7 +370,7 @@ T512 static void tile_fast(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args
     const int32_t bs = kv->block_size, hd = kv->head_dim, G = t->n_group, rows = t->n_q * G, NS = hd / 16;
     const int RG = RG_MAX(NS);
     const bool f16 = kv->dtype == PLLM_DTYPE_F16;
-    const size_t row_bytes = (size_t)hd * (f16 ? 2 : 4);
+    const size_t row_bytes = kv_row_bytes(kv);
     const int32_t last = t->pos0 + t->n_q - 1;
     float *m = scratch, *lv = scratch + rows;
 
@@ -375,8 +387,7 @@ T512 static void tile_fast(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args
         const int32_t n_rows = pf_end - P0;
         for (int32_t j = 0; j < n_rows;) {
             const int32_t pos = P0 + j, in = pos % bs, nb = PLLM_MIN(bs - in, n_rows - j);
-            const size_t off = (((size_t)a->block_table[pos / bs] * (size_t)kv->n_head_kv + (size_t)t->kv_head) * (size_t)bs +
-                                (size_t)in) * row_bytes;
+            const size_t off = kv_row_off(kv, a->block_table, t->kv_head, pos);
             for (int32_t e = 0; e < nb; e++, j++) {
                 Kp[j] = (const uint8_t *)a->k_cache + off + (size_t)e * row_bytes;
                 Vp[j] = (const uint8_t *)a->v_cache + off + (size_t)e * row_bytes;
@@ -419,10 +430,9 @@ void pllm_cpu_attn_tile_prefetch(const pllm_cpu_attn_tile *t, const pllm_cpu_att
 #if defined(__x86_64__) && ATTN_PF > 0
     const pllm_kv_layout *kv = a->kv;
     const int32_t bs = kv->block_size, n = PLLM_MIN(n_pos, t->pos0 + t->n_q);
-    const size_t row_bytes = (size_t)kv->head_dim * (kv->dtype == PLLM_DTYPE_F16 ? 2 : 4);
     for (int32_t b0 = 0; b0 < n; b0 += bs) { /* a block's rows of one head are contiguous */
-        const size_t off = ((size_t)a->block_table[b0 / bs] * (size_t)kv->n_head_kv + (size_t)t->kv_head) * (size_t)bs * row_bytes;
-        const size_t len = (size_t)PLLM_MIN(bs, n - b0) * row_bytes;
+        const size_t off = kv_row_off(kv, a->block_table, t->kv_head, b0);
+        const size_t len = (size_t)PLLM_MIN(bs, n - b0) * kv_row_bytes(kv);
         for (size_t c = 0; c < len; c += 64) {
             _mm_prefetch((const char *)a->k_cache + off + c, ATTN_PF_HINT);
             _mm_prefetch((const char *)a->v_cache + off + c, ATTN_PF_HINT);
