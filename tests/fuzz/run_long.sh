@@ -42,8 +42,9 @@ targets=${targets:-$ALL}
 WORK=$BUILD/fuzz-work
 TSV=$WORK/long.tsv
 
-total_of() { awk -F'\t' -v t="$1" '$2 == t && $5 == "ok" { s += $3 } END { print s + 0 }' "$TSV" 2>/dev/null || echo 0; }
-secs_of() { awk -F'\t' -v t="$1" '$2 == t { s += $4 } END { print s + 0 }' "$TSV" 2>/dev/null || echo 0; }
+# total_of / secs_of TARGET [FILE]: executions / seconds of TARGET's chunks in FILE (default: long.tsv)
+total_of() { awk -F'\t' -v t="$1" '$2 == t && $5 == "ok" { s += $3 } END { print s + 0 }' "${2:-$TSV}" 2>/dev/null || echo 0; }
+secs_of() { awk -F'\t' -v t="$1" '$2 == t { s += $4 } END { print s + 0 }' "${2:-$TSV}" 2>/dev/null || echo 0; }
 
 RECORD=$ROOT/tests/fuzz/campaigns.tsv
 recorded_of() { awk -F'\t' -v t="$1" '$2 == t { s += $3 } END { print s + 0 }' "$RECORD" 2>/dev/null || echo 0; }
@@ -61,10 +62,10 @@ if [ "$summary" = 2 ]; then # rows for campaigns.tsv: last chunk's date, target,
     NEW=$(mktemp)
     tail -n +"$((done_lines + 1))" "$TSV" >"$NEW"
     for t in $ALL; do
-        n=$(TSV=$NEW; total_of "$t")
+        n=$(total_of "$t" "$NEW")
         [ "$n" -gt 0 ] || continue
         d=$(awk -F'\t' -v t="$t" '$2 == t { d = $1 } END { print d }' "$NEW")
-        printf "%s\t%s\t%s\t%s\t%s\n" "$d" "$t" "$n" "$(TSV=$NEW; secs_of "$t")" "tests/fuzz/run_long.sh $t (libFuzzer, ASan+UBSan+LSan, nice 19)"
+        printf "%s\t%s\t%s\t%s\t%s\n" "$d" "$t" "$n" "$(secs_of "$t" "$NEW")" "tests/fuzz/run_long.sh $t (libFuzzer, ASan+UBSan+LSan, nice 19)"
     done
     rm -f "$NEW"
     echo "$all_lines" >"$WORK/long.printed"
