@@ -60,7 +60,7 @@ typedef struct cuda_ctx {
     void *tok_embd;     /* [n_vocab][n_embd] wdt */
     void *output;       /* [n_vocab][n_embd] wdt (== tok_embd when tied) */
     float *output_norm; /* [n_embd] */
-    double *inv_freq;   /* [rope_dim / 2] */
+    double *inv_freq;   /* [rope_dim / 2] device memory */
     size_t weight_bytes;
     double load_seconds;
 

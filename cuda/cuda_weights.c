@@ -179,11 +179,13 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
     stager s;
     pllm_status st = stager_init(&s, c, PLLM_MAX(PLLM_MAX(E, F), qd));
     float *bias = NULL;
+    const size_t freq_bytes = sizeof(double) * (size_t)PLLM_MAX(cfg->rope_dim / 2, 1);
+    double *freq = NULL; /* host copy of inv_freq: the kernel reads the device one */
     if (st != PLLM_OK) goto done;
     c->layers = pllm_calloc((size_t)cfg->n_layer, sizeof *c->layers);
-    c->inv_freq = pllm_malloc(sizeof(double) * (size_t)PLLM_MAX(cfg->rope_dim / 2, 1));
+    freq = pllm_calloc(1, freq_bytes);
     bias = cfg->has_qkv_bias ? pllm_malloc(sizeof(float) * (size_t)(qd + 2 * kvd)) : NULL;
-    if (!c->layers || !c->inv_freq || (cfg->has_qkv_bias && !bias)) {
+    if (!c->layers || !freq || (cfg->has_qkv_bias && !bias)) {
         st = PLLM_ERR_NOMEM;
         goto done;
     }
@@ -231,11 +233,17 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
                 goto done;
         }
     }
-    pllm_cuda_rope_freqs(c->inv_freq, m);
+    /* inv_freq lives in device memory: qkv_rope_kernel reads it through its argument struct.
+     * (It was a host allocation once: every forward pass on a real GPU faulted.) */
+    pllm_cuda_rope_freqs(freq, m);
+    if ((st = alloc_track(c, (void **)&c->inv_freq, freq_bytes, "rope frequencies")) ||
+        (st = pllm_cuda_upload(c->dev, c->inv_freq, freq, freq_bytes)))
+        goto done;
     st = pllm_cuda_sync(c->dev);
 done:
     stager_free(&s);
     free(bias);
+    free(freq);
     c->load_seconds = pllm_now() - t0;
     return st;
 }
@@ -258,6 +266,6 @@ void pllm_cuda_weights_free(cuda_ctx *c)
     pllm_cuda_free(c->dev, c->output_norm);
     c->tok_embd = c->output = NULL;
     c->output_norm = NULL;
-    free(c->inv_freq);
+    pllm_cuda_free(c->dev, c->inv_freq);
     c->inv_freq = NULL;
 }
