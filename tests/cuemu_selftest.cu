@@ -7,7 +7,8 @@
  * memory, and that each kind of bug is caught and reported (not a hang, not a pass): shared
  * memory out of bounds, a thread returning while others wait at a barrier, threads at different
  * barriers, reads from exited lanes, mismatched warp calls, deadlocks, device buffer overruns,
- * host pointers passed to kernels, __trap, bad launch configurations, and fiber stack overflow.
+ * host pointers passed to kernels (as arguments, and inside argument structs: heap, stack, a
+ * mapped file, cudaMallocHost memory; a cudaHostAllocMapped buffer passes), __trap, bad launch configurations, and fiber stack overflow.
  */
 #include "cuda/launch.h"
 
@@ -248,6 +249,21 @@ __global__ void k_trap(int *out, int bad)
     out[threadIdx.x] = 1;
 }
 
+/* A kernel that reads a table through its argument struct, as qkv_rope_kernel reads inv_freq:
+ * out[i] = table[i] * scale. The pointers inside the struct must be device memory. */
+struct table_args {
+    const double *table; /* [n] */
+    double *out;         /* [n] */
+    int n;
+    float scale;
+    uint64_t seed; /* a plain number in an 8-byte word: never taken for a pointer */
+};
+__global__ void k_struct_table(table_args a)
+{
+    int i = threadIdx.x;
+    if (i < a.n) a.out[i] = a.table[i] * a.scale;
+}
+
 __global__ void k_deep_stack(int *out, int n)
 {
     volatile char big[256 * 1024];
@@ -314,6 +330,8 @@ extern "C" {
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+
 #define CUDA_OK(call)                                                                              \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
@@ -358,6 +376,88 @@ static void expect_failure(const char *what, cudaError_t want, const char *needl
         fprintf(stderr, "%s: a kernel fault must be sticky\n", what);
         pllm_test_failures++;
     }
+    cudaDeviceReset();
+}
+
+/* Host memory reached through an argument struct (the class of a22fb61's crash on a real H100,
+ * which the emulator used to run without a word: it shares the host's address space). */
+static void test_host_pointers(uint64_t *rng)
+{
+    const int n = 64;
+    double *d_table = dalloc<double>(n), *d_out = dalloc<double>(n);
+    std::vector<double> want(n), got(n);
+    for (int i = 0; i < n; i++) want[i] = (double)(i * 7 + 1);
+    CUDA_OK(cudaMemcpy(d_table, want.data(), sizeof(double) * n, cudaMemcpyHostToDevice));
+    table_args a = {d_table, d_out, n, 0.5f, 0};
+    /* device pointers and plain numbers pass, whatever the numbers */
+    for (int r = 0; r < 200; r++) {
+        a.seed = pllm_test_rand(rng);
+        a.scale = (float)(r % 7) * 0.5f;
+        PLLM_LAUNCH(k_struct_table, 1, n, 0, 0)(a);
+        CUDA_OK(cudaGetLastError());
+    }
+    CUDA_OK(cudaMemcpy(got.data(), d_out, sizeof(double) * n, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i++) CHECK(got[i] == want[i] * (double)a.scale);
+
+    /* the heap (the inv_freq bug: pllm_malloc'd, passed inside the struct) */
+    double *heap = (double *)malloc(sizeof(double) * n);
+    for (int i = 0; i < n; i++) heap[i] = 1;
+    a.table = heap;
+    PLLM_LAUNCH(k_struct_table, 1, n, 0, 0)(a);
+    expect_failure("host heap pointer in an argument struct", cudaErrorIllegalAddress,
+                   "argument 0 (table_args, passed by value) holds a host pointer at byte offset "
+                   "0");
+    free(heap);
+    d_table = dalloc<double>(n), d_out = dalloc<double>(n); /* the reset freed them */
+    /* a large allocation (malloc maps it anonymously), as the output word of the struct */
+    std::vector<double> big(1 << 16);
+    a = table_args{d_table, big.data(), n, 1.0f, 0};
+    PLLM_LAUNCH(k_struct_table, 1, n, 0, 0)(a);
+    expect_failure("large host buffer in an argument struct", cudaErrorIllegalAddress,
+                   "at byte offset 8");
+    d_table = dalloc<double>(n), d_out = dalloc<double>(n);
+    /* the stack */
+    double on_stack[64] = {0};
+    a = table_args{on_stack, d_out, n, 1.0f, 0};
+    PLLM_LAUNCH(k_struct_table, 1, n, 0, 0)(a);
+    expect_failure("stack pointer in an argument struct", cudaErrorIllegalAddress,
+                   "host stack memory");
+    d_table = dalloc<double>(n), d_out = dalloc<double>(n);
+    /* a mapped file (model weights are mapped: a tensor's address must never reach a kernel) */
+    FILE *f = tmpfile();
+    CHECK(f != nullptr);
+    std::vector<double> zeros(512);
+    CHECK(fwrite(zeros.data(), sizeof(double), zeros.size(), f) == zeros.size());
+    fflush(f);
+    void *map = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+    CHECK(map != MAP_FAILED);
+    a = table_args{(const double *)map, d_out, n, 1.0f, 0};
+    PLLM_LAUNCH(k_struct_table, 1, n, 0, 0)(a);
+    expect_failure("mapped file in an argument struct", cudaErrorIllegalAddress, "mapping the file");
+    munmap(map, 4096);
+    fclose(f);
+    d_table = dalloc<double>(n), d_out = dalloc<double>(n);
+    /* pinned memory from cudaMallocHost is a staging buffer, not kernel-readable here */
+    double *pinned = nullptr;
+    CUDA_OK(cudaMallocHost((void **)&pinned, sizeof(double) * n));
+    a = table_args{pinned, d_out, n, 1.0f, 0};
+    PLLM_LAUNCH(k_struct_table, 1, n, 0, 0)(a);
+    expect_failure("cudaMallocHost buffer in an argument struct", cudaErrorIllegalAddress,
+                   "cudaMallocHost");
+    d_table = dalloc<double>(n), d_out = dalloc<double>(n);
+    /* ... while a buffer named kernel-readable (cudaHostAlloc, mapped) passes, in a struct and as
+     * a pointer argument */
+    double *mapped = nullptr;
+    CUDA_OK(cudaHostAlloc((void **)&mapped, sizeof(double) * n, cudaHostAllocMapped));
+    for (int i = 0; i < n; i++) mapped[i] = 3;
+    a = table_args{mapped, d_out, n, 2.0f, 0};
+    PLLM_LAUNCH(k_struct_table, 1, n, 0, 0)(a);
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaMemcpy(got.data(), d_out, sizeof(double) * n, cudaMemcpyDeviceToHost));
+    CHECK(got[5] == 6.0);
+    PLLM_LAUNCH(k_trap, 1, 32, 0, 0)((int *)mapped, -1);
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaFreeHost(mapped));
     cudaDeviceReset();
 }
 
@@ -993,6 +1093,7 @@ int main(void)
     test_race_exposed();
     test_hfma(&rng);
     test_errors();
+    test_host_pointers(&rng);
     expect_death("fiber stack overflow", deep_stack_body, "fiber stack overflow");
     expect_death("read just past a device buffer", wild_read_body,
                  "0 bytes past the end of the 256-byte device allocation");

@@ -33,7 +33,15 @@
  *     hexp/hlog/hsqrt/hrsqrt/hrcp/htanh/... and their h2 forms (computed in double, rounded
  *     once);
  *   - launches (PLLM_LAUNCH) with CUDA's limits on grid/block/shared memory checked; kernel
- *     pointer arguments must be NULL or point into a live cudaMalloc allocation.
+ *     pointer arguments must be NULL or point into a live cudaMalloc allocation (or a pinned
+ *     buffer from cudaHostAlloc(cudaHostAllocMapped), the one kind of host memory a kernel may
+ *     read on purpose); every 8-byte word of an argument passed by value (an argument struct)
+ *     that holds the address of other host memory -- heap, stack, a mapped file, a plain
+ *     cudaMallocHost buffer -- fails the launch naming the kernel, the argument, its type and
+ *     the byte offset, as compute-sanitizer would on a GPU. The emulator runs kernels in the
+ *     host's address space, where such a pointer would otherwise work (a host table in an
+ *     argument struct crashed every forward pass on a real H100 while the emulated suite
+ *     passed). Pointers stored inside device buffers are not followed.
  *
  * What is not emulated (using it fails to compile or to link, never silently):
  *   __shared__ / __constant__ / __managed__ written directly (use the PLLM_ macros), texture and
@@ -251,8 +259,31 @@ struct launch_site {
     const char *file;
     int line;
 };
-/* Check a pointer argument (NULL or inside a live device allocation); false + message if not. */
+/* Check a pointer argument (NULL, inside a live device allocation, or inside host memory
+ * allocated with cudaHostAlloc(cudaHostAllocMapped), which kernels may read on purpose); false +
+ * message if not. */
 bool device_pointer_ok(const void *p);
+/* Check the bytes of a by-value argument (a struct): every 8-byte-aligned word that holds the
+ * address of host memory (heap, stack, a mapped file, a cudaMallocHost buffer: anything mapped
+ * in this process that is not a device allocation or a mapped pinned buffer) fails the launch,
+ * as the GPU would fault on it. False + message naming the argument, its type and the word's
+ * byte offset if so. */
+bool struct_words_ok(const void *p, size_t n, const char *type, int arg, char *msg, size_t cap);
+
+/* The spelled type of T ("pllm_cuda_qkv_rope_args"), from the compiler's function signature. */
+template <class T> inline const char *type_name(char *buf, size_t cap)
+{
+    /* GCC: "... type_name(char*, size_t) [with T = X; size_t = ...]", Clang: "[T = X]" */
+    const char *f = __PRETTY_FUNCTION__;
+    const char *b = strstr(f, "T = ");
+    if (!b) return "?";
+    b += 4;
+    size_t n = strcspn(b, ";]");
+    if (n >= cap) n = cap - 1;
+    memcpy(buf, b, n);
+    buf[n] = 0;
+    return buf;
+}
 /* Fails the running kernel when called from one (a launch from device code). */
 void check_host_context(const launch_site &site);
 cudaError_t launch_grid(const launch_site &site, const void *kernel_id, dim3 grid, dim3 block,
@@ -274,6 +305,9 @@ template <class T> inline void check_arg(const T &v, int i, char *msg, size_t ca
                      "argument %d (%p) is not a device pointer: it is neither NULL nor inside a "
                      "live cudaMalloc allocation",
                      i, (const void *)v);
+    } else if constexpr (std::is_class<T>::value) {
+        char name[128];
+        if (msg[0] == 0) struct_words_ok(&v, sizeof v, type_name<T>(name, sizeof name), i, msg, cap);
     } else {
         (void)v, (void)i, (void)msg, (void)cap;
     }
@@ -288,7 +322,7 @@ template <class... P> struct launcher {
     void operator()(P... args) const
     {
         check_host_context(site);
-        char msg[256] = {0};
+        char msg[512] = {0};
         int i = 0;
         (check_arg(args, i++, msg, sizeof msg), ...);
         (void)i;

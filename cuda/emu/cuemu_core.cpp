@@ -1057,7 +1057,25 @@ cudaError_t run_launch(const launch_site &site, const void *kernel_id, dim3 grid
 
 bool device_pointer_ok(const void *p)
 {
-    return p == nullptr || rt::is_device_pointer(p);
+    return p == nullptr || rt::is_device_pointer(p) || rt::is_mapped_host_pointer(p);
+}
+
+bool struct_words_ok(const void *p, size_t n, const char *type, int arg, char *msg, size_t cap)
+{
+    const unsigned char *b = static_cast<const unsigned char *>(p);
+    for (size_t off = 0; off + 8 <= n; off += 8) { /* pointers in structs are 8-aligned */
+        uint64_t w;
+        memcpy(&w, b + off, 8);
+        std::string where = rt::host_memory_at((uintptr_t)w);
+        if (where.empty()) continue;
+        snprintf(msg, cap,
+                 "argument %d (%s, passed by value) holds a host pointer at byte offset %zu: "
+                 "0x%llx is %s, not device memory; a GPU faults when the kernel reads it "
+                 "(allocate it with cudaMalloc and copy it there)",
+                 arg, type, off, (unsigned long long)w, where.c_str());
+        return false;
+    }
+    return true;
 }
 
 void check_host_context(const launch_site &site)

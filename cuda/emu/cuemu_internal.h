@@ -36,6 +36,12 @@ cudaError_t sticky();
 bool device_range(const void *p, size_t n);
 /* True when p lies inside (or at the end of) some live allocation. */
 bool is_device_pointer(const void *p);
+/* True when p lies inside (or at the end of) a buffer from cudaHostAlloc(cudaHostAllocMapped). */
+bool is_mapped_host_pointer(const void *p);
+/* For a word of a kernel's by-value argument: empty when it is not the address of host memory
+ * (not mapped in this process, or inside a device allocation's mapping, or a mapped pinned
+ * buffer); else a description of the host memory it points into. */
+std::string host_memory_at(uintptr_t w);
 /* Check every allocation's canaries; on damage record a sticky error naming `after` and return
  * false. */
 bool check_canaries(const char *after);

@@ -73,6 +73,8 @@ struct device {
     std::mutex mu;
     std::map<uintptr_t, alloc_rec> allocs; /* by user address */
     std::set<void *> host_allocs;
+    std::map<uintptr_t, size_t> pinned_size; /* every host_allocs entry: start -> size */
+    std::map<uintptr_t, size_t> mapped_host; /* cudaHostAlloc(cudaHostAllocMapped): start -> size */
     std::set<CUstream_st *> streams;
     std::set<CUevent_st *> events;
     std::map<const void *, int> max_dyn_smem;
@@ -250,6 +252,79 @@ bool is_device_pointer(const void *p)
     device &d = dev();
     std::lock_guard<std::mutex> lk(d.mu);
     return find_locked(d, p) != nullptr;
+}
+
+bool is_mapped_host_pointer(const void *p)
+{
+    device &d = dev();
+    std::lock_guard<std::mutex> lk(d.mu);
+    uintptr_t a = (uintptr_t)p;
+    auto it = d.mapped_host.upper_bound(a);
+    if (it == d.mapped_host.begin()) return false;
+    --it;
+    return a <= it->first + it->second;
+}
+
+namespace
+{
+/* The line of /proc/self/maps whose range holds a, reduced to what it names: "the heap",
+ * "a thread's stack", "a mapping of FILE" or "an anonymous mapping". */
+std::string describe_mapping(uintptr_t a)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return "mapped host memory";
+    char line[1024];
+    std::string r = "mapped host memory";
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        int name_at = 0;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &name_at) < 2) continue;
+        if (a < lo || a >= hi) continue;
+        std::string name = name_at > 0 ? std::string(line + name_at) : std::string();
+        while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+        if (name == "[heap]")
+            r = "host heap memory (malloc)";
+        else if (name.rfind("[stack", 0) == 0)
+            r = "host stack memory";
+        else if (!name.empty() && name[0] == '/')
+            r = "host memory mapping the file " + name;
+        else
+            r = "anonymous host memory (a large malloc, a thread's stack or an mmap)";
+        break;
+    }
+    fclose(f);
+    return r;
+}
+} /* namespace */
+
+std::string host_memory_at(uintptr_t w)
+{
+    if (w < 65536 || w >= ((uintptr_t)1 << 47)) return std::string(); /* not a user address */
+    device &d = dev();
+    {
+        std::lock_guard<std::mutex> lk(d.mu);
+        /* a device allocation's whole mapping (guards and canaries too) is device memory: a
+         * pointer near a buffer is a bounds question, checked when the kernel runs */
+        auto in_map = [w](const alloc_rec &r) {
+            return w >= (uintptr_t)r.map && w < (uintptr_t)r.map + r.map_len;
+        };
+        auto ub = d.allocs.upper_bound(w); /* the mapping of ub starts below its user address */
+        if (ub != d.allocs.end() && in_map(ub->second)) return std::string();
+        if (ub != d.allocs.begin() && in_map(std::prev(ub)->second)) return std::string();
+        auto h = d.mapped_host.upper_bound(w);
+        if (h != d.mapped_host.begin()) {
+            --h;
+            if (w <= h->first + h->second) return std::string();
+        }
+        auto pin = d.pinned_size.upper_bound(w);
+        if (pin != d.pinned_size.begin() && w <= std::prev(pin)->first + std::prev(pin)->second)
+                return "pinned host memory from cudaMallocHost (kernels may read host memory "
+                       "only from cudaHostAlloc(cudaHostAllocMapped))";
+    }
+    long pg = sysconf(_SC_PAGESIZE);
+    void *page = (void *)(w & ~(uintptr_t)(pg - 1));
+    if (msync(page, (size_t)pg, MS_ASYNC) != 0) return std::string(); /* not mapped: a number */
+    return describe_mapping(w);
 }
 
 bool check_canaries(const char *after)
@@ -568,6 +643,8 @@ cudaError_t cudaDeviceReset(void)
     d.used = 0;
     for (void *p : d.host_allocs) free(p);
     d.host_allocs.clear();
+    d.pinned_size.clear();
+    d.mapped_host.clear();
     for (CUstream_st *s : d.streams) delete s;
     d.streams.clear();
     for (CUevent_st *e : d.events) delete e;
@@ -672,7 +749,18 @@ cudaError_t cudaMallocHost(void **ptr, size_t size)
     device &d = dev();
     std::lock_guard<std::mutex> lk(d.mu);
     d.host_allocs.insert(p);
+    d.pinned_size[(uintptr_t)p] = size;
     *ptr = p;
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags)
+{
+    cudaError_t e = cudaMallocHost(ptr, size);
+    if (e != cudaSuccess || !(flags & cudaHostAllocMapped)) return e;
+    device &d = dev();
+    std::lock_guard<std::mutex> lk(d.mu);
+    d.mapped_host[(uintptr_t)*ptr] = size;
     return cudaSuccess;
 }
 
@@ -681,6 +769,8 @@ cudaError_t cudaFreeHost(void *ptr)
     if (!ptr) return cudaSuccess;
     device &d = dev();
     std::lock_guard<std::mutex> lk(d.mu);
+    d.mapped_host.erase((uintptr_t)ptr);
+    d.pinned_size.erase((uintptr_t)ptr);
     if (!d.host_allocs.erase(ptr)) {
         t_last = cudaErrorInvalidValue;
         t_detail = "cudaFreeHost: pointer was not returned by cudaMallocHost";
