@@ -167,7 +167,8 @@ typedef struct pllm_cuda_sample_params {
     int32_t prompt_off, n_prompt; /* prompt ids (used with REP) */
     int32_t output_off, n_output; /* output ids (used with REP or FREQ) */
     int32_t banned_off, n_banned;
-    int32_t pad_;
+    int32_t n_valid; /* the row's first n_valid logits are the vocabulary (<= n_vocab; ids past
+                        it have no token and are never sampled or listed) */
 } pllm_cuda_sample_params;
 
 typedef struct pllm_cuda_sample_top {
@@ -192,7 +193,8 @@ pllm_status pllm_cuda_sample(pllm_cuda_dev *dev, const pllm_cuda_sample_args *a)
 /* Host side (cuda/sample_pack.c): the ids a request needs uploaded (its prompt when the
  * repetition penalty is on, its output when a penalty is on, its banned ids), and its record:
  * the lists are copied to ids[0 ..) and referenced at offsets ids_base + ... of the packed
- * array. n_top is min(p->logprobs, n_vocab). */
+ * array. n_valid is ctx->n_valid when in (0, n_vocab), else n_vocab; n_top is
+ * min(p->logprobs, n_valid). */
 int32_t pllm_cuda_sample_n_ids(const pllm_sampling_params *p, const pllm_sample_ctx *ctx);
 void pllm_cuda_sample_fill(pllm_cuda_sample_params *rec, const pllm_sampling_params *p,
                            const pllm_sample_ctx *ctx, int32_t n_vocab, int32_t *ids,

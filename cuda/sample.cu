@@ -268,6 +268,7 @@ __device__ int sample_random(const float *lg, int V, const pllm_cuda_sample_para
 
 /*
  * sample_kernel
+ *   (V: n_vocab, the row stride; a sample reads only its first params[s].n_valid logits)
  *   logits [n_samples][V] F32 (read only); work [n_samples][V] F32 scratch; counts
  *   [n_samples][V] int32 (zero on entry and exit); params [n_samples]; ids: packed id lists
  *   tokens, logprobs [n_samples]; top [n_samples] (n_top entries each)
@@ -293,11 +294,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(pllm_cuda_sample_args 
     PLLM_SHARED_VAR(double, sh_before);
     const scratch sh = {sh_f, sh_d, sh_u, sh_i, sh_hist, &sh_sel, &sh_before};
 
-    const int s = blockIdx.x, V = a.n_vocab, tid = threadIdx.x;
+    const int s = blockIdx.x, tid = threadIdx.x;
     const pllm_cuda_sample_params P = a.params[s];
-    const float *raw = a.logits + (int64_t)s * V;
-    float *lg = a.work + (int64_t)s * V;
-    int32_t *cnt = a.counts + (int64_t)s * V;
+    /* rows are n_vocab apart; the sample's vocabulary is the first n_valid of its row */
+    const int V = P.n_valid > 0 && P.n_valid < a.n_vocab ? P.n_valid : a.n_vocab;
+    const float *raw = a.logits + (int64_t)s * a.n_vocab;
+    float *lg = a.work + (int64_t)s * a.n_vocab;
+    int32_t *cnt = a.counts + (int64_t)s * a.n_vocab;
 
     /* sanitise, raw max, log-softmax normaliser */
     float mx = -INFINITY;

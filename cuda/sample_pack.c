@@ -37,7 +37,9 @@ void pllm_cuda_sample_fill(pllm_cuda_sample_params *rec, const pllm_sampling_par
     rec->presence_penalty = p->presence_penalty;
     rec->frequency_penalty = p->frequency_penalty;
     rec->top_k = p->top_k;
-    rec->n_top = PLLM_MIN(PLLM_MIN(p->logprobs, n_vocab), PLLM_CUDA_MAX_TOP);
+    /* sampling.h: a padded vocabulary's row is its first n_valid logits */
+    rec->n_valid = ctx && ctx->n_valid > 0 && ctx->n_valid < n_vocab ? ctx->n_valid : n_vocab;
+    rec->n_top = PLLM_MIN(PLLM_MIN(p->logprobs, rec->n_valid), PLLM_CUDA_MAX_TOP);
     rec->seed = p->seed;
     rec->step = ctx ? (uint64_t)ctx->n_output : 0;
     rec->flags = (rep ? PLLM_CUDA_SAMPLE_REP : 0) | (freq ? PLLM_CUDA_SAMPLE_FREQ : 0);

@@ -37,6 +37,7 @@ struct pllm_engine {
     const pllm_tokenizer *tok;
     pllm_kv_layout layout;
     int32_t n_vocab;
+    int32_t n_valid;   /* ids below it have a token; the samplers never draw the rest (0: all) */
     int32_t ctx_limit; /* min(max_model_len, KV capacity) */
     int32_t *eos_ids;  /* [n_eos_ids] owned: the tokenizer's stop ids, then the model's EOS ids
                           (generation_config.json eos_token_id) not among them */
@@ -261,6 +262,9 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     e->backend = backend;
     e->tok = tok;
     e->n_vocab = model->cfg.n_vocab;
+    /* a vocabulary padded past the tokenizer's (Phi-3, Qwen2.5): never sample an id that
+     * detokenizing would refuse */
+    e->n_valid = tok && pllm_tokenizer_n_vocab(tok) < e->n_vocab ? pllm_tokenizer_n_vocab(tok) : 0;
     pllm_status st = backend->iface->kv_layout(backend->ctx, p.block_size, &e->layout);
     if (st != PLLM_OK) goto fail;
     int32_t n_blocks = 0;
@@ -522,6 +526,7 @@ static pllm_status build_plan(pllm_engine *e, pllm_batch_plan *plan, int32_t *to
                     .n_output = n_out,
                     .banned = ban ? r->stop_ids : NULL,
                     .n_banned = ban ? r->n_stop_ids : 0,
+                    .n_valid = e->n_valid,
                 },
         };
         e->sample_entry[ns] = i;

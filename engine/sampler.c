@@ -482,7 +482,8 @@ void pllm_sample(pllm_sample_result *res, float *logits, int32_t n_vocab, const 
     /* Shapes: logits [n_vocab] (modified in place), res->top_ids / top_logprobs [p->logprobs]. */
     PLLM_ASSERT(res && logits && p && scratch && n_vocab > 0);
     PLLM_ASSERT(p->temperature >= 0.0f);
-    const int32_t n = n_vocab;
+    /* a padded vocabulary: the ids past the tokenizer's do not exist for the sampler */
+    const int32_t n = ctx && ctx->n_valid > 0 && ctx->n_valid < n_vocab ? ctx->n_valid : n_vocab;
     sampler_scratch s = carve(scratch, n);
 
     /* Sanitise (NaN -> -inf, +inf -> FLT_MAX; rare) and find the raw max. */

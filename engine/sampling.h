@@ -22,6 +22,11 @@
  * Logprobs are those of the model's raw distribution (log_softmax of the unmodified logits),
  * as vLLM reports by default.
  *
+ * A padded vocabulary: with ctx->n_valid in (0, n_vocab), the row is taken as its first n_valid
+ * logits, everywhere above (logprobs and their normaliser too): ids without a token are never
+ * sampled and never listed, as if the model's vocabulary were the tokenizer's (pllm; vLLM cuts
+ * the logits to the original vocabulary the same way).
+ *
  * Exact rules where the steps above leave a choice (decided as vLLM v1 does, see
  * vllm/v1/sample/sampler.py and ops/topk_topp_sampler.py, unless marked "pllm"):
  *   - Input: a NaN logit is treated as -inf and +inf as FLT_MAX (written back in place) before
@@ -89,6 +94,9 @@ typedef struct pllm_sample_ctx {
     int32_t n_output;        /* also the RNG step: the draw uses (seed, n_output) */
     const int32_t *banned;   /* [n_banned] ids that must not be sampled this step */
     int32_t n_banned;
+    int32_t n_valid;         /* ids >= n_valid have no token (a model vocabulary padded past
+                                its tokenizer's: Phi-3 32064 for 32011, Qwen2.5 151936 for
+                                151665); 0 or >= n_vocab: every id is valid */
 } pllm_sample_ctx;
 
 typedef struct pllm_sample_result {

@@ -4,7 +4,8 @@
  * -inf, NaN, +inf and huge values; greedy and random sampling with every combination of
  * temperature, top_k (off, 1, small, >= vocabulary), top_p, min_p, repetition, presence and
  * frequency penalties (prompt/output ids with repeats), banned ids (sometimes all of them), seeds
- * and RNG steps, and 0..20 top logprobs.
+ * and RNG steps, 0..20 top logprobs, and padded vocabularies (ctx.n_valid < V, the padding's
+ * logits the largest of the row: no id >= n_valid may be sampled or listed).
  *
  * Tokens and top-logprob ids must be identical, except in cases the reference itself leaves to
  * rounding (sampling.h: a running sum within rounding of its threshold u, top_p or min_p). A
@@ -48,7 +49,8 @@ typedef struct tcase {
     pllm_sampling_params p;
     int32_t *prompt, *output, *banned;
     int32_t n_prompt, n_output, n_banned;
-    float *logits; /* [V] as given */
+    int32_t n_valid; /* ids >= n_valid have no token (0: all valid) */
+    float *logits;   /* [V] as given */
 } tcase;
 
 static void make_case(tcase *c, int V)
@@ -99,6 +101,16 @@ static void make_case(tcase *c, int V)
     for (int i = 0; i < c->n_prompt; i++) c->prompt[i] = rnd(span);
     for (int i = 0; i < c->n_output; i++) c->output[i] = rnd(span);
     for (int i = 0; i < c->n_banned; i++) c->banned[i] = c->n_banned == V ? i : rnd(V);
+    if (V > 1 && rnd(4) == 0) { /* a padded vocabulary whose padding would win every draw */
+        c->n_valid = 1 + rnd(V - 1);
+        for (int i = c->n_valid; i < V; i++) c->logits[i] = rnd(4) == 0 ? INFINITY : 50.0f + unif();
+    }
+}
+
+/* The ids the sampler may draw from: [0, n_valid) of a padded vocabulary. */
+static int valid_of(const tcase *c, int V)
+{
+    return c->n_valid > 0 && c->n_valid < V ? c->n_valid : V;
 }
 
 static void free_case(tcase *c)
@@ -188,13 +200,13 @@ static void run_batch(pllm_cuda_dev *dev, int V, int S, int *n_same, int *n_ambi
         make_case(&cs[s], V);
         memcpy(logits + (size_t)s * V, cs[s].logits, sizeof(float) * (size_t)V);
         pllm_sample_ctx ctx = {cs[s].prompt,   cs[s].n_prompt, cs[s].output,
-                               cs[s].n_output, cs[s].banned,   cs[s].n_banned};
+                               cs[s].n_output, cs[s].banned,   cs[s].n_banned, cs[s].n_valid};
         n_ids += pllm_cuda_sample_n_ids(&cs[s].p, &ctx);
     }
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_ids + 1));
     for (int s = 0, off = 0; s < S; s++) {
         pllm_sample_ctx ctx = {cs[s].prompt,   cs[s].n_prompt, cs[s].output,
-                               cs[s].n_output, cs[s].banned,   cs[s].n_banned};
+                               cs[s].n_output, cs[s].banned,   cs[s].n_banned, cs[s].n_valid};
         pllm_cuda_sample_fill(&rec[s], &cs[s].p, &ctx, V, ids + off, off);
         off += pllm_cuda_sample_n_ids(&cs[s].p, &ctx);
     }
@@ -246,12 +258,16 @@ static void run_batch(pllm_cuda_dev *dev, int V, int S, int *n_same, int *n_ambi
     for (int s = 0; s < S; s++) {
         tcase *c = &cs[s];
         pllm_sample_ctx ctx = {c->prompt,   c->n_prompt, c->output,
-                               c->n_output, c->banned,   c->n_banned};
+                               c->n_output, c->banned,   c->n_banned, c->n_valid};
         int32_t rid[20];
         float rlp[20];
         pllm_sample_result r = {.top_ids = rid, .top_logprobs = rlp};
         pllm_sample(&r, c->logits, V, &c->p, &ctx, scratch); /* c->logits: now processed */
         (*n_cases)++;
+        const int nv = valid_of(c, V);
+        CHECK(tok[s] >= 0 && tok[s] < nv); /* never an id without a token */
+        CHECK(r.token >= 0 && r.token < nv);
+        for (int k = 0; k < rec[s].n_top; k++) CHECK(top[s].ids[k] >= 0 && top[s].ids[k] < nv);
         bool same = tok[s] == r.token;
         if (same) {
             (*n_same)++;
@@ -259,7 +275,7 @@ static void run_batch(pllm_cuda_dev *dev, int V, int S, int *n_same, int *n_ambi
             lp_err = fmax(lp_err, fabs((double)lp[s] - r.logprob));
         } else {
             bool greedy = c->p.temperature == 0.0f || c->p.top_k == 1;
-            double m = greedy ? 1.0 : random_margin(c->logits, V, &c->p, (uint64_t)c->n_output);
+            double m = greedy ? 1.0 : random_margin(c->logits, nv, &c->p, (uint64_t)c->n_output);
             if (m < 1e-9) {
                 (*n_ambiguous)++;
                 fprintf(stderr,

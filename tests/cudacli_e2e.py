@@ -14,6 +14,9 @@ CUDA backend's host code and kernels on the host. $PLLM_BIN is the real pllm; HA
      --kv-cache-dtype fp32 (logits equal to float rounding) and in the production setting (F16
      or BF16 weights, F16 KV cache); prompts with a shared prefix (prefix-cache hits: prefill
      over a cached prefix) and decode batches (CUDA graphs);
+   - a padded vocabulary (the model's 300 rows, the tokenizer's 268 tokens, as Phi-3 and
+     Qwen2.5 pad theirs), greedy and sampled: both samplers never draw an id without a token,
+     and the two backends agree;
    - the real default model ($PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf), 5 short
      prompts (raw and chat), production setting.
    The CPU runs use the CPU backend's float32 math (PLLM_CPU_MATH=f32), the reference the CUDA
@@ -129,8 +132,10 @@ def random_models():
             self._pllm_vocab = n
             super().add_vocab_size(n)
 
+        pad = 0  # embedding rows past the tokenizer's last id (a padded vocabulary)
+
         def write_header_to_file(self, *a, **k):
-            v = self._pllm_vocab
+            v = self._pllm_vocab - self.pad
             tokens, merges = train_bpe(v - 257)
             tokens = tokens[:v - 1] + ["<|eos|>"]
             types = [1] * (v - 1) + [3]  # normal, then control
@@ -152,9 +157,18 @@ def random_models():
         for shape in ("gqa", "odd", "qwen2", "kq"):
             dtypes = [d for s, d in want if s == shape]
             models += gen_models.generate(os.path.join(out, shape), shapes=[shape], dtypes=dtypes)
-        return models
+        # a padded vocabulary, as Phi-3 (32064 rows, 32011 tokens) and Qwen2.5 have: 300 rows,
+        # 268 tokens; random weights put the padding's ids among the top ones at once
+        WithTokenizer.pad = PAD
+        padded = gen_models.generate(os.path.join(out, "padded"), shapes=["gqa"], dtypes=["F32"])
+        for m in padded:
+            m["shape"] = "padded"
+        return models + padded
     finally:
         gen_models.gguf.GGUFWriter = base
+
+
+PAD = 32  # the padded model's rows without a token (byte-level BPE needs 256 + merges)
 
 
 # ---- greedy agreement ------------------------------------------------------------------------
@@ -208,12 +222,23 @@ def e2e(pool):
     for m in models:
         first_of_shape.setdefault(m["shape"], m["path"])
     for m in models:
+        if m["shape"] == "padded":
+            continue
         if not SANITIZE or first_of_shape[m["shape"]] == m["path"]:
             jobs.append((f"{os.path.basename(m['path'])} f32", m["path"], prompts, common,
                          ["--dtype", "float32", "--kv-cache-dtype", "fp32"]))
     for m in models:
+        if m["shape"] == "padded":
+            continue
         if not SANITIZE or first_of_shape[m["shape"]] != m["path"]:
             jobs.append((f"{os.path.basename(m['path'])} production", m["path"], prompts, common, []))
+    # the padded vocabulary: no id without a token is ever sampled, greedy or at temperature 1.5
+    # (a22fb61 sampled one at once: 'token id ... out of range' ended the run, exit 3)
+    padded = next(m for m in models if m["shape"] == "padded")
+    jobs.append(("padded-vocabulary greedy", padded["path"], prompts, common,
+                 ["--dtype", "float32", "--kv-cache-dtype", "fp32"]))
+    jobs.append(("padded-vocabulary sampled", padded["path"], prompts,
+                 common + ["--temperature", "1.5", "--seed", "11"], ["--dtype", "float32", "--kv-cache-dtype", "fp32"]))
     if not os.path.exists(MODEL):
         check(False, f"the default model is missing: {MODEL} (run scripts/setup.sh or set PLLM_HOME)")
     else:
@@ -250,6 +275,13 @@ def e2e(pool):
                        for k, r in re_.items() if k in ri)
             print(f"  (report only) {name} vs the CPU's default int8-activation path: {same}/{n} tokens "
                   f"before the first difference")
+        if name.startswith("padded"):
+            n_tok = padded["n_vocab"] - PAD
+            for which, (rc_, out_, _err) in (("cpu", cpu), ("emulated cuda", emu)):
+                ids = [t for r in records(out_).values() for t in r.get("token_ids", [])]
+                check(rc_ == 0 and ids and max(ids) < n_tok,
+                      f"{name} ({which}): ids past the tokenizer's {n_tok} were sampled, or the run failed "
+                      f"(exit {rc_}): {sorted(set(t for t in ids if t >= n_tok))}")
         kind = "real model" if "SmolLM2" in name else name.split()[-1]
         ta = totals.setdefault(kind, [0, 0, 0])
         ta[0] += a

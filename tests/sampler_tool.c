@@ -178,7 +178,7 @@ static int run_case(json_t *c, size_t line)
     top_lp = malloc(sizeof(float) * 21);
     if (!top_ids || !top_lp) goto done;
     pllm_sample_result res = {.top_ids = top_ids, .top_logprobs = top_lp};
-    pllm_sample_ctx ctx = {prompt, n_prompt, output, n_output, banned, n_banned};
+    pllm_sample_ctx ctx = {prompt, n_prompt, output, n_output, banned, n_banned, 0};
 
     json_t *jr = json_object_get(c, "repeat");
     if (jr) {

@@ -2,7 +2,7 @@
  * sampler_unit: hand-computed checks of the reference sampler (engine/sampling.h): greedy
  * ties, bans, each penalty, the exact kept sets of top-k / top-p / min-p and their order,
  * determinism of the counter RNG, logprobs against a float64 log-softmax, the fallback when
- * nothing is finite, and validation messages. Ends with a small speed report on a 49152 vocab.
+ * nothing is finite, validation messages, and a padded vocabulary (ids past ctx.n_valid). Ends with a small speed report on a 49152 vocab.
  */
 #include "engine/sampling.h"
 #include "tests/testutil.h"
@@ -36,7 +36,7 @@ static void draw_counts(const float *logits, int32_t n, const pllm_sampling_para
     PLLM_ASSERT(n_steps <= 20000);
     memset(counts, 0, sizeof(int32_t) * (size_t)n);
     for (int32_t s = 0; s < n_steps; s++) {
-        pllm_sample_ctx ctx = {NULL, 0, zeros, s, banned, n_banned};
+        pllm_sample_ctx ctx = {NULL, 0, zeros, s, banned, n_banned, 0};
         pllm_sample_result r = run(logits, n, p, &ctx, NULL, NULL, NULL);
         PLLM_ASSERT(r.token >= 0 && r.token < n);
         counts[r.token]++;
@@ -120,7 +120,7 @@ static void test_bans_and_penalties(void)
     p.repetition_penalty = 2.0f;
     int32_t prompt[] = {0, 0, 0, 5, 99, -1};
     int32_t output[] = {1, 1, 0};
-    pllm_sample_ctx ctx = {prompt, 6, output, 3, NULL, 0};
+    pllm_sample_ctx ctx = {prompt, 6, output, 3, NULL, 0, 0};
     pllm_sample_result r = run(l, 6, &p, &ctx, out, NULL, NULL);
     CHECK(out[0] == 1.0f && out[1] == -4.0f && out[2] == 1.0f && out[3] == 0.5f && out[4] == 3.0f && out[5] == 0.0f);
     CHECK(r.token == 4);
@@ -130,7 +130,7 @@ static void test_bans_and_penalties(void)
     p.frequency_penalty = 0.5f;
     p.presence_penalty = 0.25f;
     int32_t out2[] = {2, 3, 2, 2};
-    pllm_sample_ctx ctx2 = {prompt, 6, out2, 4, NULL, 0};
+    pllm_sample_ctx ctx2 = {prompt, 6, out2, 4, NULL, 0, 0};
     run(l, 6, &p, &ctx2, out, NULL, NULL);
     CHECK(out[0] == 2.0f && out[1] == -2.0f && out[2] == 1.0f - 1.75f && out[3] == 0.5f - 0.75f && out[4] == 3.0f);
 
@@ -139,7 +139,7 @@ static void test_bans_and_penalties(void)
     p.presence_penalty = -2.0f;
     p.repetition_penalty = 0.5f;
     int32_t out3[] = {1, 1};
-    pllm_sample_ctx ctx3 = {NULL, 0, out3, 2, NULL, 0};
+    pllm_sample_ctx ctx3 = {NULL, 0, out3, 2, NULL, 0, 0};
     r = run(l, 6, &p, &ctx3, out, NULL, NULL);
     CHECK(out[1] == -2.0f * 0.5f + 2.0f + 2.0f); /* -1 + 4 = 3 */
     CHECK(out[4] == 3.0f && r.token == 1);       /* tie 1 vs 4 at 3: lowest id */
@@ -313,7 +313,7 @@ static void test_logprobs(void)
     double max_err = 0;
     for (int32_t s = 0; s < 200; s++) {
         static int32_t out[200];
-        pllm_sample_ctx ctx = {prompt, 2, out, s, ban, 1};
+        pllm_sample_ctx ctx = {prompt, 2, out, s, ban, 1, 0};
         p.seed = (uint64_t)s * 7919;
         pllm_sample_result r = run(l, 20, &p, &ctx, NULL, ids, lps);
         CHECK(r.n_top == 20 && r.token != 5);
@@ -385,6 +385,56 @@ static void test_validate(void)
     CHECK_OK(pllm_sampling_validate(&p));
 }
 
+/* A padded vocabulary (ctx.n_valid < n): the row is its first n_valid logits, for the draw, the
+ * greedy choice, the logprob normaliser and the top list alike; the padding's logits, however
+ * large, never matter. */
+static void test_padded_vocab(void)
+{
+    const int32_t n = 12, nv = 8;
+    float l[MAXV], ref[MAXV];
+    uint64_t rng = 77;
+    for (int32_t i = 0; i < n; i++) l[i] = pllm_test_randf(&rng) * 3.0f;
+    memcpy(ref, l, sizeof ref);
+    l[9] = 100.0f, l[11] = INFINITY, l[8] = NAN; /* padding that would win */
+    pllm_sampling_params p;
+    pllm_sampling_defaults(&p);
+    p.logprobs = 20;
+    int32_t ids[20], ids_ref[20];
+    float lps[20], lps_ref[20];
+    pllm_sample_ctx ctx = {.n_valid = nv};
+    /* greedy and its logprobs equal the sampler on the first nv logits alone */
+    pllm_sample_result a = run(l, n, &p, &ctx, NULL, ids, lps);
+    pllm_sample_result b = run(ref, nv, &p, NULL, NULL, ids_ref, lps_ref);
+    CHECK(a.token == b.token && a.token < nv);
+    CHECK(a.logprob == b.logprob);
+    CHECK(a.n_top == nv && b.n_top == nv);
+    for (int32_t k = 0; k < nv; k++) CHECK(ids[k] == ids_ref[k] && lps[k] == lps_ref[k]);
+    /* random draws, with every filter off and with top-k/top-p/min-p: same draws, none padded */
+    for (int32_t mode = 0; mode < 2; mode++) {
+        p.temperature = 1.5f;
+        p.logprobs = 0;
+        p.top_k = mode ? 5 : 0, p.top_p = mode ? 0.9f : 1.0f, p.min_p = mode ? 0.01f : 0.0f;
+        static int32_t zeros[400];
+        for (int32_t s = 0; s < 400; s++) {
+            pllm_sample_ctx c1 = {.output = zeros, .n_output = s, .n_valid = nv};
+            pllm_sample_ctx c2 = {.output = zeros, .n_output = s};
+            pllm_sample_result x = run(l, n, &p, &c1, NULL, NULL, NULL);
+            pllm_sample_result y = run(ref, nv, &p, &c2, NULL, NULL, NULL);
+            CHECK(x.token == y.token && x.token < nv);
+        }
+    }
+    /* n_valid 0 or >= n: every id counts (the padding wins again) */
+    pllm_sampling_defaults(&p);
+    for (int32_t v = 0; v <= n + 1; v += n) {
+        pllm_sample_ctx c = {.n_valid = v};
+        CHECK(run(l, n, &p, &c, NULL, NULL, NULL).token == 11);
+    }
+    /* everything valid banned: the fallback stays inside the vocabulary too */
+    int32_t all[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    pllm_sample_ctx cb = {.banned = all, .n_banned = 8, .n_valid = nv};
+    CHECK(run(l, n, &p, &cb, NULL, NULL, NULL).token == 0);
+}
+
 int main(void)
 {
     test_greedy();
@@ -394,5 +444,6 @@ int main(void)
     test_rng();
     test_logprobs();
     test_validate();
+    test_padded_vocab();
     return pllm_test_finish("sampler_unit");
 }
