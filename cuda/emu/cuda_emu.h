@@ -305,9 +305,18 @@ template <class T> inline void check_arg(const T &v, int i, char *msg, size_t ca
                      "argument %d (%p) is not a device pointer: it is neither NULL nor inside a "
                      "live cudaMalloc allocation",
                      i, (const void *)v);
-    } else if constexpr (std::is_class<T>::value) {
+    } else if constexpr (std::is_class<T>::value && std::is_trivially_copyable<T>::value) {
         char name[128];
-        if (msg[0] == 0) struct_words_ok(&v, sizeof v, type_name<T>(name, sizeof name), i, msg, cap);
+        if (msg[0] != 0) return;
+        /* padding bytes hold whatever the caller's stack held (half a stale pointer next to a
+         * small int reads as an address): zero them first, so only members are judged */
+        T c = v;
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_clear_padding)
+        __builtin_clear_padding(&c);
+#endif
+#endif
+        struct_words_ok(&c, sizeof c, type_name<T>(name, sizeof name), i, msg, cap);
     } else {
         (void)v, (void)i, (void)msg, (void)cap;
     }

@@ -267,19 +267,23 @@ bool is_mapped_host_pointer(const void *p)
 
 namespace
 {
-/* The line of /proc/self/maps whose range holds a, reduced to what it names: "the heap",
- * "a thread's stack", "a mapping of FILE" or "an anonymous mapping". */
+/* The line of /proc/self/maps whose range holds a, reduced to what it names: the heap, a
+ * thread's stack, a mapped file or anonymous memory. Empty when no readable mapping holds a, or
+ * when the one that does is a reservation larger than 1 TiB (a sanitizer's shadow memory: two
+ * small integers side by side in an argument struct can read as an address inside it). */
 std::string describe_mapping(uintptr_t a)
 {
     FILE *f = fopen("/proc/self/maps", "r");
     if (!f) return "mapped host memory";
     char line[1024];
-    std::string r = "mapped host memory";
+    std::string r;
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
+        char perms[8] = {0};
         int name_at = 0;
-        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &name_at) < 2) continue;
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %n", &lo, &hi, perms, &name_at) < 3) continue;
         if (a < lo || a >= hi) continue;
+        if (perms[0] != 'r' || hi - lo > (1ul << 40)) break;
         std::string name = name_at > 0 ? std::string(line + name_at) : std::string();
         while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
         if (name == "[heap]")
@@ -321,6 +325,10 @@ std::string host_memory_at(uintptr_t w)
                 return "pinned host memory from cudaMallocHost (kernels may read host memory "
                        "only from cudaHostAlloc(cudaHostAllocMapped))";
     }
+#if defined(__SANITIZE_ADDRESS__)
+    /* ASan's shadow memory (x86-64 layout): not memory the program allocated */
+    if (w >= 0x7fff8000ull && w < 0x10007fff8000ull) return std::string();
+#endif
     long pg = sysconf(_SC_PAGESIZE);
     void *page = (void *)(w & ~(uintptr_t)(pg - 1));
     if (msync(page, (size_t)pg, MS_ASYNC) != 0) return std::string(); /* not mapped: a number */
