@@ -97,11 +97,43 @@ size_t pllm_idset_size(const pllm_idset *s)
     return s->n;
 }
 
-/* Copy the first n lines of the .zst file at path into a new .zst stream that replaces it. */
-static pllm_status rewrite_zst(const char *path, int64_t n)
+char *pllm_completion_key(const char *key, int64_t index)
+{
+    pllm_buf b = {0};
+    if (pllm_buf_appendf(&b, "%s\x02%lld", key, (long long)index) != PLLM_OK) return NULL;
+    return b.s;
+}
+
+/* An output line that reports a failure: pllm finish_reason "error", OpenAI a non-null error. */
+static bool is_error_line(const json_t *o)
+{
+    if (json_object_get(o, "custom_id")) {
+        const json_t *e = json_object_get(o, "error");
+        return e && !json_is_null(e);
+    }
+    const json_t *f = json_object_get(o, "finish_reason");
+    return json_is_string(f) && strcmp(json_string_value(f), "error") == 0;
+}
+
+/* The key a complete output line is counted under (NULL: it names no request). */
+static char *line_key(const json_t *o)
+{
+    char *key = pllm_output_key(o);
+    const json_t *idx = json_object_get(o, "index");
+    if (key && json_is_integer(idx) && !json_object_get(o, "custom_id")) {
+        char *k = pllm_completion_key(key, json_integer_value(idx));
+        free(key);
+        key = k;
+    }
+    return key;
+}
+
+/* Rewrite path with its first n lines, without the error lines when drop_errors, through a
+ * temporary renamed over it (a .zst file becomes one fresh stream). */
+static pllm_status rewrite_output(const char *path, int64_t n, bool drop_errors)
 {
     pllm_buf tmp = {0};
-    PLLM_TRY(pllm_buf_appendf(&tmp, "%s.resume-tmp.zst", path));
+    PLLM_TRY(pllm_buf_appendf(&tmp, "%s.resume-tmp%s", path, pllm_path_is_zst(path) ? ".zst" : ""));
     pllm_reader *r = NULL;
     pllm_writer *w = NULL;
     pllm_status st = pllm_reader_open(&r, path);
@@ -113,17 +145,23 @@ static pllm_status rewrite_zst(const char *path, int64_t n)
         bool eof;
         if ((st = pllm_reader_next(r, &line, &len, &lineno, &eof)) != PLLM_OK) break;
         if (eof) break;
+        if (drop_errors) {
+            json_t *o = json_loadb(line, len, 0, NULL);
+            bool drop = json_is_object(o) && is_error_line(o);
+            json_decref(o);
+            if (drop) continue;
+        }
         st = pllm_writer_line(w, line, len);
     }
     pllm_status cst = pllm_writer_close(w);
     if (st == PLLM_OK) st = cst;
     pllm_reader_close(r);
     if (st == PLLM_OK && rename(tmp.s, path) != 0)
-        st = pllm_errorf(PLLM_ERR_IO, "%s: cannot replace it with the repaired stream: %s", path,
+        st = pllm_errorf(PLLM_ERR_IO, "%s: cannot replace it with the rewritten file: %s", path,
                          strerror(errno));
     if (st != PLLM_OK) {
         remove(tmp.s);
-        pllm_error_prefix(st, "repairing the cut .zst output %s: ", path);
+        pllm_error_prefix(st, "rewriting the output %s: ", path);
     }
     pllm_buf_free(&tmp);
     return st;
@@ -131,8 +169,17 @@ static pllm_status rewrite_zst(const char *path, int64_t n)
 
 pllm_status pllm_idset_load_output(pllm_idset *s, const char *path, int64_t *n_lines, bool *torn)
 {
-    *n_lines = 0;
-    *torn = false;
+    pllm_output_scan res;
+    pllm_status st = pllm_idset_scan_output(s, path, false, &res);
+    *n_lines = res.n_lines;
+    *torn = res.torn;
+    return st;
+}
+
+pllm_status pllm_idset_scan_output(pllm_idset *s, const char *path, bool drop_errors,
+                                   pllm_output_scan *res)
+{
+    memset(res, 0, sizeof *res);
     struct stat sb;
     if (stat(path, &sb) != 0)
         return errno == ENOENT ? PLLM_OK
@@ -142,10 +189,19 @@ pllm_status pllm_idset_load_output(pllm_idset *s, const char *path, int64_t *n_l
     if (!pllm_path_is_zst(path) && sb.st_size > 0) {
         FILE *f = fopen(path, "r+b");
         if (!f) return pllm_errorf(PLLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        unsigned char head[4];
+        size_t nh = fread(head, 1, sizeof head, f);
+        if (pllm_compression_of(head, nh) != PLLM_COMPRESSION_NONE) {
+            fclose(f);
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: the file is compressed but its name does not end in .zst, "
+                               "so pllm would append plain lines to it; pllm did not write it",
+                               path);
+        }
         off_t end = sb.st_size;
         fseeko(f, end - 1, SEEK_SET);
         if (fgetc(f) != '\n') {
-            *torn = true;
+            res->torn = true;
             off_t keep = end - 1;
             while (keep > 0) {
                 fseeko(f, keep - 1, SEEK_SET);
@@ -173,11 +229,16 @@ pllm_status pllm_idset_load_output(pllm_idset *s, const char *path, int64_t *n_l
         n_complete++;
         json_t *o = json_loadb(line, len, 0, NULL);
         if (!o) continue; /* not JSON: no request to skip */
-        char *key = json_is_object(o) ? pllm_output_key(o) : NULL;
+        if (drop_errors && json_is_object(o) && is_error_line(o)) {
+            res->n_dropped++;
+            json_decref(o);
+            continue;
+        }
+        char *key = json_is_object(o) ? line_key(o) : NULL;
         if (key) {
             st = pllm_idset_add(s, key);
             free(key);
-            (*n_lines)++;
+            res->n_lines++;
         }
         json_decref(o);
         if (st != PLLM_OK) break;
@@ -187,8 +248,70 @@ pllm_status pllm_idset_load_output(pllm_idset *s, const char *path, int64_t *n_l
     if (cut) {
         /* A .zst output whose writer was killed: its last frame never ended, so nothing can be
          * appended after it. Rewrite the complete lines as a fresh stream (once per resume). */
-        *torn = true;
-        st = rewrite_zst(path, n_complete);
+        res->torn = true;
+        st = rewrite_output(path, n_complete, drop_errors);
+    } else if (st == PLLM_OK && res->n_dropped > 0) {
+        st = rewrite_output(path, n_complete, true);
     }
     return st;
+}
+
+/* ---------------------------------------------------------------- hash set */
+
+struct pllm_hashset {
+    uint64_t *slots; /* [cap], 0: empty */
+    size_t cap, n;
+};
+
+pllm_status pllm_hashset_create(pllm_hashset **out)
+{
+    pllm_hashset *s = pllm_calloc(1, sizeof *s);
+    if (!s) return PLLM_ERR_NOMEM;
+    s->cap = 1024;
+    s->slots = pllm_calloc(s->cap, sizeof *s->slots);
+    if (!s->slots) {
+        free(s);
+        return PLLM_ERR_NOMEM;
+    }
+    *out = s;
+    return PLLM_OK;
+}
+
+void pllm_hashset_free(pllm_hashset *s)
+{
+    if (!s) return;
+    free(s->slots);
+    free(s);
+}
+
+static uint64_t *hs_lookup(uint64_t *slots, size_t cap, uint64_t h)
+{
+    size_t i = (size_t)(h ^ (h >> 29)) & (cap - 1);
+    while (slots[i] && slots[i] != h) i = (i + 1) & (cap - 1);
+    return &slots[i];
+}
+
+pllm_status pllm_hashset_add(pllm_hashset *s, const char *key, bool *seen)
+{
+    /* Load up to 7/8: linear probing stays short enough for a membership test, and a million
+     * keys fit in 8 MiB (the table doubles at 7/8 rather than 3/4). */
+    if ((s->n + 1) * 8 > s->cap * 7) {
+        size_t ncap = s->cap * 2;
+        uint64_t *ns = pllm_calloc(ncap, sizeof *ns);
+        if (!ns) return PLLM_ERR_NOMEM;
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->slots[i]) *hs_lookup(ns, ncap, s->slots[i]) = s->slots[i];
+        free(s->slots);
+        s->slots = ns;
+        s->cap = ncap;
+    }
+    uint64_t h = XXH3_64bits(key, strlen(key));
+    if (h == 0) h = 1;
+    uint64_t *e = hs_lookup(s->slots, s->cap, h);
+    *seen = *e != 0;
+    if (!*seen) {
+        *e = h;
+        s->n++;
+    }
+    return PLLM_OK;
 }
