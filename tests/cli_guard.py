@@ -58,6 +58,7 @@ cases = [
     ("generate - < it -o it", ["generate", "-", "-o", inp], "stdin", None),
     ("generate it >> it", ["generate", inp], None, "stdout"),
     ("generate --stats-json the input", ["generate", inp, "-o", t.path("o1.jsonl"), "--stats-json", inp], None, None),
+    ("bench --stats-json the dataset", ["bench", "--dataset", inp, "--num-prompts", "2", "--stats-json", inp], None, None),
 ]
 original = open(inp, "rb").read()
 for name, args, std_in, std_out in cases:
