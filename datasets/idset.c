@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -258,19 +259,43 @@ pllm_status pllm_idset_scan_output(pllm_idset *s, const char *path, bool drop_er
 
 /* ---------------------------------------------------------------- hash set */
 
+/*
+ * The duplicate-id set keeps 8 bytes a key and never holds two copies of itself: a sorted array
+ * of 64-bit hashes (mmap'd, grown with mremap: no copy, so no transient 2x while it grows) with
+ * a prefix index (the top 16 bits -> where that range starts), plus a small open-addressing
+ * table of recent keys that is sorted and merged into the array when half full. The table is
+ * kept at 1/16 of the array, so merging costs O(16 n) in all and the table 1/8 of the memory.
+ * (A plain open-addressing table of a million keys doubles to 16 MiB, 24 MiB while it rehashes:
+ * more than the streaming tests allow for a million records.)
+ */
+#define HS_PREFIX_BITS 16
+
 struct pllm_hashset {
-    uint64_t *slots; /* [cap], 0: empty */
-    size_t cap, n;
+    uint64_t *sorted; /* [n_sorted], ascending; mmap'd, [cap_sorted] mapped */
+    size_t n_sorted, cap_sorted;
+    uint32_t *prefix; /* [2^16 + 1]: sorted[prefix[p] .. prefix[p+1]) have top bits p */
+    uint64_t *recent; /* [cap_recent] open addressing, 0: empty */
+    size_t n_recent, cap_recent;
 };
+
+static pllm_status hs_recent_alloc(pllm_hashset *s, size_t cap)
+{
+    uint64_t *r = pllm_calloc(cap, sizeof *r);
+    if (!r) return PLLM_ERR_NOMEM;
+    free(s->recent);
+    s->recent = r;
+    s->cap_recent = cap;
+    s->n_recent = 0;
+    return PLLM_OK;
+}
 
 pllm_status pllm_hashset_create(pllm_hashset **out)
 {
     pllm_hashset *s = pllm_calloc(1, sizeof *s);
     if (!s) return PLLM_ERR_NOMEM;
-    s->cap = 1024;
-    s->slots = pllm_calloc(s->cap, sizeof *s->slots);
-    if (!s->slots) {
-        free(s);
+    s->prefix = pllm_calloc(((size_t)1 << HS_PREFIX_BITS) + 1, sizeof *s->prefix);
+    if (!s->prefix || hs_recent_alloc(s, 4096) != PLLM_OK) {
+        pllm_hashset_free(s);
         return PLLM_ERR_NOMEM;
     }
     *out = s;
@@ -280,38 +305,95 @@ pllm_status pllm_hashset_create(pllm_hashset **out)
 void pllm_hashset_free(pllm_hashset *s)
 {
     if (!s) return;
-    free(s->slots);
+    if (s->sorted) munmap(s->sorted, s->cap_sorted * sizeof *s->sorted);
+    free(s->prefix);
+    free(s->recent);
     free(s);
 }
 
-static uint64_t *hs_lookup(uint64_t *slots, size_t cap, uint64_t h)
+static bool hs_sorted_has(const pllm_hashset *s, uint64_t h)
 {
-    size_t i = (size_t)(h ^ (h >> 29)) & (cap - 1);
-    while (slots[i] && slots[i] != h) i = (i + 1) & (cap - 1);
-    return &slots[i];
+    size_t p = (size_t)(h >> (64 - HS_PREFIX_BITS));
+    size_t lo = s->prefix[p], hi = s->prefix[p + 1];
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->sorted[mid] < h)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->prefix[p + 1] && s->sorted[lo] == h;
+}
+
+static uint64_t *hs_recent_slot(const pllm_hashset *s, uint64_t h)
+{
+    size_t i = (size_t)h & (s->cap_recent - 1);
+    while (s->recent[i] && s->recent[i] != h) i = (i + 1) & (s->cap_recent - 1);
+    return &s->recent[i];
+}
+
+static int hs_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Merge the recent table into the sorted array. */
+static pllm_status hs_merge(pllm_hashset *s)
+{
+    size_t n = s->n_sorted + s->n_recent;
+    if (n > s->cap_sorted) {
+        size_t cap = s->cap_sorted ? s->cap_sorted : 65536;
+        while (cap < n) cap *= 2;
+        void *m = s->sorted ? mremap(s->sorted, s->cap_sorted * sizeof(uint64_t),
+                                     cap * sizeof(uint64_t), MREMAP_MAYMOVE)
+                            : mmap(NULL, cap * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return PLLM_ERR_NOMEM;
+        s->sorted = m;
+        s->cap_sorted = cap;
+    }
+    /* the recent keys, sorted (1/16 of the array at most); then merge from the back */
+    uint64_t *tail = pllm_malloc((s->n_recent ? s->n_recent : 1) * sizeof *tail);
+    if (!tail) return PLLM_ERR_NOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < s->cap_recent; i++)
+        if (s->recent[i]) tail[k++] = s->recent[i];
+    qsort(tail, k, sizeof *tail, hs_cmp);
+    size_t i = s->n_sorted, j = k, w = n;
+    while (j > 0) {
+        if (i > 0 && s->sorted[i - 1] > tail[j - 1])
+            s->sorted[--w] = s->sorted[--i];
+        else
+            s->sorted[--w] = tail[--j];
+    }
+    free(tail);
+    s->n_sorted = n;
+    /* the prefix index */
+    size_t p = 0;
+    for (size_t e = 0; e < n; e++) {
+        size_t q = (size_t)(s->sorted[e] >> (64 - HS_PREFIX_BITS));
+        while (p <= q) s->prefix[p++] = (uint32_t)e;
+    }
+    while (p <= ((size_t)1 << HS_PREFIX_BITS)) s->prefix[p++] = (uint32_t)n;
+    /* the recent table: 1/16 of the sorted keys (at least 4096 slots) */
+    size_t cap = 4096;
+    while (cap < n / 8) cap *= 2;
+    if (cap != s->cap_recent) return hs_recent_alloc(s, cap);
+    memset(s->recent, 0, s->cap_recent * sizeof *s->recent);
+    s->n_recent = 0;
+    return PLLM_OK;
 }
 
 pllm_status pllm_hashset_add(pllm_hashset *s, const char *key, bool *seen)
 {
-    /* Load up to 7/8: linear probing stays short enough for a membership test, and a million
-     * keys fit in 8 MiB (the table doubles at 7/8 rather than 3/4). */
-    if ((s->n + 1) * 8 > s->cap * 7) {
-        size_t ncap = s->cap * 2;
-        uint64_t *ns = pllm_calloc(ncap, sizeof *ns);
-        if (!ns) return PLLM_ERR_NOMEM;
-        for (size_t i = 0; i < s->cap; i++)
-            if (s->slots[i]) *hs_lookup(ns, ncap, s->slots[i]) = s->slots[i];
-        free(s->slots);
-        s->slots = ns;
-        s->cap = ncap;
-    }
     uint64_t h = XXH3_64bits(key, strlen(key));
     if (h == 0) h = 1;
-    uint64_t *e = hs_lookup(s->slots, s->cap, h);
-    *seen = *e != 0;
-    if (!*seen) {
-        *e = h;
-        s->n++;
-    }
+    uint64_t *e = hs_recent_slot(s, h);
+    *seen = *e != 0 || (s->n_sorted > 0 && hs_sorted_has(s, h));
+    if (*seen) return PLLM_OK;
+    if (s->n_sorted + s->n_recent + 1 >= UINT32_MAX) return PLLM_ERR_NOMEM; /* prefix is 32-bit */
+    *e = h;
+    if (++s->n_recent * 2 >= s->cap_recent) return hs_merge(s);
     return PLLM_OK;
 }

@@ -5,9 +5,10 @@
 verdicts here are exact: the files are written by this test (per-run throughputs in "runs").
 
 - both sides with 3 runs, a 5.5% drop of the mean inside a +-4% run-to-run spread: PASS (the
-  old gate, one mean against a fixed 5%, failed it), and P(drop) equals Welch's one-sided test
-  computed here independently (the Student-t pdf integrated numerically);
-- a 10% drop with a 0.5% spread: FAIL, P(drop) ~ 1;
+  old gate, one mean against a fixed 5%, failed it), and P(drop) and P(>limit) equal Welch's
+  one-sided tests computed here independently (the Student-t pdf integrated numerically);
+- a 10% drop with a 0.5% spread: FAIL, P(>limit) ~ 1; a 5.5% drop with a 0.5% spread is surely
+  a drop (P(drop) ~ 1) but not surely past 5% (P(>limit) ~ 0.8): PASS;
 - one current run against a 3-run baseline: judged against the prediction interval of one run,
   and the gate says when --max-regression is inside that noise;
 - one run on each side: no noise is known; the fixed margin decides, with a warning;
@@ -47,7 +48,10 @@ def t_cdf(x, df):
     return 0.5 + area if x >= 0 else 0.5 - area
 
 
-def welch_p_drop(b, c):
+def welch_p_drop(b, c, limit=0.0):
+    """P(mean(c) < (1 - limit/100) mean(b)), Welch's one-sided test (the limit scales b)."""
+    k = 1 - limit / 100
+    b = [k * x for x in b]
     mb, mc = sum(b) / len(b), sum(c) / len(c)
     vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1)
     vc = sum((x - mc) ** 2 for x in c) / (len(c) - 1)
@@ -61,45 +65,55 @@ def gate(base_runs, cur_runs, extra=(), base=None, cur=None):
     json.dump(base or doc(base_runs), open(bp, "w"))
     json.dump(cur or doc(cur_runs), open(cp, "w"))
     rc, out, err = t.run(["bench", "--baseline", bp, "--current", cp, *extra])
-    m = re.search(r"Request throughput \(req/s\)\s+\S+\s+\S+\s+(\S+)%\s+(\S+)\s+(.*)", err)
-    return rc, err, (float(m.group(1)), m.group(2), m.group(3)) if m else (None, None, "")
+    m = re.search(r"Request throughput \(req/s\)\s+\S+\s+\S+\s+(\S+)%\s+(\S+)\s+(\S+)\s+(.*)", err)
+    return rc, err, (float(m.group(1)), m.group(2), m.group(3), m.group(4)) if m else (None, None, None, "")
 
 
 # a 5.5% drop of the mean within the noise: the old gate's false alarm
 b, c = [100.0, 104.0, 96.0], [94.5, 98.5, 90.5]
-rc, err, (ch, p, verdict) = gate(b, c)
+rc, err, (ch, p, pl, verdict) = gate(b, c)
 want = welch_p_drop(b, c)
 t.check(rc == 0 and "verdict: PASS" in err and "within the noise" in verdict,
         f"a 5.5% drop inside a +-4% spread passes: rc {rc} {err[-900:]}")
 t.check(ch is not None and abs(ch - (-5.5)) < 0.06, f"the change is reported: {ch}")
 t.check(p not in (None, "n/a") and abs(float(p) - want) < 0.002, f"P(drop) is Welch's one-sided test: {p} vs {want:.4f}")
+t.check(pl not in (None, "n/a") and abs(float(pl) - welch_p_drop(b, c, 5)) < 0.002,
+        f"P(>limit) is Welch's test against the baseline less 5%: {pl} vs {welch_p_drop(b, c, 5):.4f}")
 t.check("Welch" in err, "the gate says which test it used")
 
 # a real 10% drop: fails, P(drop) ~ 1
 b, c = [100.0, 100.5, 99.5], [90.0, 90.5, 89.5]
-rc, err, (ch, p, verdict) = gate(b, c)
-t.check(rc == 1 and "verdict: FAIL" in err and "real drop" in verdict and float(p) > 0.999,
+rc, err, (ch, p, pl, verdict) = gate(b, c)
+t.check(rc == 1 and "verdict: FAIL" in err and "beyond the noise" in verdict and float(p) > 0.999 and float(pl) > 0.999,
         f"a 10% drop with a 0.5% spread fails: rc {rc} {err[-900:]}")
 t.check(abs(float(p) - welch_p_drop(b, c)) < 0.002, f"P(drop) {p} vs {welch_p_drop(b, c):.4f}")
-# the same drop, but within the limit: passes
+# a drop just past the limit that is surely real but not surely past the limit: passes
+b, c = [100.0, 100.5, 99.5], [94.5, 95.0, 94.0]
+rc, err, (ch, p, pl, verdict) = gate(b, c)
+t.check(rc == 0 and float(p) > 0.999 and 0.5 < float(pl) < 0.95 and abs(float(pl) - welch_p_drop(b, c, 5)) < 0.002,
+        f"a 5.5% drop with a 0.5% spread: P(drop) ~1, P(>limit) {pl} < 0.95: passes: rc {rc} {err[-700:]}")
+# the 10% drop, but within the limit: passes
+b, c = [100.0, 100.5, 99.5], [90.0, 90.5, 89.5]
 rc, err, _ = gate(b, c, ["--max-regression", "15%"])
 t.check(rc == 0 and "verdict: PASS" in err, f"a 10% drop with --max-regression 15% passes: rc {rc}")
 
 # one current run against a noisy 3-run baseline: the prediction interval of one run
 b, c = [100.0, 108.0, 92.0], [93.0]
-rc, err, (ch, p, verdict) = gate(b, c)
+rc, err, (ch, p, pl, verdict) = gate(b, c)
 sd = 8.0
 want = t_cdf((100.0 - 93.0) / (sd * math.sqrt(1 + 1 / 3)), 2)
+want_l = t_cdf((95.0 - 93.0) / (0.95 * sd * math.sqrt(1 + 1 / 3)), 2)
 t.check(rc == 0 and "within the noise" in verdict and "inside one run's noise" in err,
         f"one run against a noisy baseline: judged against its spread, and the gate says the limit is inside it: rc {rc} {err[-900:]}")
-t.check(abs(float(p) - want) < 0.002, f"one run: P(drop) {p} vs {want:.4f}")
+t.check(abs(float(p) - want) < 0.002 and abs(float(pl) - want_l) < 0.002,
+        f"one run: P(drop) {p} vs {want:.4f}, P(>limit) {pl} vs {want_l:.4f}")
 # ... and a drop far outside that noise fails
-rc, err, (ch, p, verdict) = gate([100.0, 101.0, 99.0], [80.0])
-t.check(rc == 1 and "real drop" in verdict, f"one run far below a tight baseline fails: rc {rc} {err[-600:]}")
+rc, err, (ch, p, pl, verdict) = gate([100.0, 101.0, 99.0], [80.0])
+t.check(rc == 1 and "beyond the noise" in verdict, f"one run far below a tight baseline fails: rc {rc} {err[-600:]}")
 
 # one run each: no noise known, the fixed margin decides, with a warning
-rc, err, (ch, p, verdict) = gate([100.0], [94.0])
-t.check(rc == 1 and p == "n/a" and "noise is unknown" in err, f"one run each: the fixed margin, and a warning: rc {rc} {err[-600:]}")
+rc, err, (ch, p, pl, verdict) = gate([100.0], [94.0])
+t.check(rc == 1 and p == "n/a" and pl == "n/a" and "noise is unknown" in err, f"one run each: the fixed margin, and a warning: rc {rc} {err[-600:]}")
 rc, err, _ = gate([100.0], [96.0])
 t.check(rc == 0, f"one run each, within the margin: passes: rc {rc}")
 
