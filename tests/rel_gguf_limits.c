@@ -67,16 +67,16 @@ static void build_many(gb *g, int nkv, int nt)
     while (g->b.n < need) pllm_buf_append(&g->b, "\0\0\0\0\0\0\0\0", 8);
 }
 
-/* Seconds to parse a built file (the best of reps, so that a neighbour's burst of work on a
- * shared machine is not counted). */
+/* CPU seconds of this thread to parse a built file (the best of reps; thread CPU time, so that
+ * a neighbour's work on a shared machine is not counted). */
 static double parse_secs(gb *g, int reps)
 {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         pllm_gguf *x = NULL;
-        double t0 = pllm_now();
+        double t0 = pllm_test_thread_cpu();
         CHECK_OK(parse(g, &x));
-        best = fmin(best, pllm_now() - t0);
+        best = fmin(best, pllm_test_thread_cpu() - t0);
         pllm_gguf_close(x);
     }
     return best;
