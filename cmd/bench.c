@@ -22,10 +22,11 @@
  * All requests are added at once when a run starts (as vLLM's offline benchmark does): TTFT
  * includes the time a request waits in the queue.
  *
- * Gate (--baseline FILE): compare with a saved --stats-json. Not comparable (exit 3) when the
- * workload differs (dataset fingerprint, lengths, seed, model, engine parameters); a FAIL (exit
- * 1) when a throughput dropped by more than --max-regression percent or any exact counter
- * changed; otherwise PASS (exit 0).
+ * Gate (--baseline FILE; gate.h): compare with a saved --stats-json. Not comparable (exit 3)
+ * when the workload differs (dataset fingerprint, lengths, seed, model, engine parameters); a
+ * FAIL (exit 1) when a throughput dropped past --max-regression beyond the measured noise
+ * (P(>limit) >= 0.95: Welch's t-test with --repeat on both sides) or any exact counter changed;
+ * otherwise PASS (exit 0). --current FILE judges a saved file instead of running.
  */
 #include "cmd/commands.h"
 #include "cmd/gate.h"
@@ -387,8 +388,8 @@ int cmd_bench(int argc, char **argv)
         {"baseline", 0, CMD_OPT_STR, &baseline, "FILE", "none",
          "compare with a saved --stats-json (CI gate)", NULL},
         {"max-regression", 0, CMD_OPT_STR, &max_reg_s, "PCT", "5%",
-         "gate: largest allowed throughput drop (a drop past it fails only when it is real: "
-         "P(drop) >= 0.95 against the measured noise)",
+         "gate: largest allowed throughput drop (a drop past it fails when the measured noise "
+         "leaves P(>limit) >= 0.95; see --repeat)",
          NULL},
         {"current", 0, CMD_OPT_STR, &current, "FILE", "none",
          "gate a saved --stats-json against --baseline instead of running (nothing is measured)",
