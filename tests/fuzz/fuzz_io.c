@@ -139,11 +139,11 @@ static void read_plain(const uint8_t *p, size_t n)
             const char *line;
             size_t len;
             int64_t no;
-            bool eof;
+            bool eof = false;
             st = pllm_reader_next(r, &line, &len, &no, &eof);
             FUZZ_ERR_HAS_MSG(st);
             if (st == PLLM_ERR_RANGE) st = PLLM_OK; /* an over-long line: reading goes on */
-            if (eof) break;
+            if (st != PLLM_OK || eof) break;
         }
         if (r) pllm_reader_close(r);
         free(path);
