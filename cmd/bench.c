@@ -22,13 +22,16 @@
  * All requests are added at once when a run starts (as vLLM's offline benchmark does): TTFT
  * includes the time a request waits in the queue.
  *
- * Gate (--baseline FILE): compare with a saved --stats-json. Not comparable (exit 3) when the
- * workload differs (dataset fingerprint, lengths, seed, model, engine parameters); a FAIL (exit
- * 1) when a throughput dropped by more than --max-regression percent or any exact counter
- * changed; otherwise PASS (exit 0).
+ * Gate (--baseline FILE; gate.h): compare with a saved --stats-json. Not comparable (exit 3)
+ * when the workload differs (dataset fingerprint, lengths, seed, model, engine parameters); a
+ * FAIL (exit 1) when a throughput dropped past --max-regression beyond the measured noise
+ * (P(>limit) >= 0.95: Welch's t-test with --repeat on both sides) or any exact counter changed;
+ * otherwise PASS (exit 0). --current FILE judges a saved file instead of running.
  */
 #include "cmd/commands.h"
+#include "cmd/gate.h"
 #include "cmd/options.h"
+#include "cmd/output.h"
 #include "cmd/progress.h"
 #include "cmd/runtime.h"
 #include "cmd/shared.h"
@@ -338,114 +341,6 @@ static bool parse_percent(const char *s, double *out)
     return true;
 }
 
-static double jnum(const json_t *o, const char *k)
-{
-    const json_t *v = json_object_get(o, k);
-    return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
-/* Side-by-side table and verdict: 0 pass, 1 regression/counter change, 3 not comparable. */
-static int gate(const json_t *base, const json_t *cur, double max_reg, const char *base_path)
-{
-    const json_t *bw = json_object_get(base, "workload"), *cw = json_object_get(cur, "workload");
-    if (!json_is_object(bw)) {
-        fprintf(stderr, "pllm: baseline %s: not a pllm bench --stats-json file (no \"workload\")\n",
-                base_path);
-        return 3;
-    }
-    /* comparability: every workload field except where the dataset file lives */
-    pllm_buf diff = {0};
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)cw, k, v)
-    {
-        if (!strcmp(k, "dataset_path")) continue;
-        if (!json_equal(v, json_object_get(bw, k))) {
-            char *a = json_dumps(json_object_get(bw, k), JSON_ENCODE_ANY | JSON_COMPACT);
-            char *b = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-            pllm_buf_appendf(&diff, "\n      %s: baseline %s, now %s", k, a ? a : "(absent)",
-                             b ? b : "?");
-            free(a);
-            free(b);
-        }
-    }
-    json_object_foreach((json_t *)bw, k, v)
-    {
-        if (strcmp(k, "dataset_path") && !json_object_get(cw, k))
-            pllm_buf_appendf(&diff, "\n      %s: only in the baseline", k);
-    }
-    if (diff.n) {
-        fprintf(stderr,
-                "pllm: the baseline %s is not comparable: it measured a different workload:%s\n"
-                "      (not a regression: rerun the baseline with this workload, or this bench "
-                "with the baseline's)\n",
-                base_path, diff.s);
-        pllm_buf_free(&diff);
-        return 3;
-    }
-    const json_t *bs = json_object_get(base, "setup"), *cs = json_object_get(cur, "setup");
-    if (!json_equal(bs, cs)) {
-        char *a = json_dumps(bs, JSON_COMPACT), *b = json_dumps(cs, JSON_COMPACT);
-        fprintf(stderr,
-                "pllm: warning: the setup differs from the baseline's (timings may not compare): "
-                "baseline %s, now %s\n",
-                a ? a : "?", b ? b : "?");
-        free(a);
-        free(b);
-    }
-    int fails = 0;
-    fprintf(stderr, "================ pllm bench vs baseline ================\n");
-    fprintf(stderr, "baseline: %s\n", base_path);
-    fprintf(stderr, "%-34s %14s %14s %9s  %s\n", "metric", "baseline", "current", "change", "gate");
-    static const struct {
-        const char *key, *label;
-    } tput[] = {{"request_throughput", "Request throughput (req/s)"},
-                {"input_throughput", "Input token throughput (tok/s)"},
-                {"output_throughput", "Output token throughput (tok/s)"},
-                {"total_token_throughput", "Total token throughput (tok/s)"}};
-    for (size_t i = 0; i < PLLM_ARRAY_LEN(tput); i++) {
-        double a = jnum(base, tput[i].key), b = jnum(cur, tput[i].key);
-        double ch = a > 0 ? 100.0 * (b - a) / a : 0;
-        bool bad = !(a >= 0) || !(b >= 0) || ch < -max_reg;
-        fails += bad;
-        fprintf(stderr, "%-34s %14.2f %14.2f %+8.1f%%  %s (limit -%g%%)\n", tput[i].label, a, b, ch,
-                bad ? "FAIL" : "ok", max_reg);
-    }
-    static const char *const lat[] = {"mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
-                                      "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
-                                      "mean_itl_ms",  "median_itl_ms",  "p99_itl_ms",
-                                      "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms"};
-    for (size_t i = 0; i < PLLM_ARRAY_LEN(lat); i++) {
-        double a = jnum(base, lat[i]), b = jnum(cur, lat[i]);
-        if (!isfinite(a) || !isfinite(b)) continue;
-        fprintf(stderr, "%-34s %14.2f %14.2f %+8.1f%%  %s\n", lat[i], a, b,
-                a > 0 ? 100.0 * (b - a) / a : 0.0, "(info)");
-    }
-    static const char *const totals[] = {"completed", "failed", "total_input_tokens",
-                                         "total_output_tokens", "total_cached_tokens"};
-    for (size_t i = 0; i < PLLM_ARRAY_LEN(totals); i++) {
-        const json_t *a = json_object_get(base, totals[i]), *b = json_object_get(cur, totals[i]);
-        bool same = json_equal(a, b);
-        fails += !same;
-        fprintf(stderr, "%-34s %14lld %14lld %9s  %s\n", totals[i],
-                (long long)json_integer_value(a), (long long)json_integer_value(b),
-                same ? "=" : "changed", same ? "ok (exact)" : "FAIL (exact)");
-    }
-    const json_t *bc = json_object_get(base, "counters"), *cc = json_object_get(cur, "counters");
-    json_object_foreach((json_t *)cc, k, v)
-    {
-        const json_t *a = json_object_get(bc, k);
-        bool same = json_equal(a, v);
-        fails += !same;
-        fprintf(stderr, "%-34s %14lld %14lld %9s  %s\n", k, (long long)json_integer_value(a),
-                (long long)json_integer_value(v), same ? "=" : "changed",
-                same ? "ok (exact)" : "FAIL (exact)");
-    }
-    fprintf(stderr, "verdict: %s\n", fails ? "FAIL" : "PASS");
-    fprintf(stderr, "========================================================\n");
-    return fails ? 1 : 0;
-}
-
 int cmd_bench(int argc, char **argv)
 {
     cmd_engine_opts eo;
@@ -456,9 +351,9 @@ int cmd_bench(int argc, char **argv)
                     .prefix_len = 256,
                     .num_prefixes = 10,
                     .repeat = 1};
-    const char *stats_json = NULL, *baseline = NULL, *max_reg_s = "5%";
+    const char *stats_json = NULL, *baseline = NULL, *max_reg_s = "5%", *current = NULL;
     float log_interval = 10;
-    bool quiet = false;
+    bool quiet = false, overwrite = false;
     cmd_opt opts[CMD_MAX_OPTS];
     size_t n_opts = 0;
     cmd_opt own[] = {
@@ -485,11 +380,20 @@ int cmd_bench(int argc, char **argv)
         {"repeat", 0, CMD_OPT_INT, &o.repeat, "N", "1",
          "measured runs (throughput: mean and 95% confidence interval)", NULL},
         {"stats-json", 0, CMD_OPT_STR, &stats_json, "FILE", "none",
-         "write the results (and the workload) as JSON", NULL},
+         "write the results (and the workload) as JSON (replaces an earlier pllm report; any "
+         "other existing file needs --overwrite)",
+         NULL},
+        {"overwrite", 0, CMD_OPT_FLAG, &overwrite, NULL, "off",
+         "let --stats-json replace an existing file that is not a pllm report", NULL},
         {"baseline", 0, CMD_OPT_STR, &baseline, "FILE", "none",
          "compare with a saved --stats-json (CI gate)", NULL},
         {"max-regression", 0, CMD_OPT_STR, &max_reg_s, "PCT", "5%",
-         "gate: largest allowed throughput drop", NULL},
+         "gate: largest allowed throughput drop (a drop past it fails when the measured noise "
+         "leaves P(>limit) >= 0.95; see --repeat)",
+         NULL},
+        {"current", 0, CMD_OPT_STR, &current, "FILE", "none",
+         "gate a saved --stats-json against --baseline instead of running (nothing is measured)",
+         NULL},
         {"log-interval", 0, CMD_OPT_FLOAT, &log_interval, "S", "10",
          "seconds between progress log lines when stderr is not a terminal", NULL},
         {"quiet", 'q', CMD_OPT_FLAG, &quiet, NULL, "off",
@@ -523,6 +427,24 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "pllm: --max-regression '%s' is not a percentage (e.g. 5 or 5%%)\n",
                 max_reg_s);
         return 2;
+    }
+    if (current) {
+        if (!baseline) {
+            fprintf(stderr, "pllm: --current FILE is judged against --baseline FILE: give both\n");
+            return 2;
+        }
+        json_error_t e1, e2;
+        json_t *b = json_load_file(baseline, 0, &e1), *c = json_load_file(current, 0, &e2);
+        int g = 3;
+        if (!b)
+            fprintf(stderr, "pllm: --baseline %s:%d: %s\n", baseline, e1.line, e1.text);
+        else if (!c)
+            fprintf(stderr, "pllm: --current %s:%d: %s\n", current, e2.line, e2.text);
+        else
+            g = cmd_gate(b, c, max_reg, baseline);
+        json_decref(b);
+        json_decref(c);
+        return g;
     }
     bool synthetic = !strcmp(o.dataset, "random") || !strcmp(o.dataset, "prefix");
     const char *path = NULL;
@@ -566,6 +488,12 @@ int cmd_bench(int argc, char **argv)
                     checks[i].v);
             return 2;
         }
+    if (stats_json) {
+        cmd_inputs in = {.path = {path, baseline}, .what = {"the dataset", "the baseline"}};
+        rc = cmd_output_check(stats_json, "--stats-json", &in,
+                              overwrite ? CMD_OUT_OVERWRITE : CMD_OUT_NEW, CMD_OUT_REPORT);
+        if (rc) return rc;
+    }
     json_t *base = NULL;
     if (baseline) {
         json_error_t jerr;
@@ -728,8 +656,7 @@ int cmd_bench(int argc, char **argv)
             {"Peak RSS (MiB)", rss}};
         pllm_report_print(&rep, &es0, "pllm bench", notes, (int)PLLM_ARRAY_LEN(notes), stderr);
     }
-    if (stats_json && json_dump_file(out, stats_json, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
-        fprintf(stderr, "pllm: cannot write %s\n", stats_json);
+    if (stats_json && cmd_output_write_json(stats_json, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER)) {
         rc = 3;
         goto out;
     }
@@ -740,7 +667,7 @@ int cmd_bench(int argc, char **argv)
     }
     if (rep.n_failed > 0 && rc == 0) rc = 1;
     if (base) {
-        int g = gate(base, out, max_reg, baseline);
+        int g = cmd_gate(base, out, max_reg, baseline);
         if (g) rc = g;
     }
     goto out;

@@ -16,10 +16,22 @@
  * though an earlier one is missing), the statistics so far are printed, and the exit code is
  * 130; --resume continues. A failing engine step or output write ends the run the same way
  * with exit code 3.
+ *
+ * The output is guarded (output.h): never the input itself, never an existing file unless
+ * --overwrite or --resume says so. Beside it, OUT.pllm.json records the input's fingerprint
+ * and the options that change results (runrecord.h); --resume refuses another input or other
+ * options. Ids must be unique: a record whose id repeats an earlier one's becomes an error line
+ * (with a null id, keyed by its line, so --resume tells it from the first). --resume skips a
+ * request only when all of its output lines are there (n > 1: every index; a partly written
+ * request runs again and only its missing completions are written); --retry-errors first
+ * removes the earlier run's error lines so that their requests run again. --strict stops
+ * reading at the first bad record but finishes and writes every request read before it.
  */
 #include "cmd/commands.h"
 #include "cmd/options.h"
+#include "cmd/output.h"
 #include "cmd/progress.h"
+#include "cmd/runrecord.h"
 #include "cmd/runtime.h"
 #include "cmd/shared.h"
 #include "datasets/idset.h"
@@ -46,6 +58,7 @@ typedef struct gen_req {
     char *model;  /* openai: body.model */
     char *prompt; /* --echo: the prompt text */
     int32_t n, remaining;
+    bool *written; /* [n] or NULL: --resume found these completions in the output already */
     bool want_logprobs;
     int32_t top_logprobs;
     json_t *choices; /* openai: [n] */
@@ -111,13 +124,19 @@ static void gen_req_free(gen_req *r)
     if (!r) return;
     json_decref(r->id);
     json_decref(r->choices);
+    free(r->written);
     free(r->model);
     free(r->prompt);
     free(r);
 }
 
+/* Write an output line (owned); "" is the place of a completion written by an earlier run. */
 static void write_now(gen_ctx *g, char *line)
 {
+    if (!line[0]) {
+        free(line);
+        return;
+    }
     if (g->write_st == PLLM_OK) g->write_st = pllm_writer_line(g->w, line, strlen(line));
     if (g->write_st == PLLM_OK) g->n_lines++;
     free(line);
@@ -242,6 +261,9 @@ static void on_done(const pllm_completion *c, void *arg)
                 line = NULL;
             hold_line(g, r->seq, 0, line);
         }
+    } else if (r->written && r->written[c->index]) {
+        /* written by the run this one resumes: the slot still expects a line, which is empty */
+        if (g->order == GEN_ORDER_INPUT) put_line(g, r->seq, c->index, pllm_strdup(""));
     } else {
         if (pllm_output_completion(&line, r->id, r->prompt, r->n, c, -1, &g->oo) != PLLM_OK)
             line = NULL;
@@ -259,14 +281,19 @@ static void on_done(const pllm_completion *c, void *arg)
     }
 }
 
-/* A record that never runs: its error line. */
-static void reject(gen_ctx *g, int64_t seq, const pllm_record *rec, const char *msg, bool quietly)
+/* A record that never runs: its error line. dup_id: the record's id repeats an earlier one's,
+ * so the line carries a null id (its --resume key is its line: pllm_record_loc_key). */
+static void reject(gen_ctx *g, int64_t seq, const pllm_record *rec, const char *msg, bool quietly,
+                   bool dup_id)
 {
     char *line = NULL;
     pllm_report_add_rejected(&g->rep);
+    json_t *null_id = json_null();
+    const json_t *id = dup_id ? (g->openai_out ? NULL : null_id) : rec->id;
     pllm_status st =
-        g->openai_out ? pllm_output_openai_error(&line, rec->id, rec->line, rec->element, msg, 400)
-                      : pllm_output_error(&line, rec->id, rec->line, rec->element, msg);
+        g->openai_out ? pllm_output_openai_error(&line, id, rec->line, rec->element, msg, 400)
+                      : pllm_output_error(&line, id, rec->line, rec->element, msg);
+    json_decref(null_id);
     put_line(g, seq, 0, st == PLLM_OK ? line : NULL);
     g->ps.done++;
     g->ps.failed++;
@@ -294,7 +321,8 @@ int cmd_generate(int argc, char **argv)
     int32_t window = 1024, reorder = 4096;
     int64_t limit = 0;
     float log_interval = 10;
-    bool echo = false, token_ids = false, strict = false, quiet = false, resume = false;
+    bool echo = false, token_ids = false, strict = false, quiet = false, resume = false,
+         overwrite = false, retry_errors = false;
 
     cmd_opt opts[CMD_MAX_OPTS];
     size_t n_opts = 0;
@@ -318,9 +346,20 @@ int cmd_generate(int argc, char **argv)
         {"token-ids", 0, CMD_OPT_FLAG, &token_ids, NULL, "off", "include the generated token ids",
          NULL},
         {"strict", 0, CMD_OPT_FLAG, &strict, NULL, "off",
-         "stop at the first bad record instead of writing an error record", NULL},
+         "stop reading at the first bad record (its error line is written, and every request "
+         "read before it finishes), exit 3",
+         NULL},
         {"resume", 0, CMD_OPT_FLAG, &resume, NULL, "off",
-         "skip requests already in the output file and append to it", NULL},
+         "continue the run that wrote -o FILE: skip the requests already in it and append the "
+         "rest (refused when the input or the options differ from that run's)",
+         NULL},
+        {"retry-errors", 0, CMD_OPT_FLAG, &retry_errors, NULL, "off",
+         "with --resume: remove the earlier run's error lines from the output and run their "
+         "requests again",
+         NULL},
+        {"overwrite", 0, CMD_OPT_FLAG, &overwrite, NULL, "off",
+         "replace an existing output file (without it, an existing non-empty -o FILE is refused)",
+         NULL},
         {"stats-json", 0, CMD_OPT_STR, &stats_json, "FILE", "none",
          "also write the statistics as JSON to FILE", NULL},
         {"log-interval", 0, CMD_OPT_FLOAT, &log_interval, "S", "10",
@@ -389,15 +428,41 @@ int cmd_generate(int argc, char **argv)
         fprintf(stderr, "pllm: --reorder-buffer (%d) must be >= --window (%d)\n", reorder, window);
         return 2;
     }
+    if (retry_errors && !resume) {
+        fprintf(stderr, "pllm: --retry-errors continues an earlier run: give --resume with it\n");
+        return 2;
+    }
     if (resume && strcmp(out_path, "-") == 0) {
         fprintf(stderr, "pllm: --resume needs an output file (-o FILE)\n");
         return 2;
+    }
+    if (resume && overwrite) {
+        fprintf(stderr, "pllm: --resume continues the output file, --overwrite replaces it: give "
+                        "one of them\n");
+        return 2;
+    }
+    {
+        cmd_inputs in = {.path = {pos[0]}, .what = {"the input"}};
+        cmd_out_mode mode = resume ? CMD_OUT_RESUME : overwrite ? CMD_OUT_OVERWRITE : CMD_OUT_NEW;
+        if ((rc = cmd_output_check(out_path, "-o", &in, mode, CMD_OUT_RESUMABLE)) != 0) return rc;
+        cmd_inputs sin = {.path = {pos[0], strcmp(out_path, "-") ? out_path : NULL},
+                          .what = {"the input", "the output (-o)"}};
+        if (stats_json &&
+            (rc = cmd_output_check(stats_json, "--stats-json", &sin,
+                                   overwrite ? CMD_OUT_OVERWRITE : CMD_OUT_NEW, CMD_OUT_REPORT)) != 0)
+            return rc;
+        if (stats_json && strcmp(out_path, "-") && strcmp(stats_json, out_path) == 0) {
+            fprintf(stderr, "pllm: --stats-json and -o name the same file %s\n", out_path);
+            return 2;
+        }
     }
     pllm_request_params defaults;
     if ((rc = cmd_sampling_opts_finish(&so, &defaults)) != 0) return rc;
     if ((rc = cmd_engine_opts_finish(&eo)) != 0) return rc;
 
     pllm_idset *done = NULL;
+    pllm_hashset *seen = NULL; /* every record's key so far: duplicate ids */
+    json_t *rec_input = NULL, *rec_opts = NULL;
     pllm_source *src = NULL;
     pllm_engine *eng = NULL;
     cmd_runtime rt;
@@ -406,23 +471,16 @@ int cmd_generate(int argc, char **argv)
         .oo = {.echo_prompt = echo, .token_ids = token_ids}, .quiet = quiet, .order = order};
     pllm_report_init(&g.rep, pllm_now());
 
-    if (resume) {
-        int64_t n_lines;
-        bool torn;
-        if (pllm_idset_create(&done) != PLLM_OK ||
-            pllm_idset_load_output(done, out_path, &n_lines, &torn) != PLLM_OK) {
-            fprintf(stderr, "pllm: --resume: %s\n", pllm_errmsg());
-            rc = 3;
-            goto out;
-        }
-        if (!quiet)
-            fprintf(stderr, "pllm: resuming: %lld requests already in %s%s\n",
-                    (long long)pllm_idset_size(done), out_path,
-                    torn ? " (a torn last line was cut off)" : "");
-    }
     if (pllm_source_open(&src, pos[0], format) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         rc = 3;
+        goto out;
+    }
+    if (pllm_source_empty(src)) {
+        fprintf(stderr, "pllm: %s holds no records (%s): nothing to generate\n",
+                pllm_source_path(src),
+                pllm_source_is_list(src) ? "an empty JSON list" : "it is empty or blank");
+        rc = 2;
         goto out;
     }
     pllm_format in_format = pllm_source_format(src);
@@ -439,6 +497,44 @@ int cmd_generate(int argc, char **argv)
     if ((rc = cmd_sampling_opts_apply_model(&so, rt.model, &defaults, quiet)) != 0) goto out;
     g.tok = rt.tok;
     g.model_name = rt.model->name;
+    if (strcmp(out_path, "-") != 0) {
+        /* which input and options the output belongs to: checked by --resume, then recorded */
+        bool continuing = resume && cmd_output_exists(out_path);
+        rec_input = cmd_run_record_input(pos[0]);
+        rec_opts = cmd_run_record_options(pllm_format_name(in_format),
+                                          g.openai_out ? "openai" : "pllm", echo, token_ids,
+                                          rt.model->name, rt.model->identity, &defaults,
+                                          (uint64_t)eo.seed);
+        if (!rec_input || !rec_opts) {
+            rc = 3;
+            goto out;
+        }
+        if (continuing && (rc = cmd_run_record_check(out_path, rec_input, rec_opts)) != 0)
+            goto out;
+        if (continuing) {
+            pllm_output_scan scan;
+            if (pllm_idset_create(&done) != PLLM_OK ||
+                pllm_idset_scan_output(done, out_path, retry_errors, &scan) != PLLM_OK) {
+                fprintf(stderr, "pllm: --resume: %s\n", pllm_errmsg());
+                rc = 3;
+                goto out;
+            }
+            if (!quiet)
+                fprintf(stderr, "pllm: resuming: %lld output lines already in %s%s", 
+                        (long long)scan.n_lines, out_path,
+                        scan.torn ? " (a torn last line was cut off)" : "");
+            if (!quiet && retry_errors)
+                fprintf(stderr, "; %lld error lines removed, their requests run again",
+                        (long long)scan.n_dropped);
+            if (!quiet) fputc('\n', stderr);
+        }
+        if ((rc = cmd_run_record_write(out_path, rec_input, rec_opts)) != 0) goto out;
+    }
+    if (pllm_hashset_create(&seen) != PLLM_OK) {
+        fprintf(stderr, "pllm: out of memory\n");
+        rc = 3;
+        goto out;
+    }
     if (pllm_engine_create(&eng, rt.model, &rt.backend, rt.tok, &eo.ep) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         rc = 3;
@@ -465,7 +561,7 @@ int cmd_generate(int argc, char **argv)
     cmd_progress_init(&g.prog, quiet, log_interval, "generate", t0);
 
     const char *file = pllm_source_path(src);
-    bool eof = false, input_error = false, engine_error = false;
+    bool eof = false, input_error = false, engine_error = false, strict_stop = false;
     int64_t n_skipped = 0, next_seq = 0, n_read = 0;
     pllm_tokens ids = {0};
     pllm_buf rendered = {0};
@@ -493,16 +589,44 @@ int cmd_generate(int argc, char **argv)
                 eof = true;
                 break;
             }
-            if (done) {
-                char *key = pllm_record_key(&rec);
-                bool skip = key && pllm_idset_count(done, key) > 0;
+            /* the key the output line will carry: the id, or for a repeated id the line */
+            char *key = pllm_record_key(&rec);
+            bool dup = false, *written = NULL;
+            if (key && pllm_hashset_add(seen, key, &dup) == PLLM_OK && dup) {
                 free(key);
+                key = pllm_record_loc_key(&rec);
+            }
+            if (!key) {
+                pllm_record_free(&rec);
+                g.write_st = pllm_errorf(PLLM_ERR_NOMEM, "out of memory");
+                break;
+            }
+            if (done) {
+                int32_t n = rec.error || dup || g.openai_out ? 1 : rec.params.n;
+                bool skip = pllm_idset_count(done, key) > 0; /* one line: n == 1, or an error */
+                if (!skip && n > 1) {
+                    written = pllm_calloc((size_t)n, sizeof *written);
+                    int32_t have = 0;
+                    for (int32_t i = 0; written && i < n; i++) {
+                        char *ck = pllm_completion_key(key, i);
+                        written[i] = ck && pllm_idset_count(done, ck) > 0;
+                        have += written[i];
+                        free(ck);
+                    }
+                    skip = have == n;
+                    if (have == 0 || skip) {
+                        free(written);
+                        written = NULL;
+                    }
+                }
                 if (skip) {
+                    free(key);
                     n_skipped++;
                     pllm_record_free(&rec);
                     continue;
                 }
             }
+            free(key);
             int64_t seq = next_seq++;
             ids.n = 0;
             rendered.n = 0;
@@ -510,6 +634,16 @@ int cmd_generate(int argc, char **argv)
             gen_req *r = NULL;
             if (rec.error) {
                 snprintf(msg, sizeof msg, "%s", rec.error);
+            } else if (dup) {
+                char where[512];
+                cmd_record_where(where, sizeof where, file, &rec);
+                char *idt = pllm_record_id_text(rec.id);
+                snprintf(msg, sizeof msg,
+                         "%sfield '%s': duplicate id \"%s\" (an earlier record has it; ids must be "
+                         "unique: --resume and OpenAI batch results are matched by id)",
+                         where, rec.format == PLLM_FORMAT_OPENAI ? "custom_id" : "id",
+                         idt ? idt : "?");
+                free(idt);
             } else if ((st = cmd_record_tokens(&rt, file, &rec, &ids, echo ? &rendered : NULL)) !=
                        PLLM_OK) {
                 snprintf(msg, sizeof msg, "%s", pllm_errmsg());
@@ -521,6 +655,8 @@ int cmd_generate(int argc, char **argv)
                 r->line = rec.line;
                 r->endpoint = rec.endpoint;
                 r->n = r->remaining = rec.params.n;
+                r->written = written;
+                written = NULL;
                 r->want_logprobs = rec.want_logprobs;
                 r->top_logprobs = rec.top_logprobs;
                 if (rec.model) r->model = pllm_strdup(rec.model);
@@ -552,17 +688,23 @@ int cmd_generate(int argc, char **argv)
                     }
                 }
             }
+            free(written);
             if (msg[0]) {
                 gen_req_free(r);
                 if (slot_open(&g, seq, 1) != PLLM_OK)
                     g.write_st = PLLM_ERR_NOMEM;
                 else
-                    reject(&g, seq, &rec, msg, strict);
+                    reject(&g, seq, &rec, msg, strict, dup);
                 pllm_record_free(&rec);
                 if (strict) {
+                    /* read no further; the requests read before it still run and are written */
                     cmd_progress_clear(&g.prog);
-                    fprintf(stderr, "pllm: --strict: stopping at the first bad record: %s\n", msg);
-                    input_error = true;
+                    fprintf(stderr,
+                            "pllm: --strict: stopping at the first bad record (the requests "
+                            "before it finish first): %s\n",
+                            msg);
+                    strict_stop = true;
+                    eof = true;
                     break;
                 }
                 continue;
@@ -648,6 +790,7 @@ int cmd_generate(int argc, char **argv)
                           stopped ? "pllm generate (interrupted)" : "pllm generate", notes,
                           (int)PLLM_ARRAY_LEN(notes), stderr);
     }
+    bool stats_failed = false;
     if (stats_json) {
         json_t *j = pllm_report_json(&g.rep, &es);
         cmd_plan_stats_json(j, &plan);
@@ -659,8 +802,7 @@ int cmd_generate(int argc, char **argv)
         json_object_set_new(j, "skipped_by_resume", json_integer(n_skipped));
         json_object_set_new(j, "interrupted", json_boolean(stopped));
         json_object_set_new(j, "peak_rss_mb", json_real(cmd_peak_rss_mb()));
-        if (json_dump_file(j, stats_json, JSON_INDENT(2)) != 0)
-            fprintf(stderr, "pllm: cannot write %s\n", stats_json);
+        stats_failed = cmd_output_write_json(stats_json, j, JSON_INDENT(2)) != 0;
         json_decref(j);
     }
     const char *where = strcmp(out_path, "-") ? out_path : "the output";
@@ -683,13 +825,19 @@ int cmd_generate(int argc, char **argv)
                 (long long)g.n_lines, where);
         rc = 3;
     } else if (input_error) {
-        if (!strict)
-            fprintf(stderr, "pllm: the input cannot be read further; %lld output lines are in %s\n",
-                    (long long)g.n_lines, where);
+        fprintf(stderr, "pllm: the input cannot be read further; %lld output lines are in %s\n",
+                (long long)g.n_lines, where);
+        rc = 3;
+    } else if (strict_stop) {
+        fprintf(stderr,
+                "pllm: --strict: stopped at a bad record; %lld output lines (every request read "
+                "before it, and its error line) are in %s\n",
+                (long long)g.n_lines, where);
         rc = 3;
     } else if (g.rep.n_failed > 0) {
         rc = 1;
     }
+    if (stats_failed && (rc == 0 || rc == 1)) rc = 3;
 out:
     if (g.w) {
         pllm_status cst = pllm_writer_close(g.w);
@@ -717,6 +865,9 @@ out:
     pllm_report_free(&g.rep);
     cmd_runtime_close(&rt);
     pllm_idset_free(done);
+    pllm_hashset_free(seen);
+    json_decref(rec_input);
+    json_decref(rec_opts);
     cmd_signals_restore();
     return rc;
 }

@@ -4,9 +4,14 @@
  * record {"id", "token_ids", "n_tokens"}, and a closing total line
  * {"total": {"records", "errors", "n_tokens", "min", "max", "mean", "over_context", "n_ctx"}}
  * that users size datasets with. A bad record gives {"id", "line", "error"} and the run goes on.
+ *
+ * -o FILE is guarded (output.h: never the input, never an existing file without --overwrite)
+ * and written through a temporary renamed over it at the end, so an interrupted run leaves an
+ * earlier file as it was.
  */
 #include "cmd/commands.h"
 #include "cmd/options.h"
+#include "cmd/output.h"
 #include "cmd/runtime.h"
 #include "cmd/shared.h"
 #include "datasets/io.h"
@@ -30,7 +35,7 @@ int cmd_tokenize(int argc, char **argv)
 {
     cmd_runtime_opts ro = {.no_backend = true};
     const char *out_path = "-", *format_s = "auto";
-    bool counts_only = false, no_total = false, strict = false, quiet = false;
+    bool counts_only = false, no_total = false, strict = false, quiet = false, overwrite = false;
     int64_t limit = 0;
     const cmd_opt opts[] = {
         {"model", 'm', CMD_OPT_STR, &ro.model, "FILE", "$PLLM_HOME/models/" PLLM_DEFAULT_MODEL_FILE,
@@ -45,6 +50,9 @@ int cmd_tokenize(int argc, char **argv)
         {"no-total", 0, CMD_OPT_FLAG, &no_total, NULL, "off", "do not write the closing total line",
          NULL},
         {"strict", 0, CMD_OPT_FLAG, &strict, NULL, "off", "stop at the first bad record", NULL},
+        {"overwrite", 0, CMD_OPT_FLAG, &overwrite, NULL, "off",
+         "replace an existing output file (without it, an existing non-empty -o FILE is refused)",
+         NULL},
         {"quiet", 'q', CMD_OPT_FLAG, &quiet, NULL, "off", "no summary on stderr", NULL},
     };
     const cmd_spec spec = {
@@ -68,22 +76,31 @@ int cmd_tokenize(int argc, char **argv)
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         return 2;
     }
+    cmd_inputs in = {.path = {pos[0]}, .what = {"the input"}};
+    if ((rc = cmd_output_check(out_path, "-o", &in, overwrite ? CMD_OUT_OVERWRITE : CMD_OUT_NEW,
+                               0)) != 0)
+        return rc;
     pllm_request_params defaults;
     pllm_request_params_defaults(&defaults);
     pllm_source *src = NULL;
     pllm_writer *w = NULL;
+    cmd_output outf = {0};
     cmd_runtime rt;
     memset(&rt, 0, sizeof rt);
     if (pllm_source_open(&src, pos[0], format) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         return 3;
     }
-    if ((rc = cmd_runtime_open(&rt, &ro, true)) != 0) goto out;
-    if (pllm_writer_open(&w, out_path, false) != PLLM_OK) {
-        fprintf(stderr, "pllm: %s\n", pllm_errmsg());
-        rc = 3;
-        goto out;
+    if (pllm_source_empty(src)) {
+        fprintf(stderr, "pllm: %s holds no records (%s): nothing to tokenize\n",
+                pllm_source_path(src),
+                pllm_source_is_list(src) ? "an empty JSON list" : "it is empty or blank");
+        pllm_source_close(src);
+        return 2;
     }
+    if ((rc = cmd_runtime_open(&rt, &ro, true)) != 0) goto out;
+    if ((rc = cmd_output_open(&outf, out_path, true, false)) != 0) goto out;
+    w = outf.w;
     const char *file = pllm_source_path(src);
     int64_t n_rec = 0, n_err = 0, total = 0, mn = INT64_MAX, mx = 0, over = 0;
     int32_t n_ctx = rt.model->cfg.n_ctx_train;
@@ -165,10 +182,9 @@ int cmd_tokenize(int argc, char **argv)
                 (long long)n_err);
     rc = fatal ? 3 : n_err ? 1 : 0;
 out:
-    if (w && pllm_writer_close(w) != PLLM_OK && rc != 3) {
-        fprintf(stderr, "pllm: %s\n", pllm_errmsg());
-        rc = 3;
-    }
+    /* what was written is kept, even after a fatal error (the lines before it are good) */
+    if (outf.w && cmd_output_commit(&outf) != 0) rc = 3;
+    cmd_output_close(&outf);
     pllm_source_close(src);
     cmd_runtime_close(&rt);
     return rc;

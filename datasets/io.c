@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <zstd.h>
 
 #define IO_CHUNK (1 << 16)
@@ -16,15 +17,31 @@ bool pllm_path_is_zst(const char *path)
     return n > 4 && strcmp(path + n - 4, ".zst") == 0;
 }
 
+pllm_compression pllm_compression_of(const unsigned char *p, size_t n)
+{
+    if (n >= 4 && p[0] == 0x28 && p[1] == 0xb5 && p[2] == 0x2f && p[3] == 0xfd)
+        return PLLM_COMPRESSION_ZSTD;
+    /* a zstd skippable frame (0x184D2A50..5F, little-endian) may come first */
+    if (n >= 4 && (p[0] & 0xf0) == 0x50 && p[1] == 0x2a && p[2] == 0x4d && p[3] == 0x18)
+        return PLLM_COMPRESSION_ZSTD;
+    if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b) return PLLM_COMPRESSION_GZIP;
+    return PLLM_COMPRESSION_NONE;
+}
+
+static pllm_status reader_grow(pllm_reader *r);
+static pllm_status read_fd(pllm_reader *r, void *dst, size_t cap, size_t *n);
+
 struct pllm_reader {
     char *path;
     FILE *f;
     bool is_stdin;
-    ZSTD_DStream *zd;   /* NULL for plain input */
+    pllm_compression comp;
+    ZSTD_DStream *zd;   /* zstd input */
+    z_stream *gz;       /* gzip input */
     unsigned char *zin; /* compressed input buffer */
     ZSTD_inBuffer zib;
     bool zin_eof;
-    bool frame_done; /* the last decompress call ended a frame */
+    bool frame_done; /* the last decompress call ended a frame (gzip: a member) */
     char *buf;       /* decompressed (or raw) bytes not yet consumed */
     size_t buf_start, buf_end, buf_cap;
     bool src_eof;
@@ -62,19 +79,64 @@ pllm_status pllm_reader_open(pllm_reader **out, const char *path)
     }
     struct stat sb;
     if (fstat(fileno(r->f), &sb) == 0 && S_ISREG(sb.st_mode)) r->file_size = (uint64_t)sb.st_size;
-    if (!r->is_stdin && pllm_path_is_zst(path)) {
+    /* The first bytes decide the compression (files and stdin alike); a file named .zst is
+     * decoded as zstd even without the magic, so that a corrupt one fails as such. */
+    r->zin = pllm_malloc(IO_CHUNK);
+    if (!r->zin) {
+        pllm_reader_close(r);
+        return pllm_errorf(PLLM_ERR_NOMEM, "%s: out of memory", path);
+    }
+    size_t head = 0;
+    for (;;) {
+        size_t n;
+        pllm_status st = read_fd(r, r->zin + head, IO_CHUNK - head, &n);
+        if (st != PLLM_OK) {
+            pllm_reader_close(r);
+            return st;
+        }
+        head += n;
+        r->file_pos += n;
+        if (n == 0) r->zin_eof = true;
+        if (n == 0 || head >= 4) break;
+    }
+    r->comp = pllm_compression_of(r->zin, head);
+    if (r->comp == PLLM_COMPRESSION_NONE && head > 0 && !r->is_stdin && pllm_path_is_zst(path))
+        r->comp = PLLM_COMPRESSION_ZSTD;
+    r->zib = (ZSTD_inBuffer){r->zin, head, 0};
+    r->frame_done = true;
+    if (r->comp == PLLM_COMPRESSION_ZSTD) {
         r->zd = ZSTD_createDStream();
-        r->zin = pllm_malloc(IO_CHUNK);
-        if (!r->zd || !r->zin) {
+        if (!r->zd) {
             pllm_reader_close(r);
             return pllm_errorf(PLLM_ERR_NOMEM, "%s: out of memory", path);
         }
         ZSTD_initDStream(r->zd);
+    } else if (r->comp == PLLM_COMPRESSION_GZIP) {
+        r->gz = pllm_calloc(1, sizeof *r->gz);
+        if (!r->gz || inflateInit2(r->gz, 15 + 16) != Z_OK) {
+            free(r->gz);
+            r->gz = NULL;
+            pllm_reader_close(r);
+            return pllm_errorf(PLLM_ERR_NOMEM, "%s: out of memory (zlib)", path);
+        }
+    } else if (head > 0) { /* plain: the bytes read so far are the first of the text */
+        pllm_status st = reader_grow(r);
+        if (st != PLLM_OK) {
+            pllm_reader_close(r);
+            return st;
+        }
+        memcpy(r->buf, r->zin, head);
+        r->buf_end = head;
         r->zib = (ZSTD_inBuffer){r->zin, 0, 0};
-        r->frame_done = true;
     }
+    if (r->comp == PLLM_COMPRESSION_NONE && r->zin_eof) r->src_eof = true;
     *out = r;
     return PLLM_OK;
+}
+
+pllm_compression pllm_reader_compression(const pllm_reader *r)
+{
+    return r->comp;
 }
 
 const char *pllm_reader_path(const pllm_reader *r)
@@ -125,10 +187,56 @@ static pllm_status read_fd(pllm_reader *r, void *dst, size_t cap, size_t *n)
     return PLLM_OK;
 }
 
+/* reader_fill for gzip input: inflate into buf; members follow one another (as gzip -d reads a
+ * concatenation of .gz files). */
+static pllm_status gzip_fill(pllm_reader *r)
+{
+    for (;;) {
+        if (r->zib.pos == r->zib.size && !r->zin_eof) {
+            size_t n;
+            PLLM_TRY(read_fd(r, r->zin, IO_CHUNK, &n));
+            r->file_pos += n;
+            if (n == 0) r->zin_eof = true;
+            r->zib = (ZSTD_inBuffer){r->zin, n, 0};
+        }
+        if (r->zin_eof && r->zib.pos == r->zib.size) {
+            if (!r->frame_done) {
+                r->truncated = true;
+                return pllm_errorf(PLLM_ERR_FORMAT,
+                                   "%s: truncated gzip stream (the last member is incomplete)",
+                                   r->path);
+            }
+            r->src_eof = true;
+            return PLLM_OK;
+        }
+        if (r->frame_done) { /* a new member starts */
+            if (inflateReset(r->gz) != Z_OK)
+                return pllm_errorf(PLLM_ERR_FORMAT, "%s: gzip: cannot reset the decoder", r->path);
+            r->frame_done = false;
+        }
+        r->gz->next_in = (unsigned char *)r->zin + r->zib.pos;
+        r->gz->avail_in = (unsigned)(r->zib.size - r->zib.pos);
+        r->gz->next_out = (unsigned char *)r->buf + r->buf_end;
+        r->gz->avail_out = (unsigned)PLLM_MIN(r->buf_cap - r->buf_end, (size_t)1 << 30);
+        int ret = inflate(r->gz, Z_NO_FLUSH);
+        size_t got = (size_t)((char *)r->gz->next_out - (r->buf + r->buf_end));
+        r->zib.pos = r->zib.size - r->gz->avail_in;
+        r->buf_end += got;
+        if (ret == Z_STREAM_END) {
+            r->frame_done = true;
+        } else if (ret != Z_OK && !(ret == Z_BUF_ERROR && got == 0 && r->gz->avail_in == 0)) {
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: gzip: %s", r->path,
+                               r->gz->msg ? r->gz->msg : "corrupt data");
+        }
+        if (got > 0) return PLLM_OK;
+    }
+}
+
 /* Append more bytes to buf; sets src_eof at the end of the input. */
 static pllm_status reader_fill(pllm_reader *r)
 {
     PLLM_TRY(reader_grow(r));
+    if (r->gz) return gzip_fill(r);
     if (!r->zd) {
         size_t n;
         PLLM_TRY(read_fd(r, r->buf + r->buf_end, r->buf_cap - r->buf_end, &n));
@@ -321,6 +429,10 @@ void pllm_reader_close(pllm_reader *r)
     if (!r) return;
     if (r->f && !r->is_stdin) fclose(r->f);
     if (r->zd) ZSTD_freeDStream(r->zd);
+    if (r->gz) {
+        inflateEnd(r->gz);
+        free(r->gz);
+    }
     free(r->zin);
     free(r->buf);
     free(r->line);

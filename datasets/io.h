@@ -1,7 +1,8 @@
 /*
- * io.h: byte streams for datasets: a line reader over a file, stdin ("-") or a .zst file
- * (decompressed as it streams, never whole in memory), and a writer to a file, stdout ("-")
- * or a .zst file that writes whole lines only.
+ * io.h: byte streams for datasets: a line reader over a file or stdin ("-"), plain or
+ * compressed (zstd or gzip, told by the first bytes, not the name; decompressed as it streams,
+ * never whole in memory), and a writer to a file, stdout ("-") or a .zst file that writes whole
+ * lines only.
  *
  * Lines: '\n'-terminated (a trailing '\r' is kept; JSON parsing ignores it as whitespace); the
  * last line may lack its newline. Each line's number (1-based) is reported with it. A UTF-8
@@ -26,8 +27,20 @@
 
 typedef struct pllm_reader pllm_reader;
 
-/* Open path ("-" for stdin); a name ending in ".zst" is decompressed. */
+typedef enum pllm_compression {
+    PLLM_COMPRESSION_NONE = 0,
+    PLLM_COMPRESSION_ZSTD, /* 28 b5 2f fd (or a skippable frame, 5? 2a 4d 18) */
+    PLLM_COMPRESSION_GZIP, /* 1f 8b; members may follow one another */
+} pllm_compression;
+
+/* The compression the first n bytes of a stream announce. */
+pllm_compression pllm_compression_of(const unsigned char *p, size_t n);
+
+/* Open path ("-" for stdin). The first bytes are read at once: zstd and gzip input is
+ * decompressed whatever its name (a file named .zst without the magic is still taken as
+ * zstd, so that a damaged one fails as such). */
 pllm_status pllm_reader_open(pllm_reader **out, const char *path);
+pllm_compression pllm_reader_compression(const pllm_reader *r);
 /* Next line: *line points to an internal buffer (NUL-terminated, without the '\n'), valid
  * until the next call; *lineno is its number. *eof is set at the end (line NULL). A line longer
  * than PLLM_READER_MAX_LINE is not buffered (a file without newlines cannot make the reader
@@ -47,8 +60,9 @@ pllm_status pllm_reader_peek_nonspace(pllm_reader *r, int *c);
  * and its size (0 when unknown: stdin, a pipe). */
 void pllm_reader_progress(const pllm_reader *r, uint64_t *pos, uint64_t *size);
 const char *pllm_reader_path(const pllm_reader *r);
-/* Whether reading stopped at a .zst stream cut short (the last frame incomplete: a writer
- * killed before it closed the file). Every line before the cut was handed out. */
+/* Whether reading stopped at a compressed stream cut short (the last zstd frame or gzip member
+ * incomplete: a writer killed before it closed the file). Every line before the cut was handed
+ * out. */
 bool pllm_reader_truncated(const pllm_reader *r);
 void pllm_reader_close(pllm_reader *r);
 

@@ -83,7 +83,17 @@ char *pllm_output_key(const json_t *o)
     }
     json_t *id = json_object_get(o, "id");
     if (json_is_string(id) || json_is_integer(id)) return pllm_record_id_text(id);
+    if (json_is_null(id)) { /* an error line of a record whose id is not its own (a duplicate) */
+        json_t *line = json_object_get(o, "line"), *el = json_object_get(o, "element");
+        if (json_is_integer(el)) return loc_key(0, json_integer_value(el));
+        if (json_is_integer(line)) return loc_key(json_integer_value(line), 0);
+    }
     return NULL;
+}
+
+char *pllm_record_loc_key(const pllm_record *rec)
+{
+    return loc_key(rec->line, rec->element);
 }
 
 pllm_format pllm_format_of_object(const json_t *obj)

@@ -116,9 +116,12 @@ char *pllm_record_id_text(const json_t *id);
  * "e<element>". Caller frees. */
 char *pllm_record_key(const pllm_record *rec);
 /* The same key from an output line's JSON object (custom_id when the object has one, else
- * id; for an OpenAI error line with a null custom_id, error.line / error.element). NULL when
- * the line names no request. Caller frees. */
+ * id; for an OpenAI error line with a null custom_id, error.line / error.element; for a pllm
+ * line with a null id, line / element). NULL when the line names no request. Caller frees. */
 char *pllm_output_key(const json_t *out_line);
+/* The location key ("\x01" "l<line>" or "e<element>") whatever the record's id: the key of a
+ * record whose id repeats an earlier record's (its error line carries a null id). */
+char *pllm_record_loc_key(const pllm_record *rec);
 
 /* ---------------------------------------------------------------- output */
 

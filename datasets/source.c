@@ -21,8 +21,30 @@ struct pllm_source {
     raw_rec sniffed[PLLM_SOURCE_SNIFF];
     int n_sniffed, next_sniffed;
     bool eof;
+    bool empty; /* no record at all */
     int64_t n_records;
 };
+
+/* What a JSON value is, for messages ("a number"). */
+static const char *json_kind(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "a list";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL:
+        return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
+    }
+}
 
 /* Next raw record from the file (not the sniff buffer); text points into the reader's or the
  * array's buffer. */
@@ -70,33 +92,77 @@ pllm_status pllm_source_open(pllm_source **out, const char *path, pllm_format fo
     if (c == '[') {
         if ((st = pllm_json_array_open(&s->arr, s->r)) != PLLM_OK) goto fail;
     }
-    s->format = format;
-    if (format == PLLM_FORMAT_AUTO) {
-        s->format = PLLM_FORMAT_PLLM;
-        while (s->n_sniffed < PLLM_SOURCE_SNIFF) {
-            raw_rec rr;
-            bool eof;
-            if ((st = read_raw(s, &rr, &eof)) != PLLM_OK) goto fail;
-            if (eof) {
-                s->eof = true;
-                break;
-            }
-            raw_rec *k = &s->sniffed[s->n_sniffed++];
-            *k = rr;
-            if (rr.too_long) continue;
-            k->text = pllm_malloc(rr.len + 1);
-            if (!k->text) {
-                st = PLLM_ERR_NOMEM;
-                goto fail;
-            }
-            memcpy(k->text, rr.text, rr.len);
-            k->text[rr.len] = 0;
-            json_t *o = json_loadb(rr.text, rr.len, 0, NULL);
-            bool found = json_is_object(o);
-            if (found) s->format = pllm_format_of_object(o);
-            json_decref(o);
-            if (found) break;
+    s->format = format == PLLM_FORMAT_AUTO ? PLLM_FORMAT_PLLM : format;
+    /* Sniff (whatever --format says): the format, and whether this is records at all */
+    bool found = false, any_too_long = false;
+    char first_err[200] = "";
+    const char *first_kind = NULL;
+    while (s->n_sniffed < PLLM_SOURCE_SNIFF) {
+        raw_rec rr;
+        bool eof;
+        if ((st = read_raw(s, &rr, &eof)) != PLLM_OK) goto fail;
+        if (eof) {
+            s->eof = true;
+            break;
         }
+        raw_rec *k = &s->sniffed[s->n_sniffed++];
+        *k = rr;
+        if (rr.too_long) {
+            any_too_long = true;
+            continue;
+        }
+        k->text = pllm_malloc(rr.len + 1);
+        if (!k->text) {
+            st = PLLM_ERR_NOMEM;
+            goto fail;
+        }
+        memcpy(k->text, rr.text, rr.len);
+        k->text[rr.len] = 0;
+        json_error_t jerr;
+        json_t *o = json_loadb(rr.text, rr.len, JSON_DECODE_ANY, &jerr);
+        found = json_is_object(o);
+        if (found && format == PLLM_FORMAT_AUTO) s->format = pllm_format_of_object(o);
+        if (s->n_sniffed == 1 && !found) {
+            if (o)
+                first_kind = json_kind(o);
+            else
+                snprintf(first_err, sizeof first_err, "%s", jerr.text);
+        }
+        json_decref(o);
+        if (found) break;
+    }
+    s->empty = s->n_sniffed == 0;
+    if (!found && !any_too_long && s->n_sniffed > 0) {
+        /* not one of the first records is a JSON object: the file is not records */
+        const raw_rec *f = &s->sniffed[0];
+        const char *path_shown = pllm_reader_path(s->r);
+        char what[256], others[64] = "";
+        if (first_kind)
+            snprintf(what, sizeof what, "%s", first_kind);
+        else
+            snprintf(what, sizeof what, "not valid JSON (%s)", first_err);
+        const char *unit = s->arr ? "element" : "line";
+        if (s->n_sniffed == 2)
+            snprintf(others, sizeof others, " (nor is the %s after it)", unit);
+        else if (s->n_sniffed > 2)
+            snprintf(others, sizeof others, " (nor are the %d %ss after it)", s->n_sniffed - 1,
+                     unit);
+        bool brace = !s->arr && f->text[strspn(f->text, " \t\r")] == '{';
+        if (s->arr)
+            st = pllm_errorf(PLLM_ERR_FORMAT,
+                             "%s: a JSON list, but not of records: element 1 (line %lld) is %s, "
+                             "not a JSON object%s",
+                             path_shown, (long long)f->line, what, others);
+        else
+            st = pllm_errorf(PLLM_ERR_FORMAT,
+                             "%s: not JSON lines of records: line %lld is %s, not a JSON "
+                             "object%s%s",
+                             path_shown, (long long)f->line, what, others,
+                             brace ? "; it looks like one JSON document spread over several "
+                                     "lines: pllm reads one record per line (`jq -c . FILE` "
+                                     "writes that) or a JSON list of records"
+                                   : "");
+        goto fail;
     }
     *out = s;
     return PLLM_OK;
@@ -121,6 +187,10 @@ pllm_format pllm_source_format(const pllm_source *s)
 bool pllm_source_is_list(const pllm_source *s)
 {
     return s->arr != NULL;
+}
+bool pllm_source_empty(const pllm_source *s)
+{
+    return s->empty;
 }
 const char *pllm_source_path(const pllm_source *s)
 {

@@ -6,10 +6,16 @@
  * whose elements are the records (streamed element by element: json_array.h). Either layout
  * holds any of the formats.
  *
- * Detection (--format auto): the first non-blank byte '[' means a JSON list; the format is
+ * Detection: the first non-blank byte '[' means a JSON list; (--format auto) the format is
  * then that of the first record that parses as a JSON object (pllm_format_of_object: "custom_id"
  * means openai, "conversations" sharegpt, else pllm), looking at most PLLM_SOURCE_SNIFF
- * records ahead (those are buffered and handed out in order); when none parses, pllm.
+ * records ahead (those are buffered and handed out in order).
+ *
+ * Shape: when not one of those first records (lines, or list elements) is a JSON object, the
+ * input is not records at all (a JSON document pretty-printed over several lines, a list of
+ * numbers, a text file): open() fails with one PLLM_ERR_FORMAT message naming the file, the
+ * first record's line and what it is, instead of one error record per line. An input with no
+ * record (empty, blank, `[]`) opens, and pllm_source_empty() says so.
  *
  * Memory: the reader's buffer, one record, and the sniffed records at the start.
  * Ownership: open() returns a source closed with close() (accepts NULL); records handed out
@@ -31,6 +37,8 @@ void pllm_source_close(pllm_source *s);
 
 pllm_format pllm_source_format(const pllm_source *s);
 bool pllm_source_is_list(const pllm_source *s);
+/* The input holds no record at all (empty, only whitespace, an empty JSON list). */
+bool pllm_source_empty(const pllm_source *s);
 const char *pllm_source_path(const pllm_source *s);
 
 /*

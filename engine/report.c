@@ -164,6 +164,11 @@ static double t_cdf(double t, double df)
     return 1 - 0.5 * inc_beta(df / 2, 0.5, df / (df + t * t));
 }
 
+double pllm_t_cdf(double t, double df)
+{
+    return t >= 0 ? t_cdf(t, df) : 1 - t_cdf(-t, df);
+}
+
 double pllm_t_quantile_975(int df)
 {
     PLLM_ASSERT(df >= 1);

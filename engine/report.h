@@ -103,6 +103,8 @@ typedef struct pllm_interval {
 pllm_interval pllm_interval95(const double *v, int n);
 /* The 0.975 quantile of Student's t distribution with df degrees of freedom (df >= 1). */
 double pllm_t_quantile_975(int df);
+/* P(T <= t) for Student's t with df > 0 degrees of freedom (fractional: Welch's test). */
+double pllm_t_cdf(double t, double df);
 
 /* Number of runs so far (closed ones plus the current one). */
 int pllm_report_n_runs(const pllm_report *r);

@@ -111,7 +111,7 @@ t.check(st.get("interrupted") is True and st.get("completed") == n_first and "co
 t.check("pllm generate (interrupted)" in err and "Successful requests:" in err, "SIGTERM: the report so far on stderr")
 rc, _, err = t.run(["generate", slow, "-o", out, "--resume", "--max-seqs", "2"])
 got = [r["id"] for r in read_records(out)]
-t.check(rc == 0 and sorted(got) == sorted(f"s{i}" for i in range(8)) and f"{n_first} requests already" in err,
+t.check(rc == 0 and sorted(got) == sorted(f"s{i}" for i in range(8)) and f"{n_first} output lines already" in err,
         f"resume after SIGTERM: {rc} {got} {err[:200]}")
 
 t.finish()

@@ -17,3 +17,11 @@ set_tests_properties(cli_tools PROPERTIES TIMEOUT 900)
 # Hugging Face directory with a tokenizer written by the test (seconds).
 pllm_add_py_test(cli_genconfig cli_genconfig.py LABELS unit)
 set_tests_properties(cli_genconfig PROPERTIES TIMEOUT 300)
+# Output guards, resume that cannot skip or duplicate, --strict, files that are not records,
+# compression by magic bytes (issue 23; on the real default model, tiny prompts: ~1 minute).
+pllm_add_py_test(cli_guard cli_guard.py LABELS model)
+set_tests_properties(cli_guard PROPERTIES TIMEOUT 900)
+# The bench gate against its measured noise (Welch's t-test, one run against a spread), on saved
+# stats files (--current: nothing is run; seconds).
+pllm_add_py_test(cli_gate cli_gate.py LABELS unit)
+set_tests_properties(cli_gate PROPERTIES TIMEOUT 300)

@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 static char g_dir[512];
 
@@ -748,8 +749,11 @@ static void test_idset_resume(void)
     bool torn;
     CHECK_OK(pllm_idset_load_output(s, path, &n, &torn));
     CHECK(n == 5 && torn);
-    CHECK(pllm_idset_count(s, "a") == 2 && pllm_idset_count(s, "2") == 1 &&
-          pllm_idset_count(s, "c") == 0);
+    /* a line with an index (one of n > 1 completions) counts under its completion key */
+    char *ck = pllm_completion_key("a", 1);
+    CHECK(pllm_idset_count(s, "a") == 1 && pllm_idset_count(s, ck) == 1 &&
+          pllm_idset_count(s, "2") == 1 && pllm_idset_count(s, "c") == 0);
+    free(ck);
     CHECK(pllm_idset_count(s, "oa") == 1 && pllm_idset_count(s, "pllm-1") == 0 &&
           pllm_idset_count(s, "\x01l9") == 1);
     f = fopen(path, "rb");
@@ -762,7 +766,7 @@ static void test_idset_resume(void)
         snprintf(k, sizeof k, "k%d", i);
         CHECK_OK(pllm_idset_add(s, k));
     }
-    CHECK(pllm_idset_size(s) == 5004 && pllm_idset_count(s, "k4999") == 1 &&
+    CHECK(pllm_idset_size(s) == 5005 && pllm_idset_count(s, "k4999") == 1 &&
           pllm_idset_count(s, "k5000") == 0);
     pllm_idset_free(s);
 
@@ -798,6 +802,217 @@ static void test_idset_resume(void)
     pllm_idset_free(s);
 }
 
+/* Compression told by the first bytes, whatever the name: zstd and gzip (one member or several,
+ * as `cat a.gz b.gz` makes), a cut gzip stream reported as truncated. */
+static void test_magic(void)
+{
+    const char *text = "{\"id\": 1, \"prompt\": \"a\"}\n{\"id\": 2, \"prompt\": \"b\"}\n";
+    /* zstd content under a plain name */
+    const char *zp = tmp_path("z.zst");
+    write_file(zp, text, strlen(text));
+    const char *zplain = tmp_path("z_no_ext.jsonl");
+    CHECK(rename(zp, zplain) == 0);
+    /* gzip, two members */
+    const char *gp = tmp_path("g.jsonl");
+    gzFile gz = gzopen(gp, "wb");
+    CHECK(gz != NULL);
+    if (gz) {
+        gzwrite(gz, text, (unsigned)strlen(text));
+        gzclose(gz);
+    }
+    FILE *f = fopen(gp, "rb");
+    char gzbuf[4096];
+    size_t gzn = f ? fread(gzbuf, 1, sizeof gzbuf, f) : 0;
+    if (f) fclose(f);
+    CHECK(gzn > 10 && pllm_compression_of((const unsigned char *)gzbuf, gzn) == PLLM_COMPRESSION_GZIP);
+    const char *g2 = tmp_path("g2.data");
+    f = fopen(g2, "wb");
+    fwrite(gzbuf, 1, gzn, f);
+    fwrite(gzbuf, 1, gzn, f);
+    fclose(f);
+    const struct {
+        const char *path;
+        pllm_compression comp;
+        int reps;
+    } cases[] = {{zplain, PLLM_COMPRESSION_ZSTD, 1}, {gp, PLLM_COMPRESSION_GZIP, 1},
+                 {g2, PLLM_COMPRESSION_GZIP, 2}};
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(cases); i++) {
+        pllm_reader *r;
+        CHECK_OK(pllm_reader_open(&r, cases[i].path));
+        if (!r) continue;
+        CHECK(pllm_reader_compression(r) == cases[i].comp);
+        pllm_buf got = {0};
+        for (;;) {
+            const char *line;
+            size_t len;
+            int64_t no;
+            bool eof;
+            CHECK_OK(pllm_reader_next(r, &line, &len, &no, &eof));
+            if (eof || !line) break;
+            pllm_buf_append(&got, line, len);
+            pllm_buf_append(&got, "\n", 1);
+        }
+        pllm_buf want = {0};
+        for (int k = 0; k < cases[i].reps; k++) pllm_buf_append(&want, text, strlen(text));
+        if (got.n != want.n || memcmp(got.s, want.s, got.n) != 0) {
+            fprintf(stderr, "magic: %s read back %zu bytes, want %zu\n", cases[i].path, got.n,
+                    want.n);
+            pllm_test_failures++;
+        }
+        pllm_buf_free(&got);
+        pllm_buf_free(&want);
+        pllm_reader_close(r);
+    }
+    /* a gzip stream cut short: an error naming the truncation, never a silent end */
+    const char *gcut = tmp_path("gcut.jsonl");
+    f = fopen(gcut, "wb");
+    fwrite(gzbuf, 1, gzn - 6, f);
+    fclose(f);
+    pllm_reader *r;
+    CHECK_OK(pllm_reader_open(&r, gcut));
+    pllm_status st = PLLM_OK;
+    for (int k = 0; r && k < 10; k++) {
+        const char *line;
+        size_t len;
+        int64_t no;
+        bool eof;
+        st = pllm_reader_next(r, &line, &len, &no, &eof);
+        if (st != PLLM_OK || eof) break;
+    }
+    CHECK(st == PLLM_ERR_FORMAT && strstr(pllm_errmsg(), "truncated gzip") &&
+          r && pllm_reader_truncated(r));
+    pllm_reader_close(r);
+    /* and through a source: detected as a JSON list inside gzip */
+    const char *gl = tmp_path("list.json");
+    gz = gzopen(gl, "wb");
+    gzputs(gz, "[{\"prompt\": \"x\"}]");
+    gzclose(gz);
+    pllm_source *src;
+    CHECK_OK(pllm_source_open(&src, gl, PLLM_FORMAT_AUTO));
+    CHECK(src && pllm_source_is_list(src) && !pllm_source_empty(src));
+    pllm_source_close(src);
+}
+
+/* A file that is not records fails to open with one message naming the file and line; an input
+ * with no record opens empty; one good line among bad ones is records. */
+static void test_shape(void)
+{
+    const struct {
+        const char *name, *text, *needle;
+    } bad[] = {
+        {"pretty.json", "{\n  \"id\": \"a\",\n  \"prompt\": \"x\"\n}\n", "line 1"},
+        {"nums.json", "[1, 2]", "element 1 (line 1) is a number"},
+        {"lists.json", "[[{\"prompt\": \"x\"}]]", "element 1 (line 1) is a list"},
+        {"text.txt", "hello\nworld\n", "line 1 is not valid JSON"},
+        {"strings.jsonl", "\"a\"\n\"b\"\n", "line 1 is a string"},
+    };
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(bad); i++) {
+        const char *path = tmp_path(bad[i].name);
+        write_file(path, bad[i].text, strlen(bad[i].text));
+        pllm_source *src = NULL;
+        pllm_status st = pllm_source_open(&src, path, PLLM_FORMAT_AUTO);
+        if (st != PLLM_ERR_FORMAT || !strstr(pllm_errmsg(), bad[i].name) ||
+            !strstr(pllm_errmsg(), bad[i].needle)) {
+            fprintf(stderr, "shape %s: status %d, message '%s' (want '%s')\n", bad[i].name, st,
+                    pllm_errmsg(), bad[i].needle);
+            pllm_test_failures++;
+        }
+        pllm_source_close(src);
+        /* forcing a format does not make it records */
+        CHECK(pllm_source_open(&src, path, PLLM_FORMAT_PLLM) == PLLM_ERR_FORMAT);
+        pllm_source_close(src);
+    }
+    const char *p = tmp_path("pretty.json");
+    pllm_source *src = NULL;
+    pllm_source_open(&src, p, PLLM_FORMAT_AUTO);
+    CHECK(strstr(pllm_errmsg(), "one JSON document spread over several lines") != NULL);
+    const struct {
+        const char *name, *text;
+        bool empty;
+    } ok[] = {{"e0.jsonl", "", true},
+              {"e1.jsonl", "\n \n\t\n", true},
+              {"e2.json", " [ ]\n", true},
+              {"mixed.jsonl", "oops\n{\"prompt\": \"x\"}\n", false}};
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(ok); i++) {
+        const char *path = tmp_path(ok[i].name);
+        write_file(path, ok[i].text, strlen(ok[i].text));
+        CHECK_OK(pllm_source_open(&src, path, PLLM_FORMAT_AUTO));
+        CHECK(src && pllm_source_empty(src) == ok[i].empty);
+        pllm_source_close(src);
+    }
+}
+
+/* --retry-errors: error lines are not counted and leave the file; the other lines stay, in
+ * order, plain and .zst alike. A pllm error line with a null id (a duplicate id) is keyed by
+ * its line. */
+static void test_scan_drop_errors(void)
+{
+    const char *text =
+        "{\"id\": \"a\", \"text\": \"x\", \"finish_reason\": \"stop\"}\n"
+        "{\"id\": \"b\", \"text\": \"\", \"finish_reason\": \"error\", \"line\": 2}\n"
+        "{\"id\": null, \"text\": \"\", \"finish_reason\": \"error\", \"line\": 3}\n"
+        "{\"id\": null, \"finish_reason\": \"stop\", \"line\": 4}\n"
+        "{\"id\": \"pllm-1\", \"custom_id\": \"c\", \"response\": {}, \"error\": null}\n"
+        "{\"id\": \"pllm-2\", \"custom_id\": \"d\", \"response\": {}, \"error\": {\"code\": 400}}\n";
+    const char *names[] = {"scan.jsonl", "scan.jsonl.zst"};
+    for (size_t i = 0; i < 2; i++) {
+        const char *path = tmp_path(names[i]);
+        write_file(path, text, strlen(text));
+        pllm_idset *s;
+        pllm_output_scan res;
+        CHECK_OK(pllm_idset_create(&s));
+        CHECK_OK(pllm_idset_scan_output(s, path, false, &res));
+        CHECK(res.n_lines == 6 && res.n_dropped == 0 && pllm_idset_count(s, "b") == 1 &&
+              pllm_idset_count(s, "\x01l3") == 1 && pllm_idset_count(s, "\x01l4") == 1);
+        pllm_idset_free(s);
+        CHECK_OK(pllm_idset_create(&s));
+        CHECK_OK(pllm_idset_scan_output(s, path, true, &res));
+        CHECK(res.n_lines == 3 && res.n_dropped == 3 && pllm_idset_count(s, "a") == 1 &&
+              pllm_idset_count(s, "b") == 0 && pllm_idset_count(s, "\x01l3") == 0 &&
+              pllm_idset_count(s, "c") == 1 && pllm_idset_count(s, "d") == 0);
+        pllm_idset_free(s);
+        /* the file now holds the three good lines, in order */
+        pllm_reader *r;
+        CHECK_OK(pllm_reader_open(&r, path));
+        const char *want[] = {"\"a\"", "\"line\": 4", "\"c\""};
+        int k = 0;
+        for (; r; k++) {
+            const char *line;
+            size_t len;
+            int64_t no;
+            bool eof;
+            CHECK_OK(pllm_reader_next(r, &line, &len, &no, &eof));
+            if (eof) break;
+            CHECK(k < 3 && strstr(line, want[k]) != NULL);
+        }
+        CHECK(k == 3);
+        pllm_reader_close(r);
+    }
+}
+
+/* The duplicate-id set: every key added once is new, every second add is seen, across growth. */
+static void test_hashset(void)
+{
+    pllm_hashset *h;
+    CHECK_OK(pllm_hashset_create(&h));
+    int n_seen = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < 200000; i++) {
+            char k[32];
+            snprintf(k, sizeof k, "r%d", i);
+            bool seen;
+            CHECK_OK(pllm_hashset_add(h, k, &seen));
+            n_seen += seen;
+            if (seen != (pass == 1)) {
+                CHECK(seen == (pass == 1));
+                pass = 2;
+                break;
+            }
+        }
+    CHECK(n_seen == 200000);
+    pllm_hashset_free(h);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "%s/datasets_unit", pllm_test_env("PLLM_TEST_TMP", "/tmp"));
@@ -815,5 +1030,9 @@ int main(void)
     test_synth();
     test_writer_failure();
     test_idset_resume();
+    test_magic();
+    test_shape();
+    test_scan_drop_errors();
+    test_hashset();
     return pllm_test_finish("datasets_unit");
 }

@@ -2,7 +2,7 @@
 """Disk full while `pllm generate` writes its output.
 
 Two real faults:
-  - ENOSPC: the output goes to a tmpfs of 4 KiB (mounted in a private mount namespace:
+  - ENOSPC: the output goes to a tmpfs of 8 KiB, one page of it for the run record (mounted in a private mount namespace:
     `unshare -m` as root, else `unshare -rm` in a user namespace; skipped only if neither works);
   - EFBIG: a file size limit (RLIMIT_FSIZE, as `ulimit -f` sets) of 4 KiB, with the default
     SIGXFSZ disposition (pllm must not die of the signal).
@@ -11,7 +11,8 @@ Two real faults:
 Checks, for each: pllm stops with a clear error naming the output file and the cause (not a
 signal, not exit 0); the file holds only whole JSON lines (no half-written line); those records
 are identical to an uninterrupted run's; the same command with --resume, once there is space,
-completes the run with every id exactly once.
+completes the run with every id exactly once (the output copied elsewhere with its run record,
+OUT.pllm.json, which --resume checks).
 """
 import os
 import resource
@@ -71,6 +72,7 @@ def after_fault(label, rc, err, out, shown_name):
     # make room (copy the file to a normal directory) and resume
     roomy = os.path.join(TMP, f"{label}_resumed.jsonl" + (".zst" if out.endswith(".zst") else ""))
     shutil.copyfile(out, roomy)
+    shutil.copyfile(out + ".pllm.json", roomy + ".pllm.json")  # the run record goes with it
     rc2, _, err2 = run(ARGS + ["-o", roomy, "--resume"])
     check(rc2 == 0, f"{label}: --resume with space again: {describe_exit(rc2)}: {err2[-300:]}")
     if roomy.endswith(".zst"):
@@ -84,8 +86,11 @@ def after_fault(label, rc, err, out, shown_name):
 mnt = os.path.join(TMP, "mnt")
 os.makedirs(mnt)
 saved = os.path.join(TMP, "enospc_out.jsonl")
-script = (f'mount -t tmpfs -o size={LIMIT} tmpfs "$1" || exit 97; '
-          f'"$2" "${{@:4}}" -o "$1/out.jsonl"; rc=$?; cp "$1/out.jsonl" "$3" 2>/dev/null; exit $rc')
+# one page more than the limit: the run record (out.jsonl.pllm.json, written before the first
+# line) takes a page of its own on tmpfs
+script = (f'mount -t tmpfs -o size={2 * LIMIT} tmpfs "$1" || exit 97; '
+          f'"$2" "${{@:4}}" -o "$1/out.jsonl"; rc=$?; cp "$1/out.jsonl" "$3" 2>/dev/null; '
+          f'cp "$1/out.jsonl.pllm.json" "$3.pllm.json" 2>/dev/null; exit $rc')
 done = False
 for prefix in (["unshare", "-m"], ["unshare", "-rm"]):
     if shutil.which("unshare") is None:

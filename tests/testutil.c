@@ -1,6 +1,7 @@
 #include "tests/testutil.h"
 
 #include <math.h>
+#include <time.h>
 
 int pllm_test_failures;
 
@@ -49,4 +50,11 @@ const char *pllm_test_env(const char *name, const char *def)
 {
     const char *v = getenv(name);
     return v && *v ? v : def;
+}
+
+double pllm_test_thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

@@ -40,3 +40,7 @@ float pllm_test_randf(uint64_t *state); /* uniform in [-1, 1) */
 double pllm_test_rel_err(const float *a, const float *b, size_t n, double *max_abs);
 /* Environment value or a default. */
 const char *pllm_test_env(const char *name, const char *def);
+/* CPU seconds this thread has run (CLOCK_THREAD_CPUTIME_ID): what tests that compare the cost of
+ * n and k*n measure, so that another process sharing the cores does not count (wall time
+ * does: a test failed by noise blocks everyone). */
+double pllm_test_thread_cpu(void);

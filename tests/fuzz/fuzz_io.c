@@ -3,7 +3,10 @@
  * (datasets/idset.h), on arbitrary file contents. The first byte picks the mode:
  *   0: a plain input file read line by line: the lines joined with '\n' give back the file
  *      (the last newline optional; a UTF-8 byte order mark at the start is dropped, as io.h
- *      says), every line number in order;
+ *      says), every line number in order; the same bytes gzip-compressed (zlib) read back to
+ *      the same lines (the reader tells compression by the magic bytes, not the name); bytes
+ *      that start with a zstd or gzip magic are read as such (any error has a message, under
+ *      the same decompressed-size cap as mode 1);
  *   1: the same bytes as a .zst input file: any error has a message; lines never hold '\n';
  *   2: the bytes as an existing output file for --resume: after loading, the file is whole
  *      lines only (empty or ending in '\n', a torn tail cut off), and every counted id is in
@@ -16,7 +19,8 @@
  *      good (no error) or bad with a message, records come in file order, and the source
  *      stops only at the end or with an error that has a message.
  *
- * Decompressed-size cap (modes 1 and 5): a .zst input that decompresses to more than
+ * Decompressed-size cap (modes 1 and 5, and any input starting with a zstd or gzip magic, which
+ * every mode decompresses): a .zst input that decompresses to more than
  * FUZZ_ZST_MAX_OUT bytes (1 MiB) or more than FUZZ_ZST_MAX_LINES newlines (1024) is skipped
  * (returns -1: libFuzzer runs it but does not add it to the corpus), the way -max_len caps
  * the input itself. A few dozen bytes of zstd can expand to hundreds of MB (an RLE block of
@@ -40,6 +44,7 @@
 
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 #include <zstd.h>
 
 #define FUZZ_ZST_MAX_OUT ((size_t)1 << 20)
@@ -90,10 +95,75 @@ static bool zst_over_cap(const uint8_t *p, size_t n)
     }
 }
 
+/* The gzip counterpart of zst_over_cap (concatenated members included). */
+static bool gz_over_cap(const uint8_t *p, size_t n)
+{
+    static unsigned char out[1 << 16];
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    FUZZ_CHECK(inflateInit2(&z, 15 + 16) == Z_OK, "inflateInit2");
+    z.next_in = (unsigned char *)p;
+    z.avail_in = (unsigned)n;
+    size_t total = 0, lines = 0;
+    bool over = false;
+    while (!over) {
+        z.next_out = out;
+        z.avail_out = sizeof out;
+        int ret = inflate(&z, Z_NO_FLUSH);
+        size_t got = sizeof out - z.avail_out;
+        total += got;
+        for (size_t i = 0; i < got; i++) lines += out[i] == '\n';
+        over = total > FUZZ_ZST_MAX_OUT || lines > FUZZ_ZST_MAX_LINES;
+        if (ret == Z_STREAM_END && z.avail_in > 0) {
+            if (inflateReset(&z) != Z_OK) break;
+            continue;
+        }
+        if (ret != Z_OK || (got == 0 && z.avail_in == 0)) break;
+    }
+    inflateEnd(&z);
+    return over;
+}
+
+static void check_lines(const char *path, const uint8_t *p, size_t n);
+
 static void read_plain(const uint8_t *p, size_t n)
 {
     fuzz_write_file(fuzz_scratch_dir(), "in.jsonl", p, n);
     char *path = path_of("in.jsonl");
+    if (pllm_compression_of(p, n) != PLLM_COMPRESSION_NONE) {
+        /* compressed by its first bytes: read as such; errors have messages */
+        pllm_reader *r;
+        pllm_status st = pllm_reader_open(&r, path);
+        FUZZ_ERR_HAS_MSG(st);
+        for (int i = 0; st == PLLM_OK && i < 100000; i++) {
+            const char *line;
+            size_t len;
+            int64_t no;
+            bool eof = false;
+            st = pllm_reader_next(r, &line, &len, &no, &eof);
+            FUZZ_ERR_HAS_MSG(st);
+            if (st == PLLM_ERR_RANGE) st = PLLM_OK; /* an over-long line: reading goes on */
+            if (st != PLLM_OK || eof) break;
+        }
+        if (r) pllm_reader_close(r);
+        free(path);
+        return;
+    }
+    check_lines(path, p, n);
+    free(path);
+    /* the same bytes through gzip */
+    char *gpath = path_of("in.gz");
+    gzFile gz = gzopen(gpath, "wb1");
+    FUZZ_CHECK(gz != NULL, "gzopen");
+    FUZZ_CHECK(n == 0 || gzwrite(gz, p, (unsigned)n) == (int)n, "gzwrite");
+    FUZZ_CHECK(gzclose(gz) == Z_OK, "gzclose");
+    check_lines(gpath, p, n);
+    free(gpath);
+}
+
+/* Read path line by line: the lines must give back p[0..n) (mode 0's invariant). */
+static void check_lines(const char *path, const uint8_t *p, size_t n)
+{
     pllm_reader *r;
     FUZZ_CHECK(pllm_reader_open(&r, path) == PLLM_OK, "open: %s", pllm_errmsg());
     size_t off = n >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0 ? 3 : 0; /* the BOM is dropped */
@@ -115,7 +185,6 @@ static void read_plain(const uint8_t *p, size_t n)
     }
     FUZZ_CHECK(off == n, "lines cover %zu of %zu bytes", off, n);
     pllm_reader_close(r);
-    free(path);
 }
 
 static void read_zst(const uint8_t *p, size_t n)
@@ -147,6 +216,13 @@ static void resume(const uint8_t *p, size_t n)
     int64_t n_lines;
     bool torn;
     pllm_status st = pllm_idset_load_output(s, path, &n_lines, &torn);
+    if (pllm_compression_of(p, n) != PLLM_COMPRESSION_NONE) {
+        /* compressed content under a plain name: refused (lines would be appended in plain) */
+        FUZZ_CHECK(st == PLLM_ERR_FORMAT && pllm_errmsg()[0], "compressed plain-named output: %d", st);
+        pllm_idset_free(s);
+        free(path);
+        return;
+    }
     FUZZ_CHECK(st == PLLM_OK, "load_output: %s", pllm_errmsg());
     struct stat sb;
     FUZZ_CHECK(stat(path, &sb) == 0, "stat");
@@ -230,7 +306,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0) return 0;
     int mode = data[0] % 6;
-    if ((mode == 1 || mode == 5) && zst_over_cap(data + 1, size - 1)) return -1;
+    /* every mode reads compressed content by its magic bytes: the caps apply to all */
+    pllm_compression c = pllm_compression_of(data + 1, size - 1);
+    if ((mode == 1 || mode == 5 || c == PLLM_COMPRESSION_ZSTD) && zst_over_cap(data + 1, size - 1))
+        return -1;
+    if (c == PLLM_COMPRESSION_GZIP && gz_over_cap(data + 1, size - 1)) return -1;
     switch (mode) {
     case 0: read_plain(data + 1, size - 1); break;
     case 1: read_zst(data + 1, size - 1); break;
