@@ -20,8 +20,8 @@
 #include <time.h>
 
 #include "cpu/cpu_backend.h"
-#include "engine/model.h"
-#include "engine/sampling.h"
+#include "model/model.h"
+#include "model/sampling.h"
 
 typedef struct bench_seq {
     int32_t *blocks;

@@ -1,5 +1,5 @@
 /*
- * cpu_backend.h: the CPU backend (the default; runs everywhere). Implements engine/backend.h.
+ * cpu_backend.h: the CPU backend (the default; runs everywhere). Implements model/backend.h.
  *
  * Computes directly from the model's memory-mapped weights in their file dtype (quantized
  * blocks are dequantized on the fly inside the dot products, never into a full f32 copy), with
@@ -32,8 +32,8 @@
  */
 #pragma once
 
-#include "engine/backend.h"
-#include "engine/model.h"
+#include "model/backend.h"
+#include "model/model.h"
 
 /* How quantized weight matrices are multiplied (float weights always take float32 math). */
 typedef enum pllm_cpu_math {

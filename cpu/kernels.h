@@ -4,7 +4,7 @@
  * AVX-512 with VNNI, which adds the integer matmul of cpu/gemm.h).
  *
  * The scalar table is the reference: it dequantizes one weight row with pllm_dequantize_row
- * (engine/dtype.c) and takes plain float dot products. Every other table is tested against it
+ * (model/dtype.c) and takes plain float dot products. Every other table is tested against it
  * (tests/cpu_kernels.c) and must agree to float rounding.
  *
  * Numerics: two paths, chosen per matrix by the backend.
@@ -31,8 +31,8 @@
  */
 #pragma once
 
-#include "engine/common.h"
-#include "engine/dtype.h"
+#include "model/common.h"
+#include "model/dtype.h"
 #include "cpu/gemm.h"
 
 typedef enum pllm_cpu_isa {

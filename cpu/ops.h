@@ -1,6 +1,6 @@
 /*
  * ops.h: the CPU backend's per-token operations besides matmul: RMSNorm, RoPE, SwiGLU,
- * embedding lookup, and paged attention over the KV cache (layout in engine/backend.h).
+ * embedding lookup, and paged attention over the KV cache (layout in model/backend.h).
  *
  * Each function works on one token (or one token and one head) so the forward pass can split
  * work across threads any way it likes; results never depend on that split. No allocation:
@@ -9,8 +9,8 @@
 #pragma once
 
 #include "cpu/kernels.h"
-#include "engine/backend.h"
-#include "engine/model.h"
+#include "model/backend.h"
+#include "model/model.h"
 
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i].  out, x, w: [n]. out may equal x. The scalar
  * reference: the forward pass calls its kernel table's rmsnorm (kernels.h). */

@@ -1,5 +1,5 @@
 /*
- * rel_gguf_limits.c: the GGUF reader's limits (engine/gguf.h), each on a crafted file:
+ * rel_gguf_limits.c: the GGUF reader's limits (model/gguf.h), each on a crafted file:
  *   - 300,000 metadata keys and 100,000 tensors parse in linear time (hash index; the old
  *     pairwise duplicate check took minutes) and every one is found by name;
  *   - counts past PLLM_GGUF_MAX_ENTRIES, or past what the bytes can hold, fail before any
@@ -9,7 +9,7 @@
  *     are errors naming the tensor;
  *   - numeric array elements convert without undefined behaviour (NaN, +-1e30 saturate).
  */
-#include "engine/gguf.h"
+#include "model/gguf.h"
 #include "tests/testutil.h"
 
 #include <math.h>

@@ -6,7 +6,7 @@
  * untied embeddings, max_position_embeddings 2048); a JSON null counts as absent; a present
  * field of the wrong JSON type, or out of range, is an error naming the file and the field.
  */
-#include "engine/hf_model.h"
+#include "model/hf_model.h"
 
 #include <errno.h>
 #include <math.h>

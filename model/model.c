@@ -1,4 +1,4 @@
-#include "engine/model.h"
+#include "model/model.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
-#include "engine/hf_model.h"
+#include "model/hf_model.h"
 
 static const char *g_arch_names[PLLM_ARCH_COUNT] = {"llama", "qwen2"};
 

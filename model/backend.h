@@ -32,9 +32,9 @@
  */
 #pragma once
 
-#include "engine/common.h"
-#include "engine/dtype.h"
-#include "engine/sampling.h"
+#include "model/common.h"
+#include "model/dtype.h"
+#include "model/sampling.h"
 
 typedef struct pllm_kv_layout {
     int32_t n_layer;

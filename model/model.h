@@ -1,7 +1,7 @@
 /*
  * model.h: the model description every backend computes from: hyperparameters (config) and
  * weights, loaded from a GGUF file or a Hugging Face directory (config.json plus
- * model.safetensors or a sharded model.safetensors.index.json; engine/hf_model.c). Both
+ * model.safetensors or a sharded model.safetensors.index.json; model/hf_model.c). Both
  * sources fill the same structs.
  *
  * Weights: matrices are pllm_tensor views into the memory-mapped files, never copied; a matrix
@@ -32,10 +32,10 @@
  */
 #pragma once
 
-#include "engine/common.h"
-#include "engine/dtype.h"
-#include "engine/gguf.h"
-#include "engine/sampling.h"
+#include "model/common.h"
+#include "model/dtype.h"
+#include "model/gguf.h"
+#include "model/sampling.h"
 
 typedef enum pllm_arch {
     PLLM_ARCH_LLAMA = 0, /* Llama 2/3, TinyLlama, SmolLM, Mistral (same graph) */

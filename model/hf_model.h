@@ -1,5 +1,5 @@
 /*
- * hf_model.h: the Hugging Face directory loader behind pllm_model_load() (internal to engine/;
+ * hf_model.h: the Hugging Face directory loader behind pllm_model_load() (internal to model/;
  * callers use model.h).
  *
  * A directory holds:
@@ -20,8 +20,8 @@
  */
 #pragma once
 
-#include "engine/model.h"
-#include "engine/safetensors.h"
+#include "model/model.h"
+#include "model/safetensors.h"
 
 #include <jansson.h>
 

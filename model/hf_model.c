@@ -1,5 +1,5 @@
 /* hf_model.c: weights of a Hugging Face directory (see hf_model.h). */
-#include "engine/hf_model.h"
+#include "model/hf_model.h"
 
 #include <math.h>
 #include <stdio.h>
