@@ -32,7 +32,7 @@ struct pllm_hf_files {
 };
 
 /* Fill m (zeroed by the caller, path set) from the directory dir. */
-pllm_status pllm_hf_load(pllm_model *m, const char *dir);
+pllm_status pllm_hf_model_init(pllm_model *m, const char *dir);
 void pllm_hf_files_free(pllm_hf_files *f);
 
 /* hf_config.c ---------------------------------------------------------------------------- */

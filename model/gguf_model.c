@@ -1,0 +1,361 @@
+/*
+ * gguf_model.c: the GGUF file loader behind pllm_model_load(): hyperparameters from the
+ * architecture's metadata keys, weights as views into the mapping, vectors converted to float32,
+ * general.sampling.* as generation defaults.
+ */
+#include "model/gguf_model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+/* Architectures accepted from general.architecture, and the graph they run on. */
+static const struct {
+    const char *name;
+    pllm_arch arch;
+} g_gguf_archs[] = {
+    {"llama", PLLM_ARCH_LLAMA}, {"mistral", PLLM_ARCH_LLAMA}, {"qwen2", PLLM_ARCH_QWEN2}};
+
+typedef struct loader {
+    pllm_model *m;
+    const pllm_gguf *g;
+    const char *prefix; /* metadata prefix: the architecture name */
+    size_t f32_used, f32_cap;
+} loader;
+
+static pllm_status get_hp(loader *L, const char *suffix, uint32_t *out, bool required)
+{
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", L->prefix, suffix);
+    if (!required) return pllm_gguf_opt_u32(L->g, key, out);
+    return pllm_gguf_get_u32(L->g, key, out);
+}
+
+static pllm_status get_hp_f(loader *L, const char *suffix, float *out)
+{
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", L->prefix, suffix);
+    return pllm_gguf_opt_f32(L->g, key, out);
+}
+
+static pllm_status find_tensor(loader *L, const char *name, bool required,
+                               const pllm_gguf_tensor **out)
+{
+    *out = pllm_gguf_find_tensor(L->g, name);
+    if (!*out && required)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: missing tensor '%s'", L->g->path, name);
+    return PLLM_OK;
+}
+
+/* A matrix with n_cols elements per row and n_rows rows. */
+static pllm_status load_matrix(loader *L, const char *name, int64_t n_rows, int64_t n_cols,
+                               pllm_tensor *out)
+{
+    const pllm_gguf_tensor *t;
+    PLLM_TRY(find_tensor(L, name, true, &t));
+    if (t->n_dims > 2 || t->ne[0] != n_cols || t->ne[1] != n_rows)
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: tensor '%s' (entry at byte offset %zu) has shape [%lld, %lld] but "
+                           "the hyperparameters need [%lld, %lld]",
+                           L->g->path, name, t->info_offset, (long long)t->ne[0],
+                           (long long)t->ne[1], (long long)n_cols, (long long)n_rows);
+    if (!pllm_dtype_supported(t->dtype))
+        return pllm_errorf(
+            PLLM_ERR_UNSUPPORTED,
+            "%s: tensor '%s' (entry at byte offset %zu): type %s is not supported yet", L->g->path,
+            name, t->info_offset, pllm_dtype_name(t->dtype));
+    *out = (pllm_tensor){.data = t->data,
+                         .dtype = t->dtype,
+                         .n_rows = n_rows,
+                         .n_cols = n_cols,
+                         .row_bytes = pllm_dtype_row_bytes(t->dtype, n_cols),
+                         .name = t->name};
+    L->m->weight_bytes += t->nbytes;
+    return PLLM_OK;
+}
+
+/* A vector of n floats, converted to float32 into the model's owned store. */
+static pllm_status load_vector(loader *L, const char *name, int64_t n, bool required,
+                               const float **out)
+{
+    const pllm_gguf_tensor *t;
+    *out = NULL;
+    PLLM_TRY(find_tensor(L, name, required, &t));
+    if (!t) return PLLM_OK;
+    if (t->n_dims != 1 || t->ne[0] != n)
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: tensor '%s' (entry at byte offset %zu) has shape [%lld, %lld] but "
+                           "the hyperparameters need [%lld]",
+                           L->g->path, name, t->info_offset, (long long)t->ne[0],
+                           (long long)t->ne[1], (long long)n);
+    if (t->dtype != PLLM_DTYPE_F32 && t->dtype != PLLM_DTYPE_F16 && t->dtype != PLLM_DTYPE_BF16)
+        return pllm_errorf(
+            PLLM_ERR_UNSUPPORTED,
+            "%s: tensor '%s' (entry at byte offset %zu): a vector must be F32, F16 or BF16, not %s",
+            L->g->path, name, t->info_offset, pllm_dtype_name(t->dtype));
+    PLLM_ASSERT(L->f32_used + (size_t)n <= L->f32_cap);
+    float *dst = L->m->owned_f32 + L->f32_used;
+    pllm_dequantize_row(dst, t->data, t->dtype, n);
+    L->f32_used += (size_t)n;
+    L->m->weight_bytes += t->nbytes;
+    *out = dst;
+    return PLLM_OK;
+}
+
+static pllm_status read_config(loader *L)
+{
+    pllm_model_config *c = &L->m->cfg;
+    const pllm_gguf *g = L->g;
+    uint32_t n_embd, n_layer, n_head, n_head_kv = 0, n_ff, n_ctx = 0, rope_dim = 0, n_vocab = 0,
+                                      head_dim = 0;
+    PLLM_TRY(get_hp(L, "embedding_length", &n_embd, true));
+    PLLM_TRY(get_hp(L, "block_count", &n_layer, true));
+    PLLM_TRY(get_hp(L, "attention.head_count", &n_head, true));
+    PLLM_TRY(get_hp(L, "attention.head_count_kv", &n_head_kv, false));
+    PLLM_TRY(get_hp(L, "feed_forward_length", &n_ff, true));
+    PLLM_TRY(get_hp(L, "context_length", &n_ctx, false));
+    PLLM_TRY(get_hp(L, "rope.dimension_count", &rope_dim, false));
+    PLLM_TRY(get_hp(L, "attention.key_length", &head_dim, false));
+    PLLM_TRY(get_hp(L, "vocab_size", &n_vocab, false));
+    if (!n_head_kv) n_head_kv = n_head;
+
+#define CHECK_HP(cond, key, val)                                                                   \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: hyperparameter '%s.%s' = %u is invalid (%s)", \
+                               g->path, L->prefix, key, (unsigned)(val), #cond);                   \
+    } while (0)
+    CHECK_HP(n_embd > 0 && n_embd <= 65536, "embedding_length", n_embd);
+    CHECK_HP(n_layer > 0 && n_layer <= 1024, "block_count", n_layer);
+    CHECK_HP(n_head > 0 && n_head <= 1024, "attention.head_count", n_head);
+    CHECK_HP(n_head_kv > 0 && n_head % n_head_kv == 0, "attention.head_count_kv", n_head_kv);
+    CHECK_HP(n_ff > 0 && n_ff <= 1048576, "feed_forward_length", n_ff);
+    if (!head_dim) {
+        CHECK_HP(n_embd % n_head == 0, "attention.head_count", n_head);
+        head_dim = n_embd / n_head;
+    }
+    CHECK_HP(head_dim > 0 && head_dim % 2 == 0 && head_dim <= 1024, "attention.key_length",
+             head_dim);
+    if (!rope_dim) rope_dim = head_dim;
+    CHECK_HP(rope_dim % 2 == 0 && rope_dim <= head_dim, "rope.dimension_count", rope_dim);
+#undef CHECK_HP
+
+    c->n_embd = (int32_t)n_embd;
+    c->n_layer = (int32_t)n_layer;
+    c->n_head = (int32_t)n_head;
+    c->n_head_kv = (int32_t)n_head_kv;
+    c->n_ff = (int32_t)n_ff;
+    c->head_dim = (int32_t)head_dim;
+    c->rope_dim = (int32_t)rope_dim;
+    c->n_ctx_train = n_ctx ? (int32_t)PLLM_MIN(n_ctx, (uint32_t)INT32_MAX) : 2048;
+    c->norm_eps = 1e-5f;
+    c->rope_theta = 10000.0f;
+    PLLM_TRY(get_hp_f(L, "attention.layer_norm_rms_epsilon", &c->norm_eps));
+    PLLM_TRY(get_hp_f(L, "rope.freq_base", &c->rope_theta));
+    if (!(c->norm_eps > 0 && c->norm_eps < 1))
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: '%s.attention.layer_norm_rms_epsilon' = %g is invalid", g->path,
+                           L->prefix, c->norm_eps);
+    if (!(c->rope_theta > 1))
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: '%s.rope.freq_base' = %g is invalid", g->path,
+                           L->prefix, c->rope_theta);
+    c->rope_mode = c->arch == PLLM_ARCH_QWEN2 ? PLLM_ROPE_NEOX : PLLM_ROPE_NORM;
+    c->has_qkv_bias = c->arch == PLLM_ARCH_QWEN2;
+
+    /* RoPE scaling: rope.scaling.type "linear" (factor), or Llama-3 style via rope_freqs. */
+    char key[256];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", L->prefix);
+    const pllm_gguf_kv *st = pllm_gguf_find(g, key);
+    if (st) {
+        pllm_gguf_str s;
+        PLLM_TRY(pllm_gguf_get_str(g, key, &s));
+        if (s.len == 4 && memcmp(s.s, "none", 4) == 0) {
+            c->rope_scaling = PLLM_ROPE_SCALING_NONE;
+        } else if (s.len == 6 && memcmp(s.s, "linear", 6) == 0) {
+            c->rope_scaling = PLLM_ROPE_SCALING_LINEAR;
+            c->rope_factor = 1.0f;
+            PLLM_TRY(get_hp_f(L, "rope.scaling.factor", &c->rope_factor));
+            if (!(c->rope_factor > 0))
+                return pllm_errorf(PLLM_ERR_FORMAT, "%s: '%s.rope.scaling.factor' = %g is invalid",
+                                   g->path, L->prefix, c->rope_factor);
+        } else {
+            return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                               "%s: key '%s' at byte offset %zu: rope scaling '%.*s' is not "
+                               "supported (none, linear)",
+                               g->path, key, st->offset, (int)s.len, s.s);
+        }
+    }
+    /* Llama-3 rope scaling: llama.cpp's converter stores the per-pair factors as rope_freqs.weight
+     * (read in load_weights); the parameters they came from are not in the file. */
+    if (pllm_gguf_find_tensor(g, "rope_freqs.weight")) {
+        if (c->rope_scaling != PLLM_ROPE_SCALING_NONE)
+            return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                               "%s: tensor 'rope_freqs.weight' together with "
+                               "'%s.rope.scaling.type' is not supported",
+                               g->path, L->prefix);
+        c->rope_scaling = PLLM_ROPE_SCALING_LLAMA3;
+    }
+
+    /* Vocabulary size: from the metadata when present, else from the token list. */
+    const pllm_gguf_kv *toks = pllm_gguf_find(g, "tokenizer.ggml.tokens");
+    if (!n_vocab && toks && toks->type == PLLM_GGUF_ARRAY)
+        n_vocab = (uint32_t)PLLM_MIN(toks->arr_n, (uint64_t)UINT32_MAX);
+    if (!n_vocab) {
+        const pllm_gguf_tensor *te = pllm_gguf_find_tensor(g, "token_embd.weight");
+        if (te && te->n_dims == 2) n_vocab = (uint32_t)PLLM_MIN(te->ne[1], (int64_t)UINT32_MAX);
+    }
+    if (!n_vocab || n_vocab > (1u << 24))
+        return pllm_errorf(
+            PLLM_ERR_FORMAT,
+            "%s: vocabulary size %u is invalid (from %s.vocab_size or tokenizer.ggml.tokens)",
+            g->path, n_vocab, L->prefix);
+    c->n_vocab = (int32_t)n_vocab;
+    return PLLM_OK;
+}
+
+static pllm_status load_weights(loader *L)
+{
+    pllm_model *m = L->m;
+    const pllm_model_config *c = &m->cfg;
+    int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_head_kv * c->head_dim;
+    char name[128];
+
+    /* Owned float store: 2 norms per layer + output norm (+ biases) (+ rope factors). */
+    L->f32_cap = (size_t)c->n_layer * (2 * (size_t)c->n_embd +
+                                       (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0)) +
+                 (size_t)c->n_embd + (size_t)c->rope_dim / 2;
+    /* the vectors are in the file at 2 bytes or more per element: no allocation beyond that */
+    if (L->f32_cap > L->g->size / 2)
+        return pllm_errorf(
+            PLLM_ERR_FORMAT,
+            "%s: the hyperparameters need %zu norm/bias elements but the file has only %zu bytes",
+            L->g->path, L->f32_cap, L->g->size);
+    m->owned_f32 = pllm_malloc(L->f32_cap * sizeof(float));
+    m->layers = pllm_calloc((size_t)c->n_layer, sizeof *m->layers);
+    if (!m->owned_f32 || !m->layers) return PLLM_ERR_NOMEM;
+
+    PLLM_TRY(load_matrix(L, "token_embd.weight", c->n_vocab, c->n_embd, &m->tok_embd));
+    PLLM_TRY(load_vector(L, "output_norm.weight", c->n_embd, true, &m->output_norm));
+    if (pllm_gguf_find_tensor(L->g, "output.weight")) {
+        PLLM_TRY(load_matrix(L, "output.weight", c->n_vocab, c->n_embd, &m->output));
+        m->cfg.tied_embeddings = false;
+    } else {
+        m->output = m->tok_embd;
+        m->cfg.tied_embeddings = true;
+    }
+    for (int32_t i = 0; i < c->n_layer; i++) {
+        pllm_layer_weights *l = &m->layers[i];
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, (int)i), name)
+        PLLM_TRY(load_vector(L, NAME("attn_norm.weight"), c->n_embd, true, &l->attn_norm));
+        PLLM_TRY(load_matrix(L, NAME("attn_q.weight"), q_dim, c->n_embd, &l->wq));
+        PLLM_TRY(load_matrix(L, NAME("attn_k.weight"), kv_dim, c->n_embd, &l->wk));
+        PLLM_TRY(load_matrix(L, NAME("attn_v.weight"), kv_dim, c->n_embd, &l->wv));
+        PLLM_TRY(load_matrix(L, NAME("attn_output.weight"), c->n_embd, q_dim, &l->wo));
+        if (c->has_qkv_bias) {
+            PLLM_TRY(load_vector(L, NAME("attn_q.bias"), q_dim, true, &l->bq));
+            PLLM_TRY(load_vector(L, NAME("attn_k.bias"), kv_dim, true, &l->bk));
+            PLLM_TRY(load_vector(L, NAME("attn_v.bias"), kv_dim, true, &l->bv));
+        }
+        PLLM_TRY(load_vector(L, NAME("ffn_norm.weight"), c->n_embd, true, &l->ffn_norm));
+        PLLM_TRY(load_matrix(L, NAME("ffn_gate.weight"), c->n_ff, c->n_embd, &l->w_gate));
+        PLLM_TRY(load_matrix(L, NAME("ffn_up.weight"), c->n_ff, c->n_embd, &l->w_up));
+        PLLM_TRY(load_matrix(L, NAME("ffn_down.weight"), c->n_embd, c->n_ff, &l->w_down));
+#undef NAME
+    }
+    if (c->rope_scaling == PLLM_ROPE_SCALING_LLAMA3) {
+        PLLM_TRY(load_vector(L, "rope_freqs.weight", c->rope_dim / 2, true, &m->rope_freq_factors));
+        for (int32_t i = 0; i < c->rope_dim / 2; i++)
+            if (!(m->rope_freq_factors[i] > 0 && isfinite(m->rope_freq_factors[i])))
+                return pllm_errorf(
+                    PLLM_ERR_FORMAT,
+                    "%s: tensor 'rope_freqs.weight' element %d = %g is not a positive factor",
+                    L->g->path, (int)i, m->rope_freq_factors[i]);
+    }
+    return PLLM_OK;
+}
+
+/* general.sampling.* (llama.cpp's recommended sampling keys), when present. */
+static pllm_status read_gguf_sampling(const pllm_gguf *g, pllm_generation_defaults *d)
+{
+    const struct {
+        const char *key;
+        float *dst;
+        bool *has;
+    } fl[] = {
+        {"general.sampling.temp", &d->temperature, &d->has_temperature},
+        {"general.sampling.top_p", &d->top_p, &d->has_top_p},
+        {"general.sampling.min_p", &d->min_p, &d->has_min_p},
+        {"general.sampling.penalty_repeat", &d->repetition_penalty, &d->has_repetition_penalty}};
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(fl); i++) {
+        const pllm_gguf_kv *kv = pllm_gguf_find(g, fl[i].key);
+        if (!kv) continue;
+        PLLM_TRY(pllm_gguf_get_f32(g, fl[i].key, fl[i].dst));
+        *fl[i].has = true;
+        float v = *fl[i].dst;
+        bool ok =
+            isfinite(v) && v >= 0 &&
+            (i == 0 || (i == 1 && v > 0 && v <= 1) || (i == 2 && v <= 1) || (i == 3 && v > 0));
+        if (!ok)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: key '%s' at byte offset %zu: value %g is out of range", g->path,
+                               fl[i].key, kv->offset, v);
+    }
+    if (pllm_gguf_find(g, "general.sampling.top_k")) {
+        uint32_t k;
+        PLLM_TRY(pllm_gguf_get_u32(g, "general.sampling.top_k", &k));
+        if (k > INT32_MAX)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: key 'general.sampling.top_k' = %u is out of range", g->path, k);
+        d->has_top_k = true;
+        d->top_k = (int32_t)k;
+    }
+    return PLLM_OK;
+}
+
+pllm_status pllm_gguf_model_init(pllm_model *m, const char *path)
+{
+    pllm_status st;
+    m->format = PLLM_MODEL_GGUF;
+    if ((st = pllm_gguf_open(&m->gguf, path)) != PLLM_OK) return st;
+    loader L = {.m = m, .g = m->gguf};
+
+    pllm_gguf_str arch;
+    if ((st = pllm_gguf_get_str(m->gguf, "general.architecture", &arch)) != PLLM_OK) return st;
+    bool found = false;
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(g_gguf_archs); i++) {
+        if (strlen(g_gguf_archs[i].name) == arch.len &&
+            memcmp(g_gguf_archs[i].name, arch.s, arch.len) == 0) {
+            m->cfg.arch = g_gguf_archs[i].arch;
+            m->source_arch = L.prefix = g_gguf_archs[i].name;
+            found = true;
+        }
+    }
+    if (!found)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: unsupported architecture '%.*s' (general.architecture at byte "
+                           "offset %zu); supported: llama, mistral, qwen2",
+                           path, (int)(arch.len > 64 ? 64 : arch.len), arch.s,
+                           pllm_gguf_find(m->gguf, "general.architecture")->offset);
+    if ((st = read_config(&L)) != PLLM_OK) return st;
+    /* the vectors are read from the mapping: a file cut short meanwhile reads zeros, caught here */
+    if (m->gguf->owns_map) pllm_mapped_file_set_polled(&m->gguf->file, true);
+    st = load_weights(&L);
+    if (m->gguf->owns_map) pllm_mapped_file_set_polled(&m->gguf->file, false);
+    if (st != PLLM_OK || (st = pllm_gguf_check_file(m->gguf)) != PLLM_OK) return st;
+    if ((st = read_gguf_sampling(m->gguf, &m->gen)) != PLLM_OK) return st;
+
+    pllm_gguf_str gname = {0};
+    const pllm_gguf_kv *nk = pllm_gguf_find(m->gguf, "general.name");
+    if (nk && nk->type == PLLM_GGUF_STRING) gname = nk->v.str;
+    if (gname.len) {
+        m->name = pllm_malloc(gname.len + 1);
+        if (!m->name) return PLLM_ERR_NOMEM;
+        memcpy(m->name, gname.s, gname.len);
+        m->name[gname.len] = 0;
+    }
+    /* Identity: the header bytes (metadata + tensor table) and the file size. */
+    m->identity = XXH3_64bits_withSeed(m->gguf->map, m->gguf->data_offset, (uint64_t)m->gguf->size);
+    return PLLM_OK;
+}
