@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "cpu/threadpool.h"
-#include "engine/common.h"
+#include "model/common.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>

@@ -1,17 +1,18 @@
 /*
  * decode_bench.c: CPU backend speed on one sequence (not a test).
  *
- *     decode_bench [MODEL.gguf] [--threads 1,2] [--decode 128] [--prefill 512] [--repeat 3] [--kv f32|f16]
- *                  [--math int8,f32]
+ *     decode_bench [MODEL.gguf] [--threads 1,2] [--decode 128] [--prefill 512] [--repeat 3]
+ *                  [--kv f32|f16] [--math int8,f32]
  *
- * --math runs one backend per listed matmul numerics (PLLM_CPU_MATH: int8 = the integer path
- * where weights are quantized, f32 = float32 throughout) with the runs interleaved (repeat 1 of
- * each, repeat 2 of each, ...) so that a shared machine's load hits them alike, and prints the
+ * --math runs one backend per listed matmul numerics (pllm_cpu_params.math: int8 = the integer
+ * path where weights are quantized, f32 = float32 throughout) with the runs interleaved (repeat 1
+ * of each, repeat 2 of each, ...) so that a shared machine's load hits them alike, and prints the
  * ratios of the first to the others.
  * For each thread count: prefill tokens/s for a --prefill-token prompt run in one step, and
- * decode tokens/s for --decode greedy steps of one sequence after a 32-token prompt. The
- * Each figure is the best of --repeat runs. CPU seconds of the process are printed beside wall time (the machine may be shared). The
- * model defaults to $PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf (PLLM_HOME defaults to
+ * decode tokens/s for --decode greedy steps of one sequence after a 32-token prompt.
+ * Each figure is the best of --repeat runs. CPU seconds of the process are printed beside wall
+ * time (the machine may be shared). The model defaults to
+ * $PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf (PLLM_HOME defaults to
  * ~/.cache/pllm). Prompt token ids are fixed pseudo-random ids, so runs are comparable.
  */
 #include <stdio.h>
@@ -20,8 +21,8 @@
 #include <time.h>
 
 #include "cpu/cpu_backend.h"
-#include "engine/model.h"
-#include "engine/sampling.h"
+#include "model/model.h"
+#include "model/sampling.h"
 
 typedef struct bench_seq {
     int32_t *blocks;
@@ -127,9 +128,19 @@ int main(int argc, char **argv)
         int32_t *blocks = NULL;
         pllm_kv_layout L;
         for (int mi = 0; mi < n_math; mi++) {
-            if (maths[mi][0]) setenv("PLLM_CPU_MATH", maths[mi], 1);
             pllm_cpu_params cp;
-            pllm_cpu_params_defaults(&cp);
+            if ((st = pllm_cpu_params_defaults(&cp)))
+                return fail(st, "reading PLLM_CPU_* from the environment");
+            if (maths[mi][0]) {
+                if (strcmp(maths[mi], "f32") == 0)
+                    cp.math = PLLM_CPU_MATH_F32;
+                else if (strcmp(maths[mi], "int8") == 0)
+                    cp.math = PLLM_CPU_MATH_INT8;
+                else
+                    return fail(
+                        pllm_errorf(PLLM_ERR_INVALID, "--math %s: expected f32 or int8", maths[mi]),
+                        "options");
+            }
             cp.n_threads = n_threads;
             cp.kv_dtype = kv;
             double t_create = pllm_now();

@@ -8,7 +8,7 @@
  *
  * usage: sampler_bench [iterations]     (report on stderr, one JSON line per row on stdout)
  */
-#include "engine/sampling.h"
+#include "model/sampling.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
  *     {"texts": N, "bytes": B, "tokens": T, "seconds": S, "mb_per_s": M, "tokens_per_s": K}
  * bench/tok_bench.py runs this next to Hugging Face tokenizers and prints the ratio.
  */
-#include "engine/gguf.h"
+#include "model/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 #include <jansson.h>

@@ -3,7 +3,7 @@
  */
 #include "cmd/gate.h"
 
-#include "engine/common.h"
+#include "model/common.h"
 #include "engine/report.h"
 
 #include <math.h>

@@ -1,6 +1,6 @@
 #include "cmd/progress.h"
 
-#include "engine/common.h"
+#include "model/common.h"
 
 #include <string.h>
 #include <unistd.h>

@@ -128,11 +128,15 @@ int cmd_device_select(cmd_device *out, const char *spec)
 
 static int open_cpu(cmd_runtime *rt, const cmd_runtime_opts *o)
 {
-    pllm_cpu_params cp;
-    pllm_cpu_params_defaults(&cp);
+    pllm_cpu_params cp; /* the environment's defaults (PLLM_CPU_MATH, ...), read once here */
+    if (pllm_cpu_params_defaults(&cp) != PLLM_OK) {
+        fprintf(stderr, "pllm: %s\n", pllm_errmsg());
+        return 2;
+    }
     cp.n_threads = o->threads;
     cp.kv_dtype = o->kv_dtype >= 0 ? (pllm_dtype)o->kv_dtype : PLLM_DTYPE_COUNT; /* COUNT: auto */
-    cp.math = (pllm_cpu_math)o->cpu_math;
+    if (o->cpu_math != PLLM_CPU_MATH_AUTO)
+        cp.math = (pllm_cpu_math)o->cpu_math; /* an explicit --cpu-math wins */
     if (pllm_cpu_backend_create(&rt->backend, rt->model, &cp) != PLLM_OK) {
         fprintf(stderr, "pllm: cannot start the CPU backend: %s\n", pllm_errmsg());
         return 3;

@@ -12,8 +12,8 @@
  */
 #pragma once
 
-#include "engine/backend.h"
-#include "engine/model.h"
+#include "model/backend.h"
+#include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 

@@ -16,7 +16,7 @@ size_t pllm_cpu_attn_tile_scratch(int32_t n_rows, int32_t block_size)
 }
 
 /* Bytes from a layer's K (or V) cache base to the row of position pos of kv_head, and the bytes of
- * one row: layout [block][kv head][position in block][head_dim] (engine/backend.h). */
+ * one row: layout [block][kv head][position in block][head_dim] (model/backend.h). */
 static inline size_t kv_row_bytes(const pllm_kv_layout *kv)
 {
     return (size_t)kv->head_dim * (kv->dtype == PLLM_DTYPE_F16 ? 2 : 4);

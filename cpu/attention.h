@@ -63,7 +63,7 @@ void pllm_cpu_attn_tile_prefetch(const pllm_cpu_attn_tile *t, const pllm_cpu_att
 
 /* RoPE of one token's K heads written straight into the cache, with its V heads, in one pass:
  *   k, v: [n_head_kv][head_dim] (k is not modified); cos_sin: [rope_dim] (pllm_cpu_rope_table);
- *   the cache position is slot's (engine/backend.h); tmp: head_dim floats (F16 caches). */
+ *   the cache position is slot's (model/backend.h); tmp: head_dim floats (F16 caches). */
 void pllm_cpu_rope_store_kv(void *k_cache, void *v_cache, const pllm_kv_layout *kv, int32_t slot, const float *k,
                             const float *v, const float *cos_sin, int32_t rope_dim, pllm_rope_mode mode,
                             const pllm_cpu_kernels *kern, float *tmp);

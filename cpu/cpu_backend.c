@@ -311,105 +311,6 @@ static void forward_region(void *arg, int ith, int nth)
     }
 }
 
-/* ---- plan validation --------------------------------------------------------------------- */
-
-static pllm_status check_ids(const int32_t *ids, int32_t n, int32_t n_vocab, int32_t s, const char *what)
-{
-    if (n < 0 || (n > 0 && !ids))
-        return pllm_errorf(PLLM_ERR_INVALID, "cpu step: samples[%d].ctx.%s: count %d with %s array", s, what, n,
-                           ids ? "an" : "a NULL");
-    for (int32_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= n_vocab)
-            return pllm_errorf(PLLM_ERR_RANGE, "cpu step: samples[%d].ctx.%s[%d] = %d is outside the vocabulary [0, %d)", s,
-                               what, i, ids[i], n_vocab);
-    return PLLM_OK;
-}
-
-static pllm_status validate_plan(cpu_ctx *c, const pllm_batch_plan *p, const pllm_step_out *out)
-{
-    const int32_t n_vocab = c->model->cfg.n_vocab, bs = c->kv.block_size;
-    if (!c->kv_ready) return pllm_errorf(PLLM_ERR_INVALID, "cpu step: kv_init was not called");
-    if (!p || !out) return pllm_errorf(PLLM_ERR_INVALID, "cpu step: NULL plan or output");
-    if (p->n_tokens < 0 || p->n_seqs < 0 || p->n_samples < 0)
-        return pllm_errorf(PLLM_ERR_INVALID, "cpu step: negative count (n_tokens %d, n_seqs %d, n_samples %d)", p->n_tokens,
-                           p->n_seqs, p->n_samples);
-    if (p->n_tokens > 0 && (!p->tokens || !p->positions || !p->slots))
-        return pllm_errorf(PLLM_ERR_INVALID, "cpu step: n_tokens = %d but tokens, positions or slots is NULL", p->n_tokens);
-    if (p->n_seqs > 0 && (!p->seqs || !p->block_tables))
-        return pllm_errorf(PLLM_ERR_INVALID, "cpu step: n_seqs = %d but seqs or block_tables is NULL", p->n_seqs);
-    if (p->n_samples > 0 && (!p->samples || !out->tokens))
-        return pllm_errorf(PLLM_ERR_INVALID, "cpu step: n_samples = %d but samples or out->tokens is NULL", p->n_samples);
-
-    int32_t next = 0;
-    pllm_status st = PLLM_OK;
-    for (int32_t s = 0; s < p->n_seqs && st == PLLM_OK; s++) {
-        const pllm_seq_plan *sp = &p->seqs[s];
-        if (sp->token_start != next || sp->n_new < 1 || sp->n_new > p->n_tokens - next)
-            st = pllm_errorf(PLLM_ERR_INVALID,
-                             "cpu step: seqs[%d] covers tokens [%d, %d + %d) but must start at %d, take >= 1 token and end by n_tokens = %d",
-                             s, sp->token_start, sp->token_start, sp->n_new, next, p->n_tokens);
-        else if (sp->n_ctx < sp->n_new)
-            st = pllm_errorf(PLLM_ERR_RANGE, "cpu step: seqs[%d].n_ctx = %d is less than its n_new = %d", s, sp->n_ctx, sp->n_new);
-        else if (sp->block_start < 0 || sp->n_blocks < 0 || (int64_t)sp->n_blocks * bs < sp->n_ctx)
-            st = pllm_errorf(PLLM_ERR_RANGE, "cpu step: seqs[%d]: block table [%d, +%d) of %d-token blocks cannot hold n_ctx = %d", s,
-                             sp->block_start, sp->n_blocks, bs, sp->n_ctx);
-        if (st != PLLM_OK) break;
-        const int32_t *bt = p->block_tables + sp->block_start;
-        for (int32_t b = 0; b < (sp->n_ctx + bs - 1) / bs; b++)
-            if (bt[b] < 0 || bt[b] >= c->kv.n_blocks) {
-                st = pllm_errorf(PLLM_ERR_RANGE, "cpu step: seqs[%d] block table entry %d = %d is outside the pool [0, %d)", s, b,
-                                 bt[b], c->kv.n_blocks);
-                break;
-            }
-        for (int32_t j = 0; j < sp->n_new && st == PLLM_OK; j++) {
-            int32_t i = sp->token_start + j, pos = sp->n_ctx - sp->n_new + j;
-            if (p->tokens[i] < 0 || p->tokens[i] >= n_vocab)
-                st = pllm_errorf(PLLM_ERR_RANGE, "cpu step: tokens[%d] = %d is outside the vocabulary [0, %d)", i, p->tokens[i],
-                                 n_vocab);
-            else if (p->positions[i] != pos)
-                st = pllm_errorf(PLLM_ERR_INVALID, "cpu step: positions[%d] = %d but seqs[%d] (n_ctx %d, n_new %d) puts it at %d", i,
-                                 p->positions[i], s, sp->n_ctx, sp->n_new, pos);
-            else if (p->slots[i] != bt[pos / bs] * bs + pos % bs)
-                st = pllm_errorf(PLLM_ERR_INVALID,
-                                 "cpu step: slots[%d] = %d but seqs[%d]'s block table puts position %d at slot %d", i,
-                                 p->slots[i], s, pos, bt[pos / bs] * bs + pos % bs);
-            else if (c->slot_bits[p->slots[i] / 64] >> (p->slots[i] % 64) & 1)
-                st = pllm_errorf(PLLM_ERR_INVALID, "cpu step: slot %d (tokens[%d]) is written twice in one step", p->slots[i], i);
-            else
-                c->tok_seq[i] = s;
-            if (st == PLLM_OK) c->slot_bits[p->slots[i] / 64] |= 1ull << (p->slots[i] % 64);
-        }
-        next += sp->n_new;
-    }
-    /* clear the marks set above (only those: the bitmap may be large) */
-    for (int32_t s = 0; s < p->n_seqs; s++) {
-        const pllm_seq_plan *sp = &p->seqs[s];
-        if (sp->token_start < 0 || sp->n_new < 0 || sp->token_start > p->n_tokens - sp->n_new) break;
-        for (int32_t j = 0; j < sp->n_new; j++) {
-            int32_t slot = p->slots[sp->token_start + j];
-            if (slot >= 0 && (int64_t)slot < (int64_t)c->kv.n_blocks * bs) c->slot_bits[slot / 64] &= ~(1ull << (slot % 64));
-        }
-    }
-    if (st != PLLM_OK) return st;
-    if (next != p->n_tokens)
-        return pllm_errorf(PLLM_ERR_INVALID, "cpu step: the sequences cover %d tokens but n_tokens = %d", next, p->n_tokens);
-
-    for (int32_t s = 0; s < p->n_samples; s++) {
-        const pllm_sample_req *r = &p->samples[s];
-        if (r->seq < 0 || r->seq >= p->n_seqs)
-            return pllm_errorf(PLLM_ERR_RANGE, "cpu step: samples[%d].seq = %d is outside [0, %d)", s, r->seq, p->n_seqs);
-        if (!r->params) return pllm_errorf(PLLM_ERR_INVALID, "cpu step: samples[%d].params is NULL", s);
-        if (pllm_sampling_validate(r->params) != PLLM_OK) return pllm_error_prefix(PLLM_ERR_INVALID, "cpu step: samples[%d]: ", s);
-        if (out->top_ids && r->params->logprobs > out->top_n)
-            return pllm_errorf(PLLM_ERR_INVALID, "cpu step: samples[%d] asks for %d top logprobs but out->top_n = %d", s,
-                               r->params->logprobs, out->top_n);
-        PLLM_TRY(check_ids(r->ctx.prompt, r->ctx.n_prompt, n_vocab, s, "prompt"));
-        PLLM_TRY(check_ids(r->ctx.output, r->ctx.n_output, n_vocab, s, "output"));
-        PLLM_TRY(check_ids(r->ctx.banned, r->ctx.n_banned, n_vocab, s, "banned"));
-    }
-    return PLLM_OK;
-}
-
 /* ---- workspace --------------------------------------------------------------------------- */
 
 static void free_tokens_ws(cpu_ctx *c)
@@ -576,7 +477,8 @@ static pllm_status cpu_step(void *vctx, const pllm_batch_plan *plan, pllm_step_o
 {
     cpu_ctx *c = vctx;
     if (c->kv_ready && plan && plan->n_tokens > 0) PLLM_TRY(reserve(c, plan->n_tokens, plan->n_samples));
-    PLLM_TRY(validate_plan(c, plan, out));
+    PLLM_TRY(pllm_backend_check_plan("cpu", c->kv_ready ? &c->kv : NULL, c->model->cfg.n_vocab,
+                                     c->slot_bits, c->tok_seq, plan, out));
     if (plan->n_tokens == 0) return PLLM_OK;
     c->plan = plan;
     c->out = out;
@@ -589,12 +491,7 @@ static pllm_status cpu_step(void *vctx, const pllm_batch_plan *plan, pllm_step_o
 static pllm_status cpu_copy_blocks(void *vctx, const int32_t *src, const int32_t *dst, int32_t n)
 {
     cpu_ctx *c = vctx;
-    if (!c->kv_ready) return pllm_errorf(PLLM_ERR_INVALID, "cpu copy_blocks: kv_init was not called");
-    if (n < 0 || (n > 0 && (!src || !dst))) return pllm_errorf(PLLM_ERR_INVALID, "cpu copy_blocks: bad arguments (n = %d)", n);
-    for (int32_t i = 0; i < n; i++)
-        if (src[i] < 0 || src[i] >= c->kv.n_blocks || dst[i] < 0 || dst[i] >= c->kv.n_blocks)
-            return pllm_errorf(PLLM_ERR_RANGE, "cpu copy_blocks: pair %d (%d -> %d) is outside the pool [0, %d)", i, src[i], dst[i],
-                               c->kv.n_blocks);
+    PLLM_TRY(pllm_backend_check_copy_blocks("cpu", c->kv_ready ? &c->kv : NULL, src, dst, n));
     size_t block = c->kv_layer_bytes / (size_t)c->kv.n_blocks; /* one block of one layer's K (or V) */
     for (int32_t i = 0; i < n; i++) {
         if (src[i] == dst[i]) continue;
@@ -652,25 +549,18 @@ static void pack_region(void *arg, int ith, int nth)
     }
 }
 
-/* Which matrices take the integer path (params.math F32, or PLLM_CPU_MATH=f32 in the environment,
- * which wins over params, keeps the float32 kernels for all:
- * the reference numerics), and their packed copies for tables that read panels. Packing reads
+/* Which matrices take the integer path (params.math F32 keeps the float32 kernels for all: the
+ * reference numerics), and their packed copies for tables that read panels. Packing reads
  * every quantized weight once; afterwards the mapped file pages of those matrices are no longer
  * touched (the embedding table still is, for the rows of the step's tokens). */
 static pllm_status setup_mats(cpu_ctx *c)
 {
     const pllm_model *m = c->model;
     const int32_t L = m->cfg.n_layer;
-    const char *env = getenv("PLLM_CPU_MATH");
-    if (env && *env && strcmp(env, "f32") != 0 && strcmp(env, "int8") != 0)
-        return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: PLLM_CPU_MATH=%s (expected f32 or int8)", env);
-    bool f32 = env && *env ? strcmp(env, "f32") == 0 : c->params.math == PLLM_CPU_MATH_F32;
-    /* PLLM_CPU_QMM=scalar (tests): the integer matmuls and quantizer of the scalar reference
-     * table, everything else from the chosen table, to show the optimized ones change nothing */
-    const char *qmm = getenv("PLLM_CPU_QMM");
-    if (qmm && *qmm && strcmp(qmm, "scalar") != 0)
-        return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: PLLM_CPU_QMM=%s (expected scalar)", qmm);
-    c->qkern = qmm && *qmm && c->kern->qmatmul ? &pllm_cpu_kernels_scalar : c->kern;
+    bool f32 = c->params.math == PLLM_CPU_MATH_F32;
+    /* qmm_scalar (tests): the integer matmuls and quantizer of the scalar reference table,
+     * everything else from the chosen table, to show the optimized ones change nothing */
+    c->qkern = c->params.qmm_scalar && c->kern->qmatmul ? &pllm_cpu_kernels_scalar : c->kern;
     c->int_math = c->kern->qmatmul && !f32;
     c->mats = pllm_calloc((size_t)L * M_PER_LAYER + 1, sizeof *c->mats);
     if (!c->mats) return PLLM_ERR_NOMEM;
@@ -700,11 +590,38 @@ static pllm_status setup_mats(cpu_ctx *c)
     return PLLM_OK;
 }
 
-void pllm_cpu_params_defaults(pllm_cpu_params *p)
+pllm_status pllm_cpu_params_defaults(pllm_cpu_params *p)
 {
     p->n_threads = 0;
     p->kv_dtype = PLLM_DTYPE_F32;
     p->math = PLLM_CPU_MATH_AUTO;
+    p->isa_cap = PLLM_CPU_ISA_COUNT;
+    p->qmm_scalar = false;
+    /* the environment: defaults for tests and benchmarks, read here only */
+    const char *math = getenv("PLLM_CPU_MATH"), *isa = getenv("PLLM_CPU_ISA");
+    const char *qmm = getenv("PLLM_CPU_QMM");
+    if (math && *math) {
+        if (strcmp(math, "f32") == 0)
+            p->math = PLLM_CPU_MATH_F32;
+        else if (strcmp(math, "int8") == 0)
+            p->math = PLLM_CPU_MATH_INT8;
+        else
+            return pllm_errorf(PLLM_ERR_INVALID,
+                               "cpu backend: PLLM_CPU_MATH=%s (expected f32 or int8)", math);
+    }
+    if (isa && *isa) {
+        if ((p->isa_cap = pllm_cpu_isa_from_name(isa)) == PLLM_CPU_ISA_COUNT)
+            return pllm_errorf(
+                PLLM_ERR_INVALID,
+                "cpu backend: PLLM_CPU_ISA=%s (expected scalar, avx2, avx512 or avx512vnni)", isa);
+    }
+    if (qmm && *qmm) {
+        if (strcmp(qmm, "scalar") != 0)
+            return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: PLLM_CPU_QMM=%s (expected scalar)",
+                               qmm);
+        p->qmm_scalar = true;
+    }
+    return PLLM_OK;
 }
 
 pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, const pllm_cpu_params *p)
@@ -713,7 +630,8 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
     out->ctx = NULL;
     pllm_cpu_params params;
     if (p) params = *p;
-    else pllm_cpu_params_defaults(&params);
+    else if (pllm_cpu_params_defaults(&params) != PLLM_OK)
+        return PLLM_ERR_INVALID; /* message set */
     if (params.math < PLLM_CPU_MATH_AUTO || params.math > PLLM_CPU_MATH_F32)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: math must be AUTO, INT8 or F32, got %d", (int)params.math);
     if (params.n_threads < 0 || params.n_threads > 1024)
@@ -733,7 +651,7 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
     pllm_status st;
     c->model = model;
     c->params = params;
-    c->kern = pllm_cpu_kernels_best();
+    c->kern = pllm_cpu_kernels_best_upto(params.isa_cap);
     c->n_threads = params.n_threads ? params.n_threads : pllm_cpu_online_cores();
 
     /* every weight matrix must have a kernel */
@@ -764,7 +682,7 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
         st = PLLM_ERR_NOMEM;
         goto fail;
     }
-    pllm_cpu_rope_freqs(c->inv_freq, cfg, model->rope_freq_factors);
+    pllm_backend_rope_freqs(c->inv_freq, cfg, model->rope_freq_factors);
     if ((st = pllm_cpu_pool_create(&c->pool, c->n_threads)) != PLLM_OK) goto fail;
     if ((st = setup_mats(c)) != PLLM_OK) goto fail;
 

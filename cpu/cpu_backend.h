@@ -1,18 +1,21 @@
 /*
- * cpu_backend.h: the CPU backend (the default; runs everywhere). Implements engine/backend.h.
+ * cpu_backend.h: the CPU backend (the default; runs everywhere). Implements model/backend.h.
  *
  * Computes directly from the model's memory-mapped weights in their file dtype (quantized
  * blocks are dequantized on the fly inside the dot products, never into a full f32 copy), with
  * a persistent thread pool of n_threads threads (cpu/threadpool.h). Kernels are chosen at run
- * time for the machine (cpu/kernels.h: scalar, AVX2, AVX-512; the environment variable
- * PLLM_CPU_ISA=scalar|avx2|avx512 caps the choice).
+ * time for the machine (cpu/kernels.h: scalar, AVX2, AVX-512; params.isa_cap caps the choice).
  *
  * Numerics (cpu/kernels.h): by default, quantized weight matrices multiply int8 activations
  * (per-32 block scales, exact integer dot products; the llama.cpp convention); float weights,
- * and every matrix when params.math is PLLM_CPU_MATH_F32 (or the environment has
- * PLLM_CPU_MATH=f32, which overrides params for tests and benchmarks), use float32 math, which differs
- * from float64 math on the dequantized weights only by float32 rounding. Greedy results are bitwise identical for any batch composition, chunking of prefills and
- * thread count (per kernel table).
+ * and every matrix when params.math is PLLM_CPU_MATH_F32, use float32 math, which differs
+ * from float64 math on the dequantized weights only by float32 rounding. Greedy results are
+ * bitwise identical for any batch composition, chunking of prefills and thread count (per
+ * kernel table).
+ *
+ * The environment: pllm_cpu_params_defaults() is the one place the backend reads it
+ * (PLLM_CPU_MATH, PLLM_CPU_ISA, PLLM_CPU_QMM, for tests and benchmarks). It gives defaults
+ * only: a field the caller sets afterwards wins.
  *
  * The vtable:
  *   kv_layout     F32 or F16 K/V (params.kv_dtype), the model's n_layer / n_head_kv / head_dim.
@@ -32,8 +35,9 @@
  */
 #pragma once
 
-#include "engine/backend.h"
-#include "engine/model.h"
+#include "cpu/kernels.h"
+#include "model/backend.h"
+#include "model/model.h"
 
 /* How quantized weight matrices are multiplied (float weights always take float32 math). */
 typedef enum pllm_cpu_math {
@@ -46,10 +50,17 @@ typedef struct pllm_cpu_params {
     int n_threads;       /* 0: the number of online cores */
     pllm_dtype kv_dtype; /* PLLM_DTYPE_F32 (default), PLLM_DTYPE_F16, or PLLM_DTYPE_COUNT: auto (F16 when
                           * quantized matrices take the int8 path, else F32; what the CLI's auto asks) */
-    pllm_cpu_math math;  /* PLLM_CPU_MATH_AUTO (default); PLLM_CPU_MATH in the environment wins */
+    pllm_cpu_math math;  /* PLLM_CPU_MATH_AUTO (default; PLLM_CPU_MATH=f32|int8 sets the default) */
+    pllm_cpu_isa isa_cap; /* the best kernel table up to this one (default PLLM_CPU_ISA_COUNT: no
+                           * cap; PLLM_CPU_ISA=scalar|avx2|avx512|avx512vnni sets the default) */
+    bool qmm_scalar;      /* tests: the integer matmuls and quantizer of the scalar reference table,
+                           * everything else from the chosen one (default false; PLLM_CPU_QMM=scalar) */
 } pllm_cpu_params;
 
-void pllm_cpu_params_defaults(pllm_cpu_params *p);
+/* Built-in defaults, then the environment's (above). A value the environment gives that is not
+ * one of those listed is PLLM_ERR_INVALID naming the variable; *p then has the built-in default
+ * for it and the rest filled. */
+pllm_status pllm_cpu_params_defaults(pllm_cpu_params *p);
 /* The model is borrowed and must outlive the backend. */
 pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, const pllm_cpu_params *p);
 /* The kernel table name ("scalar", "avx2", "avx512") a CPU backend created above runs, and its

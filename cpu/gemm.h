@@ -35,8 +35,8 @@
  */
 #pragma once
 
-#include "engine/common.h"
-#include "engine/dtype.h"
+#include "model/common.h"
+#include "model/dtype.h"
 
 #define PLLM_CPU_PANEL 16 /* rows per packed panel */
 

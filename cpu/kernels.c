@@ -52,17 +52,24 @@ const pllm_cpu_kernels *pllm_cpu_kernels_get(pllm_cpu_isa isa)
     }
 }
 
-const pllm_cpu_kernels *pllm_cpu_kernels_best(void)
+pllm_cpu_isa pllm_cpu_isa_from_name(const char *name)
 {
-    int cap = PLLM_CPU_ISA_COUNT - 1;
-    const char *env = getenv("PLLM_CPU_ISA");
-    if (env && *env) {
-        for (int i = 0; i < PLLM_CPU_ISA_COUNT; i++)
-            if (strcmp(env, g_isa_names[i]) == 0) cap = i;
-    }
+    for (int i = 0; i < PLLM_CPU_ISA_COUNT; i++)
+        if (strcmp(name, g_isa_names[i]) == 0) return (pllm_cpu_isa)i;
+    return PLLM_CPU_ISA_COUNT;
+}
+
+const pllm_cpu_kernels *pllm_cpu_kernels_best_upto(pllm_cpu_isa cap)
+{
+    if ((unsigned)cap >= PLLM_CPU_ISA_COUNT) cap = PLLM_CPU_ISA_COUNT - 1;
     for (int i = cap; i > 0; i--) {
         const pllm_cpu_kernels *k = pllm_cpu_kernels_get((pllm_cpu_isa)i);
         if (k) return k;
     }
     return &pllm_cpu_kernels_scalar;
+}
+
+const pllm_cpu_kernels *pllm_cpu_kernels_best(void)
+{
+    return pllm_cpu_kernels_best_upto(PLLM_CPU_ISA_COUNT - 1);
 }

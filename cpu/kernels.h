@@ -4,7 +4,7 @@
  * AVX-512 with VNNI, which adds the integer matmul of cpu/gemm.h).
  *
  * The scalar table is the reference: it dequantizes one weight row with pllm_dequantize_row
- * (engine/dtype.c) and takes plain float dot products. Every other table is tested against it
+ * (model/dtype.c) and takes plain float dot products. Every other table is tested against it
  * (tests/cpu_kernels.c) and must agree to float rounding.
  *
  * Numerics: two paths, chosen per matrix by the backend.
@@ -31,8 +31,8 @@
  */
 #pragma once
 
-#include "engine/common.h"
-#include "engine/dtype.h"
+#include "model/common.h"
+#include "model/dtype.h"
 #include "cpu/gemm.h"
 
 typedef enum pllm_cpu_isa {
@@ -91,10 +91,13 @@ typedef struct pllm_cpu_kernels {
 bool pllm_cpu_isa_available(pllm_cpu_isa isa);
 /* The table for isa, or NULL when this machine cannot run it. */
 const pllm_cpu_kernels *pllm_cpu_kernels_get(pllm_cpu_isa isa);
-/* The fastest table this machine runs. The environment variable PLLM_CPU_ISA (scalar, avx2,
- * avx512, avx512vnni) caps the choice, for tests and benchmarks. */
+/* The fastest table this machine runs. */
 const pllm_cpu_kernels *pllm_cpu_kernels_best(void);
+/* The fastest table this machine runs among those up to cap (pllm_cpu_params.isa_cap). */
+const pllm_cpu_kernels *pllm_cpu_kernels_best_upto(pllm_cpu_isa cap);
 const char *pllm_cpu_isa_name(pllm_cpu_isa isa);
+/* The isa called name ("scalar", "avx2", "avx512", "avx512vnni"), or PLLM_CPU_ISA_COUNT. */
+pllm_cpu_isa pllm_cpu_isa_from_name(const char *name);
 
 /* The tables themselves (defined in kernels_<isa>.c; use pllm_cpu_kernels_get). */
 extern const pllm_cpu_kernels pllm_cpu_kernels_scalar;

@@ -1,6 +1,6 @@
 /*
  * kernels_scalar.c: the reference kernels in plain C. Obviously right first: a weight row is
- * dequantized with engine/dtype.c's reference dequantizer, then dotted with each token.
+ * dequantized with model/dtype.c's reference dequantizer, then dotted with each token.
  */
 #include "cpu/kernels.h"
 #include "cpu/ops.h"

@@ -1,10 +1,10 @@
 /*
  * kquant.h: small helpers the SIMD kernel files share for addressing rows in 32-element groups,
- * including the K-quants' 256-element super-blocks (layouts in engine/dtype.h).
+ * including the K-quants' 256-element super-blocks (layouts in model/dtype.h).
  */
 #pragma once
 
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 /* Byte offset of 32-element group g of a row of dtype dt (for K-quants: of the super-block
  * holding it; the group is sub-block g % 8 of it). */

@@ -10,16 +10,6 @@ void pllm_cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, flo
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * r * w[i];
 }
 
-void pllm_cpu_rope_freqs(double *inv_freq, const pllm_model_config *cfg, const float *freq_factors)
-{
-    for (int32_t i = 0; i < cfg->rope_dim / 2; i++) {
-        double f = pow((double)cfg->rope_theta, -2.0 * i / (double)cfg->rope_dim);
-        if (freq_factors) f /= freq_factors[i]; /* the complete per-pair scaling (Llama 3) */
-        else if (cfg->rope_scaling == PLLM_ROPE_SCALING_LINEAR) f /= cfg->rope_factor;
-        inv_freq[i] = f;
-    }
-}
-
 void pllm_cpu_rope_table(float *cos_sin, int32_t pos, const double *inv_freq, int32_t n_pairs)
 {
     for (int32_t i = 0; i < n_pairs; i++) {

@@ -1,6 +1,6 @@
 /*
  * ops.h: the CPU backend's per-token operations besides matmul: RMSNorm, RoPE, SwiGLU,
- * embedding lookup, and paged attention over the KV cache (layout in engine/backend.h).
+ * embedding lookup, and paged attention over the KV cache (layout in model/backend.h).
  *
  * Each function works on one token (or one token and one head) so the forward pass can split
  * work across threads any way it likes; results never depend on that split. No allocation:
@@ -9,18 +9,20 @@
 #pragma once
 
 #include "cpu/kernels.h"
-#include "engine/backend.h"
-#include "engine/model.h"
+#include "model/backend.h"
+#include "model/model.h"
 
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i].  out, x, w: [n]. out may equal x. The scalar
  * reference: the forward pass calls its kernel table's rmsnorm (kernels.h). */
 void pllm_cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 
-/* Inverse frequencies of the rotary embedding: inv_freq[rope_dim / 2], so that pair i of
- * position p turns by the angle p * inv_freq[i] = p * rope_theta^(-2i/rope_dim) / ff_i, with
- * ff_i = freq_factors[i] when freq_factors != NULL (model.h's rope_freq_factors: Llama 3
- * scaling), rope_factor under LINEAR scaling, else 1. */
-void pllm_cpu_rope_freqs(double *inv_freq, const pllm_model_config *cfg, const float *freq_factors);
+/* Inverse frequencies of the rotary embedding, inv_freq[rope_dim / 2]: the backends' one rule,
+ * pllm_backend_rope_freqs (model/backend.h), under the name the kernel tests use. */
+static inline void pllm_cpu_rope_freqs(double *inv_freq, const pllm_model_config *cfg,
+                                       const float *freq_factors)
+{
+    pllm_backend_rope_freqs(inv_freq, cfg, freq_factors);
+}
 /* cos_sin[2 * i] = cos(pos * inv_freq[i]), cos_sin[2 * i + 1] = sin(...), i < n_pairs;
  * computed in double and rounded to float. */
 void pllm_cpu_rope_table(float *cos_sin, int32_t pos, const double *inv_freq, int32_t n_pairs);

@@ -22,7 +22,7 @@
  */
 #pragma once
 
-#include "engine/common.h"
+#include "model/common.h"
 
 typedef struct pllm_cpu_pool pllm_cpu_pool;
 

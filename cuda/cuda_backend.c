@@ -3,7 +3,8 @@
  * sequence of launches, CUDA graphs for decode steps, and the submit/wait split of a step.
  *
  * A step, on the host:
- *   1. validate the plan (cuda_plan.c) and grow the workspace if the step needs more;
+ *   1. validate the plan (pllm_backend_check_plan, model/backend.h) and grow the workspace if
+ *      the step needs more;
  *   2. build the attention work lists (sequences with one new token are decode items, the rest
  *      prefill tiles), the sampled rows and the sampling records, and pack everything into one
  *      pinned buffer (layout_init gives the offsets);
@@ -374,7 +375,8 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
         return pllm_errorf(
             PLLM_ERR_INVALID,
             "cuda backend: 2 steps are in flight; wait for one before submitting another");
-    PLLM_TRY(pllm_cuda_validate_plan(c, p, out));
+    PLLM_TRY(pllm_backend_check_plan("cuda", c->kv_ready ? &c->kv : NULL, c->model->cfg.n_vocab,
+                                     c->slot_bits, NULL, p, out));
     const pllm_model_config *cfg = &c->model->cfg;
     const int32_t bs = c->kv.block_size, V = cfg->n_vocab;
 
@@ -732,15 +734,7 @@ static pllm_status cuda_step(void *vctx, const pllm_batch_plan *plan, pllm_step_
 static pllm_status cuda_copy_blocks(void *vctx, const int32_t *src, const int32_t *dst, int32_t n)
 {
     cuda_ctx *c = vctx;
-    if (!c->kv_ready)
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda copy_blocks: kv_init was not called");
-    if (n < 0 || (n > 0 && (!src || !dst)))
-        return pllm_errorf(PLLM_ERR_INVALID, "cuda copy_blocks: bad arguments (n = %d)", n);
-    for (int32_t i = 0; i < n; i++)
-        if (src[i] < 0 || src[i] >= c->kv.n_blocks || dst[i] < 0 || dst[i] >= c->kv.n_blocks)
-            return pllm_errorf(PLLM_ERR_RANGE,
-                               "cuda copy_blocks: pair %d (%d -> %d) is outside the pool [0, %d)",
-                               i, src[i], dst[i], c->kv.n_blocks);
+    PLLM_TRY(pllm_backend_check_copy_blocks("cuda", c->kv_ready ? &c->kv : NULL, src, dst, n));
     const size_t block =
         c->kv_layer_bytes / (size_t)c->kv.n_blocks; /* one block of one layer's K (or V) */
     for (int32_t i = 0; i < n; i++) {

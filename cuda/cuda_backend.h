@@ -1,5 +1,5 @@
 /*
- * cuda_backend.h: the CUDA backend: engine/backend.h on one NVIDIA GPU (sm_80 and later), or on
+ * cuda_backend.h: the CUDA backend: model/backend.h on one NVIDIA GPU (sm_80 and later), or on
  * the host emulator (cuda/emu/) when the library is the emulated build. C-callable.
  *
  * What it does (docs/cuda.md has the design and the expected time of every kernel):
@@ -43,8 +43,8 @@
  */
 #pragma once
 
-#include "engine/backend.h"
-#include "engine/model.h"
+#include "model/backend.h"
+#include "model/model.h"
 
 #ifdef __cplusplus
 extern "C" {

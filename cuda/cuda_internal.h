@@ -1,6 +1,6 @@
 /*
  * cuda_internal.h: what the CUDA backend's host files share (cuda_backend.c: the vtable, steps,
- * graphs; cuda_weights.c: the upload; cuda_plan.c: validation and packing). Not for kernels.
+ * graphs; cuda_weights.c: the upload; plan validation is model/backend.c's). Not for kernels.
  */
 #pragma once
 
@@ -117,9 +117,3 @@ typedef struct cuda_ctx {
 /* cuda_weights.c */
 pllm_status pllm_cuda_weights_upload(cuda_ctx *c);
 void pllm_cuda_weights_free(cuda_ctx *c);
-/* inv_freq [rope_dim / 2] by model.h's rule (the CPU backend's formula). */
-void pllm_cuda_rope_freqs(double *inv_freq, const pllm_model *m);
-
-/* cuda_plan.c: the same checks as the CPU backend's step, before anything is queued. */
-pllm_status pllm_cuda_validate_plan(cuda_ctx *c, const pllm_batch_plan *p,
-                                    const pllm_step_out *out);

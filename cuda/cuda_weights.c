@@ -143,20 +143,6 @@ static pllm_status upload_vec(cuda_ctx *c, float **out, const float *v, int64_t 
     return pllm_cuda_upload(c->dev, *out, v, sizeof(float) * (size_t)n);
 }
 
-void pllm_cuda_rope_freqs(double *inv_freq, const pllm_model *m)
-{
-    /* model.h: theta_i = pos * rope_theta^(-2i/rope_dim) / ff_i (the CPU backend's arithmetic) */
-    const pllm_model_config *cfg = &m->cfg;
-    for (int32_t i = 0; i < cfg->rope_dim / 2; i++) {
-        double f = pow((double)cfg->rope_theta, -2.0 * i / (double)cfg->rope_dim);
-        if (m->rope_freq_factors)
-            f /= m->rope_freq_factors[i];
-        else if (cfg->rope_scaling == PLLM_ROPE_SCALING_LINEAR)
-            f /= cfg->rope_factor;
-        inv_freq[i] = f;
-    }
-}
-
 pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
 {
     const pllm_model *m = c->model;
@@ -235,7 +221,7 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
     }
     /* inv_freq lives in device memory: qkv_rope_kernel reads it through its argument struct.
      * (It was a host allocation once: every forward pass on a real GPU faulted.) */
-    pllm_cuda_rope_freqs(freq, m);
+    pllm_backend_rope_freqs(freq, cfg, m->rope_freq_factors);
     if ((st = alloc_track(c, (void **)&c->inv_freq, freq_bytes, "rope frequencies")) ||
         (st = pllm_cuda_upload(c->dev, c->inv_freq, freq, freq_bytes)))
         goto done;

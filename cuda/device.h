@@ -18,11 +18,11 @@
 #pragma once
 
 #ifdef __cplusplus
-extern "C" { /* engine/dtype.h has no C++ guards of its own */
+extern "C" { /* model/dtype.h has no C++ guards of its own */
 #endif
 
-#include "engine/common.h"
-#include "engine/dtype.h"
+#include "model/common.h"
+#include "model/dtype.h"
 
 typedef struct pllm_cuda_dev pllm_cuda_dev;
 typedef struct pllm_cuda_graph pllm_cuda_graph;

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#include "engine/sampling.h"
+#include "model/sampling.h"
 
 /*
  * RMSNorm fused with the residual add (cuda/rmsnorm.cu). For each row r < n_rows:
@@ -146,7 +146,7 @@ pllm_status pllm_cuda_swiglu(pllm_cuda_dev *dev, void *out, const void *gu, pllm
                              int32_t n_tokens, int32_t n_ff);
 
 /*
- * Sampling (cuda/sample.cu): the device twin of pllm_sample (engine/sampling.h), one block per
+ * Sampling (cuda/sample.cu): the device twin of pllm_sample (model/sampling.h), one block per
  * sample. The host fills one record per sample; id lists (prompt, output, banned) are packed
  * into one int32 array and referenced by offset.
  */

@@ -1,6 +1,6 @@
 /*
- * sample.cu: sampling on the device, the twin of pllm_sample (engine/sampler.c) with the
- * semantics engine/sampling.h states (see kernels.h for the contract). Only the sampled ids and
+ * sample.cu: sampling on the device, the twin of pllm_sample (model/sampler.c) with the
+ * semantics model/sampling.h states (see kernels.h for the contract). Only the sampled ids and
  * the requested logprobs leave the device.
  *
  * How each rule of sampling.h is met on a block of threads:

@@ -6,7 +6,7 @@
  */
 #pragma once
 
-#include "engine/common.h"
+#include "model/common.h"
 
 typedef struct pllm_idset pllm_idset;
 

@@ -40,7 +40,7 @@
  */
 #pragma once
 
-#include "engine/common.h"
+#include "model/common.h"
 #include "engine/engine.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"

@@ -13,7 +13,7 @@
  */
 #pragma once
 
-#include "engine/common.h"
+#include "model/common.h"
 
 typedef enum pllm_synth_kind {
     PLLM_SYNTH_RANDOM = 0,

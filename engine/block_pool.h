@@ -49,7 +49,7 @@
  */
 #pragma once
 
-#include "engine/common.h"
+#include "model/common.h"
 
 #define PLLM_BLOCK_ROOT_KEY 0x9e3779b97f4a7c15ull
 

@@ -18,11 +18,11 @@
  */
 #pragma once
 
-#include "engine/backend.h"
+#include "model/backend.h"
 #include "engine/block_pool.h"
-#include "engine/common.h"
-#include "engine/model.h"
-#include "engine/sampling.h"
+#include "model/common.h"
+#include "model/model.h"
+#include "model/sampling.h"
 
 typedef struct pllm_tokenizer pllm_tokenizer;
 

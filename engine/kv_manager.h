@@ -27,7 +27,7 @@
 #pragma once
 
 #include "engine/block_pool.h"
-#include "engine/common.h"
+#include "model/common.h"
 
 typedef struct pllm_kv_table {
     int32_t *ids; /* [n] block ids */

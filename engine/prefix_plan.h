@@ -43,7 +43,7 @@
 #pragma once
 
 #include "engine/block_pool.h"
-#include "engine/common.h"
+#include "model/common.h"
 #include "engine/kv_manager.h"
 #include "engine/request.h"
 

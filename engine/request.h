@@ -14,7 +14,7 @@
  */
 #pragma once
 
-#include "engine/common.h"
+#include "model/common.h"
 #include "engine/engine.h"
 #include "engine/kv_manager.h"
 #include "tokenizer/tokenizer.h"

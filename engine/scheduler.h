@@ -62,7 +62,7 @@
  */
 #pragma once
 
-#include "engine/common.h"
+#include "model/common.h"
 #include "engine/kv_manager.h"
 #include "engine/prefix_plan.h"
 #include "engine/request.h"

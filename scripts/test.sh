@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test.sh: set up (packages, reference libraries, default model), build warning-free, and run
+# test.sh: set up (packages, reference libraries, default model), check the sources' layering
+# and formatting (scripts/check_layers.sh, scripts/check_format.sh), build warning-free, and run
 # the whole test suite. This is the README's test command and what CI runs.
 #
 #   scripts/test.sh              everything: the test suite, then the same unit tests under
@@ -11,6 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# source checks (seconds): includes point down the layers; changed lines are clang-formatted
+scripts/check_layers.sh
+scripts/check_format.sh
 BUILD=${PLLM_BUILD_DIR:-build}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPLLM_WERROR=ON >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"

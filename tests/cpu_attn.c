@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "cpu/attention.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 #include "testutil.h"
 
 typedef struct attn_case {

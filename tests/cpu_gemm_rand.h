@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "engine/dtype.h"
+#include "model/dtype.h"
 #include "tests/testutil.h"
 
 /* A random row of K elements of dtype dt into dst (row_bytes bytes). Scales are random halves

@@ -17,7 +17,7 @@
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
 #include "cpu/threadpool.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 #include "tests/testutil.h"
 #include "tests/cpu_gemm_rand.h"
 

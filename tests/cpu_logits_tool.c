@@ -31,8 +31,8 @@
 #include <string.h>
 
 #include "cpu/cpu_backend.h"
-#include "engine/model.h"
-#include "engine/sampling.h"
+#include "model/model.h"
+#include "model/sampling.h"
 #include "tests/testutil.h"
 
 typedef struct tseq {

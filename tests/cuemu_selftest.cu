@@ -325,7 +325,7 @@ __global__ void k_nested_launch(int *out)
 
 #define _Noreturn [[noreturn]]
 extern "C" {
-#include "engine/common.h"
+#include "model/common.h"
 #include "tests/testutil.h"
 }
 #undef _Noreturn

@@ -13,7 +13,7 @@
  */
 #pragma once
 
-#include "engine/backend.h"
+#include "model/backend.h"
 
 typedef struct fake_backend_params {
     int32_t n_vocab;

@@ -39,12 +39,18 @@ if(PLLM_FUZZ)
                         "or the 'fuzz' preset")
   endif()
   set(_san -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g)
-  file(GLOB _core CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/engine/*.c ${CMAKE_SOURCE_DIR}/tokenizer/*.c
-       ${CMAKE_SOURCE_DIR}/datasets/*.c)
+  file(GLOB _core CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/model/*.c ${CMAKE_SOURCE_DIR}/engine/*.c
+       ${CMAKE_SOURCE_DIR}/tokenizer/*.c ${CMAKE_SOURCE_DIR}/datasets/*.c)
   add_library(pllm_fuzz_core STATIC ${_core})
   target_compile_options(pllm_fuzz_core PRIVATE -fsanitize=fuzzer-no-link ${_san})
-  # the same dependencies as pllm_core, whatever they become
-  get_target_property(_core_libs pllm_core LINK_LIBRARIES)
+  # the same third-party dependencies as the libraries of pllm_core, whatever they become
+  set(_core_libs)
+  foreach(_lib pllm_model pllm_tokenizer pllm_engine pllm_datasets)
+    get_target_property(_libs ${_lib} LINK_LIBRARIES)
+    list(APPEND _core_libs ${_libs})
+  endforeach()
+  list(REMOVE_ITEM _core_libs pllm_model pllm_tokenizer pllm_engine pllm_datasets)
+  list(REMOVE_DUPLICATES _core_libs)
   target_link_libraries(pllm_fuzz_core PUBLIC ${_core_libs})
   add_custom_target(fuzz)
   foreach(t ${PLLM_FUZZ_TARGETS})

@@ -4,8 +4,8 @@
  *   gguf_check --dump FILE   parse only; print every metadata entry as one JSON line
  * Exit 0 on success, 1 on a reported error.
  */
-#include "engine/gguf.h"
-#include "engine/model.h"
+#include "model/gguf.h"
+#include "model/model.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""pllm's reference dequantizer (engine/dtype.c, pllm_dequantize_row) against the PyPI gguf
+"""pllm's reference dequantizer (model/dtype.c, pllm_dequantize_row) against the PyPI gguf
 package's (gguf.quants.dequantize), on fresh random data, for every quantized type pllm knows.
 
 Data per type:

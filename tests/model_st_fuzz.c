@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 #include "tests/testutil.h"
 
 static size_t build_image(uint8_t *buf, size_t cap)

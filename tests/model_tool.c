@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/dtype.h"
-#include "engine/model.h"
-#include "engine/sampling.h"
+#include "model/dtype.h"
+#include "model/model.h"
+#include "model/sampling.h"
 
 static int dtype_by_name(const char *s, pllm_dtype *out)
 {

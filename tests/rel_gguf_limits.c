@@ -1,5 +1,5 @@
 /*
- * rel_gguf_limits.c: the GGUF reader's limits (engine/gguf.h), each on a crafted file:
+ * rel_gguf_limits.c: the GGUF reader's limits (model/gguf.h), each on a crafted file:
  *   - 300,000 metadata keys and 100,000 tensors parse in linear time (hash index; the old
  *     pairwise duplicate check took minutes): 16x as many entries take less than 64x as
  *     long, in the same run (no clock limit); every one of the full set is found by name;
@@ -10,7 +10,7 @@
  *     are errors naming the tensor;
  *   - numeric array elements convert without undefined behaviour (NaN, +-1e30 saturate).
  */
-#include "engine/gguf.h"
+#include "model/gguf.h"
 #include "tests/testutil.h"
 
 #include <math.h>

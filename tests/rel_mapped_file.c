@@ -1,5 +1,5 @@
 /*
- * rel_mapped_file.c: a model file truncated or rewritten while it is mapped (engine/mapped_file.h,
+ * rel_mapped_file.c: a model file truncated or rewritten while it is mapped (model/mapped_file.h,
  * used by the GGUF reader). Each case really provokes the fault:
  *   - unpolled mapping, file truncated, a read past the new end: the process ends by SIGBUS
  *     after a message naming the file and the byte offset (checked in a child process);
@@ -12,8 +12,8 @@
  *   - more mappings than guard slots: the extra ones work unguarded and check() still works;
  *   - through the GGUF reader: pllm_gguf_check_file() after truncation names the file.
  */
-#include "engine/gguf.h"
-#include "engine/mapped_file.h"
+#include "model/gguf.h"
+#include "model/mapped_file.h"
 #include "tests/testutil.h"
 
 #include <errno.h>

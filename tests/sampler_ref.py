@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """sampler_ref.py: checks pllm's sampler against an independent numpy implementation of the
-semantics stated in engine/sampling.h (written from that header, not from engine/sampler.c).
+semantics stated in model/sampling.h (written from that header, not from model/sampler.c).
 
 Runs the C sampler through tests/sampler_tool (JSON cases on stdin) and checks:
   1. pllm_rng_uniform bit-for-bit against a Python-integer SplitMix64 on random (seed, step);

@@ -15,7 +15,7 @@
  *   {"rng": [["seed", step], ...]} -> {"u": [...]} (pllm_rng_uniform, printed with %.17g)
  * stdout: one JSON object per input line. Exit 1 with a message on malformed input.
  */
-#include "engine/sampling.h"
+#include "model/sampling.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -10,7 +10,7 @@
  * and Mistral's .model from $PLLM_SHARED_DATA/tokenizers (encoded without BOS, so that
  * decoding gives the text back).
  */
-#include "engine/gguf.h"
+#include "model/gguf.h"
 #include "tests/testutil.h"
 #include "tokenizer/tokenizer.h"
 

@@ -25,7 +25,7 @@
  *      "detok_max_pending": k}   the largest number of bytes the detokenizer held back
  * or {"error": "..."} for a line that failed (the exit status is then 1).
  */
-#include "engine/gguf.h"
+#include "model/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_internal.h" /* pretok: the normalizer and pre-tokenizer alone */
 

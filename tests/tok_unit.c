@@ -7,7 +7,7 @@
  * BOS/EOS, invalid UTF-8 input, decoding and the incremental detokenizer across split UTF-8
  * characters, stop ids, find and is_special.
  */
-#include "engine/gguf.h"
+#include "model/gguf.h"
 #include "tests/testutil.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_internal.h" /* pre-tokenizer internals: tested directly below */

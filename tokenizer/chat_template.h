@@ -42,7 +42,7 @@
  */
 #pragma once
 
-#include "engine/common.h"
+#include "model/common.h"
 
 typedef struct pllm_chat_template pllm_chat_template;
 

@@ -21,7 +21,7 @@
  */
 #pragma once
 
-#include "engine/common.h"
+#include "model/common.h"
 
 #include <stdint.h>
 

@@ -68,46 +68,13 @@ static size_t bpe_small(const pllm_tokenizer *t, int32_t *sym, size_t m)
 
 /* ---- the heap version ---- */
 
-static inline bool heap_less(tok_heap_item a, tok_heap_item b)
-{
-    return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
-}
-
-static void heap_push(tok_heap_item *h, size_t *n, tok_heap_item it)
-{
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!heap_less(it, h[parent])) break;
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = it;
-}
-
-static tok_heap_item heap_pop(tok_heap_item *h, size_t *n)
-{
-    tok_heap_item top = h[0], last = h[--*n];
-    size_t i = 0, len = *n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= len) break;
-        if (c + 1 < len && heap_less(h[c + 1], h[c])) c++;
-        if (!heap_less(h[c], last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (len) h[i] = last;
-    return top;
-}
-
 static void push_pair(const pllm_tokenizer *t, tok_ws *ws, size_t *hn, int32_t left)
 {
     if (left < 0) return;
     int32_t right = ws->next[left];
     if (right < 0) return;
     int32_t rank = pair_rank(t, ws->sym[left], ws->sym[right]);
-    if (rank != INT32_MAX) heap_push(ws->heap, hn, (tok_heap_item){.rank = rank, .pos = left});
+    if (rank != INT32_MAX) tok_heap_push(ws->heap, hn, (tok_heap_item){.rank = rank, .pos = left});
 }
 
 static pllm_status bpe_large(const pllm_tokenizer *t, tok_ws *ws, size_t m, pllm_tokens *out)
@@ -127,7 +94,7 @@ static pllm_status bpe_large(const pllm_tokenizer *t, tok_ws *ws, size_t m, pllm
     size_t hn = 0;
     for (size_t i = 0; i + 1 < m; i++) push_pair(t, ws, &hn, (int32_t)i);
     while (hn) {
-        tok_heap_item it = heap_pop(ws->heap, &hn);
+        tok_heap_item it = tok_heap_pop(ws->heap, &hn);
         int32_t l = it.pos;
         if (sym[l] < 0) continue; /* merged into its left neighbour */
         int32_t r = next[l];

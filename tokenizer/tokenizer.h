@@ -22,8 +22,8 @@
  */
 #pragma once
 
-#include "engine/common.h"
-#include "engine/gguf.h"
+#include "model/common.h"
+#include "model/gguf.h"
 
 typedef struct pllm_tokenizer pllm_tokenizer;
 

@@ -229,6 +229,42 @@ typedef struct tok_heap_item {
     int32_t pos;
 } tok_heap_item;
 
+/* The merge heap of tok_bpe.c and tok_spm.c: a binary min-heap h[*n] on (rank, pos), so the
+ * lowest-ranked pair pops first and the leftmost among equals. Callers size h. */
+static inline bool tok_heap_less(tok_heap_item a, tok_heap_item b)
+{
+    return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
+}
+
+static inline void tok_heap_push(tok_heap_item *h, size_t *n, tok_heap_item it)
+{
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!tok_heap_less(it, h[parent])) break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = it;
+}
+
+/* Requires *n > 0. */
+static inline tok_heap_item tok_heap_pop(tok_heap_item *h, size_t *n)
+{
+    tok_heap_item top = h[0], last = h[--*n];
+    size_t i = 0, len = *n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= len) break;
+        if (c + 1 < len && tok_heap_less(h[c + 1], h[c])) c++;
+        if (!tok_heap_less(h[c], last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (len) h[i] = last;
+    return top;
+}
+
 typedef struct tok_seg {
     size_t start, end;
     bool match;

@@ -28,7 +28,7 @@
 #include <time.h>
 
 #include "cpu/attention.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 #include "tests/testutil.h"
 
 static double now(void)

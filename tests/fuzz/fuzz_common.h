@@ -13,7 +13,7 @@
  */
 #pragma once
 
-#include "engine/common.h"
+#include "model/common.h"
 
 #include <stdint.h>
 #include <stdio.h>

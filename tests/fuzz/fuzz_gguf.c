@@ -10,8 +10,8 @@
  */
 #include "tests/fuzz/fuzz_common.h"
 
-#include "engine/gguf.h"
-#include "engine/model.h"
+#include "model/gguf.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 #include <string.h>

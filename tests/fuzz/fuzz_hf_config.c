@@ -6,7 +6,7 @@
  */
 #include "tests/fuzz/fuzz_common.h"
 
-#include "engine/hf_model.h"
+#include "model/hf_model.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

@@ -10,7 +10,7 @@
  */
 #include "tests/fuzz/fuzz_common.h"
 
-#include "engine/model.h"
+#include "model/model.h"
 
 #include <string.h>
 

@@ -5,7 +5,7 @@
  */
 #include "tests/fuzz/fuzz_common.h"
 
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 
 #include <string.h>
 

@@ -15,7 +15,7 @@
  */
 #include "tests/fuzz/fuzz_common.h"
 
-#include "engine/gguf.h"
+#include "model/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 #include <string.h>

@@ -1,5 +1,5 @@
 /* hf_model.c: weights of a Hugging Face directory (see hf_model.h). */
-#include "engine/hf_model.h"
+#include "model/hf_model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -275,7 +275,7 @@ static pllm_status check_ids(const char *path, const pllm_generation_defaults *g
     return PLLM_OK;
 }
 
-pllm_status pllm_hf_load(pllm_model *m, const char *dir)
+pllm_status pllm_hf_model_init(pllm_model *m, const char *dir)
 {
     pllm_status st;
     json_t *config = NULL, *gen = NULL, *index = NULL;

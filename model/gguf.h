@@ -24,9 +24,9 @@
  */
 #pragma once
 
-#include "engine/common.h"
-#include "engine/dtype.h"
-#include "engine/mapped_file.h"
+#include "model/common.h"
+#include "model/dtype.h"
+#include "model/mapped_file.h"
 
 #define PLLM_GGUF_MAX_ENTRIES (1 << 20) /* metadata entries, and tensors */
 

@@ -17,7 +17,7 @@
  * exp() is our own (vexp_neg below): vectorised with GCC/Clang vector extensions, within
  * 1 ulp of the true value for the arguments used here (x <= 0), identical in every lane.
  */
-#include "engine/sampling.h"
+#include "model/sampling.h"
 
 #include <float.h>
 #include <math.h>

@@ -6,7 +6,7 @@
  * untied embeddings, max_position_embeddings 2048); a JSON null counts as absent; a present
  * field of the wrong JSON type, or out of range, is an error naming the file and the field.
  */
-#include "engine/hf_model.h"
+#include "model/hf_model.h"
 
 #include <errno.h>
 #include <math.h>
@@ -62,27 +62,6 @@ pllm_status pllm_hf_read_json(const char *path, json_t **out)
     return PLLM_OK;
 }
 
-static const char *jtype(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
 /* A field lookup in one object of one file; pre names the enclosing object in messages
  * ("" or "rope_scaling."). */
 typedef struct jfile {
@@ -110,7 +89,7 @@ static pllm_status jint(const jfile *j, const char *key, bool required, int64_t 
     if (!v) return PLLM_OK;
     if (!json_is_integer(v))
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be an integer, not %s", j->path,
-                           j->pre, key, jtype(v));
+                           j->pre, key, pllm_json_type_name(v));
     int64_t x = (int64_t)json_integer_value(v);
     if (x < lo || x > hi)
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' = %lld is out of range [%lld, %lld]",
@@ -129,7 +108,7 @@ static pllm_status jnum(const jfile *j, const char *key, bool required, double l
     if (!v) return PLLM_OK;
     if (!json_is_number(v))
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be a number, not %s", j->path,
-                           j->pre, key, jtype(v));
+                           j->pre, key, pllm_json_type_name(v));
     double x = json_number_value(v);
     /* the value is kept as a float: it must stay above an open bound once rounded to float
      * (an rms_norm_eps of 1e-75 is 0 in single precision) */
@@ -148,7 +127,7 @@ static pllm_status jbool(const jfile *j, const char *key, bool *out, bool *prese
     if (!v) return PLLM_OK;
     if (!json_is_boolean(v))
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be a boolean, not %s", j->path,
-                           j->pre, key, jtype(v));
+                           j->pre, key, pllm_json_type_name(v));
     *out = json_is_true(v);
     return PLLM_OK;
 }
@@ -160,7 +139,7 @@ static pllm_status jstr(const jfile *j, const char *key, bool required, const ch
     if (!v) return PLLM_OK;
     if (!json_is_string(v))
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s%s' must be a string, not %s", j->path,
-                           j->pre, key, jtype(v));
+                           j->pre, key, pllm_json_type_name(v));
     *out = json_string_value(v);
     return PLLM_OK;
 }
@@ -183,7 +162,7 @@ static pllm_status jids(const jfile *j, const char *key, int32_t *ids, int32_t c
     if (!json_is_array(v))
         return pllm_errorf(PLLM_ERR_FORMAT,
                            "%s: field '%s' must be a token id or a list of token ids, not %s",
-                           j->path, key, jtype(v));
+                           j->path, key, pllm_json_type_name(v));
     if (json_array_size(v) > (size_t)cap)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field '%s' lists %zu ids (at most %d)",
                            j->path, key, json_array_size(v), cap);
@@ -193,7 +172,7 @@ static pllm_status jids(const jfile *j, const char *key, int32_t *ids, int32_t c
             return pllm_errorf(
                 PLLM_ERR_FORMAT,
                 "%s: field '%s[%zu]' must be a token id (a non-negative integer), not %s", j->path,
-                key, i, jtype(e));
+                key, i, pllm_json_type_name(e));
         ids[(*n)++] = (int32_t)json_integer_value(e);
     }
     return PLLM_OK;
@@ -211,7 +190,7 @@ static pllm_status parse_rope_scaling(const char *path, const json_t *rs, const 
 {
     if (!json_is_object(rs))
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s' must be an object or null, not %s",
-                           path, field, jtype(rs));
+                           path, field, pllm_json_type_name(rs));
     char pre[64];
     snprintf(pre, sizeof pre, "%s.", field);
     jfile j = {path, rs, pre};

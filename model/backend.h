@@ -32,9 +32,10 @@
  */
 #pragma once
 
-#include "engine/common.h"
-#include "engine/dtype.h"
-#include "engine/sampling.h"
+#include "model/common.h"
+#include "model/dtype.h"
+#include "model/model.h"
+#include "model/sampling.h"
 
 typedef struct pllm_kv_layout {
     int32_t n_layer;
@@ -114,3 +115,30 @@ static inline void pllm_backend_free(pllm_backend *b)
     if (b && b->iface) b->iface->destroy(b->ctx);
     if (b) { b->iface = NULL; b->ctx = NULL; }
 }
+
+/* ---- shared by the backends (model/backend.c): the contract's checks and the RoPE rule ---- */
+
+/* Check a step's plan and outputs against the contract above, before anything runs: token ids
+ * in the vocabulary, sequences covering the tokens in order, positions = n_ctx - n_new + j,
+ * slots where the block table puts each position, block ids inside the pool, no slot written
+ * twice, sample requests and sampling parameters valid. A bad plan is PLLM_ERR_INVALID or
+ * PLLM_ERR_RANGE with a message "<who> step: ..." naming the field and value.
+ *   kv         the layout kv_init was given; NULL before kv_init (an error)
+ *   slot_bits  [ceil(kv->n_blocks * kv->block_size / 64)] zero bits, the duplicate-slot marks;
+ *              zero again on return
+ *   tok_seq    optional [n_tokens]: each token's sequence index, for a valid plan */
+pllm_status pllm_backend_check_plan(const char *who, const pllm_kv_layout *kv, int32_t n_vocab,
+                                    uint64_t *slot_bits, int32_t *tok_seq, const pllm_batch_plan *p,
+                                    const pllm_step_out *out);
+
+/* Check copy_blocks' arguments: kv NULL (before kv_init), n < 0, NULL arrays, or a block id
+ * outside [0, kv->n_blocks) is an error "<who> copy_blocks: ...". */
+pllm_status pllm_backend_check_copy_blocks(const char *who, const pllm_kv_layout *kv,
+                                           const int32_t *src, const int32_t *dst, int32_t n);
+
+/* RoPE inverse frequencies, model.h's rule: inv_freq[rope_dim / 2], pair i of position p turns
+ * by p * inv_freq[i] = p * rope_theta^(-2i/rope_dim) / ff_i, with ff_i = freq_factors[i] when
+ * freq_factors != NULL (model.h's rope_freq_factors: the complete per-pair scaling), else
+ * rope_factor under linear scaling, else 1. Computed in double; every backend uses this table. */
+void pllm_backend_rope_freqs(double *inv_freq, const pllm_model_config *cfg,
+                             const float *freq_factors);

@@ -1,4 +1,4 @@
-#include "engine/common.h"
+#include "model/common.h"
 
 #include <errno.h>
 #include <stdarg.h>

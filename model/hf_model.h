@@ -1,5 +1,5 @@
 /*
- * hf_model.h: the Hugging Face directory loader behind pllm_model_load() (internal to engine/;
+ * hf_model.h: the Hugging Face directory loader behind pllm_model_load() (internal to model/;
  * callers use model.h).
  *
  * A directory holds:
@@ -20,8 +20,8 @@
  */
 #pragma once
 
-#include "engine/model.h"
-#include "engine/safetensors.h"
+#include "model/model.h"
+#include "model/safetensors.h"
 
 #include <jansson.h>
 
@@ -32,7 +32,7 @@ struct pllm_hf_files {
 };
 
 /* Fill m (zeroed by the caller, path set) from the directory dir. */
-pllm_status pllm_hf_load(pllm_model *m, const char *dir);
+pllm_status pllm_hf_model_init(pllm_model *m, const char *dir);
 void pllm_hf_files_free(pllm_hf_files *f);
 
 /* hf_config.c ---------------------------------------------------------------------------- */

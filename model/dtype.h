@@ -11,7 +11,7 @@
  */
 #pragma once
 
-#include "engine/common.h"
+#include "model/common.h"
 
 typedef enum pllm_dtype {
     PLLM_DTYPE_F32 = 0,

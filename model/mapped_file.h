@@ -41,7 +41,7 @@
  */
 #pragma once
 
-#include "engine/common.h"
+#include "model/common.h"
 
 #include <sys/types.h>
 

@@ -1,8 +1,8 @@
 /*
  * model.h: the model description every backend computes from: hyperparameters (config) and
- * weights, loaded from a GGUF file or a Hugging Face directory (config.json plus
- * model.safetensors or a sharded model.safetensors.index.json; engine/hf_model.c). Both
- * sources fill the same structs.
+ * weights, loaded from a GGUF file (model/gguf_model.c) or a Hugging Face directory
+ * (config.json plus model.safetensors or a sharded model.safetensors.index.json;
+ * model/hf_model.c). Both sources fill the same structs; model.c is the API over them.
  *
  * Weights: matrices are pllm_tensor views into the memory-mapped files, never copied; a matrix
  * is n_rows rows of n_cols elements, row-major, each row row_bytes long, in the file's dtype.
@@ -32,10 +32,10 @@
  */
 #pragma once
 
-#include "engine/common.h"
-#include "engine/dtype.h"
-#include "engine/gguf.h"
-#include "engine/sampling.h"
+#include "model/common.h"
+#include "model/dtype.h"
+#include "model/gguf.h"
+#include "model/sampling.h"
 
 typedef enum pllm_arch {
     PLLM_ARCH_LLAMA = 0, /* Llama 2/3, TinyLlama, SmolLM, Mistral (same graph) */

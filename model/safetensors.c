@@ -1,4 +1,4 @@
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -46,7 +46,7 @@ static int cmp_begin(const void *a, const void *b)
     return (x->end > y->end) - (x->end < y->end);
 }
 
-static const char *json_type_name(const json_t *v)
+const char *pllm_json_type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT:
@@ -77,7 +77,7 @@ static pllm_status parse_entry(const pllm_safetensors *s, const json_t *v, size_
         return pllm_errorf(
             PLLM_ERR_FORMAT,
             "%s: tensor '%s' (header entry at byte offset %zu) must be an object, not %s", path,
-            name, off, json_type_name(v));
+            name, off, pllm_json_type_name(v));
     const json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
                  *jo = json_object_get(v, "data_offsets");
     if (!jd || !js || !jo)
@@ -91,7 +91,7 @@ static pllm_status parse_entry(const pllm_safetensors *s, const json_t *v, size_
         return pllm_errorf(PLLM_ERR_FORMAT,
                            "%s: tensor '%s' (header entry at byte offset %zu): field 'dtype' must "
                            "be a string, not %s",
-                           path, name, off, json_type_name(jd));
+                           path, name, off, pllm_json_type_name(jd));
     const char *dn = json_string_value(jd);
     for (size_t i = 0; i < PLLM_ARRAY_LEN(g_st_dtypes) && !t->dtype_name; i++) {
         if (strcmp(dn, g_st_dtypes[i].name) == 0) {
@@ -109,7 +109,7 @@ static pllm_status parse_entry(const pllm_safetensors *s, const json_t *v, size_
         return pllm_errorf(PLLM_ERR_FORMAT,
                            "%s: tensor '%s' (header entry at byte offset %zu): field 'shape' must "
                            "be an array, not %s",
-                           path, name, off, json_type_name(js));
+                           path, name, off, pllm_json_type_name(js));
     if (json_array_size(js) > PLLM_ST_MAX_DIMS)
         return pllm_errorf(
             PLLM_ERR_UNSUPPORTED,
@@ -252,7 +252,7 @@ pllm_status pllm_safetensors_parse(pllm_safetensors **out, const void *data, siz
                 st = pllm_errorf(PLLM_ERR_FORMAT,
                                  "%s: '__metadata__' (header entry at byte offset %zu) must be an "
                                  "object, not %s",
-                                 name, entry_offset(hdr, (size_t)n, key), json_type_name(v));
+                                 name, entry_offset(hdr, (size_t)n, key), pllm_json_type_name(v));
                 goto fail;
             }
             continue;

@@ -67,7 +67,7 @@
  */
 #pragma once
 
-#include "engine/common.h"
+#include "model/common.h"
 
 typedef struct pllm_sampling_params {
     float temperature;        /* 0: greedy (the pllm_sampling_defaults value); >= 0, finite */

@@ -1,4 +1,4 @@
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 #include <math.h>
 #include <string.h>

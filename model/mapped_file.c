@@ -1,5 +1,5 @@
 /* mapped_file.c: guarded read-only file mappings (see mapped_file.h). */
-#include "engine/mapped_file.h"
+#include "model/mapped_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "engine/gguf.h"
+#include "model/gguf.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -24,9 +24,9 @@
  */
 #pragma once
 
-#include "engine/common.h"
-#include "engine/dtype.h"
-#include "engine/mapped_file.h"
+#include "model/common.h"
+#include "model/dtype.h"
+#include "model/mapped_file.h"
 
 #define PLLM_ST_MAX_DIMS 8
 
@@ -71,3 +71,8 @@ void pllm_safetensors_set_polled(const pllm_safetensors *s, bool polled);
 
 /* The tensor called name, or NULL. */
 const pllm_st_tensor *pllm_safetensors_find(const pllm_safetensors *s, const char *name);
+
+/* A JSON value's type as messages name it ("an object", "an array", "a string", "an integer",
+ * "a real number", "a boolean", "null"); shared by the JSON readers of model/ (hf_config.c). */
+struct json_t;
+const char *pllm_json_type_name(const struct json_t *v);
