@@ -12,189 +12,283 @@ namespace
 {
 
 constexpr int kThreads = 128; /* 4 warps */
-constexpr int kHeads = 8;     /* query heads of one kv head handled by one block */
-constexpr int kTile = 64;     /* positions per tile */
-constexpr int kSlots = 2;     /* output dims per thread: 2 tid, 2 tid + 1 (head_dim <= 256) */
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxHeads =
+    4; /* query heads of one kv head handled by one block (more: more blocks) */
+constexpr int kSplitQuantum = 64; /* split_len is a multiple of this */
 
-/* Dynamic shared memory of a decode block, in floats (plus the tile's row offsets). */
-__host__ __device__ inline size_t decode_smem_floats(int hd)
+/* The register holding one vector of VE elements of KV (4, 8 or 16 bytes: one load). */
+template <int BYTES> struct vbits;
+template <> struct vbits<4> {
+    using T = unsigned;
+};
+template <> struct vbits<8> {
+    using T = uint2;
+};
+template <> struct vbits<16> {
+    using T = uint4;
+};
+template <typename KV, int VE> using vraw = typename vbits<VE *(int)sizeof(KV)>::T;
+
+/* The VE elements of a loaded vector as floats. */
+template <int VE> __device__ __forceinline__ void to_floats(float (&f)[VE], const void *r, float)
 {
-    return (size_t)kHeads * hd        /* q_s: the block's queries, pre-scaled */
-           + (size_t)kTile * (hd + 1) /* k_s: one tile of keys, rows padded (no bank conflicts) */
-           + (size_t)kHeads * kTile   /* s_s: scores, then probabilities */
-           + 3 * kHeads;              /* m, l, corr per head */
+    const float *e = reinterpret_cast<const float *>(r);
+#pragma unroll
+    for (int i = 0; i < VE; i++) f[i] = e[i];
 }
-inline size_t decode_smem_bytes(int hd)
+template <int VE> __device__ __forceinline__ void to_floats(float (&f)[VE], const void *r, __half)
 {
-    return decode_smem_floats(hd) * sizeof(float);
+    const __half2 *h = reinterpret_cast<const __half2 *>(r);
+#pragma unroll
+    for (int i = 0; i < VE / 2; i++) {
+        const float2 x = __half22float2(h[i]);
+        f[2 * i] = x.x, f[2 * i + 1] = x.y;
+    }
+}
+
+/* Largest vector chunks a lane owns in one row (head_dim <= 256). */
+template <int VE> __host__ __device__ constexpr int max_chunks()
+{
+    return PLLM_CUDA_ATTN_MAX_HEAD_DIM / VE / 32 > 0 ? PLLM_CUDA_ATTN_MAX_HEAD_DIM / VE / 32 : 1;
 }
 
 template <typename KV> struct kv_ptrs {
     const KV *k, *v;
 };
 
+/* Lanes per row for a row of hd elements in chunks of VE: the power of two >= hd / VE, at most
+ * 32. */
+__host__ __device__ inline int decode_lanes(int hd, int ve)
+{
+    const int c = hd / ve;
+    int l = 1;
+    while (l < c && l < 32) l *= 2;
+    return l;
+}
+
+/* Dynamic shared memory of a decode block in floats: every lane group's m, l and acc for the
+ * block's heads, for the final merge. */
+__host__ __device__ inline size_t decode_smem_floats(int hd, int ve, int hb)
+{
+    const int n_groups = kWarps * (32 / decode_lanes(hd, ve));
+    return (size_t)n_groups * hb * (hd + 2);
+}
+
+__device__ __forceinline__ void store_out(void *out, pllm_dtype dt, int64_t i, float v)
+{
+    if (dt == PLLM_DTYPE_F16)
+        static_cast<__half *>(out)[i] = __float2half_rn(v);
+    else if (dt == PLLM_DTYPE_BF16)
+        static_cast<__nv_bfloat16 *>(out)[i] = __float2bfloat16_rn(v);
+    else
+        static_cast<float *>(out)[i] = v;
+}
+
 /*
- * attn_decode_kernel
+ * attn_decode_kernel<KV, HB, VE>
  *   items  [n_items]: query token row, context length, block table offset
  *   q      [*][q_stride] F32 (head h at column h * head_dim)
  *   caches [n_blocks][n_head_kv][block_size][head_dim] KV (F32 or F16)
- *   out    [*][n_head * head_dim] OutT (n_splits == 1)
+ *   out    [*][n_head * head_dim] of a.out_dtype (n_splits == 1)
  *   part   (n_splits > 1) ml [n_items][n_head][n_splits][2] F32 then acc
  *          [n_items][n_head][n_splits][head_dim] F32: the split's running max, sum and
  *          unnormalised output
- * Launch: grid (n_items, n_head_kv * ceil(G / 8), n_splits), G = n_head / n_head_kv; 128
- *   threads. A block handles up to 8 query heads of one kv head (GQA: they share every K and V
- *   load) over positions [z * split_len, min(n_ctx, (z + 1) * split_len)) (n_splits == 1:
- *   [0, n_ctx)), 64 at a time:
- *     1. the tile's keys are copied to shared memory two elements per load (coalesced: a
- *        block's slab of one head is contiguous), with each position's row offset;
- *     2. scores: thread i takes key i % 64 and heads i / 64, i / 64 + 2, ... (q from shared
- *        memory, broadcast; K rows padded to head_dim + 1 floats, so conflict-free);
- *     3. softmax: warp w takes heads w, w + 4: tile max, rescale of the running sum (online
- *        softmax), probabilities back into shared memory;
- *     4. V: thread i owns output dims 2i, 2i + 1 for all the block's heads, in registers, and
- *        reads them from each V row straight from global memory in one load (a warp reads
- *        128 contiguous bytes of an F16 row).
- *   Four barriers per tile.
+ * Launch: grid (n_items, n_head_kv * ceil(G / HB), n_splits), G = n_head / n_head_kv, HB the
+ *   smallest of 1, 2, 4 >= min(G, 4); 128 threads. A block handles up to HB query heads of one kv
+ *   head (GQA: they share every K and V load) over positions [z * split_len, min(n_ctx, (z + 1)
+ *   * split_len)) (n_splits == 1: [0, n_ctx)).
+ *   Lane groups: a K or V row of head_dim elements is C = head_dim / VE vectors of VE elements
+ *   (16 bytes: 8 F16 or 4 F32; VE = 2 when head_dim is not a multiple of that), read by a group
+ *   of L lanes (L = C rounded up to a power of two, <= 32; lane i of a group owns vectors i,
+ *   i + L, ...): L = 16 for Llama-3 (hd 128, F16), 8 for SmolLM2 (hd 64), so a warp holds 2 or
+ *   4 groups and a block 8 or 16. Each group is an independent flash-decoding stream with its
+ *   own online-softmax state (m, l and acc[HB][its dims] in registers): per iteration it takes U
+ *   consecutive positions (U = 4 for F16, 2 for F32) and issues all 2 U K and V loads (16 bytes
+ *   each) before using any, so a warp has 4 KiB in flight (F16) and a 4-block SM 64 KiB; scores
+ *   are reduced inside the group with log2(L) xor shuffles (every lane gets the same bits), the
+ *   running max is updated once per U positions. The block-table lookups of an iteration are
+ *   independent loads issued with it (the table is tiny and L1/L2-resident). No barrier in the
+ *   loop: warps run freely. At the end the groups' states are merged in shared memory (one
+ *   barrier) into the output, or into the split's partial.
  * Preconditions: head_dim even and <= 256; n_head a multiple of n_head_kv; split_len a multiple
  *   of 64 with n_splits * split_len >= every n_ctx when n_splits > 1; the block table covers
- *   [0, n_ctx); part
- *   holds pllm_cuda_attn_decode_workspace(n_items, n_head, head_dim, n_splits) bytes.
- * Shared memory: 4 (8 hd + 64 (hd + 1) + 8 * 64 + 24) bytes dynamic (39 KiB at hd = 128,
- *   76 KiB at hd = 256: opt-in) + 512 bytes static (row offsets).
- * Per (query, kv head): reads 2 n_ctx hd sizeof(KV) bytes of cache once for all G heads, plus
- *   4 G hd of queries; 4 G n_ctx hd FLOPs. Memory bound (G / sizeof(KV) FLOP/byte): Llama-3-8B
- *   (G 4, hd 128, F16) at n_ctx 1024 reads 512 KiB per (query, kv head).
+ *   [0, n_ctx); part holds pllm_cuda_attn_decode_workspace(n_items, n_head, head_dim, n_splits)
+ *   bytes; head_dim * sizeof(KV) and the caches 16-byte aligned when VE is the 16-byte width
+ *   (the launcher picks VE = 2 otherwise).
+ * Shared memory: 4 n_groups HB (hd + 2) bytes, dynamic (16.5 KiB at hd 128 F16, HB 4).
+ * Per (query, kv head): reads 2 n_ctx hd sizeof(KV) bytes of cache once for all its heads, plus
+ *   4 G hd of queries; 4 G n_ctx hd FLOPs and G n_ctx expf. Memory bound (G / sizeof(KV)
+ *   FLOP/byte): Llama-3-8B (G 4, hd 128, F16) at n_ctx 1024 reads 512 KiB per (query, kv head);
+ *   64 queries x 8 kv heads = 268 MB: 89 us at 3.0 TB/s. Why this launch should approach that:
+ *   what limits a memory-bound kernel is the bytes in flight per SM (Little: 3 TB/s x ~1 us =
+ *   3 MB, ~23 KiB per SM); here every lane has 2 U 16-byte loads outstanding, 64 KiB per SM at
+ *   4 resident blocks of 4 warps (the previous kernel had 4-byte loads behind 4 barriers per
+ *   64-position tile: 0.5-2 KiB in flight per block, 16% of the bandwidth measured).
  */
-template <typename KV, typename OutT>
-__global__ void __launch_bounds__(kThreads, 4) /* ptxas' own choice on sm_90a (48 registers)
-                                                  spills; 4 blocks/SM is what shared memory
-                                                  allows at hd = 128 anyway */
+template <typename KV, int HB, int VE>
+__global__ void __launch_bounds__(kThreads, HB == kMaxHeads ? 3 : 4) /* registers: <= 168 / 128 */
     attn_decode_kernel(pllm_cuda_attn_args a, kv_ptrs<KV> kv, const pllm_cuda_attn_item *items,
                        int n_splits, int split_len, float *part)
 {
+    constexpr int NCM = max_chunks<VE>();      /* vectors per lane per row, at most */
+    constexpr int U = sizeof(KV) == 2 ? 4 : 2; /* positions per group per iteration */
+    using raw = vraw<KV, VE>;
     PLLM_DYNAMIC_SHARED(float, smem);
     const int hd = a.head_dim, G = a.n_head / a.n_head_kv;
-    const int n_chunks = (G + kHeads - 1) / kHeads;
-    const int kvh = blockIdx.y / n_chunks, g0 = (blockIdx.y % n_chunks) * kHeads;
-    const int gc = min(kHeads, G - g0);
+    const int C = hd / VE, L = decode_lanes(hd, VE), R = 32 / L, n_groups = kWarps * R;
+    const int n_chunks = (G + HB - 1) / HB;
+    const int kvh = blockIdx.y / n_chunks, g0 = (blockIdx.y % n_chunks) * HB;
+    const int gc = min(HB, G - g0);
     const int h0 = kvh * G + g0; /* first query head of the block */
     const pllm_cuda_attn_item it = items[blockIdx.x];
     const int z = blockIdx.z;
-    /* one split: the whole context, whatever split_len (choose_split keeps n_splits at 1 for
-     * large batches of long contexts, with split_len its base) */
-    const int p_begin = z * split_len, p_end = n_splits == 1 ? it.n_ctx : min(it.n_ctx, p_begin + split_len);
+    /* one split: the whole context, whatever split_len */
+    const int p_begin = z * split_len,
+              p_end = n_splits == 1 ? it.n_ctx : min(it.n_ctx, p_begin + split_len);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gl = lane % L, grp = warp * R + lane / L; /* lane in its group; group in block */
 
-    PLLM_SHARED(int64_t, row_s, kTile); /* element offset of each position's K/V row */
-    const auto q_s = smem;
-    const auto k_s = q_s + kHeads * hd;
-    const auto s_s = k_s + kTile * (hd + 1);
-    const auto m_s = s_s + kHeads * kTile, l_s = m_s + kHeads, c_s = l_s + kHeads;
-
-    for (int e = tid; e < gc * hd; e += kThreads)
-        q_s[e] = a.q[(int64_t)it.tok * a.q_stride + (int64_t)h0 * hd + e] * a.scale;
-    if (tid < kHeads) m_s[tid] = -INFINITY, l_s[tid] = 0.0f, c_s[tid] = 1.0f;
-
-    float acc[kSlots][kHeads];
+    float q[HB][NCM][VE], acc[HB][NCM][VE], m[HB], l[HB];
 #pragma unroll
-    for (int s = 0; s < kSlots; s++)
+    for (int g = 0; g < HB; g++) {
+        m[g] = -INFINITY, l[g] = 0.0f;
 #pragma unroll
-        for (int g = 0; g < kHeads; g++) acc[s][g] = 0.0f;
-
-    const int32_t *bt = a.block_tables + it.bt;
-    const int bs = a.block_size;
-    for (int t0 = p_begin; t0 < p_end; t0 += kTile) {
-        const int n = min(kTile, p_end - t0);
-        __syncthreads(); /* the previous tile is consumed (and q_s, m_s are written) */
-        if (tid < n) {
-            const int p = t0 + tid;
-            row_s[tid] = (((int64_t)bt[p / bs] * a.n_head_kv + kvh) * bs + p % bs) * hd;
-        }
-        __syncthreads();
-        for (int e = tid; e < n * hd / 2; e += kThreads) { /* pairs: one 4/8-byte load each */
-            const int j = 2 * e / hd, d = 2 * e % hd;
-            const float2 k2 = pllm_cuda::load2(kv.k + row_s[j] + d);
-            k_s[j * (hd + 1) + d] = k2.x, k_s[j * (hd + 1) + d + 1] = k2.y;
-        }
-        __syncthreads();
-        {
-            const int j = tid % kTile, gh = tid / kTile;
-            float dot[kHeads / 2];
+        for (int i = 0; i < NCM; i++) {
+            const int c = gl + L * i;
 #pragma unroll
-            for (int k = 0; k < kHeads / 2; k++) dot[k] = 0.0f;
-            if (j < n)
-                for (int d = 0; d < hd; d++) {
-                    const float kd = k_s[j * (hd + 1) + d];
-#pragma unroll
-                    for (int k = 0; k < kHeads / 2; k++)
-                        if (gh + 2 * k < gc) dot[k] += q_s[(gh + 2 * k) * hd + d] * kd;
-                }
-#pragma unroll
-            for (int k = 0; k < kHeads / 2; k++)
-                if (gh + 2 * k < gc) s_s[(gh + 2 * k) * kTile + j] = j < n ? dot[k] : -INFINITY;
-        }
-        __syncthreads();
-        for (int g = warp; g < gc; g += kThreads / 32) {
-            const auto s = s_s + g * kTile;
-            float mx = fmaxf(s[lane], s[lane + 32]);
-            mx = pllm_cuda::warp_max(mx);
-            const float m_old = m_s[g], m_new = fmaxf(m_old, mx);
-            const bool none = m_new == -INFINITY; /* nothing finite yet: keep everything at 0 */
-            const float corr = none ? 1.0f : expf(m_old - m_new);
-            const float p0 = none ? 0.0f : expf(s[lane] - m_new);
-            const float p1 = none ? 0.0f : expf(s[lane + 32] - m_new);
-            s[lane] = p0, s[lane + 32] = p1;
-            const float sum = pllm_cuda::warp_sum(p0 + p1);
-            if (lane == 0) l_s[g] = l_s[g] * corr + sum, m_s[g] = m_new, c_s[g] = corr;
-        }
-        __syncthreads();
-        if (2 * tid < hd) { /* this thread's dims 2 tid, 2 tid + 1: one load per V row */
-#pragma unroll
-            for (int g = 0; g < kHeads; g++)
-                if (g < gc) acc[0][g] *= c_s[g], acc[1][g] *= c_s[g];
-            for (int j = 0; j < n; j++) {
-                const float2 v = pllm_cuda::load2(kv.v + row_s[j] + 2 * tid);
-#pragma unroll
-                for (int g = 0; g < kHeads; g++)
-                    if (g < gc) {
-                        const float p = s_s[g * kTile + j];
-                        acc[0][g] += p * v.x, acc[1][g] += p * v.y;
-                    }
+            for (int e = 0; e < VE; e++) {
+                acc[g][i][e] = 0.0f;
+                q[g][i][e] =
+                    g < gc && c < C
+                        ? a.q[(int64_t)it.tok * a.q_stride + (int64_t)(h0 + g) * hd + c * VE + e] *
+                              a.scale
+                        : 0.0f;
             }
         }
     }
-    __syncthreads(); /* m_s / l_s final (also when the range was empty) */
 
-    if (n_splits == 1) {
-        OutT *o = static_cast<OutT *>(a.out) + (int64_t)it.tok * a.n_head * hd + (int64_t)h0 * hd;
+    const int32_t *bt = a.block_tables + it.bt;
+    const int bs = a.block_size;
+    const int64_t head_off = (int64_t)kvh * bs * hd;
+    /* warp-uniform loop (the shuffles need every lane): the warp's groups take positions
+     * w0 + r U .. + U - 1 */
+    for (int w0 = p_begin + warp * R * U; w0 < p_end; w0 += n_groups * U) {
+        const int p0 = w0 + (lane / L) * U;
+        int64_t row[U];
 #pragma unroll
-        for (int s = 0; s < kSlots; s++) {
-            const int d = 2 * tid + s;
-            if (d >= hd) continue;
+        for (int u = 0; u < U; u++) {
+            const int p = p0 + u;
+            row[u] = p < p_end ? ((int64_t)bt[p / bs] * a.n_head_kv * bs * hd + head_off +
+                                  (int64_t)(p % bs) * hd)
+                               : -1;
+        }
+        raw kr[U][NCM], vr[U][NCM];
 #pragma unroll
-            for (int g = 0; g < kHeads; g++)
-                if (g < gc) {
-                    const float l = l_s[g];
-                    o[g * hd + d] = pllm_cuda::from_float<OutT>(l > 0.0f ? acc[s][g] / l : 0.0f);
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int i = 0; i < NCM; i++) {
+                const int c = gl + L * i;
+                if (row[u] >= 0 && c < C) {
+                    kr[u][i] = *reinterpret_cast<const raw *>(kv.k + row[u] + c * VE);
+                    vr[u][i] = *reinterpret_cast<const raw *>(kv.v + row[u] + c * VE);
+                } else {
+                    kr[u][i] = raw{}, vr[u][i] = raw{};
+                }
+            }
+        float s[U][HB];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float dot[HB];
+#pragma unroll
+            for (int g = 0; g < HB; g++) dot[g] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < NCM; i++) {
+                float kf[VE];
+                to_floats<VE>(kf, &kr[u][i], KV());
+#pragma unroll
+                for (int g = 0; g < HB; g++)
+#pragma unroll
+                    for (int e = 0; e < VE; e++) dot[g] += q[g][i][e] * kf[e];
+            }
+#pragma unroll
+            for (int g = 0; g < HB; g++) {
+                for (int o = L / 2; o > 0; o >>= 1)
+                    dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], o);
+                s[u][g] = row[u] >= 0 ? dot[g] : -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < HB; g++) {
+            if (g >= gc) continue;
+            float mx = s[0][g];
+#pragma unroll
+            for (int u = 1; u < U; u++) mx = fmaxf(mx, s[u][g]);
+            const float m_new = fmaxf(m[g], mx);
+            if (m_new == -INFINITY) continue; /* nothing finite yet (uniform in the group) */
+            const float corr = expf(m[g] - m_new);
+            m[g] = m_new;
+            float p[U], sum = 0.0f;
+#pragma unroll
+            for (int u = 0; u < U; u++) p[u] = expf(s[u][g] - m_new), sum += p[u];
+            l[g] = l[g] * corr + sum;
+#pragma unroll
+            for (int i = 0; i < NCM; i++)
+#pragma unroll
+                for (int e = 0; e < VE; e++) acc[g][i][e] *= corr;
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int i = 0; i < NCM; i++) {
+                    float vf[VE];
+                    to_floats<VE>(vf, &vr[u][i], KV());
+#pragma unroll
+                    for (int e = 0; e < VE; e++) acc[g][i][e] += p[u] * vf[e];
                 }
         }
-        return;
     }
-    /* partial results of this split */
+
+    /* merge the groups: sm_ml [n_groups][HB][2], sm_acc [n_groups][HB][hd] */
+    float *sm_ml = smem, *sm_acc = smem + (size_t)n_groups * HB * 2;
+#pragma unroll
+    for (int g = 0; g < HB; g++) {
+        if (gl == 0) sm_ml[(grp * HB + g) * 2] = m[g], sm_ml[(grp * HB + g) * 2 + 1] = l[g];
+#pragma unroll
+        for (int i = 0; i < NCM; i++) {
+            const int c = gl + L * i;
+            if (c < C)
+#pragma unroll
+                for (int e = 0; e < VE; e++)
+                    sm_acc[(int64_t)(grp * HB + g) * hd + c * VE + e] = acc[g][i][e];
+        }
+    }
+    __syncthreads();
     const int64_t base = ((int64_t)blockIdx.x * a.n_head + h0) * n_splits + z; /* (item, h0, z) */
     float *ml = part, *pacc = part + (int64_t)gridDim.x * a.n_head * n_splits * 2;
-    if (tid < gc) {
-        ml[(base + (int64_t)tid * n_splits) * 2] = m_s[tid];
-        ml[(base + (int64_t)tid * n_splits) * 2 + 1] = l_s[tid];
-    }
-#pragma unroll
-    for (int s = 0; s < kSlots; s++) {
-        const int d = 2 * tid + s;
-        if (d >= hd) continue;
-#pragma unroll
-        for (int g = 0; g < kHeads; g++)
-            if (g < gc) pacc[(base + (int64_t)g * n_splits) * hd + d] = acc[s][g];
+    for (int o = tid; o < gc * hd; o += kThreads) {
+        const int g = o / hd, d = o % hd;
+        float M = -INFINITY;
+        for (int r = 0; r < n_groups; r++) M = fmaxf(M, sm_ml[(r * HB + g) * 2]);
+        float lsum = 0.0f, v = 0.0f;
+        if (M > -INFINITY)
+            for (int r = 0; r < n_groups; r++) {
+                const float mr = sm_ml[(r * HB + g) * 2];
+                if (mr == -INFINITY) continue;
+                const float f = expf(mr - M);
+                lsum += f * sm_ml[(r * HB + g) * 2 + 1];
+                v += f * sm_acc[(int64_t)(r * HB + g) * hd + d];
+            }
+        if (n_splits == 1) {
+            store_out(a.out, a.out_dtype,
+                      (int64_t)it.tok * a.n_head * hd + (int64_t)(h0 + g) * hd + d,
+                      lsum > 0.0f ? v / lsum : 0.0f);
+        } else {
+            if (d == 0)
+                ml[(base + (int64_t)g * n_splits) * 2] = M,
+                                                    ml[(base + (int64_t)g * n_splits) * 2 + 1] =
+                                                        lsum;
+            pacc[(base + (int64_t)g * n_splits) * hd + d] = v;
+        }
     }
 }
 
@@ -227,51 +321,83 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-template <typename KV, typename OutT>
+template <typename OutT>
+pllm_status combine(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,
+                    const pllm_cuda_attn_item *items, int32_t n_items, int32_t n_splits,
+                    const float *part)
+{
+    PLLM_LAUNCH(attn_combine_kernel<OutT>, dim3((unsigned)n_items, (unsigned)a->n_head),
+                dim3(kThreads), 0, pllm_cuda_dev_stream(dev))
+    (*a, items, (int)n_splits, part);
+    return PLLM_CUDA_LAUNCHED("attn_combine_kernel");
+}
+
+/* The query heads one block takes: 1, 2 or 4 (the smallest >= min(G, 4)). */
+int heads_per_block(int G)
+{
+    return G >= 3 ? kMaxHeads : G;
+}
+
+template <typename KV, int HB, int VE>
 pllm_status launch(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,
                    const pllm_cuda_attn_item *items, int32_t n_items, int32_t n_splits,
                    int32_t split_len, float *part)
 {
-    const int G = a->n_head / a->n_head_kv, n_chunks = (G + kHeads - 1) / kHeads;
-    const size_t smem = decode_smem_bytes(a->head_dim);
-    if (smem > 48 * 1024) {
-        cudaError_t e =
-            cudaFuncSetAttribute((const void *)attn_decode_kernel<KV, OutT>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return PLLM_CUDA_LAUNCHED("cudaFuncSetAttribute(attn_decode_kernel)");
-    }
+    const int G = a->n_head / a->n_head_kv, n_chunks = (G + HB - 1) / HB;
+    const size_t smem = decode_smem_floats(a->head_dim, VE, HB) * sizeof(float);
     kv_ptrs<KV> kv = {(const KV *)a->k_cache, (const KV *)a->v_cache};
-    PLLM_LAUNCH((attn_decode_kernel<KV, OutT>),
+    PLLM_LAUNCH((attn_decode_kernel<KV, HB, VE>),
                 dim3((unsigned)n_items, (unsigned)(a->n_head_kv * n_chunks), (unsigned)n_splits),
                 dim3(kThreads), smem, pllm_cuda_dev_stream(dev))
     (*a, kv, items, (int)n_splits, (int)split_len, part);
     pllm_status st = PLLM_CUDA_LAUNCHED("attn_decode_kernel");
     if (st != PLLM_OK || n_splits == 1) return st;
-    PLLM_LAUNCH(attn_combine_kernel<OutT>, dim3((unsigned)n_items, (unsigned)a->n_head),
-                dim3(kThreads), 0, pllm_cuda_dev_stream(dev))
-    (*a, items, (int)n_splits, (const float *)part);
-    return PLLM_CUDA_LAUNCHED("attn_combine_kernel");
+    switch (a->out_dtype) {
+    case PLLM_DTYPE_F16:
+        return combine<__half>(dev, a, items, n_items, n_splits, part);
+    case PLLM_DTYPE_BF16:
+        return combine<__nv_bfloat16>(dev, a, items, n_items, n_splits, part);
+    default:
+        return combine<float>(dev, a, items, n_items, n_splits, part);
+    }
+}
+
+/* 16-byte vectors when every row (and so every vector) is 16-byte aligned, else pairs. */
+template <typename KV, int HB>
+pllm_status launch_ve(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,
+                      const pllm_cuda_attn_item *items, int32_t n_items, int32_t n_splits,
+                      int32_t split_len, float *part)
+{
+    constexpr int VE16 = 16 / (int)sizeof(KV);
+    const bool aligned = a->head_dim % VE16 == 0 && ((uintptr_t)a->k_cache % 16) == 0 &&
+                         ((uintptr_t)a->v_cache % 16) == 0;
+    if (aligned) return launch<KV, HB, VE16>(dev, a, items, n_items, n_splits, split_len, part);
+    return launch<KV, HB, 2>(dev, a, items, n_items, n_splits, split_len, part);
 }
 
 template <typename KV>
-pllm_status launch_out(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,
-                       const pllm_cuda_attn_item *items, int32_t n_items, int32_t n_splits,
-                       int32_t split_len, float *part)
+pllm_status launch_kv(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,
+                      const pllm_cuda_attn_item *items, int32_t n_items, int32_t n_splits,
+                      int32_t split_len, float *part)
 {
-    switch (a->out_dtype) {
-    case PLLM_DTYPE_F32:
-        return launch<KV, float>(dev, a, items, n_items, n_splits, split_len, part);
-    case PLLM_DTYPE_F16:
-        return launch<KV, __half>(dev, a, items, n_items, n_splits, split_len, part);
-    case PLLM_DTYPE_BF16:
-        return launch<KV, __nv_bfloat16>(dev, a, items, n_items, n_splits, split_len, part);
+    switch (heads_per_block(a->n_head / a->n_head_kv)) {
+    case 1:
+        return launch_ve<KV, 1>(dev, a, items, n_items, n_splits, split_len, part);
+    case 2:
+        return launch_ve<KV, 2>(dev, a, items, n_items, n_splits, split_len, part);
     default:
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "attn_decode: output type %s",
-                           pllm_dtype_name(a->out_dtype));
+        return launch_ve<KV, kMaxHeads>(dev, a, items, n_items, n_splits, split_len, part);
     }
 }
 
 } /* namespace */
+
+extern "C" int32_t pllm_cuda_attn_decode_blocks(int32_t n_head, int32_t n_head_kv)
+{
+    if (n_head < 1 || n_head_kv < 1) return 0;
+    const int G = n_head / n_head_kv, hb = heads_per_block(G);
+    return n_head_kv * ((G + hb - 1) / hb);
+}
 
 extern "C" size_t pllm_cuda_attn_decode_workspace(int32_t n_items, int32_t n_head, int32_t head_dim,
                                                   int32_t n_splits)
@@ -304,15 +430,19 @@ extern "C" pllm_status pllm_cuda_attn_decode(pllm_cuda_dev *dev, const pllm_cuda
                                              int32_t n_splits, int32_t split_len, void *workspace)
 {
     PLLM_TRY(pllm_cuda_attn_check(a, "attn_decode"));
-    if (n_items < 0 || n_splits < 1 || split_len < kTile || split_len % kTile)
+    if (n_items < 0 || n_splits < 1 || split_len < kSplitQuantum || split_len % kSplitQuantum)
         return pllm_errorf(PLLM_ERR_INVALID,
                            "attn_decode: n_items=%d n_splits=%d split_len=%d (a multiple of %d)",
-                           n_items, n_splits, split_len, kTile);
+                           n_items, n_splits, split_len, kSplitQuantum);
     if (n_splits > 1 && !workspace)
         return pllm_errorf(PLLM_ERR_INVALID, "attn_decode: %d splits need a workspace", n_splits);
     if (n_items == 0) return PLLM_OK;
     float *part = static_cast<float *>(workspace);
+    if (a->out_dtype != PLLM_DTYPE_F32 && a->out_dtype != PLLM_DTYPE_F16 &&
+        a->out_dtype != PLLM_DTYPE_BF16)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "attn_decode: output type %s",
+                           pllm_dtype_name(a->out_dtype));
     if (a->kv_dtype == PLLM_DTYPE_F16)
-        return launch_out<__half>(dev, a, items, n_items, n_splits, split_len, part);
-    return launch_out<float>(dev, a, items, n_items, n_splits, split_len, part);
+        return launch_kv<__half>(dev, a, items, n_items, n_splits, split_len, part);
+    return launch_kv<float>(dev, a, items, n_items, n_splits, split_len, part);
 }

@@ -89,17 +89,16 @@ typedef struct ws_sizes {
     size_t per_token, per_sample, part;
 } ws_sizes;
 
-/* Query-head groups a decode block covers per kv head (kernels.h: 8 heads a block). */
+/* Decode attention blocks per query (kernels.h). */
 static int32_t kv_groups(const pllm_model_config *cfg)
 {
-    const int32_t G = cfg->n_head / cfg->n_head_kv;
-    return cfg->n_head_kv * ((G + 7) / 8);
+    return pllm_cuda_attn_decode_blocks(cfg->n_head, cfg->n_head_kv);
 }
 
 static int32_t split_threshold(const cuda_ctx *c)
 {
     return c->params.attn_split_blocks > 0 ? c->params.attn_split_blocks
-                                           : 2 * PLLM_MAX(c->info.n_sm, 1);
+                                           : 4 * PLLM_MAX(c->info.n_sm, 1);
 }
 
 /* The most decode items a split step may have (beyond that the grid is already wide; the cap

@@ -71,7 +71,8 @@ typedef struct pllm_cuda_params {
     int32_t attn_split_len;    /* decode attention: positions per context split, a multiple of
                                   64; default 512 */
     int32_t attn_split_blocks; /* split a decode step's attention over the context when it has
-                                  fewer (query, kv head) blocks than this; 0: 2 x the SM count */
+                                  fewer (query, kv head) blocks than this; 0: 4 x the SM count
+                                  (a decode block is 4 warps; 3-5 fit an SM) */
     bool no_graphs;            /* run decode steps without CUDA graphs */
     int32_t max_graph_batch;   /* largest decode batch run as a graph; default 256 */
 } pllm_cuda_params;

@@ -105,8 +105,7 @@ typedef struct pllm_cuda_attn_item {
     int32_t pad_;
 } pllm_cuda_attn_item;
 
-/* Most positions one decode block handles at once, and the most query heads per block (heads
- * beyond are split into more blocks). */
+/* The largest head_dim the attention kernels take. */
 #define PLLM_CUDA_ATTN_MAX_HEAD_DIM 256
 
 /*
@@ -118,6 +117,9 @@ typedef struct pllm_cuda_attn_item {
  * n_splits == 1). Preconditions: head_dim even and <= 256; with n_splits > 1, n_splits *
  * split_len >= every n_ctx and split_len a multiple of 64.
  */
+/* Blocks per decode query (and per split): n_head_kv times the query-head groups of a kv head
+ * one block takes (up to 4 heads a block). */
+int32_t pllm_cuda_attn_decode_blocks(int32_t n_head, int32_t n_head_kv);
 size_t pllm_cuda_attn_decode_workspace(int32_t n_items, int32_t n_head, int32_t head_dim,
                                        int32_t n_splits);
 pllm_status pllm_cuda_attn_decode(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,

