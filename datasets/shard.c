@@ -167,9 +167,11 @@ pllm_status pllm_shard_plan_finish(pllm_shard_plan *p, int32_t n)
             total += p->slots[i].tokens;
         }
     qsort(order, m, sizeof *order, by_weight);
-    /* A key heavier than a fair share fits no shard: spread its records (shard -1); its tokens
-     * then go to every shard about equally. */
-    int64_t fair = (total + n - 1) / n;
+    /* A key much heavier than a fair share would leave its shard far behind the others:
+     * spread its records (shard -1); its tokens then go to every shard about equally, and its
+     * prefix is computed once per shard. "Much": more than 5/4 of a fair share; a key below
+     * that stays whole (at worst its shard takes 25% longer than the mean). */
+    int64_t fair = (total + n - 1) / n * 5 / 4;
     int64_t spread = 0;
     for (size_t i = 0; i < m; i++)
         if (n > 1 && order[i]->tokens > fair) {

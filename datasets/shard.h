@@ -22,9 +22,10 @@
  *            its prompt tokens to its key (a map of distinct keys, 16 bytes each; never the
  *            records); keys are then assigned heaviest first to the least loaded shard
  *            (ties: the lower key, the lower shard), which is within one key's weight of a
- *            perfect balance. A key heavier than a fair share (total / N) cannot fit any
- *            shard: its records are spread by their own ids instead (that prefix is then
- *            computed once per shard, which is small against a group of that size). Every
+ *            perfect balance. A key heavier than 5/4 of a fair share (total / N) would make
+ *            its shard the straggler: its records are spread by their own ids instead (that
+ *            prefix is then computed once per shard, which is small against a group of that
+ *            size). Every
  *            shard process computes the same plan from the same input, so they agree without
  *            talking. stdin cannot be read twice: there, hash is used (pllm says so).
  * Both are deterministic in (input, model tokenizer and chat template, P, N), and --limit
