@@ -348,7 +348,7 @@ static int by_input(const void *a, const void *b)
 
 static pllm_status write_sorted(mwrite *w)
 {
-    qsort(w->pos, w->n_pos, sizeof *w->pos, by_input);
+    if (w->n_pos > 1) qsort(w->pos, w->n_pos, sizeof *w->pos, by_input);
     if (fflush(w->tmp) != 0) return pllm_errorf(PLLM_ERR_IO, "merge: temporary file: flush failed");
     pllm_buf line = {0};
     pllm_status st = PLLM_OK;
