@@ -479,7 +479,8 @@ int cmd_generate(int argc, char **argv)
         rc = 3;
         goto out;
     }
-    if ((rc = cmd_shard_begin(&sh, out_path, resume, pos[0], g.model_name, limit, quiet)) != 0)
+    if ((rc = cmd_shard_begin(&sh, out_path, resume, pos[0], g.model_name, rt.device_name, limit,
+                              quiet)) != 0)
         goto out;
     double t0 = pllm_now();
     pllm_report_free(&g.rep);

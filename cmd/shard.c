@@ -154,7 +154,7 @@ char *cmd_shard_tag(char *line, int64_t index)
 }
 
 int cmd_shard_begin(cmd_shard *s, const char *out_path, bool resume, const char *input,
-                    const char *model_name, int64_t limit, bool quiet)
+                    const char *model_name, const char *device, int64_t limit, bool quiet)
 {
     s->started_at = cmd_wall_time();
     if (!s->on) return 0;
@@ -215,6 +215,7 @@ int cmd_shard_begin(cmd_shard *s, const char *out_path, bool resume, const char 
     json_object_set_new(att, "started_at", json_real(s->started_at));
     json_object_set_new(att, "finished_at", json_null());
     json_object_set_new(att, "exit", json_null());
+    json_object_set_new(att, "device", json_string(device ? device : ""));
     json_array_append_new(json_object_get(doc, "attempts"), att);
     s->attempt = att;
     if (pllm_shard_meta_save(&s->meta, s->sidecar) != PLLM_OK) {

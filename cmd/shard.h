@@ -51,7 +51,7 @@ char *cmd_shard_tag(char *line, int64_t index);
  * be of the same shard, key and balance) with a new attempt. 0, 2 (the output belongs to another
  * shard) or 3 (message printed). */
 int cmd_shard_begin(cmd_shard *s, const char *out_path, bool resume, const char *input,
-                    const char *model_name, int64_t limit, bool quiet);
+                    const char *model_name, const char *device, int64_t limit, bool quiet);
 /* The sidecar at the end: the attempt's outcome and counters; read_all: the input was read to
  * its end (the shard's record count is then known); complete: every record of the shard is in
  * the output. */
