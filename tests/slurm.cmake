@@ -4,3 +4,5 @@
 # contract without Slurm (seconds).
 pllm_add_py_test(cli_slurm cli_slurm.py LABELS model)
 set_tests_properties(cli_slurm PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
+pllm_add_py_test(cli_shard cli_shard.py LABELS model)
+set_tests_properties(cli_shard PROPERTIES TIMEOUT 300)
