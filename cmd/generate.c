@@ -40,9 +40,9 @@ typedef enum gen_order { GEN_ORDER_COMPLETION, GEN_ORDER_INPUT } gen_order;
 
 /* A request in flight. */
 typedef struct gen_req {
-    int64_t seq; /* input order among the records that produce output */
+    int64_t seq;         /* input order among the records that produce output */
     int64_t input_index; /* --shard: position among all the input's records */
-    json_t *id;  /* pllm/sharegpt id; openai custom_id */
+    json_t *id;          /* pllm/sharegpt id; openai custom_id */
     int64_t line;
     pllm_endpoint endpoint;
     char *model;  /* openai: body.model */
@@ -420,9 +420,10 @@ int cmd_generate(int argc, char **argv)
     pllm_engine *eng = NULL;
     cmd_runtime rt;
     memset(&rt, 0, sizeof rt);
-    gen_ctx g = {
-        .oo = {.echo_prompt = echo, .token_ids = token_ids}, .quiet = quiet, .order = order,
-        .shard = &sh};
+    gen_ctx g = {.oo = {.echo_prompt = echo, .token_ids = token_ids},
+                 .quiet = quiet,
+                 .order = order,
+                 .shard = &sh};
     pllm_report_init(&g.rep, pllm_now());
 
     if (resume) {

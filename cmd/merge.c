@@ -42,12 +42,13 @@ int cmd_merge(int argc, char **argv)
     };
     const cmd_spec spec = {
         .usage = "pllm merge [OPTIONS] OUTPUT... -o OUT",
-        .summary = "Join the outputs of pllm generate --shard K/N runs into one output holding every "
-                   "request exactly once\n(duplicates from a requeued shard removed; a missing "
-                   "shard, an unfinished shard or, with --input,\na missing record named), and "
-                   "merge their statistics: exact counters add, TTFT/TPOT/E2E percentiles are\n"
-                   "recomputed from the records, throughput is over the wall-clock span of all "
-                   "shards. Each shard's\nsidecar (OUTPUT.shard.json) is read when present.",
+        .summary =
+            "Join the outputs of pllm generate --shard K/N runs into one output holding every "
+            "request exactly once\n(duplicates from a requeued shard removed; a missing "
+            "shard, an unfinished shard or, with --input,\na missing record named), and "
+            "merge their statistics: exact counters add, TTFT/TPOT/E2E percentiles are\n"
+            "recomputed from the records, throughput is over the wall-clock span of all "
+            "shards. Each shard's\nsidecar (OUTPUT.shard.json) is read when present.",
         .opts = opts,
         .n_opts = PLLM_ARRAY_LEN(opts),
         .min_pos = 1,
@@ -56,8 +57,11 @@ int cmd_merge(int argc, char **argv)
     int n_pos;
     int rc = cmd_parse(&spec, argc, argv, pos, &n_pos);
     if (rc) return rc == 1 ? 0 : 2;
-    pllm_merge_params p = {.paths = pos, .n_paths = (size_t)n_pos, .out_path = out_path,
-                           .input_path = input, .log = stderr};
+    pllm_merge_params p = {.paths = pos,
+                           .n_paths = (size_t)n_pos,
+                           .out_path = out_path,
+                           .input_path = input,
+                           .log = stderr};
     if (!strcmp(order_s, "input"))
         p.order_input = true;
     else if (strcmp(order_s, "completion")) {

@@ -196,8 +196,7 @@ int cmd_shard_begin(cmd_shard *s, const char *out_path, bool resume, const char 
         json_object_set_new(doc, "num_shards", json_integer(s->spec.n));
         json_object_set_new(doc, "key_tokens", json_integer(s->spec.key_tokens));
         json_object_set_new(doc, "block_size", json_integer(s->block_size));
-        json_object_set_new(doc, "balance",
-                            json_string(pllm_shard_balance_name(s->spec.balance)));
+        json_object_set_new(doc, "balance", json_string(pllm_shard_balance_name(s->spec.balance)));
         json_object_set_new(doc, "input", json_string(input));
         json_object_set_new(doc, "limit", json_integer(limit));
         json_object_set_new(doc, "model", json_string(model_name ? model_name : ""));

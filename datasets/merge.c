@@ -192,8 +192,9 @@ static pllm_status each_line(mctx *c, int32_t f, line_fn fn, void *arg)
         if (st != PLLM_OK) break;
     }
     if (st == PLLM_OK && pllm_reader_truncated(r))
-        MLOG(c, "pllm merge: %s: the .zst stream is cut short (a killed writer); the lines "
-                "before the cut are used\n",
+        MLOG(c,
+             "pllm merge: %s: the .zst stream is cut short (a killed writer); the lines "
+             "before the cut are used\n",
              c->files[f].path);
     pllm_reader_close(r);
     return st;
@@ -211,8 +212,9 @@ static pllm_status choose(mctx *c, int32_t f, int64_t lineno, const char *s, siz
     if (!l->obj) {
         res->n_bad++;
         if (c->named_bad++ < c->max_named)
-            MLOG(c, "pllm merge: %s:%lld: not an output record (a torn or damaged line); "
-                    "skipped\n",
+            MLOG(c,
+                 "pllm merge: %s:%lld: not an output record (a torn or damaged line); "
+                 "skipped\n",
                  c->files[f].path, (long long)lineno);
         return PLLM_OK;
     }
@@ -279,8 +281,8 @@ static pllm_status count_line(mwrite *w, const mline *l)
         return PLLM_OK;
     }
     r->n_ok++;
-    const json_t *usage = json_object_get(
-        json_object_get(json_object_get(o, "response"), "body"), "usage");
+    const json_t *usage =
+        json_object_get(json_object_get(json_object_get(o, "response"), "body"), "usage");
     if (json_is_object(usage)) { /* openai */
         r->prompt_tokens += (int64_t)num(usage, "prompt_tokens", &h);
         r->completion_tokens += (int64_t)num(usage, "completion_tokens", &h);
@@ -390,16 +392,14 @@ static pllm_status check_sidecars(mctx *c, pllm_merge_result *res)
             first_path = f->path;
             continue;
         }
-        if (s->n != first->n || s->key_tokens != first->key_tokens ||
-            s->balance != first->balance)
+        if (s->n != first->n || s->key_tokens != first->key_tokens || s->balance != first->balance)
             return pllm_errorf(PLLM_ERR_INVALID,
                                "%s is shard %d/%d (key %d tokens, balance %s) but %s is of "
                                "another partition: %d/%d (key %d, %s); merge the shards of one "
                                "run",
                                f->path, s->k, s->n, s->key_tokens,
-                               pllm_shard_balance_name(s->balance), first_path, first->k,
-                               first->n, first->key_tokens,
-                               pllm_shard_balance_name(first->balance));
+                               pllm_shard_balance_name(s->balance), first_path, first->k, first->n,
+                               first->key_tokens, pllm_shard_balance_name(first->balance));
     }
     res->n_shards = first ? first->n : 0;
     return PLLM_OK;
@@ -430,7 +430,8 @@ static void sum_attempts(const mctx *c, pllm_engine_stats *es, double *t0, doubl
         for (size_t a = 0; a < json_array_size(att); a++) {
             const json_t *x = json_array_get(att, a);
             (*n_attempts)++;
-            const json_t *s = json_object_get(x, "started_at"), *e = json_object_get(x, "finished_at");
+            const json_t *s = json_object_get(x, "started_at"),
+                         *e = json_object_get(x, "finished_at");
             if (json_is_number(s) && json_number_value(s) < *t0) *t0 = json_number_value(s);
             if (json_is_number(e) && json_number_value(e) > *t1) *t1 = json_number_value(e);
             if (!json_is_number(e)) (*n_unfinished)++;
@@ -526,7 +527,8 @@ pllm_status pllm_merge_run(const pllm_merge_params *p, pllm_merge_result *res)
     if (!c.files) return PLLM_ERR_NOMEM;
     for (size_t i = 0; i < p->n_paths; i++) c.files[i].path = p->paths[i];
     if ((st = check_sidecars(&c, res)) != PLLM_OK) goto fail;
-    for (size_t i = 0; i < p->n_paths && st == PLLM_OK; i++) st = each_line(&c, (int32_t)i, choose, res);
+    for (size_t i = 0; i < p->n_paths && st == PLLM_OK; i++)
+        st = each_line(&c, (int32_t)i, choose, res);
     if (st != PLLM_OK) goto fail;
 
     w.n_shards = res->n_shards;
@@ -540,7 +542,8 @@ pllm_status pllm_merge_run(const pllm_merge_params *p, pllm_merge_result *res)
         st = pllm_errorf(PLLM_ERR_IO, "merge: cannot create a temporary file: %s", strerror(errno));
         goto fail;
     }
-    for (size_t i = 0; i < p->n_paths && st == PLLM_OK; i++) st = each_line(&c, (int32_t)i, emit, &w);
+    for (size_t i = 0; i < p->n_paths && st == PLLM_OK; i++)
+        st = each_line(&c, (int32_t)i, emit, &w);
     if (st == PLLM_OK && w.tmp) st = write_sorted(&w);
     pllm_status cst = pllm_writer_close(w.w);
     w.w = NULL;
@@ -570,7 +573,8 @@ pllm_status pllm_merge_run(const pllm_merge_params *p, pllm_merge_result *res)
         json_object_set_new(o, "shard", json_integer(k));
         json_object_set_new(o, "files", files);
         json_object_set_new(o, "records_merged", json_integer(w.shard_records[k]));
-        json_object_set_new(o, "records_in_shard", expect >= 0 ? json_integer(expect) : json_null());
+        json_object_set_new(o, "records_in_shard",
+                            expect >= 0 ? json_integer(expect) : json_null());
         json_object_set_new(o, "complete", json_boolean(complete));
         json_array_append_new(shards, o);
         if (!covered) {
@@ -583,12 +587,14 @@ pllm_status pllm_merge_run(const pllm_merge_params *p, pllm_merge_result *res)
             json_array_append_new(incomplete, json_integer(k));
             if (expect >= 0 && w.shard_records[k] < expect) {
                 if (!p->input_path) res->n_missing += expect - w.shard_records[k];
-                MLOG(&c, "pllm merge: shard %d/%d is incomplete: %lld of its %lld records "
-                         "merged; rerun it with --resume\n",
+                MLOG(&c,
+                     "pllm merge: shard %d/%d is incomplete: %lld of its %lld records "
+                     "merged; rerun it with --resume\n",
                      k, res->n_shards, (long long)w.shard_records[k], (long long)expect);
             } else {
-                MLOG(&c, "pllm merge: shard %d/%d did not finish (no attempt completed); rerun "
-                         "it with --resume\n",
+                MLOG(&c,
+                     "pllm merge: shard %d/%d did not finish (no attempt completed); rerun "
+                     "it with --resume\n",
                      k, res->n_shards);
             }
         }

@@ -52,15 +52,15 @@ typedef struct pllm_merge_params {
 } pllm_merge_params;
 
 typedef struct pllm_merge_result {
-    int64_t n_lines;       /* lines read from all files */
-    int64_t n_written;     /* lines written */
-    int64_t n_duplicates;  /* lines dropped as a repeat of a key */
-    int64_t n_bad;         /* lines that name no request (torn, not JSON) */
-    int32_t n_shards;      /* N of the sidecars, 0 when there were none */
+    int64_t n_lines;      /* lines read from all files */
+    int64_t n_written;    /* lines written */
+    int64_t n_duplicates; /* lines dropped as a repeat of a key */
+    int64_t n_bad;        /* lines that name no request (torn, not JSON) */
+    int32_t n_shards;     /* N of the sidecars, 0 when there were none */
     int32_t n_missing_shards, n_incomplete_shards;
-    int64_t n_missing;     /* records of the input (or of complete shards' counts) not merged */
-    int64_t n_unexpected;  /* --input: merged keys that are not in the input */
-    json_t *stats;         /* the merged statistics (report keys plus "merge": {...}) */
+    int64_t n_missing;    /* records of the input (or of complete shards' counts) not merged */
+    int64_t n_unexpected; /* --input: merged keys that are not in the input */
+    json_t *stats;        /* the merged statistics (report keys plus "merge": {...}) */
 } pllm_merge_result;
 
 /* Merge. PLLM_OK when the output was written (the result then says whether anything is missing:

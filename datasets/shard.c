@@ -42,8 +42,7 @@ pllm_status pllm_shard_balance_parse(const char *s, pllm_shard_balance *out)
                        s ? s : "");
 }
 
-uint64_t pllm_shard_prefix_key(const int32_t *ids, size_t n, int32_t key_tokens,
-                               int32_t block_size)
+uint64_t pllm_shard_prefix_key(const int32_t *ids, size_t n, int32_t key_tokens, int32_t block_size)
 {
     size_t bs = block_size > 0 ? (size_t)block_size : 1;
     size_t cacheable = n > 0 ? (n - 1) / bs * bs : 0;
@@ -267,8 +266,7 @@ static pllm_status meta_check(pllm_shard_meta *m, json_t *doc, const char *name)
     if (!get_int(doc, "key_tokens", 1, INT32_MAX, &p))
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'key_tokens' missing or out of range", name);
     pllm_shard_balance b;
-    if (pllm_shard_balance_parse(json_string_value(json_object_get(doc, "balance")), &b) !=
-        PLLM_OK)
+    if (pllm_shard_balance_parse(json_string_value(json_object_get(doc, "balance")), &b) != PLLM_OK)
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'balance' missing or unknown", name);
     const json_t *att = json_object_get(doc, "attempts");
     if (att && !json_is_array(att))
@@ -323,8 +321,7 @@ pllm_status pllm_shard_meta_save(const pllm_shard_meta *m, const char *path)
     if (json_dump_file(m->doc, tmp.s, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
         st = pllm_errorf(PLLM_ERR_IO, "%s: cannot write the shard sidecar", tmp.s);
     else if (rename(tmp.s, path) != 0)
-        st = pllm_errorf(PLLM_ERR_IO, "%s: cannot rename to %s: %s", tmp.s, path,
-                         strerror(errno));
+        st = pllm_errorf(PLLM_ERR_IO, "%s: cannot rename to %s: %s", tmp.s, path, strerror(errno));
     if (st != PLLM_OK) unlink(tmp.s);
     pllm_buf_free(&tmp);
     return st;

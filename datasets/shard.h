@@ -41,11 +41,14 @@
 
 #include <jansson.h>
 
-#define PLLM_SHARD_KEY_TOKENS 128
-#define PLLM_SHARD_SIDECAR_SUFFIX ".shard.json"
+#define PLLM_SHARD_KEY_TOKENS      128
+#define PLLM_SHARD_SIDECAR_SUFFIX  ".shard.json"
 #define PLLM_SHARD_SIDECAR_VERSION 1
 
-typedef enum pllm_shard_balance { PLLM_SHARD_BALANCE_HASH = 0, PLLM_SHARD_BALANCE_TOKENS } pllm_shard_balance;
+typedef enum pllm_shard_balance {
+    PLLM_SHARD_BALANCE_HASH = 0,
+    PLLM_SHARD_BALANCE_TOKENS
+} pllm_shard_balance;
 
 typedef struct pllm_shard_spec {
     int32_t k, n;       /* this shard, 0 <= k < n; n == 0: no sharding */
