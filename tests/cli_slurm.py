@@ -101,7 +101,11 @@ def teardown():
     pidf = os.path.join(base, "munged.pid")
     if os.path.exists(pidf):
         try:
-            os.kill(int(open(pidf).read().strip()), signal.SIGTERM)
+            pid = int(open(pidf).read().strip())
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(100):  # it writes its seed file on the way out: wait, then remove
+                os.kill(pid, 0)
+                time.sleep(0.05)
         except (ValueError, ProcessLookupError):
             pass
 
