@@ -8,3 +8,4 @@ int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_merge(int argc, char **argv);

@@ -33,6 +33,7 @@
 #include "cmd/progress.h"
 #include "cmd/runrecord.h"
 #include "cmd/runtime.h"
+#include "cmd/shard.h"
 #include "cmd/shared.h"
 #include "datasets/idset.h"
 #include "datasets/io.h"
@@ -51,8 +52,9 @@ typedef enum gen_order { GEN_ORDER_COMPLETION, GEN_ORDER_INPUT } gen_order;
 
 /* A request in flight. */
 typedef struct gen_req {
-    int64_t seq; /* input order among the records that produce output */
-    json_t *id;  /* pllm/sharegpt id; openai custom_id */
+    int64_t seq;         /* input order among the records that produce output */
+    int64_t input_index; /* --shard: position among all the input's records */
+    json_t *id;          /* pllm/sharegpt id; openai custom_id */
     int64_t line;
     pllm_endpoint endpoint;
     char *model;  /* openai: body.model */
@@ -101,6 +103,8 @@ typedef struct gen_ctx {
     int64_t n_logged;
     int64_t n_lines; /* output lines written */
     bool quiet;
+    const cmd_shard *shard; /* --shard: output lines carry input_index */
+    int64_t cur_index;      /* --shard: the input_index of the record being read */
 } gen_ctx;
 
 static void gen_req_link(gen_ctx *g, gen_req *r)
@@ -259,6 +263,7 @@ static void on_done(const pllm_completion *c, void *arg)
                                    r->model ? r->model : g->model_name, choices, &r->usage,
                                    cmd_unix_time()) != PLLM_OK)
                 line = NULL;
+            if (g->shard->on) line = cmd_shard_tag(line, r->input_index);
             hold_line(g, r->seq, 0, line);
         }
     } else if (r->written && r->written[c->index]) {
@@ -267,6 +272,7 @@ static void on_done(const pllm_completion *c, void *arg)
     } else {
         if (pllm_output_completion(&line, r->id, r->prompt, r->n, c, -1, &g->oo) != PLLM_OK)
             line = NULL;
+        if (g->shard->on) line = cmd_shard_tag(line, r->input_index);
         hold_line(g, r->seq, c->index, line);
     }
     g->ps.output_tokens += c->n_tokens;
@@ -294,6 +300,7 @@ static void reject(gen_ctx *g, int64_t seq, const pllm_record *rec, const char *
         g->openai_out ? pllm_output_openai_error(&line, id, rec->line, rec->element, msg, 400)
                       : pllm_output_error(&line, id, rec->line, rec->element, msg);
     json_decref(null_id);
+    if (st == PLLM_OK && g->shard->on) line = cmd_shard_tag(line, g->cur_index);
     put_line(g, seq, 0, st == PLLM_OK ? line : NULL);
     g->ps.done++;
     g->ps.failed++;
@@ -323,6 +330,7 @@ int cmd_generate(int argc, char **argv)
     float log_interval = 10;
     bool echo = false, token_ids = false, strict = false, quiet = false, resume = false,
          overwrite = false, retry_errors = false;
+    cmd_shard_opts sho = {.key_tokens = PLLM_SHARD_KEY_TOKENS};
 
     cmd_opt opts[CMD_MAX_OPTS];
     size_t n_opts = 0;
@@ -366,6 +374,14 @@ int cmd_generate(int argc, char **argv)
          "seconds between progress log lines when stderr is not a terminal", NULL},
         {"quiet", 'q', CMD_OPT_FLAG, &quiet, NULL, "off",
          "no progress, report or warnings on stderr", NULL},
+        {"shard", 0, CMD_OPT_STR, &sho.shard, "K/N", "none",
+         "run only shard K of N (0-based) of the input; records sharing a prompt prefix stay in "
+         "one shard; join the outputs with pllm merge",
+         NULL},
+        {"shard-key-tokens", 0, CMD_OPT_INT, &sho.key_tokens, "P", "128",
+         "--shard: records whose prompts share their first P tokens land in the same shard", NULL},
+        {"shard-balance", 0, CMD_OPT_STR, &sho.balance, "B", "tokens (hash on stdin)",
+         "--shard: tokens (a first pass balances prompt tokens) or hash (one pass)", NULL},
     };
     for (size_t i = 0; i < PLLM_ARRAY_LEN(own); i++) opts[n_opts++] = own[i];
     cmd_sampling_opts_table(&so, opts, &n_opts, CMD_MAX_OPTS);
@@ -459,6 +475,8 @@ int cmd_generate(int argc, char **argv)
     pllm_request_params defaults;
     if ((rc = cmd_sampling_opts_finish(&so, &defaults)) != 0) return rc;
     if ((rc = cmd_engine_opts_finish(&eo)) != 0) return rc;
+    cmd_shard sh;
+    if ((rc = cmd_shard_init(&sh, &sho, pos[0], eo.ep.block_size)) != 0) return rc;
 
     pllm_idset *done = NULL;
     pllm_hashset *seen = NULL; /* every record's key so far: duplicate ids */
@@ -467,8 +485,10 @@ int cmd_generate(int argc, char **argv)
     pllm_engine *eng = NULL;
     cmd_runtime rt;
     memset(&rt, 0, sizeof rt);
-    gen_ctx g = {
-        .oo = {.echo_prompt = echo, .token_ids = token_ids}, .quiet = quiet, .order = order};
+    gen_ctx g = {.oo = {.echo_prompt = echo, .token_ids = token_ids},
+                 .quiet = quiet,
+                 .order = order,
+                 .shard = &sh};
     pllm_report_init(&g.rep, pllm_now());
 
     if (pllm_source_open(&src, pos[0], format) != PLLM_OK) {
@@ -535,6 +555,7 @@ int cmd_generate(int argc, char **argv)
         rc = 3;
         goto out;
     }
+    if ((rc = cmd_shard_prepare(&sh, &rt, pos[0], format, &defaults, limit, quiet)) != 0) goto out;
     if (pllm_engine_create(&eng, rt.model, &rt.backend, rt.tok, &eo.ep) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         rc = 3;
@@ -555,6 +576,9 @@ int cmd_generate(int argc, char **argv)
         rc = 3;
         goto out;
     }
+    if ((rc = cmd_shard_begin(&sh, out_path, resume, pos[0], g.model_name, rt.device_name, limit,
+                              quiet)) != 0)
+        goto out;
     double t0 = pllm_now();
     pllm_report_free(&g.rep);
     pllm_report_init(&g.rep, t0);
@@ -588,6 +612,10 @@ int cmd_generate(int argc, char **argv)
                 pllm_record_free(&rec);
                 eof = true;
                 break;
+            }
+            if (!cmd_shard_keep(&sh, &rt, file, &rec, &ids, &g.cur_index)) {
+                pllm_record_free(&rec);
+                continue;
             }
             /* the key the output line will carry: the id, or for a repeated id the line */
             char *key = pllm_record_key(&rec);
@@ -651,6 +679,7 @@ int cmd_generate(int argc, char **argv)
                 snprintf(msg, sizeof msg, "out of memory");
             } else {
                 r->seq = seq;
+                r->input_index = g.cur_index;
                 r->id = json_incref(rec.id);
                 r->line = rec.line;
                 r->endpoint = rec.endpoint;
@@ -802,6 +831,7 @@ int cmd_generate(int argc, char **argv)
         json_object_set_new(j, "skipped_by_resume", json_integer(n_skipped));
         json_object_set_new(j, "interrupted", json_boolean(stopped));
         json_object_set_new(j, "peak_rss_mb", json_real(cmd_peak_rss_mb()));
+        cmd_shard_json(&sh, j);
         stats_failed = cmd_output_write_json(stats_json, j, JSON_INDENT(2)) != 0;
         json_decref(j);
     }
@@ -838,6 +868,9 @@ int cmd_generate(int argc, char **argv)
         rc = 1;
     }
     if (stats_failed && (rc == 0 || rc == 1)) rc = 3;
+    cmd_shard_end(&sh, rc, eof && !input_error,
+                  eof && !input_error && !stopped && !engine_error && g.write_st == PLLM_OK,
+                  g.n_lines, n_skipped, &es, &g.rep);
 out:
     if (g.w) {
         pllm_status cst = pllm_writer_close(g.w);
@@ -868,6 +901,7 @@ out:
     pllm_hashset_free(seen);
     json_decref(rec_input);
     json_decref(rec_opts);
+    cmd_shard_free(&sh);
     cmd_signals_restore();
     return rc;
 }

@@ -20,6 +20,8 @@ static const command COMMANDS[] = {
      cmd_bench},
     {"tokenize", "[INPUT]", "token ids and counts of every prompt record, plus a total",
      cmd_tokenize},
+    {"merge", "OUTPUT...",
+     "join shard outputs (generate --shard K/N): every record once, statistics merged", cmd_merge},
     {"info", "[MODEL]", "describe a model: architecture, sizes, dtypes, tokenizer, chat template",
      cmd_info},
 };

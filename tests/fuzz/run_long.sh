@@ -26,7 +26,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${PLLM_FUZZ_BUILD:-$ROOT/build-fuzz}
 GOAL=10000000
 CHUNK=${PLLM_FUZZ_CHUNK:-1000000}
-ALL="gguf safetensors hf_config hf_dir records tokenizer tok_files chat io"
+ALL="gguf safetensors hf_config hf_dir records tokenizer tok_files chat io merge"
 summary=0
 targets=""
 while [ $# -gt 0 ]; do
