@@ -93,8 +93,13 @@ int main(int argc, char **argv)
                 int64_t checksum = 0;
                 for (int32_t it = 0; it < iters; it++) {
                     memcpy(work, base, sizeof(float) * (size_t)n);
-                    pllm_sample_ctx ctx = {history, bc->n_history ? 512 : 0, history + 512,
-                                           bc->n_history ? 512 : 0, NULL, 0, 0};
+                    pllm_sample_ctx ctx = {history,
+                                           bc->n_history ? 512 : 0,
+                                           history + 512,
+                                           bc->n_history ? 512 : 0,
+                                           NULL,
+                                           0,
+                                           0};
                     if (!bc->n_history) ctx.output = NULL;
                     /* vary the step without a history: a fake output pointer is never read */
                     static int32_t zeros[1];

@@ -656,7 +656,8 @@ int cmd_bench(int argc, char **argv)
             {"Peak RSS (MiB)", rss}};
         pllm_report_print(&rep, &es0, "pllm bench", notes, (int)PLLM_ARRAY_LEN(notes), stderr);
     }
-    if (stats_json && cmd_output_write_json(stats_json, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER)) {
+    if (stats_json &&
+        cmd_output_write_json(stats_json, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER)) {
         rc = 3;
         goto out;
     }

@@ -139,8 +139,8 @@ int cmd_gate(const json_t *base, const json_t *cur, double max_reg, const char *
     int fails = 0;
     fprintf(stderr, "================ pllm bench vs baseline ================\n");
     fprintf(stderr, "baseline: %s\n", base_path);
-    fprintf(stderr, "%-34s %14s %14s %9s %8s %9s  %s\n", "metric", "baseline", "current",
-            "change", "P(drop)", "P(>limit)", "gate");
+    fprintf(stderr, "%-34s %14s %14s %9s %8s %9s  %s\n", "metric", "baseline", "current", "change",
+            "P(drop)", "P(>limit)", "gate");
     static const struct {
         const char *key, *label;
     } tput[] = {{"request_throughput", "Request throughput (req/s)"},
@@ -163,10 +163,10 @@ int cmd_gate(const json_t *base, const json_t *cur, double max_reg, const char *
         if (isfinite(vd.p_beyond)) snprintf(pb, sizeof pb, "%.3f", vd.p_beyond);
         fprintf(stderr, "%-34s %14.2f %14.2f %+8.1f%% %8s %9s  %s\n", tput[i].label,
                 jnum(base, tput[i].key), jnum(cur, tput[i].key), vd.change_pct, p, pb,
-                !ok       ? "FAIL (missing or not positive)"
-                : vd.fail ? "FAIL (a drop past the limit, beyond the noise)"
+                !ok                        ? "FAIL (missing or not positive)"
+                : vd.fail                  ? "FAIL (a drop past the limit, beyond the noise)"
                 : vd.change_pct < -max_reg ? "ok (within the noise)"
-                                          : "ok");
+                                           : "ok");
         free(bv);
         free(cv);
     }
@@ -223,4 +223,3 @@ int cmd_gate(const json_t *base, const json_t *cur, double max_reg, const char *
     fprintf(stderr, "========================================================\n");
     return fails ? 1 : 0;
 }
-

@@ -296,9 +296,9 @@ static void reject(gen_ctx *g, int64_t seq, const pllm_record *rec, const char *
     pllm_report_add_rejected(&g->rep);
     json_t *null_id = json_null();
     const json_t *id = dup_id ? (g->openai_out ? NULL : null_id) : rec->id;
-    pllm_status st =
-        g->openai_out ? pllm_output_openai_error(&line, id, rec->line, rec->element, msg, 400)
-                      : pllm_output_error(&line, id, rec->line, rec->element, msg);
+    pllm_status st = g->openai_out
+                         ? pllm_output_openai_error(&line, id, rec->line, rec->element, msg, 400)
+                         : pllm_output_error(&line, id, rec->line, rec->element, msg);
     json_decref(null_id);
     if (st == PLLM_OK && g->shard->on) line = cmd_shard_tag(line, g->cur_index);
     put_line(g, seq, 0, st == PLLM_OK ? line : NULL);
@@ -463,9 +463,9 @@ int cmd_generate(int argc, char **argv)
         if ((rc = cmd_output_check(out_path, "-o", &in, mode, CMD_OUT_RESUMABLE)) != 0) return rc;
         cmd_inputs sin = {.path = {pos[0], strcmp(out_path, "-") ? out_path : NULL},
                           .what = {"the input", "the output (-o)"}};
-        if (stats_json &&
-            (rc = cmd_output_check(stats_json, "--stats-json", &sin,
-                                   overwrite ? CMD_OUT_OVERWRITE : CMD_OUT_NEW, CMD_OUT_REPORT)) != 0)
+        if (stats_json && (rc = cmd_output_check(stats_json, "--stats-json", &sin,
+                                                 overwrite ? CMD_OUT_OVERWRITE : CMD_OUT_NEW,
+                                                 CMD_OUT_REPORT)) != 0)
             return rc;
         if (stats_json && strcmp(out_path, "-") && strcmp(stats_json, out_path) == 0) {
             fprintf(stderr, "pllm: --stats-json and -o name the same file %s\n", out_path);
@@ -521,16 +521,14 @@ int cmd_generate(int argc, char **argv)
         /* which input and options the output belongs to: checked by --resume, then recorded */
         bool continuing = resume && cmd_output_exists(out_path);
         rec_input = cmd_run_record_input(pos[0]);
-        rec_opts = cmd_run_record_options(pllm_format_name(in_format),
-                                          g.openai_out ? "openai" : "pllm", echo, token_ids,
-                                          rt.model->name, rt.model->identity, &defaults,
-                                          (uint64_t)eo.seed);
+        rec_opts = cmd_run_record_options(
+            pllm_format_name(in_format), g.openai_out ? "openai" : "pllm", echo, token_ids,
+            rt.model->name, rt.model->identity, &defaults, (uint64_t)eo.seed);
         if (!rec_input || !rec_opts) {
             rc = 3;
             goto out;
         }
-        if (continuing && (rc = cmd_run_record_check(out_path, rec_input, rec_opts)) != 0)
-            goto out;
+        if (continuing && (rc = cmd_run_record_check(out_path, rec_input, rec_opts)) != 0) goto out;
         if (continuing) {
             pllm_output_scan scan;
             if (pllm_idset_create(&done) != PLLM_OK ||
@@ -540,7 +538,7 @@ int cmd_generate(int argc, char **argv)
                 goto out;
             }
             if (!quiet)
-                fprintf(stderr, "pllm: resuming: %lld output lines already in %s%s", 
+                fprintf(stderr, "pllm: resuming: %lld output lines already in %s%s",
                         (long long)scan.n_lines, out_path,
                         scan.torn ? " (a torn last line was cut off)" : "");
             if (!quiet && retry_errors)

@@ -31,8 +31,8 @@ static bool is_pllm_report(const char *path)
     return yes;
 }
 
-int cmd_output_check(const char *out_path, const char *what, const cmd_inputs *in, cmd_out_mode mode,
-                     unsigned flags)
+int cmd_output_check(const char *out_path, const char *what, const cmd_inputs *in,
+                     cmd_out_mode mode, unsigned flags)
 {
     bool report = flags & CMD_OUT_REPORT;
     struct stat so;

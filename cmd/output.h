@@ -47,8 +47,8 @@ enum {
 
 /* Check out_path ("-": stdout) against the rules above. what names the option in messages
  * ("-o", "--stats-json"); flags: CMD_OUT_*. 0, or 2 with the reason printed to stderr. */
-int cmd_output_check(const char *out_path, const char *what, const cmd_inputs *in, cmd_out_mode mode,
-                     unsigned flags);
+int cmd_output_check(const char *out_path, const char *what, const cmd_inputs *in,
+                     cmd_out_mode mode, unsigned flags);
 
 /* Whether path names an existing regular file of at least one byte. */
 bool cmd_output_exists(const char *path);

@@ -94,9 +94,9 @@ typedef struct pllm_sample_ctx {
     int32_t n_output;        /* also the RNG step: the draw uses (seed, n_output) */
     const int32_t *banned;   /* [n_banned] ids that must not be sampled this step */
     int32_t n_banned;
-    int32_t n_valid;         /* ids >= n_valid have no token (a model vocabulary padded past
-                                its tokenizer's: Phi-3 32064 for 32011, Qwen2.5 151936 for
-                                151665); 0 or >= n_vocab: every id is valid */
+    int32_t n_valid; /* ids >= n_valid have no token (a model vocabulary padded past
+                        its tokenizer's: Phi-3 32064 for 32011, Qwen2.5 151936 for
+                        151665); 0 or >= n_vocab: every id is valid */
 } pllm_sample_ctx;
 
 typedef struct pllm_sample_result {

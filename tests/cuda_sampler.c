@@ -199,14 +199,14 @@ static void run_batch(pllm_cuda_dev *dev, int V, int S, int *n_same, int *n_ambi
     for (int s = 0; s < S; s++) {
         make_case(&cs[s], V);
         memcpy(logits + (size_t)s * V, cs[s].logits, sizeof(float) * (size_t)V);
-        pllm_sample_ctx ctx = {cs[s].prompt,   cs[s].n_prompt, cs[s].output,
-                               cs[s].n_output, cs[s].banned,   cs[s].n_banned, cs[s].n_valid};
+        pllm_sample_ctx ctx = {cs[s].prompt, cs[s].n_prompt, cs[s].output, cs[s].n_output,
+                               cs[s].banned, cs[s].n_banned, cs[s].n_valid};
         n_ids += pllm_cuda_sample_n_ids(&cs[s].p, &ctx);
     }
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_ids + 1));
     for (int s = 0, off = 0; s < S; s++) {
-        pllm_sample_ctx ctx = {cs[s].prompt,   cs[s].n_prompt, cs[s].output,
-                               cs[s].n_output, cs[s].banned,   cs[s].n_banned, cs[s].n_valid};
+        pllm_sample_ctx ctx = {cs[s].prompt, cs[s].n_prompt, cs[s].output, cs[s].n_output,
+                               cs[s].banned, cs[s].n_banned, cs[s].n_valid};
         pllm_cuda_sample_fill(&rec[s], &cs[s].p, &ctx, V, ids + off, off);
         off += pllm_cuda_sample_n_ids(&cs[s].p, &ctx);
     }
@@ -257,8 +257,8 @@ static void run_batch(pllm_cuda_dev *dev, int V, int S, int *n_same, int *n_ambi
     double lp_err = 0;
     for (int s = 0; s < S; s++) {
         tcase *c = &cs[s];
-        pllm_sample_ctx ctx = {c->prompt,   c->n_prompt, c->output,
-                               c->n_output, c->banned,   c->n_banned, c->n_valid};
+        pllm_sample_ctx ctx = {c->prompt, c->n_prompt, c->output, c->n_output,
+                               c->banned, c->n_banned, c->n_valid};
         int32_t rid[20];
         float rlp[20];
         pllm_sample_result r = {.top_ids = rid, .top_logprobs = rlp};

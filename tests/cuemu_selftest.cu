@@ -441,7 +441,8 @@ static void test_host_pointers(uint64_t *rng)
     double on_stack[64] = {0};
     a = table_args{on_stack, d_out, n, 1.0f, 0};
     PLLM_LAUNCH(k_struct_table, 1, n, 0, 0)(a);
-#ifdef __SANITIZE_ADDRESS__ /* detect_stack_use_after_return puts locals on a fake stack (an mmap) */
+#ifdef __SANITIZE_ADDRESS__ /* detect_stack_use_after_return puts locals on a fake stack (an mmap) \
+                             */
     expect_failure("stack pointer in an argument struct", cudaErrorIllegalAddress,
                    "holds a host pointer at byte offset 0");
 #else

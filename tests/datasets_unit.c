@@ -824,7 +824,8 @@ static void test_magic(void)
     char gzbuf[4096];
     size_t gzn = f ? fread(gzbuf, 1, sizeof gzbuf, f) : 0;
     if (f) fclose(f);
-    CHECK(gzn > 10 && pllm_compression_of((const unsigned char *)gzbuf, gzn) == PLLM_COMPRESSION_GZIP);
+    CHECK(gzn > 10 &&
+          pllm_compression_of((const unsigned char *)gzbuf, gzn) == PLLM_COMPRESSION_GZIP);
     const char *g2 = tmp_path("g2.data");
     f = fopen(g2, "wb");
     fwrite(gzbuf, 1, gzn, f);
@@ -834,7 +835,8 @@ static void test_magic(void)
         const char *path;
         pllm_compression comp;
         int reps;
-    } cases[] = {{zplain, PLLM_COMPRESSION_ZSTD, 1}, {gp, PLLM_COMPRESSION_GZIP, 1},
+    } cases[] = {{zplain, PLLM_COMPRESSION_ZSTD, 1},
+                 {gp, PLLM_COMPRESSION_GZIP, 1},
                  {g2, PLLM_COMPRESSION_GZIP, 2}};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(cases); i++) {
         pllm_reader *r;
@@ -879,8 +881,8 @@ static void test_magic(void)
         st = pllm_reader_next(r, &line, &len, &no, &eof);
         if (st != PLLM_OK || eof) break;
     }
-    CHECK(st == PLLM_ERR_FORMAT && strstr(pllm_errmsg(), "truncated gzip") &&
-          r && pllm_reader_truncated(r));
+    CHECK(st == PLLM_ERR_FORMAT && strstr(pllm_errmsg(), "truncated gzip") && r &&
+          pllm_reader_truncated(r));
     pllm_reader_close(r);
     /* and through a source: detected as a JSON list inside gzip */
     const char *gl = tmp_path("list.json");
@@ -953,7 +955,8 @@ static void test_scan_drop_errors(void)
         "{\"id\": null, \"text\": \"\", \"finish_reason\": \"error\", \"line\": 3}\n"
         "{\"id\": null, \"finish_reason\": \"stop\", \"line\": 4}\n"
         "{\"id\": \"pllm-1\", \"custom_id\": \"c\", \"response\": {}, \"error\": null}\n"
-        "{\"id\": \"pllm-2\", \"custom_id\": \"d\", \"response\": {}, \"error\": {\"code\": 400}}\n";
+        "{\"id\": \"pllm-2\", \"custom_id\": \"d\", \"response\": {}, \"error\": {\"code\": "
+        "400}}\n";
     const char *names[] = {"scan.jsonl", "scan.jsonl.zst"};
     for (size_t i = 0; i < 2; i++) {
         const char *path = tmp_path(names[i]);

@@ -2,7 +2,8 @@
  * sampler_unit: hand-computed checks of the reference sampler (model/sampling.h): greedy
  * ties, bans, each penalty, the exact kept sets of top-k / top-p / min-p and their order,
  * determinism of the counter RNG, logprobs against a float64 log-softmax, the fallback when
- * nothing is finite, validation messages, and a padded vocabulary (ids past ctx.n_valid). Ends with a small speed report on a 49152 vocab.
+ * nothing is finite, validation messages, and a padded vocabulary (ids past ctx.n_valid). Ends with
+ * a small speed report on a 49152 vocab.
  */
 #include "model/sampling.h"
 #include "tests/testutil.h"

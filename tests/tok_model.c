@@ -163,8 +163,8 @@ static double time_encode(const char *what, const char *s, size_t n, size_t *n_t
     pllm_buf out = {0};
     CHECK_OK(pllm_tokenizer_decode(g_tok, toks.ids, toks.n, false, &out));
     CHECK(out.n == n && memcmp(out.s, s, n) == 0);
-    fprintf(stderr, "long input %-34s %8zu bytes -> %7zu tokens in %7.2f ms (CPU)\n", what, n, toks.n,
-            dt * 1e3);
+    fprintf(stderr, "long input %-34s %8zu bytes -> %7zu tokens in %7.2f ms (CPU)\n", what, n,
+            toks.n, dt * 1e3);
     if (n_tokens) *n_tokens = toks.n;
     pllm_buf_free(&out);
     pllm_tokens_free(&toks);
@@ -191,8 +191,9 @@ static void check_linear(const char *what, const char *s, size_t n)
     fprintf(stderr, "long input %-34s x%.1f for 8x the bytes (linear ~8, quadratic 64)\n", what,
             ratio);
     if (!(ratio < 24.0)) {
-        fprintf(stderr, "tok_model: FAIL: %s: encoding time grows faster than the input: %zu bytes "
-                        "in %.2f ms, %zu bytes in %.2f ms\n",
+        fprintf(stderr,
+                "tok_model: FAIL: %s: encoding time grows faster than the input: %zu bytes "
+                "in %.2f ms, %zu bytes in %.2f ms\n",
                 what, m, t_small * 1e3, n, t_big * 1e3);
         CHECK(ratio < 24.0);
     }

@@ -218,7 +218,8 @@ static void resume(const uint8_t *p, size_t n)
     pllm_status st = pllm_idset_load_output(s, path, &n_lines, &torn);
     if (pllm_compression_of(p, n) != PLLM_COMPRESSION_NONE) {
         /* compressed content under a plain name: refused (lines would be appended in plain) */
-        FUZZ_CHECK(st == PLLM_ERR_FORMAT && pllm_errmsg()[0], "compressed plain-named output: %d", st);
+        FUZZ_CHECK(st == PLLM_ERR_FORMAT && pllm_errmsg()[0], "compressed plain-named output: %d",
+                   st);
         pllm_idset_free(s);
         free(path);
         return;
