@@ -128,6 +128,11 @@ int cmd_device_select(cmd_device *out, const char *spec)
 
 static int open_cpu(cmd_runtime *rt, const cmd_runtime_opts *o)
 {
+    if (o->attention == 2) {
+        fprintf(stderr, "pllm: --attention-backend flashinfer needs a CUDA device; this run is on "
+                        "the CPU (--device cuda, or leave --attention-backend out)\n");
+        return 2;
+    }
     pllm_cpu_params cp; /* the environment's defaults (PLLM_CPU_MATH, ...), read once here */
     if (pllm_cpu_params_defaults(&cp) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
@@ -165,6 +170,7 @@ static int open_cuda(cmd_runtime *rt, const cmd_runtime_opts *o)
     if (o->weight_dtype == PLLM_DTYPE_F16) cp.weights = PLLM_CUDA_WEIGHTS_F16;
     if (o->weight_dtype == PLLM_DTYPE_BF16) cp.weights = PLLM_CUDA_WEIGHTS_BF16;
     if (o->weight_dtype == PLLM_DTYPE_F32) cp.weights = PLLM_CUDA_WEIGHTS_F32;
+    cp.attention = (pllm_cuda_attention)o->attention;
     if (pllm_cuda_backend_create(&rt->backend, rt->model, &cp) != PLLM_OK) {
         fprintf(stderr, "pllm: cannot start the CUDA backend on cuda:%d: %s\n", rt->dev.ordinal,
                 pllm_errmsg());
@@ -293,10 +299,11 @@ void cmd_runtime_describe(const cmd_runtime *rt, char *out, size_t cap)
     if (rt->dev.kind == CMD_DEVICE_CUDA) {
         pllm_cuda_backend_info gi;
         pllm_cuda_backend_get_info(&rt->backend, &gi);
-        int n = snprintf(out, cap, "%s: %s (%d SMs, %.1f GiB), %s weights %.2f GB, %s KV",
-                         rt->device_name, rt->kernels, gi.n_sm,
-                         (double)gi.total_bytes / 1073741824.0, pllm_dtype_name(gi.weight_dtype),
-                         (double)gi.weight_bytes / 1e9, pllm_dtype_name(gi.kv_dtype));
+        int n =
+            snprintf(out, cap, "%s: %s (%d SMs, %.1f GiB), %s attention, %s weights %.2f GB, %s KV",
+                     rt->device_name, rt->kernels, gi.n_sm, (double)gi.total_bytes / 1073741824.0,
+                     gi.attention, pllm_dtype_name(gi.weight_dtype), (double)gi.weight_bytes / 1e9,
+                     pllm_dtype_name(gi.kv_dtype));
         if (n > 0 && (size_t)n < cap && gi.kv_bytes)
             snprintf(out + n, cap - (size_t)n, " pool %.2f GB", (double)gi.kv_bytes / 1e9);
         return;

@@ -31,6 +31,8 @@ typedef struct cmd_runtime_opts {
     int32_t weight_dtype;      /* CUDA: weights on the device, PLLM_DTYPE_F16/BF16/F32; -1: auto */
     int32_t kv_dtype;          /* KV cache PLLM_DTYPE_F16/F32; -1: the backend's default */
     int32_t cpu_math;          /* CPU: pllm_cpu_math (0: auto, int8 where the weights are quantized) */
+    int32_t attention;         /* CUDA decode attention: 0 auto, 1 own, 2 flashinfer (the order of
+                                  pllm_cuda_attention) */
 } cmd_runtime_opts;
 
 typedef enum cmd_device_kind { CMD_DEVICE_CPU = 0, CMD_DEVICE_CUDA } cmd_device_kind;

@@ -22,6 +22,7 @@ void cmd_engine_opts_init(cmd_engine_opts *o)
     o->rt.weight_dtype = o->rt.kv_dtype = -1;
     o->kv_dtype = "auto";
     o->cpu_math = "auto";
+    o->attention = "auto";
     o->eviction = "lru";
     pllm_engine_params_defaults(&o->ep);
     snprintf(o->defs[0], sizeof o->defs[0], "%d", o->ep.block_size);
@@ -64,6 +65,12 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
                    "CPU: how quantized weights are multiplied: int8 (activations quantized per "
                    "32-block, llama.cpp's numerics, fast) or f32 (float32 math, exact to float "
                    "rounding, ~2x slower; for parity with float references)",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"attention-backend", 0, CMD_OPT_STR, &o->attention, "A",
+                   "auto (own until FlashInfer is verified on a GPU; docs/cuda.md)",
+                   "CUDA: decode attention kernels: own (pllm's) or flashinfer (FlashInfer's "
+                   "batched paged decode; F16 weights and KV, head_dim 64 or 128)",
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"seed", 0, CMD_OPT_INT64, &o->seed, "N", "0",
@@ -158,6 +165,15 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
     else if (!strcmp(o->cpu_math, "f32")) o->rt.cpu_math = PLLM_CPU_MATH_F32;
     else {
         fprintf(stderr, "pllm: --cpu-math '%s' is not one of auto, int8, f32\n", o->cpu_math);
+        return 2;
+    }
+    static const char *const attn[] = {"auto", "own", "flashinfer"};
+    o->rt.attention = -1;
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(attn); i++)
+        if (!strcmp(o->attention, attn[i])) o->rt.attention = (int32_t)i;
+    if (o->rt.attention < 0) {
+        fprintf(stderr, "pllm: --attention-backend '%s' is not one of auto, own, flashinfer\n",
+                o->attention);
         return 2;
     }
     if (o->rt.kv_dtype == -2) {

@@ -20,6 +20,7 @@
  * sampled rows only (+ the last residual), the LM head GEMM over those rows, and sampling. That
  * is 8 kernels + 4 GEMMs per layer, 4 launches after (docs/cuda.md has the expected time of each).
  */
+#include "cuda/attention_fi.h"
 #include "cuda/cuda_internal.h"
 
 #include <math.h>
@@ -47,7 +48,7 @@ static size_t align_up(size_t x, size_t a)
  * tables, so the kernels address it from the block tables' start.) */
 
 static void layout_init(cuda_plan_layout *L, int32_t T, int32_t S, int32_t n_items, int32_t n_tiles,
-                        int32_t n_bt, int32_t n_ids)
+                        int32_t n_fi, int32_t n_bt, int32_t n_ids)
 {
     size_t o = 0;
     L->n_tokens = T, L->n_samples = S, L->n_items = n_items, L->n_tiles = n_tiles;
@@ -58,6 +59,9 @@ static void layout_init(cuda_plan_layout *L, int32_t T, int32_t S, int32_t n_ite
     L->items = o, o = align_up(o + sizeof(pllm_cuda_attn_item) * (size_t)n_items, 16);
     L->tiles = o, o = align_up(o + sizeof(pllm_cuda_attn_tile) * (size_t)n_tiles, 16);
     L->params = o, o = align_up(o + sizeof(pllm_cuda_sample_params) * (size_t)S, 16);
+    /* FlashInfer's paged description of a decode step's n_fi requests (0 without it) */
+    L->fi_indptr = o, o = align_up(o + sizeof(int32_t) * (size_t)(n_fi ? n_fi + 1 : 0), 16);
+    L->fi_last = o, o = align_up(o + sizeof(int32_t) * (size_t)n_fi, 16);
     L->block_tables = o, o = align_up(o + sizeof(int32_t) * (size_t)n_bt, 16);
     L->ids = o, o = align_up(o + sizeof(int32_t) * (size_t)n_ids, 16);
     L->bytes = o;
@@ -117,8 +121,8 @@ static ws_sizes ws_of(const cuda_ctx *c)
                  kvd = (size_t)cfg->n_head_kv * cfg->head_dim, F = (size_t)cfg->n_ff,
                  V = (size_t)cfg->n_vocab;
     ws_sizes w;
-    w.per_token =
-        4 * E + 4 * E + c->wsz * E + 4 * (qd + 2 * kvd) + c->wsz * qd + c->wsz * 2 * F + c->wsz * F;
+    w.per_token = 4 * E + 4 * E + c->wsz * E + 4 * (qd + 2 * kvd) + c->wsz * qd + c->wsz * 2 * F +
+                  c->wsz * F + (c->fi ? 2 * qd : 0);
     w.per_sample = c->wsz * E + 3 * 4 * V + 8 + sizeof(pllm_cuda_sample_top);
     w.part = pllm_cuda_attn_decode_workspace(max_split_items(c), cfg->n_head, cfg->head_dim,
                                              CUDA_MAX_SPLITS);
@@ -127,8 +131,9 @@ static ws_sizes ws_of(const cuda_ctx *c)
 
 static void free_token_ws(cuda_ctx *c)
 {
-    void **bufs[] = {(void **)&c->x, (void **)&c->proj, &c->xb, (void **)&c->qkv, &c->att, &c->gu,
-                     &c->h};
+    void **bufs[] = {
+        (void **)&c->x, (void **)&c->proj, &c->xb, (void **)&c->qkv, &c->att, &c->gu, &c->h,
+        &c->q16};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(bufs); i++) {
         pllm_cuda_free(c->dev, *bufs[i]);
         *bufs[i] = NULL;
@@ -183,7 +188,8 @@ static pllm_status reserve(cuda_ctx *c, int32_t n_tokens, int32_t n_samples)
             (st = dalloc(c, (void **)&c->qkv, 4 * (qd + 2 * kvd) * (size_t)T, "qkv", T)) ||
             (st = dalloc(c, &c->att, c->wsz * qd * (size_t)T, "attention", T)) ||
             (st = dalloc(c, &c->gu, c->wsz * 2 * F * (size_t)T, "gate/up", T)) ||
-            (st = dalloc(c, &c->h, c->wsz * F * (size_t)T, "swiglu", T))) {
+            (st = dalloc(c, &c->h, c->wsz * F * (size_t)T, "swiglu", T)) ||
+            (c->fi && (st = dalloc(c, &c->q16, 2 * qd * (size_t)T, "flashinfer queries", T)))) {
             free_token_ws(c);
             return st;
         }
@@ -220,6 +226,7 @@ typedef struct step_dev {
     const pllm_cuda_attn_item *items;
     const pllm_cuda_attn_tile *tiles;
     const pllm_cuda_sample_params *params;
+    const int32_t *fi_indptr, *fi_last; /* non-NULL: FlashInfer runs this step's decode */
     int32_t n_tokens, n_samples, n_items, n_tiles, n_splits, split_len;
     int32_t *res_tok;
     float *res_lp;
@@ -294,8 +301,22 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
                                   .head_dim = hd,
                                   .block_size = c->kv.block_size,
                                   .scale = 1.0f / sqrtf((float)hd)};
-        PLLM_TRY(pllm_cuda_attn_decode(c->dev, &aa, d->items, d->n_items, d->n_splits, d->split_len,
-                                       c->part));
+        if (d->fi_indptr) {
+            const pllm_fi_paged_kv pk = {.k_cache = kc,
+                                         .v_cache = vc,
+                                         .indptr = d->fi_indptr,
+                                         .indices = d->block_tables,
+                                         .last_page_len = d->fi_last,
+                                         .batch = d->n_items,
+                                         .n_head_kv = cfg->n_head_kv,
+                                         .block_size = c->kv.block_size,
+                                         .head_dim = hd};
+            PLLM_TRY(pllm_cuda_fi_decode(c->fi, c->dev, c->att, c->q16, c->qkv, ld, cfg->n_head,
+                                         &pk, aa.scale));
+        } else {
+            PLLM_TRY(pllm_cuda_attn_decode(c->dev, &aa, d->items, d->n_items, d->n_splits,
+                                           d->split_len, c->part));
+        }
         PLLM_TRY(pllm_cuda_attn_prefill(c->dev, &aa, d->tiles, d->n_tiles));
         PLLM_TRY(proj(c, c->proj, PLLM_DTYPE_F32, c->att, w->w_o, T, E, qd));
         PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x, c->proj, w->ffn_norm, T, E,
@@ -385,6 +406,7 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
 
     /* work lists */
     int32_t n_items = 0, n_tiles = 0, n_bt = 0, n_ids = 0, max_ctx = 0;
+    bool rows_in_order = true;
     const int32_t qt = pllm_cuda_attn_prefill_tile_tokens(cfg->n_head, cfg->n_head_kv);
     for (int32_t s = 0; s < p->n_seqs; s++) {
         const pllm_seq_plan *sp = &p->seqs[s];
@@ -393,15 +415,23 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
             n_items++, max_ctx = PLLM_MAX(max_ctx, sp->n_ctx);
         else
             n_tiles += (sp->n_new + qt - 1) / qt;
+        rows_in_order &= sp->token_start == s;
     }
+    /* FlashInfer takes a decode step whose token rows are its requests in order (every sequence
+     * one new token); its padding requests read one position of block 0 (outputs unused) */
+    const bool fi =
+        c->fi && p->n_tokens > 0 && n_tiles == 0 && n_items == p->n_seqs && rows_in_order;
+    const int32_t n_real_items = n_items;
     if (B) n_items = B; /* padded */
+    if (fi) n_bt += n_items - n_real_items; /* one block-0 page per padding request */
     for (int32_t s = 0; s < p->n_samples; s++)
         n_ids += pllm_cuda_sample_n_ids(p->samples[s].params, &p->samples[s].ctx);
     int32_t n_splits, split_len;
     choose_split(c, n_items, max_ctx, &n_splits, &split_len);
+    if (fi) n_splits = 1, split_len = c->params.attn_split_len; /* FlashInfer splits itself */
 
     cuda_plan_layout L;
-    layout_init(&L, T, S, n_items, n_tiles, n_bt, n_ids);
+    layout_init(&L, T, S, n_items, n_tiles, fi ? n_items : 0, n_bt, n_ids);
     if (c->pend[slot].req_top_cap < S) {
         free(pd->req_top);
         pd->req_top_cap = 0;
@@ -447,6 +477,21 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
     }
     for (; it < n_items; it++)
         items[it] = (pllm_cuda_attn_item){.tok = it, .n_ctx = 0, .bt = 0}; /* padding */
+    if (fi) {
+        int32_t *ip = (int32_t *)(h + L.fi_indptr), *last = (int32_t *)(h + L.fi_last);
+        for (int32_t i = 0; i < n_items; i++) {
+            if (i < n_real_items) {
+                const int32_t n_ctx = items[i].n_ctx;
+                ip[i] = items[i].bt;
+                last[i] = n_ctx - ((n_ctx + bs - 1) / bs - 1) * bs;
+            } else {
+                ip[i] = bt_at;
+                bt[bt_at++] = 0;
+                last[i] = 1;
+            }
+        }
+        ip[n_items] = bt_at;
+    }
     pllm_sampling_params greedy;
     pllm_sampling_defaults(&greedy);
     /* the kernels see the id lists through the block tables' base, which sits at the same place
@@ -488,6 +533,9 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
         return PLLM_OK;
     }
     PLLM_TRY(pllm_cuda_upload(c->dev, c->d_plan, h, L.bytes));
+    if (fi) /* the plan reads the host indptr and queues its schedule's copy (slot's buffer) */
+        PLLM_TRY(pllm_cuda_fi_plan(c->fi, c->dev, slot, (const int32_t *)(h + L.fi_indptr), n_items,
+                                   cfg->n_head, cfg->n_head_kv, bs, cfg->head_dim, B != 0));
     PLLM_TRY(pllm_cuda_event_record(c->dev, c->ev_uploaded[slot]));
     const uint8_t *dp = c->d_plan;
     uint8_t *dr = c->d_res;
@@ -500,6 +548,8 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
                   .items = (const pllm_cuda_attn_item *)(dp + L.items),
                   .tiles = (const pllm_cuda_attn_tile *)(dp + L.tiles),
                   .params = (const pllm_cuda_sample_params *)(dp + L.params),
+                  .fi_indptr = fi ? (const int32_t *)(dp + L.fi_indptr) : NULL,
+                  .fi_last = fi ? (const int32_t *)(dp + L.fi_last) : NULL,
                   .n_tokens = T,
                   .n_samples = S,
                   .n_items = n_items,
@@ -513,7 +563,7 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
         cuda_graph *g = NULL;
         for (int32_t i = 0; i < c->n_graphs && !g; i++)
             if (c->graphs[i].batch == B && c->graphs[i].n_splits == n_splits &&
-                c->graphs[i].split_len == split_len)
+                c->graphs[i].split_len == split_len && c->graphs[i].fi == fi)
                 g = &c->graphs[i];
         if (!g && c->n_graphs < CUDA_MAX_GRAPHS && !c->graphs_failed) {
             pllm_status st = pllm_cuda_graph_begin(c->dev);
@@ -524,8 +574,11 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
                 if (st == PLLM_OK) st = st2;
                 if (st == PLLM_OK) {
                     g = &c->graphs[c->n_graphs++];
-                    *g = (cuda_graph){
-                        .batch = B, .n_splits = n_splits, .split_len = split_len, .g = made};
+                    *g = (cuda_graph){.batch = B,
+                                      .n_splits = n_splits,
+                                      .split_len = split_len,
+                                      .fi = fi,
+                                      .g = made};
                 } else {
                     pllm_cuda_graph_free(made);
                 }
@@ -571,6 +624,7 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
     pd->res_bytes = bytes;
     c->steps++;
     c->split_steps += n_splits > 1;
+    c->fi_steps += fi;
     c->next_slot ^= 1;
     return PLLM_OK;
 }
@@ -758,6 +812,7 @@ static void cuda_destroy(void *vctx)
         free_sample_ws(c);
         pllm_cuda_free(c->dev, c->part);
         pllm_cuda_free(c->dev, c->d_plan);
+        pllm_cuda_fi_free(c->fi, c->dev);
         for (int i = 0; i < 2; i++) {
             pllm_cuda_host_free(c->dev, c->h_plan[i]);
             pllm_cuda_host_free(c->dev, c->h_res[i]);
@@ -797,6 +852,30 @@ void pllm_cuda_params_defaults(pllm_cuda_params *p)
     p->attn_split_blocks = 0;
     p->no_graphs = false;
     p->max_graph_batch = 256;
+    p->attention = PLLM_CUDA_ATTN_AUTO;
+}
+
+const char *pllm_cuda_attention_name(pllm_cuda_attention a)
+{
+    switch (a) {
+    case PLLM_CUDA_ATTN_AUTO:
+        return "auto";
+    case PLLM_CUDA_ATTN_OWN:
+        return "own";
+    case PLLM_CUDA_ATTN_FLASHINFER:
+        return "flashinfer";
+    }
+    return "?";
+}
+
+bool pllm_cuda_attention_parse(const char *s, pllm_cuda_attention *out)
+{
+    for (int a = PLLM_CUDA_ATTN_AUTO; a <= PLLM_CUDA_ATTN_FLASHINFER; a++)
+        if (!strcmp(s, pllm_cuda_attention_name((pllm_cuda_attention)a))) {
+            *out = (pllm_cuda_attention)a;
+            return true;
+        }
+    return false;
 }
 
 int pllm_cuda_device_count(char *why, size_t n)
@@ -842,6 +921,10 @@ pllm_status pllm_cuda_backend_create(pllm_backend *out, const pllm_model *model,
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "cuda backend: kv_dtype %s is not supported (F16, F32)",
                            pllm_dtype_name(params.kv_dtype));
+    if ((unsigned)params.attention > PLLM_CUDA_ATTN_FLASHINFER)
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cuda backend: attention %d is not a pllm_cuda_attention value",
+                           (int)params.attention);
     if ((unsigned)params.weights > PLLM_CUDA_WEIGHTS_F32)
         return pllm_errorf(PLLM_ERR_INVALID,
                            "cuda backend: weights %d is not a pllm_cuda_weights value",
@@ -893,6 +976,19 @@ pllm_status pllm_cuda_backend_create(pllm_backend *out, const pllm_model *model,
         if ((st = pllm_cuda_event_create(c->dev, &c->ev_uploaded[i])) ||
             (st = pllm_cuda_event_create(c->dev, &c->ev_done[i])))
             goto fail;
+    if (params.attention == PLLM_CUDA_ATTN_FLASHINFER) {
+        char why[256];
+        if (!pllm_cuda_fi_supported(cfg, params.kv_dtype, c->wdt, why, sizeof why)) {
+            st = pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                             "cuda backend: --attention-backend flashinfer: model %s: %s (own "
+                             "kernels serve it: --attention-backend own)",
+                             model->name, why);
+            goto fail;
+        }
+        size_t fi_bytes = 0;
+        if ((st = pllm_cuda_fi_create(&c->fi, c->dev, &fi_bytes)) != PLLM_OK) goto fail;
+        c->workspace_bytes += fi_bytes;
+    }
     if ((st = pllm_cuda_weights_upload(c)) != PLLM_OK) goto fail;
     out->iface = &g_cuda_iface;
     out->ctx = c;
@@ -923,6 +1019,8 @@ void pllm_cuda_backend_get_info(const pllm_backend *b, pllm_cuda_backend_info *o
     out->graph_steps = c->graph_steps;
     out->split_steps = c->split_steps;
     snprintf(out->graph_error, sizeof out->graph_error, "%s", c->graph_error);
+    snprintf(out->attention, sizeof out->attention, "%s", c->fi ? pllm_cuda_fi_build() : "own");
+    out->fi_steps = c->fi_steps;
     out->graphs = c->n_graphs;
 }
 

@@ -59,6 +59,20 @@ typedef enum pllm_cuda_weights {
     PLLM_CUDA_WEIGHTS_F32,
 } pllm_cuda_weights;
 
+/* Which kernels run decode attention (steps where every sequence has one new token). */
+typedef enum pllm_cuda_attention {
+    PLLM_CUDA_ATTN_AUTO = 0,   /* own, until bench/gpu/check.sh has shown FlashInfer agreeing
+                                  with it on a GPU (docs/cuda.md, section 8) */
+    PLLM_CUDA_ATTN_OWN,        /* pllm's kernels (cuda/attention_decode.cu) */
+    PLLM_CUDA_ATTN_FLASHINFER, /* FlashInfer's batched paged decode (cuda/attention_fi.h): F16
+                                  weights and KV, head_dim 64 or 128; create fails naming what
+                                  it does not take. Prefill and mixed steps stay on own kernels */
+} pllm_cuda_attention;
+
+/* "auto", "own", "flashinfer"; pllm_cuda_attention_parse gives false for another name. */
+const char *pllm_cuda_attention_name(pllm_cuda_attention a);
+bool pllm_cuda_attention_parse(const char *s, pllm_cuda_attention *out);
+
 typedef struct pllm_cuda_params {
     int32_t device;            /* ordinal; default 0 */
     float gpu_memory_fraction; /* share of the device's total memory this backend may use
@@ -75,6 +89,7 @@ typedef struct pllm_cuda_params {
                                   (a decode block is 4 warps; 3-5 fit an SM) */
     bool no_graphs;            /* run decode steps without CUDA graphs */
     int32_t max_graph_batch;   /* largest decode batch run as a graph; default 256 */
+    pllm_cuda_attention attention; /* decode attention kernels; default AUTO */
 } pllm_cuda_params;
 
 void pllm_cuda_params_defaults(pllm_cuda_params *p);
@@ -104,6 +119,9 @@ typedef struct pllm_cuda_backend_info {
     int32_t graphs;             /* graphs captured */
     char graph_error[256];      /* why graph capture was given up ("" when it was not): a
                                    capture the driver refuses makes decode steps run eagerly */
+    char attention[96];         /* the decode attention path: "own", or the FlashInfer build
+                                   ("flashinfer 0.7.2.post1", the emulated contract reference) */
+    int64_t fi_steps;           /* steps whose decode attention FlashInfer ran */
 } pllm_cuda_backend_info;
 
 /* Describe a backend made by pllm_cuda_backend_create. */

@@ -27,13 +27,15 @@ typedef struct cuda_layer {
  * plan of the same counts. */
 typedef struct cuda_plan_layout {
     int32_t n_tokens, n_samples, n_items, n_tiles; /* as packed (graphs: padded) */
-    size_t tokens, positions, slots, rows, items, tiles, params, block_tables, ids;
+    size_t tokens, positions, slots, rows, items, tiles, params, fi_indptr, fi_last, block_tables,
+        ids;
     size_t bytes; /* total, with the block tables and ids that follow */
 } cuda_plan_layout;
 
 /* A captured decode graph: batch B (padded), attention splits. */
 typedef struct cuda_graph {
     int32_t batch, n_splits, split_len;
+    bool fi; /* its decode attention is FlashInfer's */
     pllm_cuda_graph *g;
 } cuda_graph;
 
@@ -105,6 +107,11 @@ typedef struct cuda_ctx {
     pllm_cuda_attn_item *items;
     pllm_cuda_attn_tile *tiles;
     int32_t cap_items, cap_tiles;
+
+    /* FlashInfer's decode attention (params.attention resolved): NULL when own kernels run */
+    struct pllm_cuda_fi *fi;
+    void *q16;        /* [T][QD] F16: the queries FlashInfer reads (with fi only) */
+    int64_t fi_steps; /* steps whose decode attention FlashInfer ran */
 
     /* graphs */
     cuda_graph graphs[CUDA_MAX_GRAPHS];

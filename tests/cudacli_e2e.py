@@ -254,6 +254,10 @@ def e2e(pool):
         real = write_jsonl("real.jsonl", real_recs)
         jobs.append(("SmolLM2-135M Q4_1 production", MODEL, real,
                      ["--max-tokens", "4" if SANITIZE else "16", "--max-seqs", "4", "--max-batched-tokens", "128"], []))
+        # decode attention by the FlashInfer path (in pllm-emu: its contract reference)
+        jobs.append(("SmolLM2-135M Q4_1 production flashinfer", MODEL, real,
+                     ["--max-tokens", "4" if SANITIZE else "16", "--max-seqs", "4", "--max-batched-tokens", "128"],
+                     ["--attention-backend", "flashinfer"]))
 
     def one(job):
         name, model, pfile, args, cuda_args = job
@@ -288,6 +292,9 @@ def e2e(pool):
         ta[1] += t
         ta[2] += 1
         print(f"  {name}: {a}/{t} greedy tokens identical ({secs:.1f} s)")
+        if name.endswith("flashinfer") and emu[0] == 0:
+            check("flashinfer contract reference (emulated) attention" in emu[2],
+                  f"{name}: the report does not say FlashInfer ran the attention: {emu[2][-1500:]}")
         if "SmolLM2" in name and emu[0] == 0:
             check("Device" in emu[2] and "cuda:0" in emu[2] and "emulated" in emu[2],
                   f"the emulated run's report does not name the device: {emu[2][-1500:]}")
@@ -366,6 +373,12 @@ def device_checks(tiny):
             check(rc == 2 and "gpu-memory-fraction" in err, f"--gpu-memory-fraction {f}: exit {rc}: {err}")
         rc, out, err = run(binary, base + ["--dtype", "fp8"])
         check(rc == 2 and "--dtype 'fp8' is not one of" in err, f"--dtype fp8: exit {rc}: {err}")
+        rc, out, err = run(binary, base + ["--attention-backend", "flash"])
+        check(rc == 2 and "--attention-backend 'flash' is not one of auto, own, flashinfer" in err,
+              f"--attention-backend flash: exit {rc}: {err}")
+        rc, out, err = run(binary, base + ["--device", "cpu", "--attention-backend", "flashinfer"])
+        check(rc == 2 and "--attention-backend flashinfer needs a CUDA device" in err,
+              f"--device cpu --attention-backend flashinfer: exit {rc}: {err}")
         rc, out, err = run(binary, base + ["--kv-cache-dtype", "int8"])
         check(rc == 2 and "--kv-cache-dtype 'int8' is not one of" in err, f"--kv-cache-dtype int8: exit {rc}: {err}")
     rc, out, err = run(PLLM, ["generate", "--help"])

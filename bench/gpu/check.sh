@@ -10,9 +10,11 @@
 # GPU image has them); pllm's libraries, the gguf package and the tokenizer come in the pack.
 #
 # Phase 1, correctness (concurrently: the GPU is shared, nothing here is timed):
-#   - the GPU twins: cuda_ops_gpu, cuda_sampler_gpu, cuda_backend_gpu, cuemu_kernels_gpu,
+#   - the GPU twins: cuda_ops_gpu, cuda_sampler_gpu, cuda_backend_gpu, cuda_flashinfer_gpu (own
+#     vs FlashInfer decode attention), cuemu_kernels_gpu,
 #     cuemu_device_gpu (the emulated tests' checks on the device);
-#   - compute-sanitizer memcheck and racecheck on cuda_backend_gpu, and on one
+#   - compute-sanitizer memcheck and racecheck on cuda_backend_gpu (memcheck on cuda_flashinfer_gpu),
+#     and on one
 #     `pllm generate --device cuda` (a random tiny Llama with a padded vocabulary, 4 prompts);
 #   - tests/cuda_e2e.py random (CUDA vs CPU on the random test models) and model (the default
 #     model, when $PLLM_HOME/models has it: it is too large to carry, so usually skipped, said so);
@@ -20,7 +22,8 @@
 # Phase 2, figures (one at a time, the GPU otherwise idle):
 #   - kernel_bench --dims llama3-8b and smollm2-135m: every kernel against the device's peaks;
 #   - pllm bench --device cuda on the 7B shape: 256 requests x 256 prompt / 128 output tokens,
-#     greedy; then Hugging Face transformers generate on the same directory and workload at its
+#     greedy, with pllm's own decode attention and again with --attention-backend flashinfer;
+#     then Hugging Face transformers generate on the same directory and workload at its
 #     best batch (bench/gpu/hf_baseline.py); the ratio of output tokens/s.
 # Output: a PASS/FAIL line per check, the figures, the verdict last; every log in
 # $OUT/check-logs.tar.gz (the device tool brings $OUT back) or /tmp/pllm-check/logs.
@@ -63,7 +66,7 @@ printf '%s\n' '{"id": "a", "prompt": "The capital of France is"}' \
 python3 bench/gpu/mkmodel.py "$W/tiny" tiny "$P/tokenizer" >"$L/mkmodel-tiny.log" 2>&1
 python3 bench/gpu/mkmodel.py /dev/shm/pllm-7b "${PLLM_CHECK_SHAPE:-7b}" "$P/tokenizer" >"$L/mkmodel-7b.log" 2>&1 &
 mk7=$!
-(for t in cuemu_device_gpu cuemu_kernels_gpu cuda_ops_gpu cuda_sampler_gpu cuda_backend_gpu; do
+(for t in cuemu_device_gpu cuemu_kernels_gpu cuda_ops_gpu cuda_sampler_gpu cuda_backend_gpu cuda_flashinfer_gpu; do
     timeout 120 "$P/tests/$t" >"$L/$t.log" 2>&1
     echo "$t $?" >>"$L/twins.rc"
 done) &
@@ -83,6 +86,8 @@ if [ -n "$CS" ]; then
         sanitize "$tool" generate "${gen[@]/PLACE/$tool}" &
         san+=($!)
     done
+    sanitize memcheck flashinfer "$P/tests/cuda_flashinfer_gpu" &
+    san+=($!)
 fi
 timeout 170 python3 tests/cuda_e2e.py "$P/tests/cuda_vs_cpu_gpu" random >"$L/cuda_e2e-random.log" 2>&1 &
 e2e=$!
@@ -107,7 +112,8 @@ fi
 if [ -n "$CS" ]; then
     for p in "${san[@]}"; do wait "$p"; done
     for tool in memcheck racecheck; do
-        for name in backend generate; do
+        for name in backend generate flashinfer; do
+            [ -f "$L/$tool-$name.rc" ] || continue
             rc=$(cat "$L/$tool-$name.rc")
             summary=$(grep -m1 "ERROR SUMMARY\|RACECHECK SUMMARY" "$L/$tool-$name.log")
             ok=1
@@ -135,6 +141,12 @@ timeout 150 "$P/bin/pllm" bench --device cuda -m /dev/shm/pllm-7b --dataset rand
     >"$L/pllm-7b.txt" 2>&1
 verdict "pllm bench 7B" $? "$(grep -E 'Output token throughput' "$L/pllm-7b.txt" | tr -s ' ')"
 grep -E "Duration|Request throughput|Output token|Total token|Mean TTFT|Mean TPOT|Device" "$L/pllm-7b.txt"
+# the same run with FlashInfer's decode attention (--attention-backend flashinfer)
+timeout 150 "$P/bin/pllm" bench --device cuda -m /dev/shm/pllm-7b --dataset random --input-len 256 \
+    --output-len 128 -n 256 --max-seqs 256 --max-batched-tokens 8192 --attention-backend flashinfer \
+    --stats-json "$L/pllm-7b-fi.json" >"$L/pllm-7b-fi.txt" 2>&1
+verdict "pllm bench 7B flashinfer" $? "$(grep -E 'Output token throughput' "$L/pllm-7b-fi.txt" | tr -s ' ')"
+grep -E "Output token|Mean TPOT|Device" "$L/pllm-7b-fi.txt"
 timeout 170 python3 bench/gpu/hf_baseline.py /dev/shm/pllm-7b 256 256 128 256 128 >"$L/hf-7b.txt" 2>&1
 verdict "transformers baseline" $? "$(grep '^hf-best' "$L/hf-7b.txt" | cut -c1-200)"
 grep '^hf' "$L/hf-7b.txt"
