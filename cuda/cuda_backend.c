@@ -123,7 +123,8 @@ static ws_sizes ws_of(const cuda_ctx *c)
     ws_sizes w;
     w.per_token = 4 * E + 4 * E + c->wsz * E + 4 * (qd + 2 * kvd) + c->wsz * qd + c->wsz * 2 * F +
                   c->wsz * F + (c->fi ? 2 * qd : 0);
-    w.per_sample = c->wsz * E + 3 * 4 * V + 8 + sizeof(pllm_cuda_sample_top);
+    w.per_sample = c->wsz * E + 3 * 4 * V + 8 + sizeof(pllm_cuda_sample_top) +
+                   pllm_cuda_sample_part_bytes(1, PLLM_CUDA_SAMPLE_MAX_PARTS);
     w.part = pllm_cuda_attn_decode_workspace(max_split_items(c), cfg->n_head, cfg->head_dim,
                                              CUDA_MAX_SPLITS);
     return w;
@@ -144,8 +145,8 @@ static void free_token_ws(cuda_ctx *c)
 
 static void free_sample_ws(cuda_ctx *c)
 {
-    void **bufs[] = {&c->xs, (void **)&c->logits, (void **)&c->work, (void **)&c->counts,
-                     &c->d_res};
+    void **bufs[] = {&c->xs,    (void **)&c->logits, (void **)&c->work, (void **)&c->counts,
+                     &c->d_res, &c->sample_part};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(bufs); i++) {
         pllm_cuda_free(c->dev, *bufs[i]);
         *bufs[i] = NULL;
@@ -207,6 +208,9 @@ static pllm_status reserve(cuda_ctx *c, int32_t n_tokens, int32_t n_samples)
             (st = dalloc(c, (void **)&c->work, 4 * V * (size_t)S, "sampler", S)) ||
             (st = dalloc(c, (void **)&c->counts, 4 * V * (size_t)S, "sampler counts", S)) ||
             (st = dalloc(c, &c->d_res, res_bytes(S), "results", S)) ||
+            (st = dalloc(c, &c->sample_part,
+                         pllm_cuda_sample_part_bytes(S, PLLM_CUDA_SAMPLE_MAX_PARTS),
+                         "sampling statistics", S)) ||
             (st = pllm_cuda_memset(c->dev, c->counts, 0, 4 * V * (size_t)S))) {
             free_sample_ws(c);
             return st;
@@ -338,6 +342,8 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
                                 .tokens = d->res_tok,
                                 .logprobs = d->res_lp,
                                 .top = d->res_top,
+                                .part = c->sample_part,
+                                .n_parts = pllm_cuda_sample_parts(d->n_samples, V, c->info.n_sm),
                                 .n_samples = d->n_samples,
                                 .n_vocab = V};
     return pllm_cuda_sample(c->dev, &sa);

@@ -87,6 +87,7 @@ typedef struct cuda_ctx {
     float *logits;   /* [S][n_vocab] */
     float *work;     /* [S][n_vocab] sampler scratch */
     int32_t *counts; /* [S][n_vocab] zero between steps */
+    void *sample_part; /* [S][PLLM_CUDA_SAMPLE_MAX_PARTS] sampling's row statistics */
     void *part;      /* decode attention split partials */
     size_t part_bytes;
     void *d_res; /* results: [S][tokens] [S][logprobs] [S][pllm_cuda_sample_top] */

@@ -188,9 +188,21 @@ typedef struct pllm_cuda_sample_args {
     float *logprobs;                       /* [n_samples] out: raw log-prob of the token */
     pllm_cuda_sample_top *top; /* [n_samples] out (entries [0, n_top) written); may be NULL when
                                   no sample asks for top logprobs */
+    void *part;      /* [n_samples][n_parts] per-chunk statistics (pllm_cuda_sample_part_bytes) */
+    int32_t n_parts; /* chunks each row's statistics pass is split into, in [1, 32]
+                        (pllm_cuda_sample_parts) */
     int32_t n_samples, n_vocab;
 } pllm_cuda_sample_args;
+/* Two launches: the row statistics (raw max, arg-max, log-softmax normaliser) over n_samples x
+ * n_parts blocks, then the sampling kernel (one block a sample), which needs no pass of its own
+ * over a greedy row without bans, penalties or top logprobs. */
 pllm_status pllm_cuda_sample(pllm_cuda_dev *dev, const pllm_cuda_sample_args *a);
+#define PLLM_CUDA_SAMPLE_MAX_PARTS 32
+/* Bytes of args.part for n_samples rows of n_parts chunks. */
+size_t pllm_cuda_sample_part_bytes(int32_t n_samples, int32_t n_parts);
+/* The chunks per row that spread n_samples rows of n_vocab logits over a device of n_sm SMs
+ * (about 4 blocks an SM, chunks of at least 4096 logits): 1 .. PLLM_CUDA_SAMPLE_MAX_PARTS. */
+int32_t pllm_cuda_sample_parts(int32_t n_samples, int32_t n_vocab, int32_t n_sm);
 
 /* Host side (cuda/sample_pack.c): the ids a request needs uploaded (its prompt when the
  * repetition penalty is on, its output when a penalty is on, its banned ids), and its record:

@@ -4,8 +4,10 @@
  * the requested logprobs leave the device.
  *
  * How each rule of sampling.h is met on a block of threads:
- *   - sanitising, the raw max and the log-softmax normaliser: one pass, block reductions; the
- *     exponentials are taken in double and cut to 0 below -708 as the CPU's exp is;
+ *   - sanitising, the raw max, the raw arg-max and the log-softmax normaliser: a first kernel
+ *     over n_parts chunks of each row (max, arg-max key, sum exp(l - max) in float terms summed
+ *     in double), combined by the sampling kernel (sum_p sum_p exp(max_p - max) in double);
+ *     plain greedy takes the raw arg-max from there and reads no row;
  *   - top-N raw logprobs: N block arg-max passes over the key (logit, -id), each excluding what
  *     the previous ones chose (ties: lower id first);
  *   - bans, then the repetition penalty applied once per distinct id (the first thread to flip
@@ -36,6 +38,16 @@ namespace
 {
 
 constexpr int kThreads = 512;
+constexpr int kStatThreads = 256;
+
+/* One chunk's statistics of a row (sample_stats_kernel): the sanitised maximum, the arg-max key
+ * of the sanitised logits, and sum exp(l - max) over the chunk. */
+struct part_stats {
+    unsigned long long key;
+    double sum;
+    float max;
+    int pad;
+};
 
 __device__ __forceinline__ float sanitize(float v)
 {
@@ -267,6 +279,60 @@ __device__ int sample_random(const float *lg, int V, const pllm_cuda_sample_para
 }
 
 /*
+ * sample_stats_kernel
+ *   logits [n_samples][V] F32 (read only); params [n_samples] (n_valid); part
+ *   [n_samples][n_parts] out.
+ * Launch: grid (n_samples, n_parts), 256 threads; block (s, p) takes the p-th of n_parts equal
+ *   contiguous chunks of row s's first n_valid logits: one pass for the sanitised max and the
+ *   arg-max key (larger value, then lower id), a second over the same chunk (L1/L2-resident, 16
+ *   KiB at V = 128k, 32 parts) for sum exp(l - max): exp in float (each term within an ulp of
+ *   float; the logprobs it feeds are floats), summed in double.
+ * Shared memory: 0.5 KiB (reduction scratch).
+ * Per row: reads 4 V bytes once from memory; n_parts x 24 bytes written. With the rows spread
+ *   over ~4 blocks an SM (pllm_cuda_sample_parts) the pass runs at the device's bandwidth: 64 rows
+ *   x 128k = 32 MiB, ~11 us at 3 TB/s.
+ */
+__global__ void __launch_bounds__(kStatThreads) sample_stats_kernel(pllm_cuda_sample_args a)
+{
+    PLLM_SHARED(float, sh_f, 32);
+    PLLM_SHARED(double, sh_d, 32);
+    PLLM_SHARED(unsigned long long, sh_u, 32);
+    float *const pf = sh_f;
+    double *const pd = sh_d;
+    unsigned long long *const pu = sh_u;
+    const int s = blockIdx.x, p = blockIdx.y, tid = threadIdx.x;
+    const pllm_cuda_sample_params &P = a.params[s];
+    const int V = P.n_valid > 0 && P.n_valid < a.n_vocab ? P.n_valid : a.n_vocab;
+    const int chunk = (V + a.n_parts - 1) / a.n_parts;
+    const int i0 = min(V, p * chunk), i1 = min(V, i0 + chunk);
+    const float *raw = a.logits + (int64_t)s * a.n_vocab;
+    float mx = -INFINITY;
+    unsigned long long best = 0;
+    for (int i = i0 + tid; i < i1; i += kStatThreads) {
+        const float v = sanitize(raw[i]);
+        mx = fmaxf(mx, v);
+        const unsigned long long k = argmax_key(v, i);
+        best = k > best ? k : best;
+    }
+    mx = pllm_cuda::block_reduce(mx, pf, -INFINITY, pllm_cuda::warp_max_op());
+    best = pllm_cuda::block_reduce(best, pu, 0ull, pllm_cuda::warp_max_op());
+    double se = 0.0;
+    if (mx > -INFINITY)
+        for (int i = i0 + tid; i < i1; i += kStatThreads) {
+            const float d = sanitize(raw[i]) - mx;
+            se += d < -708.0f ? 0.0 : (double)expf(d);
+        }
+    se = pllm_cuda::block_reduce(se, pd, 0.0, pllm_cuda::warp_sum_op());
+    if (tid == 0) {
+        part_stats *o = static_cast<part_stats *>(a.part) + (int64_t)s * a.n_parts + p;
+        o->key = best;
+        o->sum = se;
+        o->max = mx;
+        o->pad = 0;
+    }
+}
+
+/*
  * sample_kernel
  *   (V: n_vocab, the row stride; a sample reads only its first params[s].n_valid logits)
  *   logits [n_samples][V] F32 (read only); work [n_samples][V] F32 scratch; counts
@@ -278,12 +344,14 @@ __device__ int sample_random(const float *lg, int V, const pllm_cuda_sample_para
  * Shared memory: 2.8 KiB static (reduction scratch, one 256-bin double histogram).
  * Preconditions: params validated (pllm_sampling_validate) and packed by pllm_cuda_sample_fill;
  *   ids in [0, V) (the kernel skips others); counts all zero; top non-NULL when some n_top > 0.
- * Per sample: greedy reads the row 3 times (sanitise + max, lse, arg-max) and writes it once:
- *   16 V bytes (2 MiB at V = 128k); each top logprob adds a 4 V-byte pass; random sampling adds
+ * Per sample: the raw max, arg-max and normaliser come from sample_stats_kernel's chunks (n_parts
+ *   records). Plain greedy (no bans, penalties or top logprobs) then reads no logit row at all
+ *   (one logit for its logprob); otherwise the row is sanitised into work (8 V bytes), each top
+ *   logprob adds a 4 V-byte pass, greedy with bans or penalties an arg-max pass, random sampling
  *   ~8 passes (up to 12 with top-k and top-p) with a double exp per element and pass. Latency
  *   bound for small batches (one block per sample), bandwidth bound for large ones.
  */
-__global__ void __launch_bounds__(kThreads) sample_kernel(pllm_cuda_sample_args a)
+__global__ void __launch_bounds__(kThreads, 1) sample_kernel(pllm_cuda_sample_args a)
 {
     PLLM_SHARED(float, sh_f, 32);
     PLLM_SHARED(double, sh_d, 32);
@@ -302,21 +370,35 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(pllm_cuda_sample_args 
     float *lg = a.work + (int64_t)s * a.n_vocab;
     int32_t *cnt = a.counts + (int64_t)s * a.n_vocab;
 
-    /* sanitise, raw max, log-softmax normaliser */
+    /* the raw max, arg-max and log-softmax normaliser from the chunks' statistics */
+    const part_stats *ps = static_cast<const part_stats *>(a.part) + (int64_t)s * a.n_parts;
     float mx = -INFINITY;
-    for (int i = tid; i < V; i += kThreads) {
-        const float v = sanitize(raw[i]);
-        lg[i] = v;
-        mx = fmaxf(mx, v);
-    }
+    unsigned long long rbest = 0;
+    if (tid < a.n_parts) mx = ps[tid].max, rbest = ps[tid].key;
     const float rmax = pllm_cuda::block_reduce(mx, sh.f, -INFINITY, pllm_cuda::warp_max_op());
+    rbest = pllm_cuda::block_reduce(rbest, sh.u, 0ull, pllm_cuda::warp_max_op());
     double lse = -INFINITY;
     if (rmax > -INFINITY) {
         double se = 0.0;
-        for (int i = tid; i < V; i += kThreads) se += exp_cut((double)lg[i] - (double)rmax);
+        if (tid < a.n_parts && ps[tid].max > -INFINITY)
+            se = ps[tid].sum * exp((double)ps[tid].max - (double)rmax);
         se = pllm_cuda::block_reduce(se, sh.d, 0.0, pllm_cuda::warp_sum_op());
         lse = (double)rmax + log(se);
     }
+
+    /* greedy with nothing that changes the logits and no list wanted: the raw arg-max */
+    if ((P.temperature == 0.0f || P.top_k == 1) && P.n_banned == 0 && P.n_top == 0 &&
+        !(P.flags & (PLLM_CUDA_SAMPLE_REP | PLLM_CUDA_SAMPLE_FREQ)) && rmax > -INFINITY) {
+        if (tid == 0) {
+            const int token = argmax_id(rbest);
+            a.tokens[s] = token;
+            a.logprobs[s] = (float)((double)sanitize(raw[token]) - lse);
+        }
+        return;
+    }
+
+    for (int i = tid; i < V; i += kThreads) lg[i] = sanitize(raw[i]);
+    __syncthreads();
 
     /* top-N raw logprobs */
     const int n_top = min(P.n_top, V);
@@ -415,12 +497,34 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(pllm_cuda_sample_args 
 
 } /* namespace */
 
+extern "C" size_t pllm_cuda_sample_part_bytes(int32_t n_samples, int32_t n_parts)
+{
+    return sizeof(part_stats) * (size_t)(n_samples > 0 ? n_samples : 0) *
+           (size_t)(n_parts > 0 ? n_parts : 0);
+}
+
+extern "C" int32_t pllm_cuda_sample_parts(int32_t n_samples, int32_t n_vocab, int32_t n_sm)
+{
+    if (n_samples < 1) return 1;
+    int64_t p = ((int64_t)4 * (n_sm > 0 ? n_sm : 1) + n_samples - 1) / n_samples;
+    p = p < (n_vocab + 4095) / 4096 ? p : (n_vocab + 4095) / 4096;
+    return (int32_t)(p < 1 ? 1 : p > PLLM_CUDA_SAMPLE_MAX_PARTS ? PLLM_CUDA_SAMPLE_MAX_PARTS : p);
+}
+
 extern "C" pllm_status pllm_cuda_sample(pllm_cuda_dev *dev, const pllm_cuda_sample_args *a)
 {
-    if (a->n_samples < 0 || a->n_vocab < 1)
-        return pllm_errorf(PLLM_ERR_INVALID, "sample: bad shape n_samples=%d n_vocab=%d",
-                           a->n_samples, a->n_vocab);
+    if (a->n_samples < 0 || a->n_vocab < 1 || a->n_parts < 1 ||
+        a->n_parts > PLLM_CUDA_SAMPLE_MAX_PARTS || (a->n_samples > 0 && !a->part))
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "sample: bad shape n_samples=%d n_vocab=%d n_parts=%d (1..%d, part %s)",
+                           a->n_samples, a->n_vocab, a->n_parts, PLLM_CUDA_SAMPLE_MAX_PARTS,
+                           a->part ? "given" : "NULL");
     if (a->n_samples == 0) return PLLM_OK;
+    PLLM_LAUNCH(sample_stats_kernel, dim3((unsigned)a->n_samples, (unsigned)a->n_parts),
+                dim3(kStatThreads), 0, pllm_cuda_dev_stream(dev))
+    (*a);
+    pllm_status st = PLLM_CUDA_LAUNCHED("sample_stats_kernel");
+    if (st != PLLM_OK) return st;
     PLLM_LAUNCH(sample_kernel, dim3((unsigned)a->n_samples), dim3(kThreads), 0,
                 pllm_cuda_dev_stream(dev))
     (*a);

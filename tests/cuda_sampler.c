@@ -212,7 +212,11 @@ static void run_batch(pllm_cuda_dev *dev, int V, int S, int *n_same, int *n_ambi
     }
 
     void *d_logits = NULL, *d_work = NULL, *d_cnt = NULL, *d_rec = NULL, *d_ids = NULL,
-         *d_tok = NULL, *d_lp = NULL, *d_top = NULL;
+         *d_tok = NULL, *d_lp = NULL, *d_top = NULL, *d_part = NULL;
+    /* the statistics pass split anywhere from 1 chunk a row to the most (some chunks empty when
+     * V is small), and as the backend splits it */
+    const int n_parts = rnd(3) == 0 ? pllm_cuda_sample_parts(S, V, 132) : 1 + rnd(32);
+    CHECK_OK(pllm_cuda_alloc(dev, &d_part, pllm_cuda_sample_part_bytes(S, n_parts)));
     CHECK_OK(pllm_cuda_alloc(dev, &d_logits, sizeof(float) * (size_t)S * V));
     CHECK_OK(pllm_cuda_alloc(dev, &d_work, sizeof(float) * (size_t)S * V));
     CHECK_OK(pllm_cuda_alloc(dev, &d_cnt, sizeof(int32_t) * (size_t)S * V));
@@ -233,6 +237,8 @@ static void run_batch(pllm_cuda_dev *dev, int V, int S, int *n_same, int *n_ambi
                                .tokens = d_tok,
                                .logprobs = d_lp,
                                .top = d_top,
+                               .part = d_part,
+                               .n_parts = n_parts,
                                .n_samples = S,
                                .n_vocab = V};
     CHECK_OK(pllm_cuda_sample(dev, &a));
@@ -312,7 +318,7 @@ static void run_batch(pllm_cuda_dev *dev, int V, int S, int *n_same, int *n_ambi
     pllm_cuda_free(dev, d_logits), pllm_cuda_free(dev, d_work), pllm_cuda_free(dev, d_cnt),
         pllm_cuda_free(dev, d_rec);
     pllm_cuda_free(dev, d_ids), pllm_cuda_free(dev, d_tok), pllm_cuda_free(dev, d_lp),
-        pllm_cuda_free(dev, d_top);
+        pllm_cuda_free(dev, d_top), pllm_cuda_free(dev, d_part);
 }
 
 int main(int argc, char **argv)
