@@ -417,6 +417,13 @@ int cmd_bench(int argc, char **argv)
     int rc = cmd_parse(&spec, argc, argv, NULL, &n_pos);
     if (rc) return rc == 1 ? 0 : 2;
     if ((rc = cmd_engine_opts_finish(&eo)) != 0) return rc;
+    if (strchr(eo.rt.device, ',')) {
+        fprintf(stderr,
+                "pllm: --device %s: bench runs on one device (a list of devices is for "
+                "generate)\n",
+                eo.rt.device);
+        return 2;
+    }
     pllm_format format;
     if (pllm_format_parse(o.format_s, &format) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());

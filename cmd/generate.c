@@ -33,6 +33,7 @@
 #include "cmd/progress.h"
 #include "cmd/runrecord.h"
 #include "cmd/runtime.h"
+#include "cmd/devices.h"
 #include "cmd/shard.h"
 #include "cmd/shared.h"
 #include "datasets/idset.h"
@@ -475,6 +476,18 @@ int cmd_generate(int argc, char **argv)
     pllm_request_params defaults;
     if ((rc = cmd_sampling_opts_finish(&so, &defaults)) != 0) return rc;
     if ((rc = cmd_engine_opts_finish(&eo)) != 0) return rc;
+    if (cmd_devices_is_list(eo.rt.device)) {
+        /* several GPUs: a worker process per device over the same partition, then a merge */
+        const cmd_devices_run dr = {.devices = eo.rt.device,
+                                    .out_path = out_path,
+                                    .stats_json = stats_json,
+                                    .order_input = order == GEN_ORDER_INPUT,
+                                    .overwrite = overwrite,
+                                    .resume = resume,
+                                    .quiet = quiet,
+                                    .shard_given = sho.shard != NULL};
+        return cmd_devices_generate(argc, argv, &dr, &interrupted);
+    }
     cmd_shard sh;
     if ((rc = cmd_shard_init(&sh, &sho, pos[0], eo.ep.block_size)) != 0) return rc;
 

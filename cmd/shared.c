@@ -42,7 +42,8 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"device", 0, CMD_OPT_STR, &o->rt.device, "DEV", "auto",
-                   "auto (CUDA device 0 when one answers, else the CPU), cpu, cuda or cuda:N",
+                   "auto (CUDA device 0 when one answers, else the CPU), cpu, cuda or cuda:N; "
+                   "generate also takes a list, cuda:0,1,... (a worker per device, one output)",
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"gpu-memory-fraction", 0, CMD_OPT_FLOAT, &o->rt.gpu_memory_fraction, "F", "0.9",
@@ -190,7 +191,9 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
     o->ep.seed = (uint64_t)o->seed;
     o->rt.step_tokens = o->ep.max_batched_tokens;
     o->rt.step_seqs = o->ep.max_seqs;
-    /* the device is checked now: asking for one that cannot run fails before any work */
+    /* the device is checked now: asking for one that cannot run fails before any work (a list
+     * is generate's: cmd/devices.c checks each entry) */
+    if (strchr(o->rt.device, ',')) return 0;
     cmd_device d;
     return cmd_device_select(&d, o->rt.device);
 }

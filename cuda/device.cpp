@@ -197,7 +197,7 @@ int pllm_cuda_dev_count(char *why, size_t n_why)
     }
     if (why) {
 #ifdef PLLM_CUDA_EMU
-        snprintf(why, n_why, "%d emulated device (cuemu, no GPU)", n);
+        snprintf(why, n_why, "%d emulated device%s (cuemu, no GPU)", n, n == 1 ? "" : "s");
 #else
         snprintf(why, n_why, "%d CUDA device%s", n, n == 1 ? "" : "s");
 #endif

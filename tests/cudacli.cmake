@@ -16,6 +16,8 @@ if(TARGET pllm_cuda_emu)
   target_compile_definitions(pllm-emu PRIVATE PLLM_HAVE_CUDA=1)
   pllm_add_py_test(cudacli_e2e cudacli_e2e.py LABELS cuda
                    ARGS $<TARGET_FILE:pllm-emu> $<TARGET_EXISTS:pllm_cuda>)
+  # generate --device cuda:0,1: a worker per (emulated) device, one merged output
+  pllm_add_py_test(cli_devices cli_devices.py LABELS cuda ARGS $<TARGET_FILE:pllm-emu>)
 else()
   add_test(NAME cudacli_e2e COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: CUDA toolkit headers (cuda_fp16.h) not found")
   set_tests_properties(cudacli_e2e PROPERTIES LABELS cuda SKIP_REGULAR_EXPRESSION "SKIPPED")

@@ -525,23 +525,39 @@ const char *cudaGetErrorString(cudaError_t e)
     }
 }
 
+/* The devices the emulator answers for: $PLLM_CUEMU_DEVICES (1..8, default 1). Every ordinal is
+ * the same emulated device (one memory, one stream set): for testing command lines that run one
+ * process per device (generate --device cuda:0,1), not several devices in one process. */
+static int n_devices()
+{
+    static const int n = [] {
+        const char *e = getenv("PLLM_CUEMU_DEVICES");
+        const int v = e ? atoi(e) : 1;
+        return v < 1 ? 1 : v > 8 ? 8 : v;
+    }();
+    return n;
+}
+static thread_local int g_current_device = 0;
+
 cudaError_t cudaGetDeviceCount(int *count)
 {
-    *count = 1;
+    *count = n_devices();
     return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device_id)
 {
-    if (device_id != 0)
+    if (device_id < 0 || device_id >= n_devices())
         return fail(cudaErrorInvalidDevice, false,
-                    "cudaSetDevice(%d): the emulator has device 0 only", device_id);
+                    "cudaSetDevice(%d): the emulator has devices 0 to %d (PLLM_CUEMU_DEVICES)",
+                    device_id, n_devices() - 1);
+    g_current_device = device_id;
     return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *device_id)
 {
-    *device_id = 0;
+    *device_id = g_current_device;
     return cudaSuccess;
 }
 
@@ -559,7 +575,7 @@ cudaError_t cudaRuntimeGetVersion(int *v)
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device_id)
 {
-    if (device_id != 0)
+    if (device_id < 0 || device_id >= n_devices())
         return fail(cudaErrorInvalidDevice, false, "cudaGetDeviceProperties(%d): no such device",
                     device_id);
     memset(p, 0, sizeof *p);
@@ -588,7 +604,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device_id)
 
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device_id)
 {
-    if (device_id != 0)
+    if (device_id < 0 || device_id >= n_devices())
         return fail(cudaErrorInvalidDevice, false, "cudaDeviceGetAttribute: no device %d",
                     device_id);
     switch (attr) {
