@@ -33,6 +33,7 @@ static int64_t count_params(const pllm_model *m)
              tensor_elems(&w->wo) + tensor_elems(&w->w_gate) + tensor_elems(&w->w_up) +
              tensor_elems(&w->w_down) + 2 * (int64_t)c->n_embd;
         if (c->has_qkv_bias) n += w->wq.n_rows + w->wk.n_rows + w->wv.n_rows;
+        if (c->has_qk_norm) n += 2 * (int64_t)c->head_dim;
     }
     return n;
 }
@@ -132,9 +133,11 @@ static void print_human(const json_t *j, bool show_template)
     json_t *v;
     json_object_foreach((json_t *)G(m, "matrix_dtypes"), k, v)
         printf(" %s x%lld", k, (long long)json_integer_value(v));
-    printf("\n%-20s %s; QKV bias %s; norm eps %g\n",
+    printf("\n%-20s %s; QKV bias %s; QK norm %s; norm eps %g\n",
            "embeddings:", json_is_true(G(m, "tied_embeddings")) ? "tied" : "untied",
-           json_is_true(G(m, "qkv_bias")) ? "yes" : "no", json_number_value(G(m, "norm_eps")));
+           json_is_true(G(m, "qkv_bias")) ? "yes" : "no",
+           json_is_true(G(m, "qk_norm")) ? "yes (per head, before RoPE)" : "no",
+           json_number_value(G(m, "norm_eps")));
     const json_t *t = G(j, "tokenizer");
     if (json_is_true(G(t, "loaded"))) {
         printf("%-20s %s\n", "tokenizer:", S(G(t, "kind")));

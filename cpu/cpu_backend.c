@@ -13,7 +13,8 @@
  *     columns (w_gate/w_up split at multiples of 32, the quantization block); the attention
  *     output by token ranges after attention (one extra barrier); the LM head's input after
  *     the final norm;
- *   - RMSNorm, embedding, RoPE and the K/V stores: contiguous ranges of tokens;
+ *   - RMSNorm, embedding, the q/k head norms (Qwen3), RoPE and the K/V stores: contiguous
+ *     ranges of tokens;
  *   - attention: (sequence, query tile, kv head) items split by their cost (attention.h);
  *   - output projection: rows of the vocabulary, for the sampled tokens only; sampling:
  *     contiguous ranges of samples.
@@ -186,6 +187,14 @@ static void forward_region(void *arg, int ith, int nth)
         void *kc = kv_k(c, l), *vc = kv_v(c, l);
         for (int64_t t = t0; t < t1; t++) {
             const float *cs = c->rope_cs + t * cfg->rope_dim;
+            if (w->q_norm) /* Qwen3: RMSNorm of each q and k head (in place) before RoPE */
+                for (int32_t h = 0; h < cfg->n_head; h++)
+                    c->kern->rmsnorm(c->q + t * QD + h * hd, c->q + t * QD + h * hd, w->q_norm, hd,
+                                     cfg->norm_eps);
+            if (w->k_norm)
+                for (int32_t h = 0; h < cfg->n_head_kv; h++)
+                    c->kern->rmsnorm(c->k + t * KVD + h * hd, c->k + t * KVD + h * hd, w->k_norm,
+                                     hd, cfg->norm_eps);
             for (int32_t h = 0; h < cfg->n_head; h++) pllm_cpu_rope_apply(c->q + t * QD + h * hd, cs, cfg->rope_dim, cfg->rope_mode);
             pllm_cpu_rope_store_kv(kc, vc, &c->kv, plan->slots[t], c->k + t * KVD, c->v + t * KVD, cs, cfg->rope_dim,
                                    cfg->rope_mode, c->kern, scratch);

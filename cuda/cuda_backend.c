@@ -15,10 +15,11 @@
  * queued while step N runs (pllm_cuda_backend_submit / _wait).
  *
  * The forward pass per step: embedding gather; per layer: rmsnorm (+ the previous layer's
- * residual), QKV GEMM, qkv_rope (bias, RoPE, K/V into their slots), decode and prefill attention,
- * wo GEMM, rmsnorm + residual, gate/up GEMM, swiglu, down GEMM; then the final rmsnorm of the
- * sampled rows only (+ the last residual), the LM head GEMM over those rows, and sampling. That
- * is 8 kernels + 4 GEMMs per layer, 4 launches after (docs/cuda.md has the expected time of each).
+ * residual), QKV GEMM, (Qwen3: head_rmsnorm of q and k,) qkv_rope (bias, RoPE, K/V into their
+ * slots), decode and prefill attention, wo GEMM, rmsnorm + residual, gate/up GEMM, swiglu, down
+ * GEMM; then the final rmsnorm of the sampled rows only (+ the last residual), the LM head GEMM
+ * over those rows, and sampling. That is 8 kernels + 4 GEMMs per layer, 4 launches after
+ * (docs/cuda.md has the expected time of each).
  */
 #include "cuda/cuda_internal.h"
 
@@ -264,6 +265,9 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
         PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x, l ? c->proj : NULL,
                                             w->attn_norm, T, E, eps));
         PLLM_TRY(proj(c, c->qkv, PLLM_DTYPE_F32, c->xb, w->w_qkv, T, ld, E));
+        if (w->q_norm)
+            PLLM_TRY(pllm_cuda_head_rmsnorm(c->dev, c->qkv, ld, w->q_norm, w->k_norm, T,
+                                            cfg->n_head, cfg->n_head_kv, hd, eps));
         pllm_cuda_qkv_rope_args qa = {.qkv = c->qkv,
                                       .ld = ld,
                                       .bias = w->b_qkv,

@@ -19,6 +19,8 @@ typedef struct cuda_layer {
     float *attn_norm; /* [n_embd] */
     float *ffn_norm;  /* [n_embd] */
     float *b_qkv;     /* [QD + 2 KVD] or NULL */
+    float *q_norm;    /* [head_dim] or NULL (Qwen3) */
+    float *k_norm;    /* [head_dim] or NULL */
 } cuda_layer;
 
 /* Where a packed plan's arrays live, as byte offsets from its start; a step's counts decide

@@ -15,8 +15,10 @@
 static const struct {
     const char *name;
     pllm_arch arch;
-} g_gguf_archs[] = {
-    {"llama", PLLM_ARCH_LLAMA}, {"mistral", PLLM_ARCH_LLAMA}, {"qwen2", PLLM_ARCH_QWEN2}};
+} g_gguf_archs[] = {{"llama", PLLM_ARCH_LLAMA},
+                    {"mistral", PLLM_ARCH_LLAMA},
+                    {"qwen2", PLLM_ARCH_QWEN2},
+                    {"qwen3", PLLM_ARCH_QWEN3}};
 
 typedef struct loader {
     pllm_model *m;
@@ -161,8 +163,12 @@ static pllm_status read_config(loader *L)
     if (!(c->rope_theta > 1))
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: '%s.rope.freq_base' = %g is invalid", g->path,
                            L->prefix, c->rope_theta);
-    c->rope_mode = c->arch == PLLM_ARCH_QWEN2 ? PLLM_ROPE_NEOX : PLLM_ROPE_NORM;
+    /* llama.cpp's converter permutes llama/mistral Q/K rows (NORM pairs); qwen2/qwen3 keep the
+     * Hugging Face order (NEOX) */
+    c->rope_mode =
+        c->arch == PLLM_ARCH_QWEN2 || c->arch == PLLM_ARCH_QWEN3 ? PLLM_ROPE_NEOX : PLLM_ROPE_NORM;
     c->has_qkv_bias = c->arch == PLLM_ARCH_QWEN2;
+    c->has_qk_norm = c->arch == PLLM_ARCH_QWEN3;
 
     /* RoPE scaling: rope.scaling.type "linear" (factor), or Llama-3 style via rope_freqs. */
     char key[256];
@@ -223,8 +229,9 @@ static pllm_status load_weights(loader *L)
     char name[128];
 
     /* Owned float store: 2 norms per layer + output norm (+ biases) (+ rope factors). */
-    L->f32_cap = (size_t)c->n_layer * (2 * (size_t)c->n_embd +
-                                       (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0)) +
+    L->f32_cap = (size_t)c->n_layer *
+                     (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
+                      (c->has_qk_norm ? 2 * (size_t)c->head_dim : 0)) +
                  (size_t)c->n_embd + (size_t)c->rope_dim / 2;
     /* the vectors are in the file at 2 bytes or more per element: no allocation beyond that */
     if (L->f32_cap > L->g->size / 2)
@@ -257,6 +264,10 @@ static pllm_status load_weights(loader *L)
             PLLM_TRY(load_vector(L, NAME("attn_q.bias"), q_dim, true, &l->bq));
             PLLM_TRY(load_vector(L, NAME("attn_k.bias"), kv_dim, true, &l->bk));
             PLLM_TRY(load_vector(L, NAME("attn_v.bias"), kv_dim, true, &l->bv));
+        }
+        if (c->has_qk_norm) {
+            PLLM_TRY(load_vector(L, NAME("attn_q_norm.weight"), c->head_dim, true, &l->q_norm));
+            PLLM_TRY(load_vector(L, NAME("attn_k_norm.weight"), c->head_dim, true, &l->k_norm));
         }
         PLLM_TRY(load_vector(L, NAME("ffn_norm.weight"), c->n_embd, true, &l->ffn_norm));
         PLLM_TRY(load_matrix(L, NAME("ffn_gate.weight"), c->n_ff, c->n_embd, &l->w_gate));
@@ -335,7 +346,7 @@ pllm_status pllm_gguf_model_init(pllm_model *m, const char *path)
     if (!found)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "%s: unsupported architecture '%.*s' (general.architecture at byte "
-                           "offset %zu); supported: llama, mistral, qwen2",
+                           "offset %zu); supported: llama, mistral, qwen2, qwen3",
                            path, (int)(arch.len > 64 ? 64 : arch.len), arch.s,
                            pllm_gguf_find(m->gguf, "general.architecture")->offset);
     if ((st = read_config(&L)) != PLLM_OK) return st;

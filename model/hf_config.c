@@ -1,10 +1,11 @@
 /*
  * hf_config.c: config.json and generation_config.json of a Hugging Face directory.
  *
- * Field rules follow transformers' LlamaConfig / MistralConfig / Qwen2Config: absent optional
- * fields take those classes' defaults (rms_norm_eps 1e-6, rope_theta 10000, no KV grouping,
- * untied embeddings, max_position_embeddings 2048); a JSON null counts as absent; a present
- * field of the wrong JSON type, or out of range, is an error naming the file and the field.
+ * Field rules follow transformers' LlamaConfig / MistralConfig / Qwen2Config / Qwen3Config:
+ * absent optional fields take those classes' defaults (rms_norm_eps 1e-6, rope_theta 10000, no
+ * KV grouping, untied embeddings, max_position_embeddings 2048; Qwen3: head_dim 128); a JSON null
+ * counts as absent; a present field of the wrong JSON type, or out of range, is an error naming the
+ * file and the field.
  */
 #include "model/hf_model.h"
 
@@ -181,8 +182,10 @@ static pllm_status jids(const jfile *j, const char *key, int32_t *ids, int32_t c
 static const struct {
     const char *model_type;
     pllm_arch arch;
-} g_hf_archs[] = {
-    {"llama", PLLM_ARCH_LLAMA}, {"mistral", PLLM_ARCH_LLAMA}, {"qwen2", PLLM_ARCH_QWEN2}};
+} g_hf_archs[] = {{"llama", PLLM_ARCH_LLAMA},
+                  {"mistral", PLLM_ARCH_LLAMA},
+                  {"qwen2", PLLM_ARCH_QWEN2},
+                  {"qwen3", PLLM_ARCH_QWEN3}};
 
 /* rope_scaling (or transformers 5's rope_parameters) object: type and parameters. */
 static pllm_status parse_rope_scaling(const char *path, const json_t *rs, const char *field,
@@ -254,7 +257,7 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     if (!found)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "%s: field 'model_type' = '%.64s': architecture not supported "
-                           "(supported: llama, mistral, qwen2)",
+                           "(supported: llama, mistral, qwen2, qwen3)",
                            path, mt);
     const json_t *qc = json_object_get(root, "quantization_config");
     if (qc && !json_is_null(qc))
@@ -280,6 +283,10 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
             PLLM_ERR_FORMAT,
             "%s: field 'num_key_value_heads' = %lld does not divide num_attention_heads = %lld",
             path, (long long)n_head_kv, (long long)n_head);
+    if (!has_hd && c->arch == PLLM_ARCH_QWEN3) {
+        head_dim = 128; /* Qwen3Config's default, not hidden / heads */
+        has_hd = true;
+    }
     if (!has_hd) {
         if (hidden % n_head != 0)
             return pllm_errorf(PLLM_ERR_FORMAT,
@@ -302,11 +309,18 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
             PLLM_ERR_UNSUPPORTED,
             "%s: field 'partial_rotary_factor' = %g is not supported for %s (only 1)", path, prf,
             mt);
-    bool tied = false, attn_bias = false, mlp_bias = false, use_sw = c->arch != PLLM_ARCH_QWEN2,
-         has_use_sw = false;
+    /* Qwen2 and Qwen3 (transformers' Qwen2Config / Qwen3Config) default use_sliding_window to
+     * false; Llama and Mistral have no such switch (Mistral's sliding_window applies when set) */
+    bool tied = false, attn_bias = false, mlp_bias = false,
+         use_sw = c->arch != PLLM_ARCH_QWEN2 && c->arch != PLLM_ARCH_QWEN3, has_use_sw = false;
     PLLM_TRY(jbool(&j, "tie_word_embeddings", &tied, NULL));
     PLLM_TRY(jbool(&j, "attention_bias", &attn_bias, NULL));
     PLLM_TRY(jbool(&j, "mlp_bias", &mlp_bias, NULL));
+    if (attn_bias && c->arch == PLLM_ARCH_QWEN3)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: field 'attention_bias' = true (biases on q/k/v/o projections) is "
+                           "not supported for qwen3 (Qwen3 checkpoints have none)",
+                           path);
     if (attn_bias && c->arch != PLLM_ARCH_QWEN2)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "%s: field 'attention_bias' = true (biases on q/k/v/o projections) is "
@@ -343,6 +357,7 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     c->rope_mode = PLLM_ROPE_NEOX;
     c->tied_embeddings = tied;
     c->has_qkv_bias = c->arch == PLLM_ARCH_QWEN2;
+    c->has_qk_norm = c->arch == PLLM_ARCH_QWEN3;
 
     const json_t *rs = json_object_get(root, "rope_scaling");
     if (rs && !json_is_null(rs)) PLLM_TRY(parse_rope_scaling(path, rs, "rope_scaling", c));

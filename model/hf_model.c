@@ -200,8 +200,9 @@ static pllm_status load_weights(hf_loader *L)
                   kv_dim = (int64_t)c->n_head_kv * c->head_dim;
     char name[160];
 
-    L->f32_cap = (size_t)c->n_layer * (2 * (size_t)c->n_embd +
-                                       (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0)) +
+    L->f32_cap = (size_t)c->n_layer *
+                     (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
+                      (c->has_qk_norm ? 2 * (size_t)c->head_dim : 0)) +
                  (size_t)c->n_embd + (size_t)c->rope_dim / 2;
     /* the vectors are in the files at 2 bytes or more per element: no allocation beyond that */
     size_t data_bytes = 0;
@@ -244,6 +245,10 @@ static pllm_status load_weights(hf_loader *L)
             PLLM_TRY(load_vector(L, NAME("self_attn.q_proj.bias"), q_dim, &l->bq));
             PLLM_TRY(load_vector(L, NAME("self_attn.k_proj.bias"), kv_dim, &l->bk));
             PLLM_TRY(load_vector(L, NAME("self_attn.v_proj.bias"), kv_dim, &l->bv));
+        }
+        if (c->has_qk_norm) {
+            PLLM_TRY(load_vector(L, NAME("self_attn.q_norm.weight"), c->head_dim, &l->q_norm));
+            PLLM_TRY(load_vector(L, NAME("self_attn.k_norm.weight"), c->head_dim, &l->k_norm));
         }
         PLLM_TRY(load_vector(L, NAME("post_attention_layernorm.weight"), c->n_embd, &l->ffn_norm));
         PLLM_TRY(load_matrix(L, NAME("mlp.gate_proj.weight"), c->n_ff, c->n_embd, &l->w_gate));

@@ -10,7 +10,7 @@
 #include "model/gguf_model.h"
 #include "model/hf_model.h"
 
-static const char *g_arch_names[PLLM_ARCH_COUNT] = {"llama", "qwen2"};
+static const char *g_arch_names[PLLM_ARCH_COUNT] = {"llama", "qwen2", "qwen3"};
 
 const char *pllm_arch_name(pllm_arch a)
 {
@@ -169,7 +169,8 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
          jset(o, "n_ctx_train", json_integer(c->n_ctx_train)) &&
          jset(o, "norm_eps", jfloat(c->norm_eps)) &&
          jset(o, "tied_embeddings", json_boolean(c->tied_embeddings)) &&
-         jset(o, "qkv_bias", json_boolean(c->has_qkv_bias));
+         jset(o, "qkv_bias", json_boolean(c->has_qkv_bias)) &&
+         jset(o, "qk_norm", json_boolean(c->has_qk_norm));
     ok = ok && jset(rope, "theta", jfloat(c->rope_theta)) &&
          jset(rope, "dim", json_integer(c->rope_dim)) &&
          jset(rope, "mode", json_string(c->rope_mode == PLLM_ROPE_NEOX ? "neox" : "norm")) &&

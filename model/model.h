@@ -40,6 +40,8 @@
 typedef enum pllm_arch {
     PLLM_ARCH_LLAMA = 0, /* Llama 2/3, TinyLlama, SmolLM, Mistral (same graph) */
     PLLM_ARCH_QWEN2,     /* llama graph + Q/K/V biases */
+    PLLM_ARCH_QWEN3,     /* llama graph + per-head RMSNorm of q and k before RoPE (q_norm,
+                          * k_norm over head_dim, shared by all heads), no Q/K/V bias */
     PLLM_ARCH_COUNT
 } pllm_arch;
 
@@ -83,6 +85,7 @@ typedef struct pllm_model_config {
     int32_t rope_orig_ctx;         /* LLAMA3: original max position embeddings */
     bool tied_embeddings;  /* output projection reuses tok_embd */
     bool has_qkv_bias;
+    bool has_qk_norm; /* QWEN3: q_norm, k_norm per layer */
 } pllm_model_config;
 
 /* A 2-D weight view into the mapping. */
@@ -101,6 +104,10 @@ typedef struct pllm_layer_weights {
     pllm_tensor wv;            /* [n_head_kv*head_dim][n_embd] */
     pllm_tensor wo;            /* [n_embd][n_head*head_dim] */
     const float *bq, *bk, *bv; /* [rows of wq/wk/wv]; NULL unless has_qkv_bias */
+    /* [head_dim] each; NULL unless has_qk_norm: after the projection (and bias), every q head
+     * h is replaced by RMSNorm(q_h) * q_norm (eps norm_eps), every k head by
+     * RMSNorm(k_h) * k_norm, before RoPE */
+    const float *q_norm, *k_norm;
     const float *ffn_norm;     /* [n_embd] */
     pllm_tensor w_gate;        /* [n_ff][n_embd] */
     pllm_tensor w_up;          /* [n_ff][n_embd] */
@@ -160,7 +167,7 @@ typedef struct pllm_model {
 /*
  * Load a model from a GGUF file or a Hugging Face directory (path is a directory). Errors name
  * the file, the key/field or tensor, and a byte offset where the format has one.
- * Supported architectures: llama, mistral, qwen2 (GGUF general.architecture or config.json
+ * Supported architectures: llama, mistral, qwen2, qwen3 (GGUF general.architecture or config.json
  * model_type); anything else is PLLM_ERR_UNSUPPORTED with that list.
  */
 pllm_status pllm_model_load(pllm_model **out, const char *path);

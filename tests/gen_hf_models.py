@@ -26,6 +26,8 @@ Specs:
   llama-mha  llama, 4/4 heads, hidden 128, tied, linear rope scaling (factor 2)
   mistral    mistral, 4/1 heads, head_dim 48 != hidden/heads (explicit head_dim), untied
   qwen2      qwen2 (q/k/v biases, NEOX in GGUF too), 4/2 heads, hidden 256, ff 512, tied
+  qwen3      qwen3 (per-head q/k RMSNorm, no biases, NEOX in GGUF), 4/2 heads, head_dim 48 != hidden/heads,
+             tied
   llama3     llama with Llama-3 rope scaling (factor 8, low 1, high 4, original context 64,
              rope base 500000: head_dim 32 has high, medium and low frequency pairs)
 Deterministic per seed; weights std 1/sqrt(fan_in), embeddings std 1, norms 1 +- 0.1.
@@ -48,6 +50,8 @@ SPECS = {
     "qwen2": dict(arch="qwen2", V=352, E=256, L=2, H=4, HKV=2, F=512, tied=True, theta=1e6, eps=1e-6, bias=True,
                   gen=dict(bos_token_id=3, eos_token_id=[7, 8], do_sample=True, temperature=0.7, top_p=0.8, top_k=20,
                            repetition_penalty=1.05)),
+    "qwen3": dict(arch="qwen3", V=336, E=128, L=2, H=4, HKV=2, F=256, tied=True, theta=1e6, eps=1e-6, head_dim=48,
+                  qk_norm=True, gen=dict(bos_token_id=3, eos_token_id=[7, 9])),
     "llama3": dict(arch="llama", V=256, E=128, L=2, H=4, HKV=2, F=256, tied=False, theta=500000.0, eps=1e-5,
                    rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                      original_max_position_embeddings=64)),
@@ -75,6 +79,10 @@ OUTPUTS = [
     ("qwen2", "gguf", dict(dtype="F32")),
     ("qwen2", "gguf", dict(dtype="BF16")),
     ("qwen2", "gguf", dict(mix="q4km")),
+    ("qwen3", "hf", dict(dtype="F32")),
+    ("qwen3", "hf", dict(dtype="BF16", shards=2)),
+    ("qwen3", "gguf", dict(dtype="F32")),
+    ("qwen3", "gguf", dict(dtype="BF16")),
     ("llama3", "hf", dict(dtype="F32")),
     ("llama3", "gguf", dict(dtype="F32")),
 ]
@@ -122,6 +130,9 @@ def make_weights(spec, seed):
             w[p + "self_attn.q_proj.bias"] = vec(H * hd, 0.0, 0.3)
             w[p + "self_attn.k_proj.bias"] = vec(HKV * hd, 0.0, 0.3)
             w[p + "self_attn.v_proj.bias"] = vec(HKV * hd, 0.0, 0.3)
+        if s.get("qk_norm"):
+            w[p + "self_attn.q_norm.weight"] = vec(hd, 1.0, 0.3)
+            w[p + "self_attn.k_norm.weight"] = vec(hd, 1.0, 0.3)
         w[p + "self_attn.o_proj.weight"] = mat(E, H * hd, 1 / math.sqrt(H * hd))
         w[p + "post_attention_layernorm.weight"] = vec(E, 1.0, 0.1)
         w[p + "mlp.gate_proj.weight"] = mat(F, E, 1 / math.sqrt(E))
@@ -179,7 +190,8 @@ def write_safetensors(path, tensors, metadata=None, align=8):
 
 def hf_config(spec):
     s = SPECS[spec]
-    c = {"architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}[s["arch"]]],
+    c = {"architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                                   "qwen3": "Qwen3ForCausalLM"}[s["arch"]]],
          "model_type": s["arch"], "hidden_size": s["E"], "intermediate_size": s["F"], "num_hidden_layers": s["L"],
          "num_attention_heads": s["H"], "num_key_value_heads": s["HKV"], "vocab_size": s["V"], "rms_norm_eps": s["eps"],
          "rope_theta": s["theta"], "max_position_embeddings": 512, "tie_word_embeddings": s["tied"], "hidden_act": "silu",
@@ -188,8 +200,10 @@ def hf_config(spec):
         c["head_dim"] = s["head_dim"]
     if "sliding_window" in s:
         c["sliding_window"] = s["sliding_window"]
-    if s["arch"] == "qwen2":
+    if s["arch"] in ("qwen2", "qwen3"):
         c.update(use_sliding_window=False, sliding_window=4096, max_window_layers=2)
+    if s["arch"] == "qwen3":
+        c["attention_bias"] = False
     if "bos" in s:
         c["bos_token_id"] = s["bos"]
     if "eos" in s:
@@ -394,6 +408,9 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None):
         put_mat(p + "attn_q.weight", wq)
         put_mat(p + "attn_k.weight", wk)
         put_mat(p + "attn_v.weight", w[h + "self_attn.v_proj.weight"], special=True)
+        if s.get("qk_norm"):
+            put_vec(p + "attn_q_norm.weight", w[h + "self_attn.q_norm.weight"])
+            put_vec(p + "attn_k_norm.weight", w[h + "self_attn.k_norm.weight"])
         if s.get("bias"):
             put_vec(p + "attn_q.bias", w[h + "self_attn.q_proj.bias"])
             put_vec(p + "attn_k.bias", w[h + "self_attn.k_proj.bias"])

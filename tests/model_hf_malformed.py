@@ -238,6 +238,23 @@ def main():
     d = fresh(base, "config attn bias")
     edit_json(cfgp(d), lambda j: j.update(attention_bias=True))
     check("config.json: llama attention_bias", d, "unsupported", "config.json", "attention_bias")
+    # Qwen3: no biases (attention_bias true is refused), q_norm/k_norm required, head_dim 128
+    # when config.json omits it (Qwen3Config's default), so these 48-wide heads no longer fit
+    w3 = G.make_weights("qwen3", seed=3)
+    base3 = G.write_hf(os.path.join(WORK, "base-qwen3"), "qwen3", w3, "F32")
+    rc, out = load(base3)
+    ok = rc == 0 and json.loads(out.splitlines()[0])["qk_norm"] is True
+    RESULTS.append(("qwen3: a valid directory loads with qk_norm", ok, out[:300]))
+    print(f"{'ok  ' if ok else 'FAIL'} qwen3: a valid directory loads with qk_norm")
+    d = fresh(base3, "qwen3 attn bias")
+    edit_json(cfgp(d), lambda j: j.update(attention_bias=True))
+    check("config.json: qwen3 attention_bias", d, "unsupported", "config.json", "attention_bias", "qwen3")
+    d = fresh(base3, "qwen3 no head_dim")
+    edit_json(cfgp(d), lambda j: j.pop("head_dim"))
+    check("config.json: qwen3 without head_dim (128)", d, "format error", "self_attn.q_proj.weight", "[512, 128]")
+    d = fresh(base3, "qwen3 no k_norm")
+    mutate_st(d, lambda h, data: (h.pop("model.layers.1.self_attn.k_norm.weight"), (h, data))[1])
+    check("qwen3: missing k_norm", d, "not found", "model.layers.1.self_attn.k_norm.weight")
     d = fresh(base, "config partial rotary")
     edit_json(cfgp(d), lambda j: j.update(partial_rotary_factor=0.5))
     check("config.json: partial_rotary_factor", d, "unsupported", "config.json", "partial_rotary_factor")
@@ -458,6 +475,8 @@ def main():
           "rope-len.gguf", "rope_freqs.weight", f"[{hd2}]")
     check("gguf: rope_freqs.weight with a zero", gguf_file("rope-zero", rope_freqs=[1.0] * (hd2 - 1) + [0.0]), "format error",
           "rope-zero.gguf", "rope_freqs.weight", "element 3", "not a positive factor")
+    check("gguf: qwen3 without q/k norms", gguf_file("qwen3-no-norm", arch="qwen3"), "format error", "qwen3-no-norm.gguf",
+          "missing tensor 'blk.0.attn_q_norm.weight'")
     check("gguf: unsupported architecture", gguf_file("arch-gemma", arch="gemma"), "unsupported", "arch-gemma.gguf", "'gemma'",
           "supported: llama, mistral, qwen2")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent numpy forward pass of llama / mistral / qwen2 models from either a Hugging
+"""An independent numpy forward pass of llama / mistral / qwen2 / qwen3 models from either a Hugging
 Face directory or a GGUF file, for checking pllm's loaders and backends.
 
 Written from the models' math and the two formats' conventions, not from pllm's C code:
@@ -10,10 +10,11 @@ Written from the models' math and the two formats' conventions, not from pllm's 
     rotated NEOX style: pairs (x[i], x[i + d/2]) ("rotate_half" in transformers).
   - GGUF: read and dequantized by the PyPI gguf package (gguf.quants.dequantize). llama and
     mistral files hold Q/K rows permuted by llama.cpp's converter, so they are rotated in
-    adjacent pairs (x[2i], x[2i+1]); qwen2 files are NEOX. rope_freqs.weight, when present,
+    adjacent pairs (x[2i], x[2i+1]); qwen2 and qwen3 files are NEOX. rope_freqs.weight, when present,
     divides each pair's frequency (Llama-3 scaling as llama.cpp applies it).
   - The graph: x = embed[ids]; per layer h = RMSNorm(x) * attn_norm; q, k, v = h W^T (+ b for
-    qwen2); RoPE on the first rope_dim dims of each q/k head with theta_i = pos * base^(-2i/d)
+    qwen2); qwen3: each q head q_h <- RMSNorm(q_h) * q_norm and each k head likewise with
+    k_norm (transformers' Qwen3Attention: the norm over head_dim, before RoPE); RoPE on the first rope_dim dims of each q/k head with theta_i = pos * base^(-2i/d)
     / ff_i (ff_i: Llama-3 factors, or the linear factor); causal attention, query head j on
     KV head j // (H / HKV), scale 1/sqrt(head_dim); x += att W_o^T; h = RMSNorm(x) * ffn_norm;
     x += (silu(h W_gate^T) * h W_up^T) W_down^T; logits = RMSNorm(x) * norm W_out^T.
@@ -86,7 +87,7 @@ class Ref:
         self.n_layer = cfg["num_hidden_layers"]
         self.n_head = H
         self.n_head_kv = cfg.get("num_key_value_heads") or H
-        self.head_dim = cfg.get("head_dim") or E // H
+        self.head_dim = cfg.get("head_dim") or (128 if self.arch == "qwen3" else E // H)  # Qwen3Config: 128
         self.rope_dim = self.head_dim
         self.eps = cfg.get("rms_norm_eps", 1e-6)
         self.base = cfg.get("rope_theta", 10000.0)
@@ -122,6 +123,8 @@ class Ref:
                      wg=g(p + "mlp.gate_proj.weight"), wu=g(p + "mlp.up_proj.weight"), wd=g(p + "mlp.down_proj.weight"))
             if self.arch == "qwen2":
                 L.update(bq=g(p + "self_attn.q_proj.bias"), bk=g(p + "self_attn.k_proj.bias"), bv=g(p + "self_attn.v_proj.bias"))
+            if self.arch == "qwen3":
+                L.update(q_norm=g(p + "self_attn.q_norm.weight"), k_norm=g(p + "self_attn.k_norm.weight"))
             self.layers.append(L)
         self.n_vocab = self.embed.shape[0]
 
@@ -149,7 +152,7 @@ class Ref:
         self.rope_dim = field(f"{a}.rope.dimension_count", self.head_dim)
         self.eps = field(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
         self.base = field(f"{a}.rope.freq_base", 10000.0)
-        self.neox = a == "qwen2"
+        self.neox = a in ("qwen2", "qwen3")
         self.ff = np.ones(self.rope_dim // 2)
         if field(f"{a}.rope.scaling.type", "none") == "linear":
             self.ff[:] = field(f"{a}.rope.scaling.factor")
@@ -176,6 +179,8 @@ class Ref:
                      wg=w[p + "ffn_gate.weight"], wu=w[p + "ffn_up.weight"], wd=w[p + "ffn_down.weight"])
             if p + "attn_q.bias" in w:
                 L.update(bq=w[p + "attn_q.bias"], bk=w[p + "attn_k.bias"], bv=w[p + "attn_v.bias"])
+            if a == "qwen3":
+                L.update(q_norm=w[p + "attn_q_norm.weight"], k_norm=w[p + "attn_k_norm.weight"])
             self.layers.append(L)
         self.n_vocab = self.out.shape[0]
 
@@ -225,8 +230,11 @@ class Ref:
             q, k, v = h @ L["wq"].T, h @ L["wk"].T, h @ L["wv"].T
             if "bq" in L:
                 q, k, v = q + L["bq"], k + L["bk"], v + L["bv"]
-            q = self._rope(q.reshape(n, H, hd), pos)
-            k = self._rope(k.reshape(n, HKV, hd), pos)
+            q, k = q.reshape(n, H, hd), k.reshape(n, HKV, hd)
+            if "q_norm" in L:
+                q, k = self._rms(q, L["q_norm"]), self._rms(k, L["k_norm"])
+            q = self._rope(q, pos)
+            k = self._rope(k, pos)
             v = v.reshape(n, HKV, hd)
             att = np.empty((n, H, hd), dtype=x.dtype)
             for j in range(H):
