@@ -22,6 +22,7 @@ void cmd_engine_opts_init(cmd_engine_opts *o)
     o->rt.weight_dtype = o->rt.kv_dtype = -1;
     o->kv_dtype = "auto";
     o->cpu_math = "auto";
+    o->thinking = "auto";
     o->eviction = "lru";
     pllm_engine_params_defaults(&o->ep);
     snprintf(o->defs[0], sizeof o->defs[0], "%d", o->ep.block_size);
@@ -64,6 +65,12 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
                    "CPU: how quantized weights are multiplied: int8 (activations quantized per "
                    "32-block, llama.cpp's numerics, fast) or f32 (float32 math, exact to float "
                    "rounding, ~2x slower; for parity with float references)",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"thinking", 0, CMD_OPT_STR, &o->thinking, "MODE",
+                   "auto (the chat template's default)",
+                   "the chat template's thinking switch (Qwen3's enable_thinking): on, off, or "
+                   "auto (left undefined)",
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"seed", 0, CMD_OPT_INT64, &o->seed, "N", "0",
@@ -160,6 +167,7 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
         fprintf(stderr, "pllm: --cpu-math '%s' is not one of auto, int8, f32\n", o->cpu_math);
         return 2;
     }
+    if (cmd_thinking_parse(o->thinking, &o->rt.thinking)) return 2;
     if (o->rt.kv_dtype == -2) {
         fprintf(stderr, "pllm: --kv-cache-dtype '%s' is not one of auto, fp16, fp32\n",
                 o->kv_dtype);
