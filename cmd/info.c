@@ -111,7 +111,7 @@ static void print_human(const json_t *j, bool show_template)
            "rope:", json_number_value(G(rope, "theta")), I(rope, "dim"), S(G(rope, "mode")),
            S(G(rope, "scaling")));
     static const char *const rope_keys[] = {"factor", "low_freq_factor", "high_freq_factor",
-                                            "original_max_position_embeddings"};
+                                            "original_max_position_embeddings", "attn_factor"};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(rope_keys); i++)
         if (json_is_number(G(rope, rope_keys[i])))
             printf(" %s %g", rope_keys[i], json_number_value(G(rope, rope_keys[i])));
@@ -126,6 +126,18 @@ static void print_human(const json_t *j, bool show_template)
             hi = fmax(hi, json_number_value(x));
         }
         printf("; %zu frequency factors in [%g, %g]", json_array_size(ff), lo, hi);
+    }
+    const json_t *lf = G(rope, "long_factors"); /* LongRoPE: past the original context */
+    if (json_array_size(lf) > 0) {
+        double lo = INFINITY, hi = -INFINITY;
+        size_t i;
+        json_t *x;
+        json_array_foreach(lf, i, x)
+        {
+            lo = fmin(lo, json_number_value(x));
+            hi = fmax(hi, json_number_value(x));
+        }
+        printf(" (short), long factors in [%g, %g]", lo, hi);
     }
     printf("\n");
     printf("%-20s", "matrix dtypes:");

@@ -59,6 +59,7 @@ typedef struct cpu_ctx {
     pllm_cpu_qact qb; /* [T][max(n_head * head_dim, n_ff)]: the inputs of wo and w_down */
     int n_threads;
     double *inv_freq;            /* [rope_dim / 2] */
+    double *inv_freq_long;       /* [rope_dim / 2] LONGROPE: positions >= rope_orig_ctx; or NULL */
 
     /* KV cache: for layer l, K at kv_mem + (2l) * layer_bytes, V at (2l + 1) * layer_bytes,
      * each [n_blocks][n_head_kv][block_size][head_dim] of kv.dtype. */
@@ -159,7 +160,15 @@ static void forward_region(void *arg, int ith, int nth)
         const pllm_tensor *te = &m->tok_embd;
         pllm_dequantize_row(c->x + t * E, (const uint8_t *)te->data + (size_t)plan->tokens[t] * te->row_bytes,
                             te->dtype, E);
-        pllm_cpu_rope_table(c->rope_cs + t * cfg->rope_dim, plan->positions[t], c->inv_freq, cfg->rope_dim / 2);
+        if (c->inv_freq_long) /* LongRoPE (model.h): long factors past the original context,
+                                 attention factor */
+            pllm_cpu_rope_table_scaled(c->rope_cs + t * cfg->rope_dim, plan->positions[t],
+                                       plan->positions[t] >= cfg->rope_orig_ctx ? c->inv_freq_long
+                                                                                : c->inv_freq,
+                                       cfg->rope_dim / 2, (double)cfg->rope_attn_factor);
+        else
+            pllm_cpu_rope_table(c->rope_cs + t * cfg->rope_dim, plan->positions[t], c->inv_freq,
+                                cfg->rope_dim / 2);
     }
     pllm_cpu_pool_barrier(c->pool);
 
@@ -532,6 +541,7 @@ static void cpu_destroy(void *vctx)
     free(c->top_ids);
     free(c->top_lps);
     free(c->inv_freq);
+    free(c->inv_freq_long);
     free(c);
 }
 
@@ -692,6 +702,20 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
         goto fail;
     }
     pllm_backend_rope_freqs(c->inv_freq, cfg, model->rope_freq_factors);
+    if (cfg->rope_scaling == PLLM_ROPE_SCALING_LONGROPE) {
+        if (!model->rope_freq_factors || !model->rope_freq_factors_long) {
+            st = pllm_errorf(PLLM_ERR_INVALID,
+                             "cpu backend: model %s: LongRoPE without its short and long factors",
+                             model->name);
+            goto fail;
+        }
+        if (!(c->inv_freq_long =
+                  pllm_malloc(sizeof(double) * (size_t)PLLM_MAX(cfg->rope_dim / 2, 1)))) {
+            st = PLLM_ERR_NOMEM;
+            goto fail;
+        }
+        pllm_backend_rope_freqs(c->inv_freq_long, cfg, model->rope_freq_factors_long);
+    }
     if ((st = pllm_cpu_pool_create(&c->pool, c->n_threads)) != PLLM_OK) goto fail;
     if ((st = setup_mats(c)) != PLLM_OK) goto fail;
 

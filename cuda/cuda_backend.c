@@ -274,6 +274,11 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
                                       .positions = d->positions,
                                       .slots = d->slots,
                                       .inv_freq = c->inv_freq,
+                                      .inv_freq_long = c->inv_freq_long,
+                                      .long_from = cfg->rope_orig_ctx,
+                                      .mscale = cfg->rope_scaling == PLLM_ROPE_SCALING_LONGROPE
+                                                    ? (double)cfg->rope_attn_factor
+                                                    : 1.0,
                                       .k_cache = kc,
                                       .v_cache = vc,
                                       .kv_dtype = c->kv.dtype,

@@ -63,6 +63,7 @@ typedef struct cuda_ctx {
     void *output;       /* [n_vocab][n_embd] wdt (== tok_embd when tied) */
     float *output_norm; /* [n_embd] */
     double *inv_freq;   /* [rope_dim / 2] device memory */
+    double *inv_freq_long; /* [rope_dim / 2] device memory: LongRoPE's long factors, or NULL */
     size_t weight_bytes;
     double load_seconds;
 

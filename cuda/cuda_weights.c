@@ -236,6 +236,19 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
     if ((st = alloc_track(c, (void **)&c->inv_freq, freq_bytes, "rope frequencies")) ||
         (st = pllm_cuda_upload(c->dev, c->inv_freq, freq, freq_bytes)))
         goto done;
+    if (cfg->rope_scaling == PLLM_ROPE_SCALING_LONGROPE) {
+        if (!m->rope_freq_factors_long) {
+            st = pllm_errorf(PLLM_ERR_FORMAT, "cuda backend: LongRoPE without its long factors");
+            goto done;
+        }
+        /* the upload reads freq later: sync before it is rewritten */
+        if ((st = pllm_cuda_sync(c->dev))) goto done;
+        pllm_backend_rope_freqs(freq, cfg, m->rope_freq_factors_long);
+        if ((st =
+                 alloc_track(c, (void **)&c->inv_freq_long, freq_bytes, "rope long frequencies")) ||
+            (st = pllm_cuda_upload(c->dev, c->inv_freq_long, freq, freq_bytes)))
+            goto done;
+    }
     st = pllm_cuda_sync(c->dev);
 done:
     stager_free(&s);
@@ -265,5 +278,6 @@ void pllm_cuda_weights_free(cuda_ctx *c)
     c->tok_embd = c->output = NULL;
     c->output_norm = NULL;
     pllm_cuda_free(c->dev, c->inv_freq);
-    c->inv_freq = NULL;
+    pllm_cuda_free(c->dev, c->inv_freq_long);
+    c->inv_freq = c->inv_freq_long = NULL;
 }

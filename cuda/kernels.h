@@ -79,6 +79,11 @@ typedef struct pllm_cuda_qkv_rope_args {
     const float *bias;
     const int32_t *positions, *slots; /* [n_tokens] */
     const double *inv_freq;
+    /* LongRoPE (model.h): tokens at positions >= long_from take inv_freq_long (NULL: none), and
+     * cos/sin are multiplied by mscale in double before rounding (1: none) */
+    const double *inv_freq_long;
+    int32_t long_from;
+    double mscale;
     void *k_cache, *v_cache; /* [n_blocks][n_head_kv][block_size][head_dim] */
     pllm_dtype kv_dtype;
     int32_t n_tokens, n_head, n_head_kv, head_dim, rope_dim, block_size;

@@ -116,6 +116,8 @@ static const char *rope_scaling_name(pllm_rope_scaling s)
         return "linear";
     case PLLM_ROPE_SCALING_LLAMA3:
         return "llama3";
+    case PLLM_ROPE_SCALING_LONGROPE:
+        return "longrope";
     default:
         return "none";
     }
@@ -187,6 +189,15 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
         for (int32_t i = 0; ok && i < c->rope_dim / 2; i++)
             ok = json_array_append_new(ff, jfloat(m->rope_freq_factors[i])) == 0;
         jattach(rope, "freq_factors", &ff, &ok);
+    }
+    if (ok && c->rope_scaling == PLLM_ROPE_SCALING_LONGROPE) {
+        json_t *ff = json_array();
+        ok = ff != NULL && m->rope_freq_factors_long;
+        for (int32_t i = 0; ok && i < c->rope_dim / 2; i++)
+            ok = json_array_append_new(ff, jfloat(m->rope_freq_factors_long[i])) == 0;
+        jattach(rope, "long_factors", &ff, &ok);
+        ok = ok && jset(rope, "attn_factor", jfloat(c->rope_attn_factor)) &&
+             jset(rope, "original_max_position_embeddings", json_integer(c->rope_orig_ctx));
     }
     jattach(o, "rope", &rope, &ok);
 

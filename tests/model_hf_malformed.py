@@ -255,6 +255,31 @@ def main():
     d = fresh(base3, "qwen3 no k_norm")
     mutate_st(d, lambda h, data: (h.pop("model.layers.1.self_attn.k_norm.weight"), (h, data))[1])
     check("qwen3: missing k_norm", d, "not found", "model.layers.1.self_attn.k_norm.weight")
+    # Phi-3: fused tensors required, LongRoPE factor lists of rotary dims / 2, partial rotary even
+    w4 = G.make_weights("phi3", seed=4)
+    base4 = G.write_hf(os.path.join(WORK, "base-phi3"), "phi3", w4, "F32")
+    rc, out = load(base4)
+    ok = rc == 0 and json.loads(out.splitlines()[0])["rope"]["scaling"] == "longrope"
+    RESULTS.append(("phi3: a valid directory loads with LongRoPE", ok, out[:300]))
+    print(f"{'ok  ' if ok else 'FAIL'} phi3: a valid directory loads with LongRoPE")
+    d = fresh(base4, "phi3 short factors")
+    edit_json(cfgp(d), lambda j: j["rope_scaling"].update(short_factor=[1.0] * 16))
+    check("config.json: phi3 short_factor of the wrong length", d, "format error", "config.json",
+          "rope_scaling.short_factor", "list of 12 numbers")
+    d = fresh(base4, "phi3 long factor zero")
+    edit_json(cfgp(d), lambda j: j["rope_scaling"]["long_factor"].__setitem__(3, 0))
+    check("config.json: phi3 long_factor with a zero", d, "format error", "rope_scaling.long_factor[3]", "positive")
+    d = fresh(base4, "phi3 odd rotary")
+    edit_json(cfgp(d), lambda j: j.update(partial_rotary_factor=0.55))
+    check("config.json: phi3 partial_rotary_factor giving odd dims", d, "format error", "partial_rotary_factor",
+          "17 rotary dims")
+    d = fresh(base4, "phi3 no fused qkv")
+    mutate_st(d, lambda h, data: (h.pop("model.layers.0.self_attn.qkv_proj.weight"), (h, data))[1])
+    check("phi3: missing qkv_proj", d, "not found", "model.layers.0.self_attn.qkv_proj.weight")
+    d = fresh(base, "llama longrope")
+    edit_json(cfgp(d), lambda j: j.update(rope_scaling={"type": "longrope", "short_factor": [1.0] * 4,
+                                                          "long_factor": [1.0] * 4}))
+    check("config.json: longrope outside phi3", d, "unsupported", "rope_type", "longrope", "phi3")
     d = fresh(base, "config partial rotary")
     edit_json(cfgp(d), lambda j: j.update(partial_rotary_factor=0.5))
     check("config.json: partial_rotary_factor", d, "unsupported", "config.json", "partial_rotary_factor")

@@ -83,13 +83,20 @@ def main():
         check(close(m.get("norm_eps"), s["eps"], 1e-6) and close(m["rope"].get("theta"), s["theta"], 1e-6),
               f"{name}: norm eps {m.get('norm_eps')} / rope theta {m['rope'].get('theta')}")
         # rotation pairing: HF checkpoints rotate halves; GGUF llama/mistral adjacent pairs, qwen2 halves
-        mode = "neox" if kind == "hf" or s["arch"] in ("qwen2", "qwen3") else "norm"
-        check(m["rope"].get("mode") == mode and m["rope"].get("dim") == hd, f"{name}: rope mode {m['rope']} (want {mode})")
+        mode = "neox" if kind == "hf" or s["arch"] in ("qwen2", "qwen3", "phi3") else "norm"
+        check(m["rope"].get("mode") == mode and m["rope"].get("dim") == G.rope_dim(s),
+              f"{name}: rope mode {m['rope']} (want {mode}, dim {G.rope_dim(s)})")
         rs = s.get("rope_scaling") or {}
         rtype = rs.get("rope_type") or rs.get("type") or "none"
         check(m["rope"].get("scaling") == rtype, f"{name}: rope scaling {m['rope'].get('scaling')} (want {rtype})")
         if rtype == "linear":
             check(close(m["rope"].get("factor"), rs["factor"]), f"{name}: linear factor {m['rope']}")
+        if rtype == "longrope":
+            got_s, got_l = m["rope"].get("freq_factors"), m["rope"].get("long_factors")
+            check(got_s == rs["short_factor"] and got_l == rs["long_factor"]
+                  and close(m["rope"].get("attn_factor"), G.longrope_attn_factor(s))
+                  and m["rope"].get("original_max_position_embeddings") == s["original_max_position_embeddings"],
+                  f"{name}: LongRoPE factors / attention factor / original context {m['rope']}")
         if rtype == "llama3":
             ref = llama3_factors(s["theta"], hd, rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"],
                                  rs["original_max_position_embeddings"])
@@ -111,7 +118,12 @@ def main():
         else:
             import gguf
             r = gguf.GGUFReader(path)
-            types = collections.Counter(t.tensor_type.name for t in r.tensors if len(t.shape) > 1)
+            # fused phi3 tensors are 3 (attn_qkv) and 2 (ffn_up) of the matrices computed with
+            fused = {"attn_qkv": 3, "ffn_up": 2} if s["arch"] == "phi3" else {}
+            types = collections.Counter()
+            for t_ in r.tensors:
+                if len(t_.shape) > 1:
+                    types[t_.tensor_type.name] += fused.get(t_.name.split(".")[-2], 1)
             check(m.get("matrix_dtypes") == dict(types) and sum(types.values()) == n_mat,
                   f"{name}: matrix dtypes {m.get('matrix_dtypes')} (the file: {dict(types)}, {n_mat} matrices)")
             nbytes = sum(int(t.n_bytes) for t in r.tensors)
