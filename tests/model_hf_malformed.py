@@ -262,6 +262,23 @@ def main():
     ok = rc == 0 and json.loads(out.splitlines()[0])["rope"]["scaling"] == "longrope"
     RESULTS.append(("phi3: a valid directory loads with LongRoPE", ok, out[:300]))
     print(f"{'ok  ' if ok else 'FAIL'} phi3: a valid directory loads with LongRoPE")
+    def variant4(name, edit, expect):
+        d = fresh(base4, "variant " + name)
+        edit_json(cfgp(d), edit)
+        rc, out = load(d)
+        got = json.loads(out.splitlines()[0]) if rc == 0 else None
+        ok = got is not None and all(fn(got) for fn in expect.values())
+        RESULTS.append((f"valid variant: {name}", ok, out[:300]))
+        print(f"{'ok  ' if ok else 'FAIL'} valid variant: {name}" + ("" if ok else f"\n       {out[:600]}"))
+    # Phi-3-mini-4k: no rope scaling, sliding_window 2047 caps the context; "su" is LongRoPE's old
+    # name; an explicit attention_factor wins over the computed one
+    variant4("phi3 without rope_scaling, sliding_window 300",
+             lambda j: j.update(rope_scaling=None, sliding_window=300, partial_rotary_factor=1.0),
+             {"rope": lambda g: g["rope"]["scaling"] == "none" and g["rope"]["dim"] == 32, "ctx": lambda g: g["n_ctx_train"] == 300})
+    variant4("phi3 rope_scaling type su", lambda j: j["rope_scaling"].update(type="su"),
+             {"rope": lambda g: g["rope"]["scaling"] == "longrope" and abs(g["rope"]["attn_factor"] - 1.5) < 1e-6})
+    variant4("phi3 attention_factor given", lambda j: j["rope_scaling"].update(attention_factor=1.25),
+             {"rope": lambda g: g["rope"]["attn_factor"] == 1.25 and g["rope"]["original_max_position_embeddings"] == 16})
     d = fresh(base4, "phi3 short factors")
     edit_json(cfgp(d), lambda j: j["rope_scaling"].update(short_factor=[1.0] * 16))
     check("config.json: phi3 short_factor of the wrong length", d, "format error", "config.json",
