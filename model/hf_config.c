@@ -371,7 +371,13 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     double eps = 1e-6, theta = 10000, prf = 1;
     PLLM_TRY(jnum(&j, "rms_norm_eps", false, 0, true, 0.5, &eps, NULL));
     PLLM_TRY(jnum(&j, "rope_theta", false, 1, true, 1e12, &theta, NULL));
-    PLLM_TRY(jnum(&j, "partial_rotary_factor", false, 0, true, 1, &prf, NULL));
+    bool has_prf = false;
+    PLLM_TRY(jnum(&j, "partial_rotary_factor", false, 0, true, 1, &prf, &has_prf));
+    const json_t *rpo = json_object_get(root, "rope_parameters"); /* transformers >= 5 keeps it */
+    if (!has_prf && json_is_object(rpo)) {                        /* there */
+        jfile jr = {path, rpo, "rope_parameters."};
+        PLLM_TRY(jnum(&jr, "partial_rotary_factor", false, 0, true, 1, &prf, NULL));
+    }
     if (prf != 1 && !out->fused_proj) /* phi3 (Phi-4-mini: 0.75) rotates the first dims */
         return pllm_errorf(
             PLLM_ERR_UNSUPPORTED,

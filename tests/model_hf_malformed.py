@@ -275,6 +275,10 @@ def main():
     variant4("phi3 without rope_scaling, sliding_window 300",
              lambda j: j.update(rope_scaling=None, sliding_window=300, partial_rotary_factor=1.0),
              {"rope": lambda g: g["rope"]["scaling"] == "none" and g["rope"]["dim"] == 32, "ctx": lambda g: g["n_ctx_train"] == 300})
+    variant4("phi3 in transformers 5's rope_parameters (partial_rotary_factor inside)",
+             lambda j: j.update(rope_parameters=dict(j.pop("rope_scaling"), rope_type="longrope", rope_theta=10000.0,
+                                                     partial_rotary_factor=j.pop("partial_rotary_factor"))),
+             {"rope": lambda g: g["rope"]["scaling"] == "longrope" and g["rope"]["dim"] == 24})
     variant4("phi3 rope_scaling type su", lambda j: j["rope_scaling"].update(type="su"),
              {"rope": lambda g: g["rope"]["scaling"] == "longrope" and abs(g["rope"]["attn_factor"] - 1.5) < 1e-6})
     variant4("phi3 attention_factor given", lambda j: j["rope_scaling"].update(attention_factor=1.25),
