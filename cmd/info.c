@@ -33,6 +33,7 @@ static int64_t count_params(const pllm_model *m)
              tensor_elems(&w->wo) + tensor_elems(&w->w_gate) + tensor_elems(&w->w_up) +
              tensor_elems(&w->w_down) + 2 * (int64_t)c->n_embd;
         if (c->has_qkv_bias) n += w->wq.n_rows + w->wk.n_rows + w->wv.n_rows;
+        if (c->has_qk_norm) n += 2 * (int64_t)c->head_dim;
     }
     return n;
 }
@@ -110,7 +111,7 @@ static void print_human(const json_t *j, bool show_template)
            "rope:", json_number_value(G(rope, "theta")), I(rope, "dim"), S(G(rope, "mode")),
            S(G(rope, "scaling")));
     static const char *const rope_keys[] = {"factor", "low_freq_factor", "high_freq_factor",
-                                            "original_max_position_embeddings"};
+                                            "original_max_position_embeddings", "attn_factor"};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(rope_keys); i++)
         if (json_is_number(G(rope, rope_keys[i])))
             printf(" %s %g", rope_keys[i], json_number_value(G(rope, rope_keys[i])));
@@ -126,15 +127,29 @@ static void print_human(const json_t *j, bool show_template)
         }
         printf("; %zu frequency factors in [%g, %g]", json_array_size(ff), lo, hi);
     }
+    const json_t *lf = G(rope, "long_factors"); /* LongRoPE: past the original context */
+    if (json_array_size(lf) > 0) {
+        double lo = INFINITY, hi = -INFINITY;
+        size_t i;
+        json_t *x;
+        json_array_foreach(lf, i, x)
+        {
+            lo = fmin(lo, json_number_value(x));
+            hi = fmax(hi, json_number_value(x));
+        }
+        printf(" (short), long factors in [%g, %g]", lo, hi);
+    }
     printf("\n");
     printf("%-20s", "matrix dtypes:");
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)G(m, "matrix_dtypes"), k, v)
         printf(" %s x%lld", k, (long long)json_integer_value(v));
-    printf("\n%-20s %s; QKV bias %s; norm eps %g\n",
+    printf("\n%-20s %s; QKV bias %s; QK norm %s; norm eps %g\n",
            "embeddings:", json_is_true(G(m, "tied_embeddings")) ? "tied" : "untied",
-           json_is_true(G(m, "qkv_bias")) ? "yes" : "no", json_number_value(G(m, "norm_eps")));
+           json_is_true(G(m, "qkv_bias")) ? "yes" : "no",
+           json_is_true(G(m, "qk_norm")) ? "yes (per head, before RoPE)" : "no",
+           json_number_value(G(m, "norm_eps")));
     const json_t *t = G(j, "tokenizer");
     if (json_is_true(G(t, "loaded"))) {
         printf("%-20s %s\n", "tokenizer:", S(G(t, "kind")));

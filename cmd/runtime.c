@@ -186,9 +186,25 @@ static int open_cuda(cmd_runtime *rt, const cmd_runtime_opts *o)
 }
 #endif
 
+int cmd_thinking_parse(const char *s, pllm_chat_thinking *out)
+{
+    if (!strcmp(s, "auto"))
+        *out = PLLM_CHAT_THINKING_DEFAULT;
+    else if (!strcmp(s, "on"))
+        *out = PLLM_CHAT_THINKING_ON;
+    else if (!strcmp(s, "off"))
+        *out = PLLM_CHAT_THINKING_OFF;
+    else {
+        fprintf(stderr, "pllm: --thinking '%s' is not one of auto, on, off\n", s);
+        return 2;
+    }
+    return 0;
+}
+
 int cmd_runtime_open(cmd_runtime *rt, const cmd_runtime_opts *o, bool quiet)
 {
     memset(rt, 0, sizeof *rt);
+    rt->thinking = o->thinking;
     char *def = NULL;
     const char *path = o->model;
     /* the device first: asking for one that cannot run is a usage error before any work */
@@ -358,7 +374,8 @@ pllm_status cmd_record_tokens(const cmd_runtime *rt, const char *file, const pll
                                   .n_messages = rec->n_messages,
                                   .add_generation_prompt = true,
                                   .bos_token = rt->bos_text,
-                                  .eos_token = rt->eos_text};
+                                  .eos_token = rt->eos_text,
+                                  .enable_thinking = rt->thinking};
     st = pllm_chat_template_render(rt->chat, &rp, &text);
     if (st != PLLM_OK) {
         pllm_error_prefix(st, "%sfield '%s': chat template: ", where, field);

@@ -33,6 +33,8 @@ typedef struct cmd_runtime_opts {
     int32_t cpu_math;          /* CPU: pllm_cpu_math (0: auto, int8 where the weights are quantized) */
     int32_t attention;         /* CUDA decode attention: 0 auto, 1 own, 2 flashinfer (the order of
                                   pllm_cuda_attention) */
+    pllm_chat_thinking
+        thinking; /* --thinking: the chat template's enable_thinking (0: undefined) */
 } cmd_runtime_opts;
 
 typedef enum cmd_device_kind { CMD_DEVICE_CPU = 0, CMD_DEVICE_CUDA } cmd_device_kind;
@@ -61,7 +63,12 @@ typedef struct cmd_runtime {
     char device_name[32]; /* "cpu", "cuda:0" */
     char kernels[288];    /* the CPU's kernel ISA, or the GPU's name and sm_XY */
     int32_t threads;      /* CPU threads (0 on CUDA) */
+    pllm_chat_thinking thinking; /* enable_thinking for the chat template (from the options) */
 } cmd_runtime;
+
+/* Parse a --thinking value: auto (the template's default: enable_thinking undefined), on, off.
+ * 0, or 2 with the reason printed to stderr. */
+int cmd_thinking_parse(const char *s, pllm_chat_thinking *out);
 
 /* The default model path ($PLLM_HOME or ~/.cache/pllm, + models/<file>); caller frees. */
 char *cmd_default_model_path(void);

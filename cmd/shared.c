@@ -23,6 +23,7 @@ void cmd_engine_opts_init(cmd_engine_opts *o)
     o->kv_dtype = "auto";
     o->cpu_math = "auto";
     o->attention = "auto";
+    o->thinking = "auto";
     o->eviction = "lru";
     pllm_engine_params_defaults(&o->ep);
     snprintf(o->defs[0], sizeof o->defs[0], "%d", o->ep.block_size);
@@ -72,6 +73,12 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
                    "auto (own until FlashInfer is verified on a GPU; docs/cuda.md)",
                    "CUDA: decode attention kernels: own (pllm's) or flashinfer (FlashInfer's "
                    "batched paged decode; F16 weights and KV, head_dim 64 or 128)",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"thinking", 0, CMD_OPT_STR, &o->thinking, "MODE",
+                   "auto (the chat template's default)",
+                   "the chat template's thinking switch (Qwen3's enable_thinking): on, off, or "
+                   "auto (left undefined)",
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"seed", 0, CMD_OPT_INT64, &o->seed, "N", "0",
@@ -177,6 +184,7 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
                 o->attention);
         return 2;
     }
+    if (cmd_thinking_parse(o->thinking, &o->rt.thinking)) return 2;
     if (o->rt.kv_dtype == -2) {
         fprintf(stderr, "pllm: --kv-cache-dtype '%s' is not one of auto, fp16, fp32\n",
                 o->kv_dtype);

@@ -28,6 +28,7 @@ typedef struct cmd_engine_opts {
     const char *dtype, *kv_dtype; /* --dtype, --kv-cache-dtype */
     const char *cpu_math;         /* --cpu-math */
     const char *attention;        /* --attention-backend */
+    const char *thinking;         /* --thinking */
     char defs[4][32];
 } cmd_engine_opts;
 

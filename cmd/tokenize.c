@@ -34,7 +34,7 @@ static pllm_status write_json(pllm_writer *w, json_t *o)
 int cmd_tokenize(int argc, char **argv)
 {
     cmd_runtime_opts ro = {.no_backend = true};
-    const char *out_path = "-", *format_s = "auto";
+    const char *out_path = "-", *format_s = "auto", *thinking = "auto";
     bool counts_only = false, no_total = false, strict = false, quiet = false, overwrite = false;
     int64_t limit = 0;
     const cmd_opt opts[] = {
@@ -44,6 +44,8 @@ int cmd_tokenize(int argc, char **argv)
          "output file (.zst compresses)", NULL},
         {"format", 0, CMD_OPT_STR, &format_s, "FMT", "auto",
          "input format: auto, pllm, openai, sharegpt", NULL},
+        {"thinking", 0, CMD_OPT_STR, &thinking, "MODE", "auto (the chat template's default)",
+         "the chat template's thinking switch (Qwen3's enable_thinking): on, off, or auto", NULL},
         {"limit", 0, CMD_OPT_INT64, &limit, "N", "0 (all)", "read only the first N records", NULL},
         {"counts-only", 0, CMD_OPT_FLAG, &counts_only, NULL, "off",
          "write n_tokens without the token ids", NULL},
@@ -71,6 +73,7 @@ int cmd_tokenize(int argc, char **argv)
     int rc = cmd_parse(&spec, argc, argv, pos, &n_pos);
     if (rc) return rc == 1 ? 0 : 2;
     if (n_pos == 0) pos[0] = "-";
+    if (cmd_thinking_parse(thinking, &ro.thinking)) return 2;
     pllm_format format;
     if (pllm_format_parse(format_s, &format) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());

@@ -13,7 +13,8 @@
  *     columns (w_gate/w_up split at multiples of 32, the quantization block); the attention
  *     output by token ranges after attention (one extra barrier); the LM head's input after
  *     the final norm;
- *   - RMSNorm, embedding, RoPE and the K/V stores: contiguous ranges of tokens;
+ *   - RMSNorm, embedding, the q/k head norms (Qwen3), RoPE and the K/V stores: contiguous
+ *     ranges of tokens;
  *   - attention: (sequence, query tile, kv head) items split by their cost (attention.h);
  *   - output projection: rows of the vocabulary, for the sampled tokens only; sampling:
  *     contiguous ranges of samples.
@@ -58,6 +59,7 @@ typedef struct cpu_ctx {
     pllm_cpu_qact qb; /* [T][max(n_head * head_dim, n_ff)]: the inputs of wo and w_down */
     int n_threads;
     double *inv_freq;            /* [rope_dim / 2] */
+    double *inv_freq_long;       /* [rope_dim / 2] LONGROPE: positions >= rope_orig_ctx; or NULL */
 
     /* KV cache: for layer l, K at kv_mem + (2l) * layer_bytes, V at (2l + 1) * layer_bytes,
      * each [n_blocks][n_head_kv][block_size][head_dim] of kv.dtype. */
@@ -158,7 +160,15 @@ static void forward_region(void *arg, int ith, int nth)
         const pllm_tensor *te = &m->tok_embd;
         pllm_dequantize_row(c->x + t * E, (const uint8_t *)te->data + (size_t)plan->tokens[t] * te->row_bytes,
                             te->dtype, E);
-        pllm_cpu_rope_table(c->rope_cs + t * cfg->rope_dim, plan->positions[t], c->inv_freq, cfg->rope_dim / 2);
+        if (c->inv_freq_long) /* LongRoPE (model.h): long factors past the original context,
+                                 attention factor */
+            pllm_cpu_rope_table_scaled(c->rope_cs + t * cfg->rope_dim, plan->positions[t],
+                                       plan->positions[t] >= cfg->rope_orig_ctx ? c->inv_freq_long
+                                                                                : c->inv_freq,
+                                       cfg->rope_dim / 2, (double)cfg->rope_attn_factor);
+        else
+            pllm_cpu_rope_table(c->rope_cs + t * cfg->rope_dim, plan->positions[t], c->inv_freq,
+                                cfg->rope_dim / 2);
     }
     pllm_cpu_pool_barrier(c->pool);
 
@@ -186,6 +196,14 @@ static void forward_region(void *arg, int ith, int nth)
         void *kc = kv_k(c, l), *vc = kv_v(c, l);
         for (int64_t t = t0; t < t1; t++) {
             const float *cs = c->rope_cs + t * cfg->rope_dim;
+            if (w->q_norm) /* Qwen3: RMSNorm of each q and k head (in place) before RoPE */
+                for (int32_t h = 0; h < cfg->n_head; h++)
+                    c->kern->rmsnorm(c->q + t * QD + h * hd, c->q + t * QD + h * hd, w->q_norm, hd,
+                                     cfg->norm_eps);
+            if (w->k_norm)
+                for (int32_t h = 0; h < cfg->n_head_kv; h++)
+                    c->kern->rmsnorm(c->k + t * KVD + h * hd, c->k + t * KVD + h * hd, w->k_norm,
+                                     hd, cfg->norm_eps);
             for (int32_t h = 0; h < cfg->n_head; h++) pllm_cpu_rope_apply(c->q + t * QD + h * hd, cs, cfg->rope_dim, cfg->rope_mode);
             pllm_cpu_rope_store_kv(kc, vc, &c->kv, plan->slots[t], c->k + t * KVD, c->v + t * KVD, cs, cfg->rope_dim,
                                    cfg->rope_mode, c->kern, scratch);
@@ -523,6 +541,7 @@ static void cpu_destroy(void *vctx)
     free(c->top_ids);
     free(c->top_lps);
     free(c->inv_freq);
+    free(c->inv_freq_long);
     free(c);
 }
 
@@ -683,6 +702,20 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
         goto fail;
     }
     pllm_backend_rope_freqs(c->inv_freq, cfg, model->rope_freq_factors);
+    if (cfg->rope_scaling == PLLM_ROPE_SCALING_LONGROPE) {
+        if (!model->rope_freq_factors || !model->rope_freq_factors_long) {
+            st = pllm_errorf(PLLM_ERR_INVALID,
+                             "cpu backend: model %s: LongRoPE without its short and long factors",
+                             model->name);
+            goto fail;
+        }
+        if (!(c->inv_freq_long =
+                  pllm_malloc(sizeof(double) * (size_t)PLLM_MAX(cfg->rope_dim / 2, 1)))) {
+            st = PLLM_ERR_NOMEM;
+            goto fail;
+        }
+        pllm_backend_rope_freqs(c->inv_freq_long, cfg, model->rope_freq_factors_long);
+    }
     if ((st = pllm_cpu_pool_create(&c->pool, c->n_threads)) != PLLM_OK) goto fail;
     if ((st = setup_mats(c)) != PLLM_OK) goto fail;
 

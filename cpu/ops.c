@@ -19,6 +19,16 @@ void pllm_cpu_rope_table(float *cos_sin, int32_t pos, const double *inv_freq, in
     }
 }
 
+void pllm_cpu_rope_table_scaled(float *cos_sin, int32_t pos, const double *inv_freq,
+                                int32_t n_pairs, double mscale)
+{
+    for (int32_t i = 0; i < n_pairs; i++) {
+        double a = (double)pos * inv_freq[i];
+        cos_sin[2 * i] = (float)(cos(a) * mscale);
+        cos_sin[2 * i + 1] = (float)(sin(a) * mscale);
+    }
+}
+
 void pllm_cpu_rope_apply(float *x, const float *cos_sin, int32_t rope_dim, pllm_rope_mode mode)
 {
     const int32_t n_pairs = rope_dim / 2;

@@ -26,6 +26,10 @@ static inline void pllm_cpu_rope_freqs(double *inv_freq, const pllm_model_config
 /* cos_sin[2 * i] = cos(pos * inv_freq[i]), cos_sin[2 * i + 1] = sin(...), i < n_pairs;
  * computed in double and rounded to float. */
 void pllm_cpu_rope_table(float *cos_sin, int32_t pos, const double *inv_freq, int32_t n_pairs);
+/* The same with cos and sin multiplied by mscale in double before rounding (LongRoPE's
+ * attention factor, model.h). */
+void pllm_cpu_rope_table_scaled(float *cos_sin, int32_t pos, const double *inv_freq,
+                                int32_t n_pairs, double mscale);
 /* Rotate the first rope_dim dims of one head x[head_dim] in place: NORM rotates
  * (x[2i], x[2i+1]), NEOX rotates (x[i], x[i + rope_dim/2]). */
 void pllm_cpu_rope_apply(float *x, const float *cos_sin, int32_t rope_dim, pllm_rope_mode mode);

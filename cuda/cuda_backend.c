@@ -15,10 +15,11 @@
  * queued while step N runs (pllm_cuda_backend_submit / _wait).
  *
  * The forward pass per step: embedding gather; per layer: rmsnorm (+ the previous layer's
- * residual), QKV GEMM, qkv_rope (bias, RoPE, K/V into their slots), decode and prefill attention,
- * wo GEMM, rmsnorm + residual, gate/up GEMM, swiglu, down GEMM; then the final rmsnorm of the
- * sampled rows only (+ the last residual), the LM head GEMM over those rows, and sampling. That
- * is 8 kernels + 4 GEMMs per layer, 4 launches after (docs/cuda.md has the expected time of each).
+ * residual), QKV GEMM, (Qwen3: head_rmsnorm of q and k,) qkv_rope (bias, RoPE, K/V into their
+ * slots), decode and prefill attention, wo GEMM, rmsnorm + residual, gate/up GEMM, swiglu, down
+ * GEMM; then the final rmsnorm of the sampled rows only (+ the last residual), the LM head GEMM
+ * over those rows, and sampling. That is 8 kernels + 4 GEMMs per layer, 4 launches after
+ * (docs/cuda.md has the expected time of each).
  */
 #include "cuda/attention_fi.h"
 #include "cuda/cuda_internal.h"
@@ -275,12 +276,20 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
         PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x, l ? c->proj : NULL,
                                             w->attn_norm, T, E, eps));
         PLLM_TRY(proj(c, c->qkv, PLLM_DTYPE_F32, c->xb, w->w_qkv, T, ld, E));
+        if (w->q_norm)
+            PLLM_TRY(pllm_cuda_head_rmsnorm(c->dev, c->qkv, ld, w->q_norm, w->k_norm, T,
+                                            cfg->n_head, cfg->n_head_kv, hd, eps));
         pllm_cuda_qkv_rope_args qa = {.qkv = c->qkv,
                                       .ld = ld,
                                       .bias = w->b_qkv,
                                       .positions = d->positions,
                                       .slots = d->slots,
                                       .inv_freq = c->inv_freq,
+                                      .inv_freq_long = c->inv_freq_long,
+                                      .long_from = cfg->rope_orig_ctx,
+                                      .mscale = cfg->rope_scaling == PLLM_ROPE_SCALING_LONGROPE
+                                                    ? (double)cfg->rope_attn_factor
+                                                    : 1.0,
                                       .k_cache = kc,
                                       .v_cache = vc,
                                       .kv_dtype = c->kv.dtype,

@@ -203,6 +203,17 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
             (st = upload_vec(c, &d->attn_norm, w->attn_norm, E, "attn norm")) ||
             (st = upload_vec(c, &d->ffn_norm, w->ffn_norm, E, "ffn norm")))
             goto done;
+        if (cfg->has_qk_norm) {
+            if (!w->q_norm || !w->k_norm) {
+                st = pllm_errorf(PLLM_ERR_FORMAT,
+                                 "cuda backend: layer %d has no q/k norm but the model says it has",
+                                 l);
+                goto done;
+            }
+            if ((st = upload_vec(c, &d->q_norm, w->q_norm, cfg->head_dim, "q norm")) ||
+                (st = upload_vec(c, &d->k_norm, w->k_norm, cfg->head_dim, "k norm")))
+                goto done;
+        }
         if (cfg->has_qkv_bias) {
             if (!w->bq || !w->bk || !w->bv) {
                 st = pllm_errorf(
@@ -225,6 +236,19 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
     if ((st = alloc_track(c, (void **)&c->inv_freq, freq_bytes, "rope frequencies")) ||
         (st = pllm_cuda_upload(c->dev, c->inv_freq, freq, freq_bytes)))
         goto done;
+    if (cfg->rope_scaling == PLLM_ROPE_SCALING_LONGROPE) {
+        if (!m->rope_freq_factors_long) {
+            st = pllm_errorf(PLLM_ERR_FORMAT, "cuda backend: LongRoPE without its long factors");
+            goto done;
+        }
+        /* the upload reads freq later: sync before it is rewritten */
+        if ((st = pllm_cuda_sync(c->dev))) goto done;
+        pllm_backend_rope_freqs(freq, cfg, m->rope_freq_factors_long);
+        if ((st =
+                 alloc_track(c, (void **)&c->inv_freq_long, freq_bytes, "rope long frequencies")) ||
+            (st = pllm_cuda_upload(c->dev, c->inv_freq_long, freq, freq_bytes)))
+            goto done;
+    }
     st = pllm_cuda_sync(c->dev);
 done:
     stager_free(&s);
@@ -243,6 +267,7 @@ void pllm_cuda_weights_free(cuda_ctx *c)
                 pllm_cuda_free(c->dev, d->w_gu);
             pllm_cuda_free(c->dev, d->w_down), pllm_cuda_free(c->dev, d->attn_norm);
             pllm_cuda_free(c->dev, d->ffn_norm), pllm_cuda_free(c->dev, d->b_qkv);
+            pllm_cuda_free(c->dev, d->q_norm), pllm_cuda_free(c->dev, d->k_norm);
         }
         free(c->layers);
         c->layers = NULL;
@@ -253,5 +278,6 @@ void pllm_cuda_weights_free(cuda_ctx *c)
     c->tok_embd = c->output = NULL;
     c->output_norm = NULL;
     pllm_cuda_free(c->dev, c->inv_freq);
-    c->inv_freq = NULL;
+    pllm_cuda_free(c->dev, c->inv_freq_long);
+    c->inv_freq = c->inv_freq_long = NULL;
 }

@@ -42,6 +42,17 @@ pllm_status pllm_cuda_rmsnorm_rows(pllm_cuda_dev *dev, void *out, pllm_dtype out
                                    const float *weight, int32_t n_rows, int32_t dim, float eps);
 
 /*
+ * Per-head RMSNorm of q and k in place (cuda/rmsnorm.cu; Qwen3's q_norm and k_norm), before
+ * qkv_rope. For each token t < n_tokens and head h < n_head + n_head_kv, the head_dim columns
+ * x = qkv[t * ld + h * head_dim ..] become (x * r) * w, r = 1 / sqrt(mean(x^2) + eps), w =
+ * q_weight for h < n_head (q heads) else k_weight (k heads, which follow the q heads).
+ * qkv: [n_tokens][ld] F32, ld >= (n_head + n_head_kv) * head_dim; weights [head_dim] F32.
+ */
+pllm_status pllm_cuda_head_rmsnorm(pllm_cuda_dev *dev, float *qkv, int64_t ld,
+                                   const float *q_weight, const float *k_weight, int32_t n_tokens,
+                                   int32_t n_head, int32_t n_head_kv, int32_t head_dim, float eps);
+
+/*
  * Embedding gather (cuda/embedding.cu): out[t] = table[tokens[t]] as F32, for t < n_tokens.
  * out: [n_tokens][dim] F32; table: [n_vocab][dim] of table_dtype (F32, F16 or BF16); tokens:
  * [n_tokens] int32, each in [0, n_vocab) (an id outside traps: the device reports a launch
@@ -68,6 +79,11 @@ typedef struct pllm_cuda_qkv_rope_args {
     const float *bias;
     const int32_t *positions, *slots; /* [n_tokens] */
     const double *inv_freq;
+    /* LongRoPE (model.h): tokens at positions >= long_from take inv_freq_long (NULL: none), and
+     * cos/sin are multiplied by mscale in double before rounding (1: none) */
+    const double *inv_freq_long;
+    int32_t long_from;
+    double mscale;
     void *k_cache, *v_cache; /* [n_blocks][n_head_kv][block_size][head_dim] */
     pllm_dtype kv_dtype;
     int32_t n_tokens, n_head, n_head_kv, head_dim, rope_dim, block_size;

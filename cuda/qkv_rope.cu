@@ -17,7 +17,7 @@ constexpr int kHeadsPerBlock = 4; /* heads of the row (q, k or v) one block take
  *   qkv       [n_tokens][ld] F32, in/out: q | k | v of each token (QD | KVD | KVD columns)
  *   bias      [QD + 2 KVD] F32 or NULL
  *   positions [n_tokens] int32, slots [n_tokens] int32 (< 0: no store)
- *   inv_freq  [rope_dim / 2] double
+ *   inv_freq  [rope_dim / 2] double (inv_freq_long: the same, for positions >= long_from)
  *   k_cache, v_cache  [n_blocks][n_head_kv][block_size][head_dim] KV (F32 or F16)
  * Launch: grid (n_tokens, ceil((n_head + 2 n_head_kv) / 4)), 128 threads: block (t, y) takes
  *   heads 4y .. 4y + 3 of token t's row (q heads, then k heads, then v heads). A block with a q
@@ -60,10 +60,12 @@ __global__ void __launch_bounds__(kThreads)
     float *cos_s = tab, *sin_s = tab + n_rot;
     if (h_begin < n_qk) { /* uniform over the block */
         const double pos = (double)a.positions[t];
+        const double *inv =
+            a.inv_freq_long && a.positions[t] >= a.long_from ? a.inv_freq_long : a.inv_freq;
         for (int i = threadIdx.x; i < n_rot; i += blockDim.x) {
             double s, c;
-            sincos(pos * a.inv_freq[i], &s, &c);
-            cos_s[i] = (float)c, sin_s[i] = (float)s;
+            sincos(pos * inv[i], &s, &c);
+            cos_s[i] = (float)(c * a.mscale), sin_s[i] = (float)(s * a.mscale);
         }
         __syncthreads();
     }
@@ -119,12 +121,13 @@ extern "C" pllm_status pllm_cuda_qkv_rope(pllm_cuda_dev *dev, const pllm_cuda_qk
 {
     if (a->n_tokens < 0 || a->n_head < 1 || a->n_head_kv < 1 || a->head_dim < 2 ||
         a->head_dim % 2 || a->rope_dim < 0 || a->rope_dim > a->head_dim || a->rope_dim % 2 ||
-        a->block_size < 1 || a->ld < (int64_t)(a->n_head + 2 * a->n_head_kv) * a->head_dim)
+        a->block_size < 1 || a->ld < (int64_t)(a->n_head + 2 * a->n_head_kv) * a->head_dim ||
+        !(a->mscale > 0))
         return pllm_errorf(PLLM_ERR_INVALID,
                            "qkv_rope: bad shape n_tokens=%d n_head=%d n_head_kv=%d head_dim=%d "
-                           "rope_dim=%d block_size=%d ld=%lld",
+                           "rope_dim=%d block_size=%d ld=%lld mscale=%g",
                            a->n_tokens, a->n_head, a->n_head_kv, a->head_dim, a->rope_dim,
-                           a->block_size, (long long)a->ld);
+                           a->block_size, (long long)a->ld, a->mscale);
     if (a->n_tokens == 0) return PLLM_OK;
     switch (a->kv_dtype) {
     case PLLM_DTYPE_F32:

@@ -107,3 +107,58 @@ extern "C" pllm_status pllm_cuda_rmsnorm_rows(pllm_cuda_dev *dev, void *out, pll
     return dispatch(dev, out, out_dtype, const_cast<float *>(residual), x, rows, weight, n_rows,
                     dim, eps);
 }
+
+namespace
+{
+
+/*
+ * head_rmsnorm_kernel (Qwen3's q_norm / k_norm)
+ *   qkv  [n_tokens][ld] F32, in/out: the fused projection's rows; heads 0 .. n_head - 1 (q) and
+ *        n_head .. n_head + n_head_kv - 1 (k) are head_dim contiguous columns each, from 0
+ *   q_w, k_w  [head_dim] F32
+ * Launch: grid (n_tokens, n_head + n_head_kv), one block per (token, head), blockDim.x =
+ *   min(1024, head_dim rounded up to 32); thread t takes columns t, t + blockDim.x, ... in both
+ *   passes. Shared memory: 256 bytes static (32 double partials).
+ * Numerics: the sum of squares in double and r = (float)(1 / sqrt(ss / head_dim + eps)), then
+ *   (x * r) * w in float, as the CPU backend's rmsnorm (kernels.h) computes it.
+ * Per head: reads and writes 4 head_dim bytes; ~4 head_dim FLOPs. Memory bound, 8 (QD + KVD)
+ *   bytes per token (Qwen3-8B: 48 KiB per token).
+ */
+__global__ void __launch_bounds__(1024)
+    head_rmsnorm_kernel(float *__restrict__ qkv, int64_t ld, const float *__restrict__ q_w,
+                        const float *__restrict__ k_w, int n_head, int head_dim, float eps)
+{
+    PLLM_SHARED(double, partial, 32);
+    const int h = blockIdx.y;
+    float *x = qkv + (int64_t)blockIdx.x * ld + (int64_t)h * head_dim;
+    const float *w = h < n_head ? q_w : k_w;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) ss += (double)x[i] * (double)x[i];
+    ss = pllm_cuda::block_reduce(ss, &partial[0], 0.0, pllm_cuda::warp_sum_op{});
+    const float r = (float)(1.0 / sqrt(ss / (double)head_dim + (double)eps));
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x)
+        x[i] = __fmul_rn(__fmul_rn(x[i], r), w[i]);
+}
+
+} /* namespace */
+
+extern "C" pllm_status pllm_cuda_head_rmsnorm(pllm_cuda_dev *dev, float *qkv, int64_t ld,
+                                              const float *q_weight, const float *k_weight,
+                                              int32_t n_tokens, int32_t n_head, int32_t n_head_kv,
+                                              int32_t head_dim, float eps)
+{
+    if (n_tokens < 0 || n_head < 1 || n_head_kv < 0 || head_dim < 1 ||
+        ld < (int64_t)(n_head + n_head_kv) * head_dim || !q_weight || (n_head_kv && !k_weight))
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "head_rmsnorm: bad shape n_tokens=%d n_head=%d n_head_kv=%d "
+                           "head_dim=%d ld=%lld (or a NULL weight)",
+                           n_tokens, n_head, n_head_kv, head_dim, (long long)ld);
+    if (!(eps >= 0.0f)) return pllm_errorf(PLLM_ERR_INVALID, "head_rmsnorm: eps %g", (double)eps);
+    if (n_tokens == 0) return PLLM_OK;
+    unsigned threads = ((unsigned)head_dim + 31) / 32 * 32;
+    if (threads > 1024) threads = 1024;
+    PLLM_LAUNCH(head_rmsnorm_kernel, dim3((unsigned)n_tokens, (unsigned)(n_head + n_head_kv)),
+                dim3(threads), 0, pllm_cuda_dev_stream(dev))
+    (qkv, ld, q_weight, k_weight, (int)n_head, (int)head_dim, eps);
+    return PLLM_CUDA_LAUNCHED("head_rmsnorm_kernel");
+}

@@ -16,7 +16,11 @@ static const struct {
     const char *name;
     pllm_arch arch;
 } g_gguf_archs[] = {
-    {"llama", PLLM_ARCH_LLAMA}, {"mistral", PLLM_ARCH_LLAMA}, {"qwen2", PLLM_ARCH_QWEN2}};
+    {"llama", PLLM_ARCH_LLAMA},
+    {"mistral", PLLM_ARCH_LLAMA},
+    {"qwen2", PLLM_ARCH_QWEN2},
+    {"qwen3", PLLM_ARCH_QWEN3},
+    {"phi3", PLLM_ARCH_LLAMA}}; /* the llama graph on fused attn_qkv / ffn_up rows, NEOX */
 
 typedef struct loader {
     pllm_model *m;
@@ -47,6 +51,15 @@ static pllm_status find_tensor(loader *L, const char *name, bool required,
     if (!*out && required)
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: missing tensor '%s'", L->g->path, name);
     return PLLM_OK;
+}
+
+/* Rows [r0, r0 + n) of a matrix: a view (a fused projection's part). */
+static pllm_tensor row_view(const pllm_tensor *t, int64_t r0, int64_t n)
+{
+    pllm_tensor v = *t;
+    v.data = (const uint8_t *)t->data + (size_t)r0 * t->row_bytes;
+    v.n_rows = n;
+    return v;
 }
 
 /* A matrix with n_cols elements per row and n_rows rows. */
@@ -161,8 +174,15 @@ static pllm_status read_config(loader *L)
     if (!(c->rope_theta > 1))
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: '%s.rope.freq_base' = %g is invalid", g->path,
                            L->prefix, c->rope_theta);
-    c->rope_mode = c->arch == PLLM_ARCH_QWEN2 ? PLLM_ROPE_NEOX : PLLM_ROPE_NORM;
+    /* llama.cpp's converter permutes llama/mistral Q/K rows (NORM pairs); qwen2/qwen3 keep the
+     * Hugging Face order (NEOX) */
+    const bool phi3 = strcmp(L->prefix, "phi3") == 0;
+    c->rope_mode = c->arch == PLLM_ARCH_QWEN2 || c->arch == PLLM_ARCH_QWEN3 || phi3
+                       ? PLLM_ROPE_NEOX
+                       : PLLM_ROPE_NORM;
+    c->rope_attn_factor = 1.0f;
     c->has_qkv_bias = c->arch == PLLM_ARCH_QWEN2;
+    c->has_qk_norm = c->arch == PLLM_ARCH_QWEN3;
 
     /* RoPE scaling: rope.scaling.type "linear" (factor), or Llama-3 style via rope_freqs. */
     char key[256];
@@ -198,6 +218,31 @@ static pllm_status read_config(loader *L)
         c->rope_scaling = PLLM_ROPE_SCALING_LLAMA3;
     }
 
+    /* LongRoPE (phi3): llama.cpp's converter stores the factors as rope_factors_short.weight
+     * and rope_factors_long.weight (read in load_weights), the original context and the
+     * attention factor as rope.scaling.original_context_length / .attn_factor */
+    const bool has_long = pllm_gguf_find_tensor(g, "rope_factors_long.weight") != NULL;
+    if (has_long || pllm_gguf_find_tensor(g, "rope_factors_short.weight")) {
+        if (!phi3 || c->rope_scaling != PLLM_ROPE_SCALING_NONE)
+            return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                               "%s: tensors 'rope_factors_long/short.weight' (LongRoPE) are "
+                               "supported for phi3 without other rope scaling only",
+                               g->path);
+        uint32_t orig = 0;
+        PLLM_TRY(get_hp(L, "rope.scaling.original_context_length", &orig, true));
+        if (orig < 1 || orig > INT32_MAX)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: '%s.rope.scaling.original_context_length' = %u is invalid",
+                               g->path, L->prefix, orig);
+        PLLM_TRY(get_hp_f(L, "rope.scaling.attn_factor", &c->rope_attn_factor));
+        if (!(c->rope_attn_factor > 0 && isfinite(c->rope_attn_factor)))
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: '%s.rope.scaling.attn_factor' = %g is invalid",
+                               g->path, L->prefix, c->rope_attn_factor);
+        c->rope_scaling = PLLM_ROPE_SCALING_LONGROPE;
+        c->rope_orig_ctx = (int32_t)orig;
+        c->rope_factor = (float)c->n_ctx_train / (float)orig;
+    }
+
     /* Vocabulary size: from the metadata when present, else from the token list. */
     const pllm_gguf_kv *toks = pllm_gguf_find(g, "tokenizer.ggml.tokens");
     if (!n_vocab && toks && toks->type == PLLM_GGUF_ARRAY)
@@ -222,10 +267,11 @@ static pllm_status load_weights(loader *L)
     int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_head_kv * c->head_dim;
     char name[128];
 
-    /* Owned float store: 2 norms per layer + output norm (+ biases) (+ rope factors). */
-    L->f32_cap = (size_t)c->n_layer * (2 * (size_t)c->n_embd +
-                                       (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0)) +
-                 (size_t)c->n_embd + (size_t)c->rope_dim / 2;
+    /* Owned float store: 2 norms per layer + output norm (+ biases) (+ rope factors: 2 sets). */
+    L->f32_cap = (size_t)c->n_layer *
+                     (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
+                      (c->has_qk_norm ? 2 * (size_t)c->head_dim : 0)) +
+                 (size_t)c->n_embd + (size_t)c->rope_dim;
     /* the vectors are in the file at 2 bytes or more per element: no allocation beyond that */
     if (L->f32_cap > L->g->size / 2)
         return pllm_errorf(
@@ -249,20 +295,52 @@ static pllm_status load_weights(loader *L)
         pllm_layer_weights *l = &m->layers[i];
 #define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, (int)i), name)
         PLLM_TRY(load_vector(L, NAME("attn_norm.weight"), c->n_embd, true, &l->attn_norm));
-        PLLM_TRY(load_matrix(L, NAME("attn_q.weight"), q_dim, c->n_embd, &l->wq));
-        PLLM_TRY(load_matrix(L, NAME("attn_k.weight"), kv_dim, c->n_embd, &l->wk));
-        PLLM_TRY(load_matrix(L, NAME("attn_v.weight"), kv_dim, c->n_embd, &l->wv));
+        if (pllm_gguf_find_tensor(L->g, NAME("attn_qkv.weight"))) { /* phi3: fused rows */
+            pllm_tensor qkv;
+            PLLM_TRY(load_matrix(L, name, q_dim + 2 * kv_dim, c->n_embd, &qkv));
+            l->wq = row_view(&qkv, 0, q_dim);
+            l->wk = row_view(&qkv, q_dim, kv_dim);
+            l->wv = row_view(&qkv, q_dim + kv_dim, kv_dim);
+        } else {
+            PLLM_TRY(load_matrix(L, NAME("attn_q.weight"), q_dim, c->n_embd, &l->wq));
+            PLLM_TRY(load_matrix(L, NAME("attn_k.weight"), kv_dim, c->n_embd, &l->wk));
+            PLLM_TRY(load_matrix(L, NAME("attn_v.weight"), kv_dim, c->n_embd, &l->wv));
+        }
         PLLM_TRY(load_matrix(L, NAME("attn_output.weight"), c->n_embd, q_dim, &l->wo));
         if (c->has_qkv_bias) {
             PLLM_TRY(load_vector(L, NAME("attn_q.bias"), q_dim, true, &l->bq));
             PLLM_TRY(load_vector(L, NAME("attn_k.bias"), kv_dim, true, &l->bk));
             PLLM_TRY(load_vector(L, NAME("attn_v.bias"), kv_dim, true, &l->bv));
         }
+        if (c->has_qk_norm) {
+            PLLM_TRY(load_vector(L, NAME("attn_q_norm.weight"), c->head_dim, true, &l->q_norm));
+            PLLM_TRY(load_vector(L, NAME("attn_k_norm.weight"), c->head_dim, true, &l->k_norm));
+        }
         PLLM_TRY(load_vector(L, NAME("ffn_norm.weight"), c->n_embd, true, &l->ffn_norm));
-        PLLM_TRY(load_matrix(L, NAME("ffn_gate.weight"), c->n_ff, c->n_embd, &l->w_gate));
-        PLLM_TRY(load_matrix(L, NAME("ffn_up.weight"), c->n_ff, c->n_embd, &l->w_up));
+        if (!pllm_gguf_find_tensor(L->g, NAME("ffn_gate.weight")) &&
+            strcmp(m->source_arch, "phi3") == 0) { /* phi3: ffn_up holds gate rows, then up */
+            pllm_tensor gu;
+            PLLM_TRY(load_matrix(L, NAME("ffn_up.weight"), 2 * (int64_t)c->n_ff, c->n_embd, &gu));
+            l->w_gate = row_view(&gu, 0, c->n_ff);
+            l->w_up = row_view(&gu, c->n_ff, c->n_ff);
+        } else {
+            PLLM_TRY(load_matrix(L, NAME("ffn_gate.weight"), c->n_ff, c->n_embd, &l->w_gate));
+            PLLM_TRY(load_matrix(L, NAME("ffn_up.weight"), c->n_ff, c->n_embd, &l->w_up));
+        }
         PLLM_TRY(load_matrix(L, NAME("ffn_down.weight"), c->n_embd, c->n_ff, &l->w_down));
 #undef NAME
+    }
+    if (c->rope_scaling == PLLM_ROPE_SCALING_LONGROPE) {
+        const char *names[2] = {"rope_factors_short.weight", "rope_factors_long.weight"};
+        const float **dst[2] = {&m->rope_freq_factors, &m->rope_freq_factors_long};
+        for (int k = 0; k < 2; k++) {
+            PLLM_TRY(load_vector(L, names[k], c->rope_dim / 2, true, dst[k]));
+            for (int32_t i = 0; i < c->rope_dim / 2; i++)
+                if (!((*dst[k])[i] > 0 && isfinite((*dst[k])[i])))
+                    return pllm_errorf(PLLM_ERR_FORMAT,
+                                       "%s: tensor '%s' element %d = %g is not a positive factor",
+                                       L->g->path, names[k], (int)i, (*dst[k])[i]);
+        }
     }
     if (c->rope_scaling == PLLM_ROPE_SCALING_LLAMA3) {
         PLLM_TRY(load_vector(L, "rope_freqs.weight", c->rope_dim / 2, true, &m->rope_freq_factors));
@@ -335,7 +413,7 @@ pllm_status pllm_gguf_model_init(pllm_model *m, const char *path)
     if (!found)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "%s: unsupported architecture '%.*s' (general.architecture at byte "
-                           "offset %zu); supported: llama, mistral, qwen2",
+                           "offset %zu); supported: llama, mistral, qwen2, qwen3, phi3",
                            path, (int)(arch.len > 64 ? 64 : arch.len), arch.s,
                            pllm_gguf_find(m->gguf, "general.architecture")->offset);
     if ((st = read_config(&L)) != PLLM_OK) return st;

@@ -1,10 +1,11 @@
 /*
  * hf_config.c: config.json and generation_config.json of a Hugging Face directory.
  *
- * Field rules follow transformers' LlamaConfig / MistralConfig / Qwen2Config: absent optional
- * fields take those classes' defaults (rms_norm_eps 1e-6, rope_theta 10000, no KV grouping,
- * untied embeddings, max_position_embeddings 2048); a JSON null counts as absent; a present
- * field of the wrong JSON type, or out of range, is an error naming the file and the field.
+ * Field rules follow transformers' LlamaConfig / MistralConfig / Qwen2Config / Qwen3Config:
+ * absent optional fields take those classes' defaults (rms_norm_eps 1e-6, rope_theta 10000, no
+ * KV grouping, untied embeddings, max_position_embeddings 2048; Qwen3: head_dim 128); a JSON null
+ * counts as absent; a present field of the wrong JSON type, or out of range, is an error naming the
+ * file and the field.
  */
 #include "model/hf_model.h"
 
@@ -182,12 +183,76 @@ static const struct {
     const char *model_type;
     pllm_arch arch;
 } g_hf_archs[] = {
-    {"llama", PLLM_ARCH_LLAMA}, {"mistral", PLLM_ARCH_LLAMA}, {"qwen2", PLLM_ARCH_QWEN2}};
+    {"llama", PLLM_ARCH_LLAMA},
+    {"mistral", PLLM_ARCH_LLAMA},
+    {"qwen2", PLLM_ARCH_QWEN2},
+    {"qwen3", PLLM_ARCH_QWEN3},
+    {"phi3", PLLM_ARCH_LLAMA}}; /* the llama graph on fused qkv_proj / gate_up_proj rows */
+
+/* A list of n positive factors (LongRoPE's short_factor / long_factor). */
+static pllm_status jfactors(const jfile *j, const char *key, int32_t n, float *out)
+{
+    const json_t *v;
+    PLLM_TRY(jget(j, key, true, &v));
+    if (!json_is_array(v) || json_array_size(v) != (size_t)n)
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: field '%s%s' must be a list of %d numbers (rotary dims / 2), not "
+                           "%s of %zu",
+                           j->path, j->pre, key, n, pllm_json_type_name(v),
+                           json_is_array(v) ? json_array_size(v) : (size_t)0);
+    for (int32_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(v, (size_t)i);
+        double x = json_is_number(e) ? json_number_value(e) : -1;
+        if (!isfinite(x) || !((float)x > 0) || x > 1e6)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: field '%s%s[%d]' must be a positive number (a frequency "
+                               "divisor)",
+                               j->path, j->pre, key, (int)i);
+        out[i] = (float)x;
+    }
+    return PLLM_OK;
+}
+
+/* LongRoPE (Phi-3; "su" and "yarn" are transformers' old names for it in Phi3Config): the
+ * factors, the original context, and the attention factor as transformers'
+ * _compute_longrope_parameters defines it: attention_factor when given, else
+ * sqrt(1 + ln(factor) / ln(original)) for factor = (factor, or max_position_embeddings /
+ * original) > 1, else 1. */
+static pllm_status parse_longrope(const jfile *j, const json_t *root, int64_t max_pos,
+                                  pllm_hf_config *out)
+{
+    pllm_model_config *c = &out->cfg;
+    const int32_t n = c->rope_dim / 2;
+    if (n > (int32_t)PLLM_ARRAY_LEN(out->rope_short))
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: %d rotary pairs: LongRoPE supports %d",
+                           j->path, (int)n, (int)PLLM_ARRAY_LEN(out->rope_short));
+    PLLM_TRY(jfactors(j, "short_factor", n, out->rope_short));
+    PLLM_TRY(jfactors(j, "long_factor", n, out->rope_long));
+    int64_t orig = 0;
+    bool has_orig = false;
+    PLLM_TRY(jint(j, "original_max_position_embeddings", false, 1, INT32_MAX, &orig, &has_orig));
+    if (!has_orig) {
+        jfile top = {j->path, root, ""};
+        orig = 4096; /* Phi3Config's default */
+        PLLM_TRY(jint(&top, "original_max_position_embeddings", false, 1, INT32_MAX, &orig, NULL));
+    }
+    double factor = (double)max_pos / (double)orig, af = 0;
+    bool has_af = false;
+    PLLM_TRY(jnum(j, "factor", false, 0, true, 1e6, &factor, NULL));
+    PLLM_TRY(jnum(j, "attention_factor", false, 0, true, 1e6, &af, &has_af));
+    if (!has_af) af = factor <= 1 || orig < 2 ? 1.0 : sqrt(1 + log(factor) / log((double)orig));
+    c->rope_scaling = PLLM_ROPE_SCALING_LONGROPE;
+    c->rope_factor = (float)factor;
+    c->rope_orig_ctx = (int32_t)orig;
+    c->rope_attn_factor = (float)af;
+    return PLLM_OK;
+}
 
 /* rope_scaling (or transformers 5's rope_parameters) object: type and parameters. */
 static pllm_status parse_rope_scaling(const char *path, const json_t *rs, const char *field,
-                                      pllm_model_config *c)
+                                      const json_t *root, int64_t max_pos, pllm_hf_config *out)
 {
+    pllm_model_config *c = &out->cfg;
     if (!json_is_object(rs))
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: field '%s' must be an object or null, not %s",
                            path, field, pllm_json_type_name(rs));
@@ -204,6 +269,9 @@ static pllm_status parse_rope_scaling(const char *path, const json_t *rs, const 
         c->rope_scaling = PLLM_ROPE_SCALING_NONE;
         return PLLM_OK;
     }
+    if (out->fused_proj &&
+        (strcmp(type, "longrope") == 0 || strcmp(type, "su") == 0 || strcmp(type, "yarn") == 0))
+        return parse_longrope(&j, root, max_pos, out);
     double factor = 0, lo = 0, hi = 0;
     int64_t orig = 0;
     if (strcmp(type, "linear") == 0) {
@@ -231,7 +299,8 @@ static pllm_status parse_rope_scaling(const char *path, const json_t *rs, const 
     }
     return pllm_errorf(
         PLLM_ERR_UNSUPPORTED,
-        "%s: field '%s.rope_type' = '%.32s' is not supported (supported: default, linear, llama3)",
+        "%s: field '%s.rope_type' = '%.32s' is not supported (supported: default, linear, llama3; "
+        "longrope for phi3)",
         path, field, type);
 }
 
@@ -251,10 +320,11 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
             found = true;
         }
     }
+    out->fused_proj = found && strcmp(mt, "phi3") == 0;
     if (!found)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "%s: field 'model_type' = '%.64s': architecture not supported "
-                           "(supported: llama, mistral, qwen2)",
+                           "(supported: llama, mistral, qwen2, qwen3, phi3)",
                            path, mt);
     const json_t *qc = json_object_get(root, "quantization_config");
     if (qc && !json_is_null(qc))
@@ -274,12 +344,17 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     PLLM_TRY(jint(&j, "vocab_size", true, 1, 1 << 24, &n_vocab, NULL));
     PLLM_TRY(jint(&j, "head_dim", false, 2, 1024, &head_dim, &has_hd));
     PLLM_TRY(jint(&j, "max_position_embeddings", false, 1, INT64_MAX, &n_ctx, NULL));
+    const int64_t max_pos = n_ctx; /* before the sliding window shortens n_ctx */
     if (!has_kv) n_head_kv = n_head;
     if (n_head % n_head_kv != 0)
         return pllm_errorf(
             PLLM_ERR_FORMAT,
             "%s: field 'num_key_value_heads' = %lld does not divide num_attention_heads = %lld",
             path, (long long)n_head_kv, (long long)n_head);
+    if (!has_hd && c->arch == PLLM_ARCH_QWEN3) {
+        head_dim = 128; /* Qwen3Config's default, not hidden / heads */
+        has_hd = true;
+    }
     if (!has_hd) {
         if (hidden % n_head != 0)
             return pllm_errorf(PLLM_ERR_FORMAT,
@@ -296,17 +371,30 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     double eps = 1e-6, theta = 10000, prf = 1;
     PLLM_TRY(jnum(&j, "rms_norm_eps", false, 0, true, 0.5, &eps, NULL));
     PLLM_TRY(jnum(&j, "rope_theta", false, 1, true, 1e12, &theta, NULL));
-    PLLM_TRY(jnum(&j, "partial_rotary_factor", false, 0, true, 1, &prf, NULL));
-    if (prf != 1)
+    bool has_prf = false;
+    PLLM_TRY(jnum(&j, "partial_rotary_factor", false, 0, true, 1, &prf, &has_prf));
+    const json_t *rpo = json_object_get(root, "rope_parameters"); /* transformers >= 5 keeps it */
+    if (!has_prf && json_is_object(rpo)) {                        /* there */
+        jfile jr = {path, rpo, "rope_parameters."};
+        PLLM_TRY(jnum(&jr, "partial_rotary_factor", false, 0, true, 1, &prf, NULL));
+    }
+    if (prf != 1 && !out->fused_proj) /* phi3 (Phi-4-mini: 0.75) rotates the first dims */
         return pllm_errorf(
             PLLM_ERR_UNSUPPORTED,
             "%s: field 'partial_rotary_factor' = %g is not supported for %s (only 1)", path, prf,
             mt);
-    bool tied = false, attn_bias = false, mlp_bias = false, use_sw = c->arch != PLLM_ARCH_QWEN2,
-         has_use_sw = false;
+    /* Qwen2 and Qwen3 (transformers' Qwen2Config / Qwen3Config) default use_sliding_window to
+     * false; Llama and Mistral have no such switch (Mistral's sliding_window applies when set) */
+    bool tied = false, attn_bias = false, mlp_bias = false,
+         use_sw = c->arch != PLLM_ARCH_QWEN2 && c->arch != PLLM_ARCH_QWEN3, has_use_sw = false;
     PLLM_TRY(jbool(&j, "tie_word_embeddings", &tied, NULL));
     PLLM_TRY(jbool(&j, "attention_bias", &attn_bias, NULL));
     PLLM_TRY(jbool(&j, "mlp_bias", &mlp_bias, NULL));
+    if (attn_bias && c->arch == PLLM_ARCH_QWEN3)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: field 'attention_bias' = true (biases on q/k/v/o projections) is "
+                           "not supported for qwen3 (Qwen3 checkpoints have none)",
+                           path);
     if (attn_bias && c->arch != PLLM_ARCH_QWEN2)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "%s: field 'attention_bias' = true (biases on q/k/v/o projections) is "
@@ -340,15 +428,26 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     c->norm_eps = (float)eps;
     c->rope_theta = (float)theta;
     c->rope_dim = (int32_t)head_dim;
+    if (prf != 1) { /* transformers: int(head_dim * partial_rotary_factor) */
+        c->rope_dim = (int32_t)((double)head_dim * prf);
+        if (c->rope_dim < 2 || c->rope_dim % 2)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: field 'partial_rotary_factor' = %g gives %d rotary dims of "
+                               "head_dim %lld (must be even and at least 2)",
+                               path, prf, (int)c->rope_dim, (long long)head_dim);
+    }
+    c->rope_attn_factor = 1.0f;
     c->rope_mode = PLLM_ROPE_NEOX;
     c->tied_embeddings = tied;
     c->has_qkv_bias = c->arch == PLLM_ARCH_QWEN2;
+    c->has_qk_norm = c->arch == PLLM_ARCH_QWEN3;
 
     const json_t *rs = json_object_get(root, "rope_scaling");
-    if (rs && !json_is_null(rs)) PLLM_TRY(parse_rope_scaling(path, rs, "rope_scaling", c));
+    if (rs && !json_is_null(rs))
+        PLLM_TRY(parse_rope_scaling(path, rs, "rope_scaling", root, max_pos, out));
     const json_t *rp = json_object_get(root, "rope_parameters"); /* transformers >= 5 */
     if (rp && !json_is_null(rp) && !(rs && !json_is_null(rs)))
-        PLLM_TRY(parse_rope_scaling(path, rp, "rope_parameters", c));
+        PLLM_TRY(parse_rope_scaling(path, rp, "rope_parameters", root, max_pos, out));
 
     int64_t bos = 0;
     PLLM_TRY(jint(&j, "bos_token_id", false, 0, INT32_MAX, &bos, &out->has_bos));

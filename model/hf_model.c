@@ -14,7 +14,17 @@ typedef struct hf_loader {
     json_t *weight_map; /* the index's weight_map, or NULL for a single file */
     const char *index_path;
     size_t f32_used, f32_cap;
+    const pllm_hf_config *hc;
 } hf_loader;
+
+/* Rows [r0, r0 + n) of a matrix: a view (a fused projection's part). */
+static pllm_tensor row_view(const pllm_tensor *t, int64_t r0, int64_t n)
+{
+    pllm_tensor v = *t;
+    v.data = (const uint8_t *)t->data + (size_t)r0 * t->row_bytes;
+    v.n_rows = n;
+    return v;
+}
 
 static char *join(const char *dir, const char *name)
 {
@@ -200,18 +210,19 @@ static pllm_status load_weights(hf_loader *L)
                   kv_dim = (int64_t)c->n_head_kv * c->head_dim;
     char name[160];
 
-    L->f32_cap = (size_t)c->n_layer * (2 * (size_t)c->n_embd +
-                                       (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0)) +
-                 (size_t)c->n_embd + (size_t)c->rope_dim / 2;
+    L->f32_cap = (size_t)c->n_layer *
+                     (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
+                      (c->has_qk_norm ? 2 * (size_t)c->head_dim : 0)) +
+                 (size_t)c->n_embd + (size_t)c->rope_dim; /* + rope factors (2 sets) */
     /* the vectors are in the files at 2 bytes or more per element: no allocation beyond that */
     size_t data_bytes = 0;
     for (int32_t i = 0; i < m->hf->n_files; i++)
         data_bytes += m->hf->files[i]->size - m->hf->files[i]->data_offset;
-    if (L->f32_cap - (size_t)c->rope_dim / 2 > data_bytes / 2)
+    if (L->f32_cap - (size_t)c->rope_dim > data_bytes / 2)
         return pllm_errorf(PLLM_ERR_FORMAT,
                            "%s: config.json needs %zu norm/bias elements but the weight files hold "
                            "only %zu bytes of data",
-                           L->dir, L->f32_cap - (size_t)c->rope_dim / 2, data_bytes);
+                           L->dir, L->f32_cap - (size_t)c->rope_dim, data_bytes);
     m->owned_f32 = pllm_malloc(L->f32_cap * sizeof(float));
     m->layers = pllm_calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->owned_f32 || !m->layers) return PLLM_ERR_NOMEM;
@@ -236,18 +247,39 @@ static pllm_status load_weights(hf_loader *L)
         pllm_layer_weights *l = &m->layers[i];
 #define NAME(s) (snprintf(name, sizeof name, "model.layers.%d." s, (int)i), name)
         PLLM_TRY(load_vector(L, NAME("input_layernorm.weight"), c->n_embd, &l->attn_norm));
-        PLLM_TRY(load_matrix(L, NAME("self_attn.q_proj.weight"), q_dim, c->n_embd, &l->wq));
-        PLLM_TRY(load_matrix(L, NAME("self_attn.k_proj.weight"), kv_dim, c->n_embd, &l->wk));
-        PLLM_TRY(load_matrix(L, NAME("self_attn.v_proj.weight"), kv_dim, c->n_embd, &l->wv));
+        if (L->hc->fused_proj) { /* phi3: q, k, v rows of one matrix */
+            pllm_tensor qkv;
+            PLLM_TRY(load_matrix(L, NAME("self_attn.qkv_proj.weight"), q_dim + 2 * kv_dim,
+                                 c->n_embd, &qkv));
+            l->wq = row_view(&qkv, 0, q_dim);
+            l->wk = row_view(&qkv, q_dim, kv_dim);
+            l->wv = row_view(&qkv, q_dim + kv_dim, kv_dim);
+        } else {
+            PLLM_TRY(load_matrix(L, NAME("self_attn.q_proj.weight"), q_dim, c->n_embd, &l->wq));
+            PLLM_TRY(load_matrix(L, NAME("self_attn.k_proj.weight"), kv_dim, c->n_embd, &l->wk));
+            PLLM_TRY(load_matrix(L, NAME("self_attn.v_proj.weight"), kv_dim, c->n_embd, &l->wv));
+        }
         PLLM_TRY(load_matrix(L, NAME("self_attn.o_proj.weight"), c->n_embd, q_dim, &l->wo));
         if (c->has_qkv_bias) {
             PLLM_TRY(load_vector(L, NAME("self_attn.q_proj.bias"), q_dim, &l->bq));
             PLLM_TRY(load_vector(L, NAME("self_attn.k_proj.bias"), kv_dim, &l->bk));
             PLLM_TRY(load_vector(L, NAME("self_attn.v_proj.bias"), kv_dim, &l->bv));
         }
+        if (c->has_qk_norm) {
+            PLLM_TRY(load_vector(L, NAME("self_attn.q_norm.weight"), c->head_dim, &l->q_norm));
+            PLLM_TRY(load_vector(L, NAME("self_attn.k_norm.weight"), c->head_dim, &l->k_norm));
+        }
         PLLM_TRY(load_vector(L, NAME("post_attention_layernorm.weight"), c->n_embd, &l->ffn_norm));
-        PLLM_TRY(load_matrix(L, NAME("mlp.gate_proj.weight"), c->n_ff, c->n_embd, &l->w_gate));
-        PLLM_TRY(load_matrix(L, NAME("mlp.up_proj.weight"), c->n_ff, c->n_embd, &l->w_up));
+        if (L->hc->fused_proj) { /* phi3: gate rows, then up rows (Phi3MLP's chunk(2)) */
+            pllm_tensor gu;
+            PLLM_TRY(load_matrix(L, NAME("mlp.gate_up_proj.weight"), 2 * (int64_t)c->n_ff,
+                                 c->n_embd, &gu));
+            l->w_gate = row_view(&gu, 0, c->n_ff);
+            l->w_up = row_view(&gu, c->n_ff, c->n_ff);
+        } else {
+            PLLM_TRY(load_matrix(L, NAME("mlp.gate_proj.weight"), c->n_ff, c->n_embd, &l->w_gate));
+            PLLM_TRY(load_matrix(L, NAME("mlp.up_proj.weight"), c->n_ff, c->n_embd, &l->w_up));
+        }
         PLLM_TRY(load_matrix(L, NAME("mlp.down_proj.weight"), c->n_embd, c->n_ff, &l->w_down));
 #undef NAME
     }
@@ -256,6 +288,14 @@ static pllm_status load_weights(hf_loader *L)
         pllm_rope_llama3_factors(ff, c);
         L->f32_used += (size_t)c->rope_dim / 2;
         m->rope_freq_factors = ff;
+    }
+    if (c->rope_scaling == PLLM_ROPE_SCALING_LONGROPE) {
+        float *ff = m->owned_f32 + L->f32_used;
+        memcpy(ff, L->hc->rope_short, sizeof(float) * (size_t)(c->rope_dim / 2));
+        memcpy(ff + c->rope_dim / 2, L->hc->rope_long, sizeof(float) * (size_t)(c->rope_dim / 2));
+        L->f32_used += (size_t)c->rope_dim;
+        m->rope_freq_factors = ff;
+        m->rope_freq_factors_long = ff + c->rope_dim / 2;
     }
     return PLLM_OK;
 }
@@ -302,6 +342,7 @@ pllm_status pllm_hf_model_init(pllm_model *m, const char *dir)
     }
     pllm_hf_config hc;
     if ((st = pllm_hf_parse_config(config_path, config, &hc)) != PLLM_OK) goto fail;
+    L.hc = &hc;
     m->cfg = hc.cfg;
     m->source_arch = hc.source_arch;
     {

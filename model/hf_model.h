@@ -40,7 +40,10 @@ void pllm_hf_files_free(pllm_hf_files *f);
 /* config.json as the loader needs it. */
 typedef struct pllm_hf_config {
     pllm_model_config cfg;       /* every field set; rope_mode NEOX */
-    const char *source_arch;     /* static: "llama", "mistral", "qwen2" */
+    const char *source_arch;     /* static: "llama", "mistral", "qwen2", "qwen3", "phi3" */
+    bool fused_proj;             /* phi3: qkv_proj and gate_up_proj hold the fused rows */
+    float rope_short[512];       /* LONGROPE: short_factor, long_factor ([rope_dim / 2]) */
+    float rope_long[512];
     bool has_bos;                /* config.json's own bos/eos, the fallback when there is no */
     int32_t bos_id;              /* generation_config.json */
     int32_t n_eos;

@@ -10,7 +10,7 @@
 #include "model/gguf_model.h"
 #include "model/hf_model.h"
 
-static const char *g_arch_names[PLLM_ARCH_COUNT] = {"llama", "qwen2"};
+static const char *g_arch_names[PLLM_ARCH_COUNT] = {"llama", "qwen2", "qwen3"};
 
 const char *pllm_arch_name(pllm_arch a)
 {
@@ -116,6 +116,8 @@ static const char *rope_scaling_name(pllm_rope_scaling s)
         return "linear";
     case PLLM_ROPE_SCALING_LLAMA3:
         return "llama3";
+    case PLLM_ROPE_SCALING_LONGROPE:
+        return "longrope";
     default:
         return "none";
     }
@@ -169,7 +171,8 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
          jset(o, "n_ctx_train", json_integer(c->n_ctx_train)) &&
          jset(o, "norm_eps", jfloat(c->norm_eps)) &&
          jset(o, "tied_embeddings", json_boolean(c->tied_embeddings)) &&
-         jset(o, "qkv_bias", json_boolean(c->has_qkv_bias));
+         jset(o, "qkv_bias", json_boolean(c->has_qkv_bias)) &&
+         jset(o, "qk_norm", json_boolean(c->has_qk_norm));
     ok = ok && jset(rope, "theta", jfloat(c->rope_theta)) &&
          jset(rope, "dim", json_integer(c->rope_dim)) &&
          jset(rope, "mode", json_string(c->rope_mode == PLLM_ROPE_NEOX ? "neox" : "norm")) &&
@@ -186,6 +189,15 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
         for (int32_t i = 0; ok && i < c->rope_dim / 2; i++)
             ok = json_array_append_new(ff, jfloat(m->rope_freq_factors[i])) == 0;
         jattach(rope, "freq_factors", &ff, &ok);
+    }
+    if (ok && c->rope_scaling == PLLM_ROPE_SCALING_LONGROPE) {
+        json_t *ff = json_array();
+        ok = ff != NULL && m->rope_freq_factors_long;
+        for (int32_t i = 0; ok && i < c->rope_dim / 2; i++)
+            ok = json_array_append_new(ff, jfloat(m->rope_freq_factors_long[i])) == 0;
+        jattach(rope, "long_factors", &ff, &ok);
+        ok = ok && jset(rope, "attn_factor", jfloat(c->rope_attn_factor)) &&
+             jset(rope, "original_max_position_embeddings", json_integer(c->rope_orig_ctx));
     }
     jattach(o, "rope", &rope, &ok);
 

@@ -20,7 +20,16 @@
  *                                 scaling: Llama-3 rope scaling from config.json's rope_scaling
  *                                 or from GGUF's rope_freqs.weight; nothing else is applied),
  *   ff_i = rope_factor            when rope_scaling == PLLM_ROPE_SCALING_LINEAR,
- *   ff_i = 1                      otherwise.
+ *   ff_i = 1                      otherwise;
+ * LONGROPE (Phi-3 / Phi-4-mini, transformers' "longrope"): a token at position pos >=
+ * rope_orig_ctx takes ff_i = rope_freq_factors_long[i] instead of the short factors (per
+ * position, as vLLM applies them: a sequence within the original context computes exactly what
+ * transformers does; past it, keys already cached keep their short-factor rotation where
+ * transformers would re-rotate the whole sequence), and both cos and sin are multiplied by
+ * rope_attn_factor (in double, before rounding to float).
+ *
+ * Fused projections (Phi-3's qkv_proj / attn_qkv and gate_up_proj / ffn_up of 2 n_ff rows) are
+ * split at load into the row ranges wq, wk, wv and w_gate, w_up: views, nothing copied.
  *
  * Hugging Face directories: path is the directory; the tokenizer and chat template are in its
  * tokenizer.json and tokenizer_config.json (read by tokenizer/, not here); generation defaults
@@ -40,6 +49,8 @@
 typedef enum pllm_arch {
     PLLM_ARCH_LLAMA = 0, /* Llama 2/3, TinyLlama, SmolLM, Mistral (same graph) */
     PLLM_ARCH_QWEN2,     /* llama graph + Q/K/V biases */
+    PLLM_ARCH_QWEN3,     /* llama graph + per-head RMSNorm of q and k before RoPE (q_norm,
+                          * k_norm over head_dim, shared by all heads), no Q/K/V bias */
     PLLM_ARCH_COUNT
 } pllm_arch;
 
@@ -50,8 +61,10 @@ typedef enum pllm_rope_mode {
 
 typedef enum pllm_rope_scaling {
     PLLM_ROPE_SCALING_NONE = 0,
-    PLLM_ROPE_SCALING_LINEAR, /* theta_i / rope_factor */
-    PLLM_ROPE_SCALING_LLAMA3, /* per-pair factors: always given in pllm_model.rope_freq_factors */
+    PLLM_ROPE_SCALING_LINEAR,   /* theta_i / rope_factor */
+    PLLM_ROPE_SCALING_LLAMA3,   /* per-pair factors: always given in pllm_model.rope_freq_factors */
+    PLLM_ROPE_SCALING_LONGROPE, /* Phi-3: short factors in rope_freq_factors, long ones in
+                                 * rope_freq_factors_long, cos/sin times rope_attn_factor */
 } pllm_rope_scaling;
 
 /* Where a model was loaded from. */
@@ -80,9 +93,11 @@ typedef struct pllm_model_config {
     float rope_factor;
     float rope_low_freq_factor;    /* LLAMA3 */
     float rope_high_freq_factor;   /* LLAMA3 */
-    int32_t rope_orig_ctx;         /* LLAMA3: original max position embeddings */
+    int32_t rope_orig_ctx;         /* LLAMA3, LONGROPE: original max position embeddings */
+    float rope_attn_factor;        /* LONGROPE: cos and sin are multiplied by it (1: none) */
     bool tied_embeddings;  /* output projection reuses tok_embd */
     bool has_qkv_bias;
+    bool has_qk_norm; /* QWEN3: q_norm, k_norm per layer */
 } pllm_model_config;
 
 /* A 2-D weight view into the mapping. */
@@ -101,6 +116,10 @@ typedef struct pllm_layer_weights {
     pllm_tensor wv;            /* [n_head_kv*head_dim][n_embd] */
     pllm_tensor wo;            /* [n_embd][n_head*head_dim] */
     const float *bq, *bk, *bv; /* [rows of wq/wk/wv]; NULL unless has_qkv_bias */
+    /* [head_dim] each; NULL unless has_qk_norm: after the projection (and bias), every q head
+     * h is replaced by RMSNorm(q_h) * q_norm (eps norm_eps), every k head by
+     * RMSNorm(k_h) * k_norm, before RoPE */
+    const float *q_norm, *k_norm;
     const float *ffn_norm;     /* [n_embd] */
     pllm_tensor w_gate;        /* [n_ff][n_embd] */
     pllm_tensor w_up;          /* [n_ff][n_embd] */
@@ -144,8 +163,10 @@ typedef struct pllm_model {
     const float *output_norm;  /* [n_embd] */
     pllm_tensor output;        /* [n_vocab][n_embd]; == tok_embd when tied */
     pllm_layer_weights *layers; /* [n_layer] */
-    const float *rope_freq_factors; /* [rope_dim/2] or NULL: per-pair divisors of theta_i
-                                      * (see the top of this file); set for LLAMA3 scaling */
+    const float *rope_freq_factors;      /* [rope_dim/2] or NULL: per-pair divisors of theta_i
+                                          * (see the top of this file); set for LLAMA3 scaling,
+                                          * and LONGROPE's short factors */
+    const float *rope_freq_factors_long; /* [rope_dim/2]: LONGROPE's long factors, else NULL */
     pllm_generation_defaults gen;
     char *name;                /* general.name, or the file's (directory's) base name */
     char *path;                /* the GGUF file or the HF directory as given */
@@ -160,8 +181,8 @@ typedef struct pllm_model {
 /*
  * Load a model from a GGUF file or a Hugging Face directory (path is a directory). Errors name
  * the file, the key/field or tensor, and a byte offset where the format has one.
- * Supported architectures: llama, mistral, qwen2 (GGUF general.architecture or config.json
- * model_type); anything else is PLLM_ERR_UNSUPPORTED with that list.
+ * Supported architectures: llama, mistral, qwen2, qwen3, phi3 (GGUF general.architecture or
+ * config.json model_type); anything else is PLLM_ERR_UNSUPPORTED with that list.
  */
 pllm_status pllm_model_load(pllm_model **out, const char *path);
 void pllm_model_free(pllm_model *m);

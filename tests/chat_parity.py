@@ -80,7 +80,7 @@ ENV = make_env()
 _COMPILED = {}
 
 
-def py_render(template, messages, agp, bos, eos):
+def py_render(template, messages, agp, bos, eos, enable_thinking=None):
     """('ok', text) | ('raise', message) | ('error', description)"""
     t = _COMPILED.get(template)
     if t is None:
@@ -96,6 +96,8 @@ def py_render(template, messages, agp, bos, eos):
         kwargs["bos_token"] = bos
     if eos is not None:
         kwargs["eos_token"] = eos
+    if enable_thinking is not None:
+        kwargs["enable_thinking"] = enable_thinking
     try:
         # jinja2 filters can mutate arguments (indent does `s += "\n"`): render a private copy
         messages = copy.deepcopy(messages)
@@ -244,6 +246,39 @@ EXTRA["whitespace-cr"] = EXTRA["set-blocks"].replace("\n", "\r") + "\n\n"
 EXTRA["trailing-newline"] = "{% for m in messages %}{{ m.role }}\n{% endfor %}\n"
 EXTRA["unicode-indent"] = ("\u3000{% if messages %}\n\u00a0\t{% for m in messages %}\n\u2003 {{ m.role }}\n"
                            "\u3000 {% endfor %}\n{% endif %}\n\x0b{# c #}\n\x0c\x1c{% set x = 1 %}\nend")
+# The shape of Qwen3's template (written here): reasoning split out of assistant turns at
+# </think>, kept only after the last user turn, and the thinking switch on the generation prompt
+EXTRA["thinking-switch"] = """{%- set ns = namespace(last_query=-1) %}
+{%- for m in messages[::-1] %}
+    {%- if ns.last_query < 0 and m.role == 'user' %}
+        {%- set ns.last_query = messages|length - 1 - loop.index0 %}
+    {%- endif %}
+{%- endfor %}
+{%- for m in messages %}
+    {%- set content = m.content if m.content is string else '' %}
+    {%- if m.role == 'assistant' %}
+        {%- set reasoning = '' %}
+        {%- if '</think>' in content %}
+            {%- set reasoning = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}
+            {%- set content = content.split('</think>')[-1].lstrip('\\n') %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query and reasoning %}
+            {{- '<|im_start|>assistant\\n<think>\\n' + reasoning.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}
+        {%- else %}
+            {{- '<|im_start|>assistant\\n' + content }}
+        {%- endif %}
+        {{- '<|im_end|>\\n' }}
+    {%- else %}
+        {{- '<|im_start|>' + m.role + '\\n' + content + '<|im_end|>\\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\\n\\n</think>\\n\\n' }}
+    {%- endif %}
+{%- endif %}
+"""
 EXTRA["strftime"] = "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%Y-%m-%d')|length }}"
 
 
@@ -295,6 +330,8 @@ def fixed_conversations():
         [],
         [msg(U, "What is 6*7?"), msg("tool", "42")],
         [msg("developer", "dev"), msg(U, "hi")],
+        [msg(U, "2+2?"), msg(A, "<think>\nadd them\n</think>\n\n4"), msg(U, "and 3+3?"),
+         msg(A, "<think>\n\nsix\n\n</think>\n\n6")],
     ]
 
 
@@ -489,7 +526,7 @@ def compare(cases, results, allow_unsupported):
     failures = []
     for (label, req), res in zip(cases, results):
         want = py_render(req["template"], req["messages"], req["add_generation_prompt"], req.get("bos_token"),
-                         req.get("eos_token"))
+                         req.get("eos_token"), req.get("enable_thinking"))
         if want[0] == "ok":
             if res["ok"] and res["text"] == want[1]:
                 same += 1
@@ -544,6 +581,9 @@ def main():
                         if eos is not None:
                             req["eos_token"] = eos
                         cases.append((f"{name} conv#{ci}", req))
+                        # the thinking switch (Qwen3): undefined above, then true and false
+                        for et in ((True, False) if "enable_thinking" in tpl else ()):
+                            cases.append((f"{name} conv#{ci} enable_thinking={et}", dict(req, enable_thinking=et)))
         return cases
 
     ok = True

@@ -68,6 +68,13 @@ static json_t *handle(json_t *req)
         .bos_token = opt_string(req, "bos_token", &bad),
         .eos_token = opt_string(req, "eos_token", &bad),
     };
+    json_t *et = json_object_get(req, "enable_thinking"); /* absent or null: undefined */
+    if (json_is_boolean(et))
+        p.enable_thinking = json_is_true(et) ? PLLM_CHAT_THINKING_ON : PLLM_CHAT_THINKING_OFF;
+    else if (et && !json_is_null(et)) {
+        free(msgs);
+        return result_error(PLLM_ERR_INVALID, "request: enable_thinking must be a boolean or null");
+    }
     json_t *ms = json_object_get(req, "max_steps");
     if (json_is_integer(ms)) p.max_steps = (uint64_t)json_integer_value(ms);
     json_t *mo = json_object_get(req, "max_output_bytes");

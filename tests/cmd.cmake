@@ -16,6 +16,10 @@ set_tests_properties(cli_tools PROPERTIES TIMEOUT 900)
 # A model's generation defaults (generation_config.json) and their precedence, on a random-weight
 # Hugging Face directory with a tokenizer written by the test (seconds).
 pllm_add_py_test(cli_genconfig cli_genconfig.py LABELS unit)
+# the chat template's thinking switch (--thinking) on a random Qwen3 model
+pllm_add_py_test(cli_thinking cli_thinking.py LABELS unit)
+# a random Phi-3 model whose vocabulary is padded past its tokenizer (as 32064 vs 32011)
+pllm_add_py_test(cli_phi3_vocab cli_phi3_vocab.py LABELS unit)
 set_tests_properties(cli_genconfig PROPERTIES TIMEOUT 300)
 # Output guards, resume that cannot skip or duplicate, --strict, files that are not records,
 # compression by magic bytes (issue 23; on the real default model, tiny prompts: ~1 minute).

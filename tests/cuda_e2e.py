@@ -9,6 +9,8 @@
                                 KV), attention split over the context, a run without graphs,
                                 three Hugging Face directories (tests/gen_hf_models.py: BF16
                                 shards as they are, mistral head_dim 48, Llama-3 rope scaling),
+                                Qwen3 (q/k head norms) and Phi-3 (fused projections, LongRoPE)
+                                as HF and GGUF,
                                 and sampled runs (same tokens, logprobs and top logprobs)
     cuda_e2e.py TOOL model      the default model ($PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf):
                                 3 short text prompts, 3 greedy tokens each, production setting
@@ -94,6 +96,17 @@ def random_runs(tmp):
     runs.append((os.path.join(hf, "mistral-hf-f32-sharded"), ["--weights", "f32", "--kv", "f32", "--seed", "31"]))
     runs.append((os.path.join(hf, "llama3-hf-f32"), ["--weights", "f32", "--kv", "f32", "--len", "30:90", "--seed", "37"]
                  + (["--prompts", "2"] if SANITIZE else [])))
+    # Qwen3 (per-head q/k RMSNorm): HF F32 through the engine, GGUF F32 teacher forced, BF16 GGUF
+    # in the production setting (F16 KV)
+    runs.append((os.path.join(hf, "qwen3-hf-f32"), ["--weights", "f32", "--kv", "f32", "--seed", "41"]
+                 + ([] if SANITIZE else ["--engine"])))
+    runs.append((os.path.join(hf, "qwen3-f32.gguf"), ["--weights", "f32", "--kv", "f32", "--seed", "43"]))
+    runs.append((os.path.join(hf, "qwen3-bf16.gguf"), ["--kv", "f16", "--seed", "47"]))
+    # Phi-3 (fused projections, partial rotary, LongRoPE past position 16 of prompts up to 40)
+    runs.append((os.path.join(hf, "phi3-hf-f32"), ["--weights", "f32", "--kv", "f32", "--seed", "53"]
+                 + ([] if SANITIZE else ["--engine"])))
+    runs.append((os.path.join(hf, "phi3-f32.gguf"), ["--weights", "f32", "--kv", "f32", "--seed", "59"]))
+    runs.append((os.path.join(hf, "phi3-bf16.gguf"), ["--kv", "f16", "--seed", "61"]))
     # sampling (temperature, top-k/p, min-p, penalties, bans, logprobs) through graphs and eager steps
     for m in (models[0], next(m for m in models if m["shape"] == "qwen2" and m["dtype"] == "Q4_1")):
         runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--sample", "--prompts", "6", "--gen", "8",

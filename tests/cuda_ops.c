@@ -153,6 +153,7 @@ static void test_qkv_rope(pllm_cuda_dev *dev, const rope_case *c)
                                  .positions = d_pos,
                                  .slots = d_slots,
                                  .inv_freq = d_freq,
+                                 .mscale = 1.0,
                                  .k_cache = d_k,
                                  .v_cache = d_v,
                                  .kv_dtype = c->kv,

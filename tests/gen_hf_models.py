@@ -26,6 +26,10 @@ Specs:
   llama-mha  llama, 4/4 heads, hidden 128, tied, linear rope scaling (factor 2)
   mistral    mistral, 4/1 heads, head_dim 48 != hidden/heads (explicit head_dim), untied
   qwen2      qwen2 (q/k/v biases, NEOX in GGUF too), 4/2 heads, hidden 256, ff 512, tied
+  qwen3      qwen3 (per-head q/k RMSNorm, no biases, NEOX in GGUF), 4/2 heads, head_dim 48 != hidden/heads,
+             tied
+  phi3       phi3 (Phi-4-mini-like): fused qkv_proj / gate_up_proj (GGUF attn_qkv, ffn_up of 2 n_ff
+             rows), partial rotary 0.75, LongRoPE (original context 16, max 512), 4/2 heads
   llama3     llama with Llama-3 rope scaling (factor 8, low 1, high 4, original context 64,
              rope base 500000: head_dim 32 has high, medium and low frequency pairs)
 Deterministic per seed; weights std 1/sqrt(fan_in), embeddings std 1, norms 1 +- 0.1.
@@ -48,6 +52,15 @@ SPECS = {
     "qwen2": dict(arch="qwen2", V=352, E=256, L=2, H=4, HKV=2, F=512, tied=True, theta=1e6, eps=1e-6, bias=True,
                   gen=dict(bos_token_id=3, eos_token_id=[7, 8], do_sample=True, temperature=0.7, top_p=0.8, top_k=20,
                            repetition_penalty=1.05)),
+    "qwen3": dict(arch="qwen3", V=336, E=128, L=2, H=4, HKV=2, F=256, tied=True, theta=1e6, eps=1e-6, head_dim=48,
+                  qk_norm=True, gen=dict(bos_token_id=3, eos_token_id=[7, 9])),
+    # Phi-4-mini-like: fused qkv_proj / gate_up_proj, partial rotary 0.75 (24 of 32 dims), LongRoPE
+    # with an original context of 16 (prompts of 45 cross it) and max 512 (attention factor 1.5)
+    "phi3": dict(arch="phi3", V=352, E=128, L=2, H=4, HKV=2, F=192, tied=False, theta=10000.0, eps=1e-5,
+                 partial_rotary_factor=0.75,
+                 rope_scaling=dict(type="longrope", short_factor=[1.0 + 0.25 * i for i in range(12)],
+                                   long_factor=[1.5 + 1.5 * i for i in range(12)]),
+                 original_max_position_embeddings=16, gen=dict(bos_token_id=1, eos_token_id=[2, 7])),
     "llama3": dict(arch="llama", V=256, E=128, L=2, H=4, HKV=2, F=256, tied=False, theta=500000.0, eps=1e-5,
                    rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                      original_max_position_embeddings=64)),
@@ -75,6 +88,14 @@ OUTPUTS = [
     ("qwen2", "gguf", dict(dtype="F32")),
     ("qwen2", "gguf", dict(dtype="BF16")),
     ("qwen2", "gguf", dict(mix="q4km")),
+    ("qwen3", "hf", dict(dtype="F32")),
+    ("qwen3", "hf", dict(dtype="BF16", shards=2)),
+    ("qwen3", "gguf", dict(dtype="F32")),
+    ("qwen3", "gguf", dict(dtype="BF16")),
+    ("phi3", "hf", dict(dtype="F32")),
+    ("phi3", "hf", dict(dtype="BF16", shards=2)),
+    ("phi3", "gguf", dict(dtype="F32")),
+    ("phi3", "gguf", dict(dtype="BF16")),
     ("llama3", "hf", dict(dtype="F32")),
     ("llama3", "gguf", dict(dtype="F32")),
 ]
@@ -96,6 +117,17 @@ def bytes_to_unicode():
 
 def head_dim(s):
     return s.get("head_dim") or s["E"] // s["H"]
+
+
+def rope_dim(s):
+    return int(head_dim(s) * s.get("partial_rotary_factor", 1.0))
+
+
+def longrope_attn_factor(s):
+    """transformers' default LongRoPE attention factor for max_position_embeddings 512."""
+    orig = s["original_max_position_embeddings"]
+    f = 512 / orig
+    return 1.0 if f <= 1 else math.sqrt(1 + math.log(f) / math.log(orig))
 
 
 def make_weights(spec, seed):
@@ -122,11 +154,19 @@ def make_weights(spec, seed):
             w[p + "self_attn.q_proj.bias"] = vec(H * hd, 0.0, 0.3)
             w[p + "self_attn.k_proj.bias"] = vec(HKV * hd, 0.0, 0.3)
             w[p + "self_attn.v_proj.bias"] = vec(HKV * hd, 0.0, 0.3)
+        if s.get("qk_norm"):
+            w[p + "self_attn.q_norm.weight"] = vec(hd, 1.0, 0.3)
+            w[p + "self_attn.k_norm.weight"] = vec(hd, 1.0, 0.3)
         w[p + "self_attn.o_proj.weight"] = mat(E, H * hd, 1 / math.sqrt(H * hd))
         w[p + "post_attention_layernorm.weight"] = vec(E, 1.0, 0.1)
         w[p + "mlp.gate_proj.weight"] = mat(F, E, 1 / math.sqrt(E))
         w[p + "mlp.up_proj.weight"] = mat(F, E, 1 / math.sqrt(E))
         w[p + "mlp.down_proj.weight"] = mat(E, F, 1 / math.sqrt(F))
+        if s["arch"] == "phi3":  # Phi-3's fused layout: q, k, v rows; gate, up rows
+            w[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+                [w.pop(p + "self_attn." + n + "_proj.weight") for n in "qkv"])
+            w[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+                [w.pop(p + "mlp.gate_proj.weight"), w.pop(p + "mlp.up_proj.weight")])
     return w
 
 
@@ -179,7 +219,9 @@ def write_safetensors(path, tensors, metadata=None, align=8):
 
 def hf_config(spec):
     s = SPECS[spec]
-    c = {"architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}[s["arch"]]],
+    c = {"architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                                   "qwen3": "Qwen3ForCausalLM",
+                                   "phi3": "Phi3ForCausalLM"}[s["arch"]]],
          "model_type": s["arch"], "hidden_size": s["E"], "intermediate_size": s["F"], "num_hidden_layers": s["L"],
          "num_attention_heads": s["H"], "num_key_value_heads": s["HKV"], "vocab_size": s["V"], "rms_norm_eps": s["eps"],
          "rope_theta": s["theta"], "max_position_embeddings": 512, "tie_word_embeddings": s["tied"], "hidden_act": "silu",
@@ -188,8 +230,13 @@ def hf_config(spec):
         c["head_dim"] = s["head_dim"]
     if "sliding_window" in s:
         c["sliding_window"] = s["sliding_window"]
-    if s["arch"] == "qwen2":
+    if s["arch"] in ("qwen2", "qwen3"):
         c.update(use_sliding_window=False, sliding_window=4096, max_window_layers=2)
+    if s["arch"] == "qwen3":
+        c["attention_bias"] = False
+    for k in ("partial_rotary_factor", "original_max_position_embeddings"):
+        if k in s:
+            c[k] = s[k]
     if "bos" in s:
         c["bos_token_id"] = s["bos"]
     if "eos" in s:
@@ -347,7 +394,7 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None):
     if "head_dim" in s:
         g.add_key_length(hd)
         g.add_value_length(hd)
-    g.add_rope_dimension_count(hd)
+    g.add_rope_dimension_count(rope_dim(s))
     g.add_layer_norm_rms_eps(s["eps"])
     g.add_rope_freq_base(s["theta"])
     g.add_vocab_size(s["V"])
@@ -358,6 +405,11 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None):
         g.add_rope_scaling_factor(rs["factor"])
     for k, v in (extra_kv or {}).items():
         (g.add_uint32 if isinstance(v, int) else g.add_float32)(k, v)
+    if kind == "longrope":  # as llama.cpp's Phi3MiniModel converter writes it
+        g.add_uint32(f"{arch}.rope.scaling.original_context_length", s["original_max_position_embeddings"])
+        g.add_float32(f"{arch}.rope.scaling.attn_factor", longrope_attn_factor(s))
+        g.add_tensor("rope_factors_long.weight", np.array(rs["long_factor"], dtype=np.float32))
+        g.add_tensor("rope_factors_short.weight", np.array(rs["short_factor"], dtype=np.float32))
     permute = arch in ("llama", "mistral")
 
     def put_mat(name, x, special=False):
@@ -387,6 +439,14 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None):
         put_mat("output.weight", w["lm_head.weight"], special=True)
     for l in range(s["L"]):
         p, h = f"blk.{l}.", f"model.layers.{l}."
+        if arch == "phi3":  # llama.cpp keeps the fused tensors: attn_qkv, ffn_up of 2 n_ff rows
+            put_vec(p + "attn_norm.weight", w[h + "input_layernorm.weight"])
+            put_mat(p + "attn_qkv.weight", w[h + "self_attn.qkv_proj.weight"])
+            put_mat(p + "attn_output.weight", w[h + "self_attn.o_proj.weight"])
+            put_vec(p + "ffn_norm.weight", w[h + "post_attention_layernorm.weight"])
+            put_mat(p + "ffn_up.weight", w[h + "mlp.gate_up_proj.weight"])
+            put_mat(p + "ffn_down.weight", w[h + "mlp.down_proj.weight"], special=True)
+            continue
         wq, wk = w[h + "self_attn.q_proj.weight"], w[h + "self_attn.k_proj.weight"]
         if permute:
             wq, wk = permute_qk(wq, s["H"]), permute_qk(wk, s["HKV"])
@@ -394,6 +454,9 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None):
         put_mat(p + "attn_q.weight", wq)
         put_mat(p + "attn_k.weight", wk)
         put_mat(p + "attn_v.weight", w[h + "self_attn.v_proj.weight"], special=True)
+        if s.get("qk_norm"):
+            put_vec(p + "attn_q_norm.weight", w[h + "self_attn.q_norm.weight"])
+            put_vec(p + "attn_k_norm.weight", w[h + "self_attn.k_norm.weight"])
         if s.get("bias"):
             put_vec(p + "attn_q.bias", w[h + "self_attn.q_proj.bias"])
             put_vec(p + "attn_k.bias", w[h + "self_attn.k_proj.bias"])

@@ -238,6 +238,69 @@ def main():
     d = fresh(base, "config attn bias")
     edit_json(cfgp(d), lambda j: j.update(attention_bias=True))
     check("config.json: llama attention_bias", d, "unsupported", "config.json", "attention_bias")
+    # Qwen3: no biases (attention_bias true is refused), q_norm/k_norm required, head_dim 128
+    # when config.json omits it (Qwen3Config's default), so these 48-wide heads no longer fit
+    w3 = G.make_weights("qwen3", seed=3)
+    base3 = G.write_hf(os.path.join(WORK, "base-qwen3"), "qwen3", w3, "F32")
+    rc, out = load(base3)
+    ok = rc == 0 and json.loads(out.splitlines()[0])["qk_norm"] is True
+    RESULTS.append(("qwen3: a valid directory loads with qk_norm", ok, out[:300]))
+    print(f"{'ok  ' if ok else 'FAIL'} qwen3: a valid directory loads with qk_norm")
+    d = fresh(base3, "qwen3 attn bias")
+    edit_json(cfgp(d), lambda j: j.update(attention_bias=True))
+    check("config.json: qwen3 attention_bias", d, "unsupported", "config.json", "attention_bias", "qwen3")
+    d = fresh(base3, "qwen3 no head_dim")
+    edit_json(cfgp(d), lambda j: j.pop("head_dim"))
+    check("config.json: qwen3 without head_dim (128)", d, "format error", "self_attn.q_proj.weight", "[512, 128]")
+    d = fresh(base3, "qwen3 no k_norm")
+    mutate_st(d, lambda h, data: (h.pop("model.layers.1.self_attn.k_norm.weight"), (h, data))[1])
+    check("qwen3: missing k_norm", d, "not found", "model.layers.1.self_attn.k_norm.weight")
+    # Phi-3: fused tensors required, LongRoPE factor lists of rotary dims / 2, partial rotary even
+    w4 = G.make_weights("phi3", seed=4)
+    base4 = G.write_hf(os.path.join(WORK, "base-phi3"), "phi3", w4, "F32")
+    rc, out = load(base4)
+    ok = rc == 0 and json.loads(out.splitlines()[0])["rope"]["scaling"] == "longrope"
+    RESULTS.append(("phi3: a valid directory loads with LongRoPE", ok, out[:300]))
+    print(f"{'ok  ' if ok else 'FAIL'} phi3: a valid directory loads with LongRoPE")
+    def variant4(name, edit, expect):
+        d = fresh(base4, "variant " + name)
+        edit_json(cfgp(d), edit)
+        rc, out = load(d)
+        got = json.loads(out.splitlines()[0]) if rc == 0 else None
+        ok = got is not None and all(fn(got) for fn in expect.values())
+        RESULTS.append((f"valid variant: {name}", ok, out[:300]))
+        print(f"{'ok  ' if ok else 'FAIL'} valid variant: {name}" + ("" if ok else f"\n       {out[:600]}"))
+    # Phi-3-mini-4k: no rope scaling, sliding_window 2047 caps the context; "su" is LongRoPE's old
+    # name; an explicit attention_factor wins over the computed one
+    variant4("phi3 without rope_scaling, sliding_window 300",
+             lambda j: j.update(rope_scaling=None, sliding_window=300, partial_rotary_factor=1.0),
+             {"rope": lambda g: g["rope"]["scaling"] == "none" and g["rope"]["dim"] == 32, "ctx": lambda g: g["n_ctx_train"] == 300})
+    variant4("phi3 in transformers 5's rope_parameters (partial_rotary_factor inside)",
+             lambda j: j.update(rope_parameters=dict(j.pop("rope_scaling"), rope_type="longrope", rope_theta=10000.0,
+                                                     partial_rotary_factor=j.pop("partial_rotary_factor"))),
+             {"rope": lambda g: g["rope"]["scaling"] == "longrope" and g["rope"]["dim"] == 24})
+    variant4("phi3 rope_scaling type su", lambda j: j["rope_scaling"].update(type="su"),
+             {"rope": lambda g: g["rope"]["scaling"] == "longrope" and abs(g["rope"]["attn_factor"] - 1.5) < 1e-6})
+    variant4("phi3 attention_factor given", lambda j: j["rope_scaling"].update(attention_factor=1.25),
+             {"rope": lambda g: g["rope"]["attn_factor"] == 1.25 and g["rope"]["original_max_position_embeddings"] == 16})
+    d = fresh(base4, "phi3 short factors")
+    edit_json(cfgp(d), lambda j: j["rope_scaling"].update(short_factor=[1.0] * 16))
+    check("config.json: phi3 short_factor of the wrong length", d, "format error", "config.json",
+          "rope_scaling.short_factor", "list of 12 numbers")
+    d = fresh(base4, "phi3 long factor zero")
+    edit_json(cfgp(d), lambda j: j["rope_scaling"]["long_factor"].__setitem__(3, 0))
+    check("config.json: phi3 long_factor with a zero", d, "format error", "rope_scaling.long_factor[3]", "positive")
+    d = fresh(base4, "phi3 odd rotary")
+    edit_json(cfgp(d), lambda j: j.update(partial_rotary_factor=0.55))
+    check("config.json: phi3 partial_rotary_factor giving odd dims", d, "format error", "partial_rotary_factor",
+          "17 rotary dims")
+    d = fresh(base4, "phi3 no fused qkv")
+    mutate_st(d, lambda h, data: (h.pop("model.layers.0.self_attn.qkv_proj.weight"), (h, data))[1])
+    check("phi3: missing qkv_proj", d, "not found", "model.layers.0.self_attn.qkv_proj.weight")
+    d = fresh(base, "llama longrope")
+    edit_json(cfgp(d), lambda j: j.update(rope_scaling={"type": "longrope", "short_factor": [1.0] * 4,
+                                                          "long_factor": [1.0] * 4}))
+    check("config.json: longrope outside phi3", d, "unsupported", "rope_type", "longrope", "phi3")
     d = fresh(base, "config partial rotary")
     edit_json(cfgp(d), lambda j: j.update(partial_rotary_factor=0.5))
     check("config.json: partial_rotary_factor", d, "unsupported", "config.json", "partial_rotary_factor")
@@ -458,6 +521,8 @@ def main():
           "rope-len.gguf", "rope_freqs.weight", f"[{hd2}]")
     check("gguf: rope_freqs.weight with a zero", gguf_file("rope-zero", rope_freqs=[1.0] * (hd2 - 1) + [0.0]), "format error",
           "rope-zero.gguf", "rope_freqs.weight", "element 3", "not a positive factor")
+    check("gguf: qwen3 without q/k norms", gguf_file("qwen3-no-norm", arch="qwen3"), "format error", "qwen3-no-norm.gguf",
+          "missing tensor 'blk.0.attn_q_norm.weight'")
     check("gguf: unsupported architecture", gguf_file("arch-gemma", arch="gemma"), "unsupported", "arch-gemma.gguf", "'gemma'",
           "supported: llama, mistral, qwen2")
 

@@ -77,19 +77,26 @@ def main():
         m = info["model"]
         hd = G.head_dim(s)
         want = dict(format=kind, n_vocab=s["V"], n_embd=s["E"], n_layer=s["L"], n_head=s["H"], n_head_kv=s["HKV"], head_dim=hd,
-                    n_ff=s["F"], tied_embeddings=s["tied"], qkv_bias=bool(s.get("bias")), n_ctx_train=512)
+                    n_ff=s["F"], tied_embeddings=s["tied"], qkv_bias=bool(s.get("bias")), qk_norm=bool(s.get("qk_norm")), n_ctx_train=512)
         bad = {k: (m.get(k), v) for k, v in want.items() if m.get(k) != v}
         check(not bad, f"{name}: shapes and flags (got, want): {bad}")
         check(close(m.get("norm_eps"), s["eps"], 1e-6) and close(m["rope"].get("theta"), s["theta"], 1e-6),
               f"{name}: norm eps {m.get('norm_eps')} / rope theta {m['rope'].get('theta')}")
         # rotation pairing: HF checkpoints rotate halves; GGUF llama/mistral adjacent pairs, qwen2 halves
-        mode = "neox" if kind == "hf" or s["arch"] == "qwen2" else "norm"
-        check(m["rope"].get("mode") == mode and m["rope"].get("dim") == hd, f"{name}: rope mode {m['rope']} (want {mode})")
+        mode = "neox" if kind == "hf" or s["arch"] in ("qwen2", "qwen3", "phi3") else "norm"
+        check(m["rope"].get("mode") == mode and m["rope"].get("dim") == G.rope_dim(s),
+              f"{name}: rope mode {m['rope']} (want {mode}, dim {G.rope_dim(s)})")
         rs = s.get("rope_scaling") or {}
         rtype = rs.get("rope_type") or rs.get("type") or "none"
         check(m["rope"].get("scaling") == rtype, f"{name}: rope scaling {m['rope'].get('scaling')} (want {rtype})")
         if rtype == "linear":
             check(close(m["rope"].get("factor"), rs["factor"]), f"{name}: linear factor {m['rope']}")
+        if rtype == "longrope":
+            got_s, got_l = m["rope"].get("freq_factors"), m["rope"].get("long_factors")
+            check(got_s == rs["short_factor"] and got_l == rs["long_factor"]
+                  and close(m["rope"].get("attn_factor"), G.longrope_attn_factor(s))
+                  and m["rope"].get("original_max_position_embeddings") == s["original_max_position_embeddings"],
+                  f"{name}: LongRoPE factors / attention factor / original context {m['rope']}")
         if rtype == "llama3":
             ref = llama3_factors(s["theta"], hd, rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"],
                                  rs["original_max_position_embeddings"])
@@ -111,7 +118,12 @@ def main():
         else:
             import gguf
             r = gguf.GGUFReader(path)
-            types = collections.Counter(t.tensor_type.name for t in r.tensors if len(t.shape) > 1)
+            # fused phi3 tensors are 3 (attn_qkv) and 2 (ffn_up) of the matrices computed with
+            fused = {"attn_qkv": 3, "ffn_up": 2} if s["arch"] == "phi3" else {}
+            types = collections.Counter()
+            for t_ in r.tensors:
+                if len(t_.shape) > 1:
+                    types[t_.tensor_type.name] += fused.get(t_.name.split(".")[-2], 1)
             check(m.get("matrix_dtypes") == dict(types) and sum(types.values()) == n_mat,
                   f"{name}: matrix dtypes {m.get('matrix_dtypes')} (the file: {dict(types)}, {n_mat} matrices)")
             nbytes = sum(int(t.n_bytes) for t in r.tensors)
@@ -120,7 +132,7 @@ def main():
             arch = bytes(f.parts[f.data[0]]).decode()
             check(m.get("source_arch") == arch and m.get("files") == [path], f"{name}: source arch {m.get('source_arch')} "
                   f"(the file: {arch}), files {m.get('files')}")
-        check(m.get("arch") == ("qwen2" if s["arch"] == "qwen2" else "llama"), f"{name}: graph {m.get('arch')}")
+        check(m.get("arch") == (s["arch"] if s["arch"] in ("qwen2", "qwen3") else "llama"), f"{name}: graph {m.get('arch')}")
         gd, wg = m.get("generation_defaults", {}), expected_gen(spec, kind)
         same = set(gd) == set(wg) and all(close(gd[k], v, 1e-6) if isinstance(v, float) else gd[k] == v for k, v in wg.items())
         check(same, f"{name}: generation defaults {gd} (want {wg})")
@@ -131,6 +143,7 @@ def main():
         p = subprocess.run([PLLM, "info", path], capture_output=True, text=True)
         missing = [l for l in LABELS if l not in p.stdout]
         check(p.returncode == 0 and not missing, f"{name}: the human-readable form lacks {missing}")
+        check(("QK norm yes" in p.stdout) == bool(s.get("qk_norm")), f"{name}: the human-readable form says whether q/k are normed")
         if rtype != "none":
             check(f"scaling {rtype}" in p.stdout, f"{name}: the rope line names the scaling")
         if wg:

@@ -109,6 +109,9 @@ static pllm_status render(pllm_jctx *c, const pllm_jtemplate *t, const pllm_chat
         pllm_jscope_set(c, vars, "add_generation_prompt", pllm_jv_bool(p->add_generation_prompt)));
     PLLM_TRY(set_var(c, vars, "bos_token", p->bos_token));
     PLLM_TRY(set_var(c, vars, "eos_token", p->eos_token));
+    if (p->enable_thinking != PLLM_CHAT_THINKING_DEFAULT)
+        PLLM_TRY(pllm_jscope_set(c, vars, "enable_thinking",
+                                 pllm_jv_bool(p->enable_thinking == PLLM_CHAT_THINKING_ON)));
     c->globals = vars;
     return pllm_jinja_render(c, t, out);
 }

@@ -4,7 +4,7 @@
  * byte as Python jinja2 renders it (as transformers' apply_chat_template calls it:
  * ImmutableSandboxedEnvironment, trim_blocks and lstrip_blocks on, loopcontrols, its tojson
  * and raise_exception; variables messages, add_generation_prompt, bos_token, eos_token,
- * tools=None, documents=None).
+ * tools=None, documents=None, and enable_thinking when the caller sets it).
  *
  * Supported: {{ }}, {% %}, {# #}, whitespace control ({%- -%}, {%+, +%}), raw blocks,
  * if/elif/else, for (loop.index, index0, revindex, revindex0, first, last, length, previtem,
@@ -51,6 +51,15 @@ typedef struct pllm_chat_msg {
     const char *content; /* NULL renders as None (an assistant turn with no text) */
 } pllm_chat_msg;
 
+/* The `enable_thinking` render variable (Qwen3's thinking switch, as transformers passes it:
+ * apply_chat_template(..., enable_thinking=False)): DEFAULT leaves it undefined, so the
+ * template's own default applies (Qwen3 thinks); ON and OFF define it as true and false. */
+typedef enum pllm_chat_thinking {
+    PLLM_CHAT_THINKING_DEFAULT = 0,
+    PLLM_CHAT_THINKING_ON,
+    PLLM_CHAT_THINKING_OFF,
+} pllm_chat_thinking;
+
 typedef struct pllm_chat_render_params {
     const pllm_chat_msg *messages;
     size_t n_messages;
@@ -58,6 +67,7 @@ typedef struct pllm_chat_render_params {
     const char *bos_token; /* the model's BOS text ("" when none); NULL leaves it undefined, as
                               transformers does for a tokenizer without one */
     const char *eos_token; /* the model's EOS text; NULL: undefined */
+    pllm_chat_thinking enable_thinking;
     /* Limits; 0 selects the default. */
     size_t max_output_bytes; /* rendered text and any string built (default 16 MiB) */
     size_t max_memory_bytes; /* everything a render allocates (default 256 MiB) */

@@ -246,6 +246,7 @@ static pllm_status k_qkv_rope(bench *b, void *a)
                                  .positions = s->positions,
                                  .slots = s->slots,
                                  .inv_freq = s->inv_freq,
+                                 .mscale = 1.0,
                                  .k_cache = s->kc,
                                  .v_cache = s->vc,
                                  .kv_dtype = PLLM_DTYPE_F16,

@@ -44,6 +44,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             pllm_rope_llama3_factors(ff, c);
             for (int i = 0; i < c->rope_dim / 2; i++) FUZZ_CHECK(ff[i] > 0, "llama3 factor %d = %g", i, ff[i]);
         }
+        if (c->rope_scaling == PLLM_ROPE_SCALING_LONGROPE) {
+            FUZZ_CHECK(c->rope_dim / 2 <= (int32_t)PLLM_ARRAY_LEN(hc.rope_short), "rope_dim %d",
+                       c->rope_dim);
+            FUZZ_CHECK(c->rope_attn_factor > 0 && c->rope_orig_ctx > 0, "longrope attn %g orig %d",
+                       c->rope_attn_factor, c->rope_orig_ctx);
+            for (int i = 0; i < c->rope_dim / 2; i++)
+                FUZZ_CHECK(hc.rope_short[i] > 0 && hc.rope_long[i] > 0, "longrope factor %d", i);
+        }
     }
     pllm_generation_defaults g = {0};
     st = pllm_hf_parse_generation_config("generation_config.json", root, &g);

@@ -321,6 +321,10 @@ def hf_seeds(outdir, committed):
                                                            "original_max_position_embeddings": 8192}),
         "linear_rope": dict(hf_model()[0], rope_scaling={"type": "linear", "factor": 2.0}, head_dim=8),
         "generation": gen,
+        "qwen3": dict(hf_model()[0], model_type="qwen3", head_dim=8, attention_bias=False, use_sliding_window=False),
+        "phi3_longrope": dict(hf_model()[0], model_type="phi3", partial_rotary_factor=0.5,
+                              original_max_position_embeddings=32,
+                              rope_scaling={"type": "longrope", "short_factor": [1.0, 1.5], "long_factor": [2.0, 8.0]}),
     }
     for name, c in cfgs.items():
         put(outdir, "hf_config", name + ".json", json.dumps(c, indent=1))

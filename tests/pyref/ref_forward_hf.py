@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent numpy forward pass of llama / mistral / qwen2 models from either a Hugging
+"""An independent numpy forward pass of llama / mistral / qwen2 / qwen3 models from either a Hugging
 Face directory or a GGUF file, for checking pllm's loaders and backends.
 
 Written from the models' math and the two formats' conventions, not from pllm's C code:
@@ -10,13 +10,21 @@ Written from the models' math and the two formats' conventions, not from pllm's 
     rotated NEOX style: pairs (x[i], x[i + d/2]) ("rotate_half" in transformers).
   - GGUF: read and dequantized by the PyPI gguf package (gguf.quants.dequantize). llama and
     mistral files hold Q/K rows permuted by llama.cpp's converter, so they are rotated in
-    adjacent pairs (x[2i], x[2i+1]); qwen2 files are NEOX. rope_freqs.weight, when present,
+    adjacent pairs (x[2i], x[2i+1]); qwen2 and qwen3 files are NEOX. rope_freqs.weight, when present,
     divides each pair's frequency (Llama-3 scaling as llama.cpp applies it).
   - The graph: x = embed[ids]; per layer h = RMSNorm(x) * attn_norm; q, k, v = h W^T (+ b for
-    qwen2); RoPE on the first rope_dim dims of each q/k head with theta_i = pos * base^(-2i/d)
+    qwen2); qwen3: each q head q_h <- RMSNorm(q_h) * q_norm and each k head likewise with
+    k_norm (transformers' Qwen3Attention: the norm over head_dim, before RoPE); RoPE on the first rope_dim dims of each q/k head with theta_i = pos * base^(-2i/d)
     / ff_i (ff_i: Llama-3 factors, or the linear factor); causal attention, query head j on
     KV head j // (H / HKV), scale 1/sqrt(head_dim); x += att W_o^T; h = RMSNorm(x) * ffn_norm;
     x += (silu(h W_gate^T) * h W_up^T) W_down^T; logits = RMSNorm(x) * norm W_out^T.
+  - phi3: fused qkv_proj / attn_qkv rows (q, then k, then v) and gate_up_proj / ffn_up rows
+    (gate, then up); partial_rotary_factor (rope_dim = int(head_dim * factor)); LongRoPE
+    (transformers' _compute_longrope_parameters): theta_i / short_factor[i], or long_factor[i]
+    for positions >= original_max_position_embeddings (per position, pllm's and vLLM's rule;
+    transformers switches a whole sequence once it is longer), cos and sin times the attention
+    factor (given, else sqrt(1 + ln(max_pos / orig) / ln(orig)) when that ratio is > 1). GGUF:
+    rope_factors_short/long.weight, phi3.rope.scaling.attn_factor and .original_context_length.
   - Llama-3 factors from config.json's rope_scaling, as transformers'
     _compute_llama3_parameters defines them: wavelength 2 pi / freq_i; below
     original_max_position_embeddings / high_freq_factor: 1; above .../low_freq_factor: factor;
@@ -86,8 +94,9 @@ class Ref:
         self.n_layer = cfg["num_hidden_layers"]
         self.n_head = H
         self.n_head_kv = cfg.get("num_key_value_heads") or H
-        self.head_dim = cfg.get("head_dim") or E // H
-        self.rope_dim = self.head_dim
+        self.head_dim = cfg.get("head_dim") or (128 if self.arch == "qwen3" else E // H)  # Qwen3Config: 128
+        self.rope_dim = int(self.head_dim * cfg.get("partial_rotary_factor", 1.0))
+        self.long_ff, self.long_from, self.mscale = None, None, 1.0
         self.eps = cfg.get("rms_norm_eps", 1e-6)
         self.base = cfg.get("rope_theta", 10000.0)
         self.neox = True
@@ -100,6 +109,16 @@ class Ref:
             # held in float32, as transformers (inv_freq) and llama.cpp (rope_freqs.weight) hold them
             self.ff = llama3_factors(self.base, self.rope_dim, rs["factor"], rs["low_freq_factor"],
                                      rs["high_freq_factor"], rs["original_max_position_embeddings"]).astype(np.float32).astype(np.float64)
+        elif kind in ("longrope", "su") and self.arch == "phi3":
+            orig = rs.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings", 4096)
+            factor = rs.get("factor") or cfg["max_position_embeddings"] / orig
+            af = rs.get("attention_factor")
+            if af is None:
+                af = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(orig))
+            # transformers holds the factors in float32 (torch.tensor(..., dtype=float32))
+            self.ff = np.array(rs["short_factor"], dtype=np.float32).astype(np.float64)
+            self.long_ff = np.array(rs["long_factor"], dtype=np.float32).astype(np.float64)
+            self.long_from, self.mscale = orig, float(np.float32(af))
         elif kind != "default":
             raise ValueError(f"rope scaling {kind} not handled by the reference")
         idx = os.path.join(d, "model.safetensors.index.json")
@@ -116,12 +135,21 @@ class Ref:
         self.layers = []
         for i in range(self.n_layer):
             p = f"model.layers.{i}."
-            L = dict(attn_norm=g(p + "input_layernorm.weight"), wq=g(p + "self_attn.q_proj.weight"),
-                     wk=g(p + "self_attn.k_proj.weight"), wv=g(p + "self_attn.v_proj.weight"),
-                     wo=g(p + "self_attn.o_proj.weight"), ffn_norm=g(p + "post_attention_layernorm.weight"),
-                     wg=g(p + "mlp.gate_proj.weight"), wu=g(p + "mlp.up_proj.weight"), wd=g(p + "mlp.down_proj.weight"))
+            if self.arch == "phi3":
+                qd, kvd = H * self.head_dim, self.n_head_kv * self.head_dim
+                qkv, gu = g(p + "self_attn.qkv_proj.weight"), g(p + "mlp.gate_up_proj.weight")
+                F = gu.shape[0] // 2
+                L = dict(wq=qkv[:qd], wk=qkv[qd:qd + kvd], wv=qkv[qd + kvd:], wg=gu[:F], wu=gu[F:])
+            else:
+                L = dict(wq=g(p + "self_attn.q_proj.weight"), wk=g(p + "self_attn.k_proj.weight"),
+                         wv=g(p + "self_attn.v_proj.weight"), wg=g(p + "mlp.gate_proj.weight"),
+                         wu=g(p + "mlp.up_proj.weight"))
+            L.update(attn_norm=g(p + "input_layernorm.weight"), wo=g(p + "self_attn.o_proj.weight"),
+                     ffn_norm=g(p + "post_attention_layernorm.weight"), wd=g(p + "mlp.down_proj.weight"))
             if self.arch == "qwen2":
                 L.update(bq=g(p + "self_attn.q_proj.bias"), bk=g(p + "self_attn.k_proj.bias"), bv=g(p + "self_attn.v_proj.bias"))
+            if self.arch == "qwen3":
+                L.update(q_norm=g(p + "self_attn.q_norm.weight"), k_norm=g(p + "self_attn.k_norm.weight"))
             self.layers.append(L)
         self.n_vocab = self.embed.shape[0]
 
@@ -149,8 +177,9 @@ class Ref:
         self.rope_dim = field(f"{a}.rope.dimension_count", self.head_dim)
         self.eps = field(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
         self.base = field(f"{a}.rope.freq_base", 10000.0)
-        self.neox = a == "qwen2"
+        self.neox = a in ("qwen2", "qwen3", "phi3")
         self.ff = np.ones(self.rope_dim // 2)
+        self.long_ff, self.long_from, self.mscale = None, None, 1.0
         if field(f"{a}.rope.scaling.type", "none") == "linear":
             self.ff[:] = field(f"{a}.rope.scaling.factor")
         w = {}
@@ -165,17 +194,34 @@ class Ref:
             w[t.name] = x.reshape([int(n) for n in reversed(t.shape)]) if len(t.shape) > 1 else x.reshape(-1)
         if "rope_freqs.weight" in w:
             self.ff = w["rope_freqs.weight"].astype(np.float64)
+        if "rope_factors_long.weight" in w:
+            self.ff = w["rope_factors_short.weight"].astype(np.float64)
+            self.long_ff = w["rope_factors_long.weight"].astype(np.float64)
+            self.long_from = field(f"{a}.rope.scaling.original_context_length")
+            self.mscale = field(f"{a}.rope.scaling.attn_factor", 1.0)
         self.embed = w.get("token_embd.weight")
         self.norm = w["output_norm.weight"]
         self.out = w.get("output.weight", self.embed)
         self.layers = []
         for i in range(self.n_layer):
             p = f"blk.{i}."
-            L = dict(attn_norm=w[p + "attn_norm.weight"], wq=w[p + "attn_q.weight"], wk=w[p + "attn_k.weight"],
-                     wv=w[p + "attn_v.weight"], wo=w[p + "attn_output.weight"], ffn_norm=w[p + "ffn_norm.weight"],
-                     wg=w[p + "ffn_gate.weight"], wu=w[p + "ffn_up.weight"], wd=w[p + "ffn_down.weight"])
+            if p + "attn_qkv.weight" in w:  # phi3: fused rows
+                qd, kvd = H * self.head_dim, self.n_head_kv * self.head_dim
+                qkv = w[p + "attn_qkv.weight"]
+                L = dict(wq=qkv[:qd], wk=qkv[qd:qd + kvd], wv=qkv[qd + kvd:])
+            else:
+                L = dict(wq=w[p + "attn_q.weight"], wk=w[p + "attn_k.weight"], wv=w[p + "attn_v.weight"])
+            if p + "ffn_gate.weight" in w:
+                L.update(wg=w[p + "ffn_gate.weight"], wu=w[p + "ffn_up.weight"])
+            else:  # phi3: ffn_up holds gate rows, then up rows
+                gu = w[p + "ffn_up.weight"]
+                L.update(wg=gu[:gu.shape[0] // 2], wu=gu[gu.shape[0] // 2:])
+            L.update(attn_norm=w[p + "attn_norm.weight"], wo=w[p + "attn_output.weight"], ffn_norm=w[p + "ffn_norm.weight"],
+                     wd=w[p + "ffn_down.weight"])
             if p + "attn_q.bias" in w:
                 L.update(bq=w[p + "attn_q.bias"], bk=w[p + "attn_k.bias"], bv=w[p + "attn_v.bias"])
+            if a == "qwen3":
+                L.update(q_norm=w[p + "attn_q_norm.weight"], k_norm=w[p + "attn_k_norm.weight"])
             self.layers.append(L)
         self.n_vocab = self.out.shape[0]
 
@@ -196,8 +242,11 @@ class Ref:
     def _rope(self, x, pos):
         """x: [n][heads][head_dim]; rotates the first rope_dim dims of each head."""
         rd, half = self.rope_dim, self.rope_dim // 2
-        theta = self.base ** (-2.0 * np.arange(half) / rd) / self.ff
-        rot = np.exp(1j * pos[:, None].astype(np.float64) * theta[None, :])[:, None, :]
+        base = self.base ** (-2.0 * np.arange(half) / rd)
+        theta = np.broadcast_to(base / self.ff, (len(pos), half))
+        if self.long_ff is not None:  # LongRoPE: long factors from the original context on
+            theta = np.where((pos >= self.long_from)[:, None], base / self.long_ff, theta)
+        rot = (np.exp(1j * pos[:, None].astype(np.float64) * theta) * self.mscale)[:, None, :]
         y = x.copy()
         if self.neox:
             z = (x[..., :half] + 1j * x[..., half:rd]) * rot
@@ -225,8 +274,11 @@ class Ref:
             q, k, v = h @ L["wq"].T, h @ L["wk"].T, h @ L["wv"].T
             if "bq" in L:
                 q, k, v = q + L["bq"], k + L["bk"], v + L["bv"]
-            q = self._rope(q.reshape(n, H, hd), pos)
-            k = self._rope(k.reshape(n, HKV, hd), pos)
+            q, k = q.reshape(n, H, hd), k.reshape(n, HKV, hd)
+            if "q_norm" in L:
+                q, k = self._rms(q, L["q_norm"]), self._rms(k, L["k_norm"])
+            q = self._rope(q, pos)
+            k = self._rope(k, pos)
             v = v.reshape(n, HKV, hd)
             att = np.empty((n, H, hd), dtype=x.dtype)
             for j in range(H):
