@@ -31,6 +31,8 @@ typedef struct cmd_runtime_opts {
     int32_t weight_dtype;      /* CUDA: weights on the device, PLLM_DTYPE_F16/BF16/F32; -1: auto */
     int32_t kv_dtype;          /* KV cache PLLM_DTYPE_F16/F32; -1: the backend's default */
     int32_t cpu_math;          /* CPU: pllm_cpu_math (0: auto, int8 where the weights are quantized) */
+    const char *chat_template; /* --chat-template FILE: overrides the model's template */
+    const char *system_prompt; /* --system-prompt: messages without a system turn get it first */
 } cmd_runtime_opts;
 
 typedef enum cmd_device_kind { CMD_DEVICE_CPU = 0, CMD_DEVICE_CUDA } cmd_device_kind;
@@ -59,6 +61,7 @@ typedef struct cmd_runtime {
     char device_name[32]; /* "cpu", "cuda:0" */
     char kernels[288];    /* the CPU's kernel ISA, or the GPU's name and sm_XY */
     int32_t threads;      /* CPU threads (0 on CUDA) */
+    const char *system_prompt; /* cmd_runtime_opts.system_prompt */
 } cmd_runtime;
 
 /* The default model path ($PLLM_HOME or ~/.cache/pllm, + models/<file>); caller frees. */
