@@ -32,6 +32,7 @@
 #include "cmd/gate.h"
 #include "cmd/options.h"
 #include "cmd/output.h"
+#include "cmd/plot.h"
 #include "cmd/progress.h"
 #include "cmd/runtime.h"
 #include "cmd/shared.h"
@@ -249,6 +250,7 @@ static int build_from_file(bench_workload *w, const bench_opts *o, const cmd_run
 
 typedef struct bench_run_ctx {
     pllm_report *rep;
+    cmd_plot *plot; /* --plot: the first measured run, else NULL */
     cmd_progress *prog;
     cmd_progress_state ps;
 } bench_run_ctx;
@@ -257,6 +259,7 @@ static void on_done(const pllm_completion *c, void *arg)
 {
     bench_run_ctx *x = arg;
     pllm_report_add(x->rep, c);
+    if (x->plot) cmd_plot_completion(x->plot, c);
     x->ps.done++;
     x->ps.output_tokens += c->n_tokens;
     x->ps.prompt_tokens += c->prompt_tokens;
@@ -268,7 +271,7 @@ static void on_done(const pllm_completion *c, void *arg)
 static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const bench_workload *w,
                     int64_t n, pllm_report *rep, bool new_run, pllm_engine_stats *es,
                     pllm_engine_plan_stats *plan, volatile sig_atomic_t *interrupted,
-                    cmd_progress *prog)
+                    cmd_progress *prog, cmd_plot *plot)
 {
     pllm_engine *eng;
     if (pllm_engine_create(&eng, rt->model, (pllm_backend *)&rt->backend, rt->tok, ep) != PLLM_OK) {
@@ -277,11 +280,12 @@ static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const b
     }
     pllm_report scratch;
     pllm_report_init(&scratch, 0);
-    bench_run_ctx x = {.rep = rep ? rep : &scratch, .prog = prog, .ps = {.total = n}};
+    bench_run_ctx x = {.rep = rep ? rep : &scratch, .prog = prog, .plot = plot, .ps = {.total = n}};
     pllm_request_params p;
     pllm_request_params_defaults(&p);
     p.ignore_eos = true;
     double t0 = pllm_now();
+    if (plot) plot->t0 = t0;
     if (new_run && rep)
         pllm_report_new_run(rep, t0);
     else if (rep)
@@ -309,6 +313,11 @@ static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const b
             break;
         }
         cmd_progress_update(prog, &x.ps, false);
+        if (plot) {
+            pllm_engine_stats now;
+            pllm_engine_get_stats(eng, &now);
+            cmd_plot_step(plot, pllm_now(), &now);
+        }
     }
     cmd_progress_finish(prog, &x.ps);
     pllm_engine_get_stats(eng, es);
@@ -351,7 +360,8 @@ int cmd_bench(int argc, char **argv)
                     .prefix_len = 256,
                     .num_prefixes = 10,
                     .repeat = 1};
-    const char *stats_json = NULL, *baseline = NULL, *max_reg_s = "5%", *current = NULL;
+    const char *stats_json = NULL, *baseline = NULL, *max_reg_s = "5%", *current = NULL,
+               *plot_path = NULL;
     float log_interval = 10;
     bool quiet = false, overwrite = false;
     cmd_opt opts[CMD_MAX_OPTS];
@@ -385,6 +395,10 @@ int cmd_bench(int argc, char **argv)
          NULL},
         {"overwrite", 0, CMD_OPT_FLAG, &overwrite, NULL, "off",
          "let --stats-json replace an existing file that is not a pllm report", NULL},
+        {"plot", 0, CMD_OPT_STR, &plot_path, "FILE.svg", "none",
+         "draw the (first measured) run as an SVG: throughput and KV use over time, TTFT / TPOT "
+         "/ E2E distributions, prefix cache hit rate",
+         NULL},
         {"baseline", 0, CMD_OPT_STR, &baseline, "FILE", "none",
          "compare with a saved --stats-json (CI gate)", NULL},
         {"max-regression", 0, CMD_OPT_STR, &max_reg_s, "PCT", "5%",
@@ -488,6 +502,13 @@ int cmd_bench(int argc, char **argv)
                     checks[i].v);
             return 2;
         }
+    if (plot_path) {
+        cmd_inputs in = {.path = {path, baseline}, .what = {"the dataset", "the baseline"}};
+        rc = cmd_output_check(
+            plot_path, "--plot", &in,
+            overwrite || cmd_plot_is_ours(plot_path) ? CMD_OUT_OVERWRITE : CMD_OUT_NEW, 0);
+        if (rc) return rc;
+    }
     if (stats_json) {
         cmd_inputs in = {.path = {path, baseline}, .what = {"the dataset", "the baseline"}};
         rc = cmd_output_check(stats_json, "--stats-json", &in,
@@ -520,6 +541,8 @@ int cmd_bench(int argc, char **argv)
     pllm_report rep;
     pllm_report_init(&rep, 0);
     json_t *out = NULL;
+    cmd_plot plot;
+    cmd_plot_init(&plot, false, 0);
     volatile sig_atomic_t interrupted = 0;
     double t_build = pllm_now();
     rc = synthetic ? build_synthetic(&w, &o, &rt, (uint64_t)eo.seed, max_len)
@@ -550,6 +573,8 @@ int cmd_bench(int argc, char **argv)
                     (long long)w.n, o.num_prompts);
     }
     cmd_signals_install(&interrupted);
+    cmd_plot_init(&plot, plot_path != NULL, pllm_now());
+    const char *ds_name = synthetic ? o.dataset : path ? path : o.dataset;
     cmd_progress prog;
     pllm_engine_stats es0, es;
     pllm_engine_plan_stats plan0, plan;
@@ -558,7 +583,7 @@ int cmd_bench(int argc, char **argv)
     if (o.warmup > 0) {
         cmd_progress_init(&prog, quiet, log_interval, "warmup", pllm_now());
         rc = run_once(&rt, &eo.ep, &w, PLLM_MIN((int64_t)o.warmup, w.n), NULL, false, &es, &plan,
-                      &interrupted, &prog);
+                      &interrupted, &prog, NULL);
         if (rc) goto interrupted;
     }
     bool deterministic = true;
@@ -566,7 +591,8 @@ int cmd_bench(int argc, char **argv)
         char what[32];
         snprintf(what, sizeof what, o.repeat > 1 ? "run %d/%d" : "bench", i + 1, o.repeat);
         cmd_progress_init(&prog, quiet, log_interval, what, pllm_now());
-        rc = run_once(&rt, &eo.ep, &w, w.n, &rep, i > 0, &es, &plan, &interrupted, &prog);
+        rc = run_once(&rt, &eo.ep, &w, w.n, &rep, i > 0, &es, &plan, &interrupted, &prog,
+                      i == 0 && plot_path ? &plot : NULL);
         if (rc) goto interrupted;
         if (i == 0) {
             es0 = es;
@@ -661,6 +687,20 @@ int cmd_bench(int argc, char **argv)
         rc = 3;
         goto out;
     }
+    if (plot_path) {
+        char title[400], sub[768], device[512];
+        cmd_runtime_describe(&rt, device, sizeof device);
+        snprintf(title, sizeof title, "pllm bench: %s", ds_name);
+        snprintf(sub, sizeof sub, "%s on %s: %lld requests, %lld steps%s", rt.model->name, device,
+                 (long long)w.n, (long long)es0.steps,
+                 o.repeat > 1 ? " (the first of the measured runs)" : "");
+        plot.best_hit_rate = plan0.best_hit_rate;
+        if (cmd_plot_write(&plot, plot_path, title, sub) != 0) {
+            rc = 3;
+            goto out;
+        }
+        if (!quiet) fprintf(stderr, "pllm: the run is drawn in %s\n", plot_path);
+    }
     if (!deterministic) {
         fprintf(stderr, "pllm: the engine counters differ between runs of the same workload (a "
                         "determinism bug)\n");
@@ -676,6 +716,7 @@ interrupted:
     cmd_signals_restore();
     if (rc == 130) fprintf(stderr, "pllm: interrupted; no results written\n");
 out:
+    cmd_plot_free(&plot);
     json_decref(out);
     json_decref(base);
     pllm_report_free(&rep);

@@ -30,6 +30,7 @@
 #include "cmd/commands.h"
 #include "cmd/options.h"
 #include "cmd/output.h"
+#include "cmd/plot.h"
 #include "cmd/progress.h"
 #include "cmd/runrecord.h"
 #include "cmd/runtime.h"
@@ -99,6 +100,7 @@ typedef struct gen_ctx {
     int64_t in_flight;
     gen_req *live; /* requests in the engine (freed at the end if a run stops early) */
     pllm_report rep;
+    cmd_plot plot; /* --plot */
     cmd_progress prog;
     cmd_progress_state ps;
     int64_t n_logged;
@@ -295,6 +297,7 @@ static void on_done(const pllm_completion *c, void *arg)
     gen_ctx *g = arg;
     gen_req *r = c->user;
     pllm_report_add(&g->rep, c);
+    cmd_plot_completion(&g->plot, c);
     char *line = NULL;
     if (g->openai_out) {
         json_t *choice = NULL;
@@ -554,6 +557,16 @@ int cmd_generate(int argc, char **argv)
                                                  overwrite ? CMD_OUT_OVERWRITE : CMD_OUT_NEW,
                                                  CMD_OUT_REPORT)) != 0)
             return rc;
+        if (plot &&
+            (rc = cmd_output_check(
+                 plot, "--plot", &sin,
+                 overwrite || cmd_plot_is_ours(plot) ? CMD_OUT_OVERWRITE : CMD_OUT_NEW, 0)) != 0)
+            return rc;
+        if (plot && ((strcmp(out_path, "-") && !strcmp(plot, out_path)) ||
+                     (stats_json && !strcmp(plot, stats_json)))) {
+            fprintf(stderr, "pllm: --plot names the same file as -o or --stats-json: %s\n", plot);
+            return 2;
+        }
         if (stats_json && strcmp(out_path, "-") && strcmp(stats_json, out_path) == 0) {
             fprintf(stderr, "pllm: --stats-json and -o name the same file %s\n", out_path);
             return 2;
@@ -669,6 +682,7 @@ int cmd_generate(int argc, char **argv)
     double t0 = pllm_now();
     pllm_report_free(&g.rep);
     pllm_report_init(&g.rep, t0);
+    cmd_plot_init(&g.plot, plot != NULL, t0);
     cmd_progress_init(&g.prog, quiet, log_interval, "generate", t0);
 
     const char *file = pllm_source_path(src);
@@ -867,6 +881,11 @@ int cmd_generate(int argc, char **argv)
             break;
         }
         release_pending(&g, true);
+        if (plot) {
+            pllm_engine_stats now;
+            pllm_engine_get_stats(eng, &now);
+            cmd_plot_step(&g.plot, pllm_now(), &now);
+        }
         if (sst != PLLM_OK) {
             cmd_progress_clear(&g.prog);
             fprintf(stderr, "pllm: engine step failed: %s\n", pllm_errmsg());
@@ -937,6 +956,20 @@ int cmd_generate(int argc, char **argv)
         stats_failed = cmd_output_write_json(stats_json, j, JSON_INDENT(2)) != 0;
         json_decref(j);
     }
+    if (plot) {
+        char sub[768], device[512];
+        cmd_runtime_describe(&rt, device, sizeof device);
+        snprintf(sub, sizeof sub, "%s on %s: %lld requests (%lld failed), %lld steps%s",
+                 g.model_name, device, (long long)(g.rep.n_ok + g.rep.n_failed),
+                 (long long)g.rep.n_failed, (long long)es.steps, stopped ? ", interrupted" : "");
+        char title[600];
+        snprintf(title, sizeof title, "pllm generate %s", file);
+        g.plot.best_hit_rate = plan.best_hit_rate;
+        if (cmd_plot_write(&g.plot, plot, title, sub) != 0)
+            stats_failed = true;
+        else if (!quiet)
+            fprintf(stderr, "pllm: the run is drawn in %s\n", plot);
+    }
     const char *where = strcmp(out_path, "-") ? out_path : "the output";
     if (g.write_st != PLLM_OK) {
         fprintf(stderr,
@@ -1002,6 +1035,7 @@ out:
         gen_req_free(r);
     }
     pllm_report_free(&g.rep);
+    cmd_plot_free(&g.plot);
     cmd_runtime_close(&rt);
     pllm_idset_free(done);
     pllm_hashset_free(seen);

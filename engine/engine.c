@@ -449,6 +449,7 @@ bool pllm_engine_has_work(const pllm_engine *e)
 void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out)
 {
     *out = e->stats;
+    out->blocks_used = e->stats.n_blocks - pllm_block_pool_n_free(pllm_kv_pool_c(e->kv));
 }
 
 void pllm_engine_get_plan_stats(const pllm_engine *e, pllm_engine_plan_stats *out)
