@@ -128,14 +128,14 @@ void cmd_plot_completion(cmd_plot *p, const pllm_completion *c)
 /* ---------------------------------------------------------------- drawing */
 
 #define PLOT_POINTS 60
-#define SVG_W  1080
-#define SVG_H  720
-#define PANEL_W 280
-#define PANEL_H 230
+#define SVG_W       1080
+#define SVG_H       720
+#define PANEL_W     280
+#define PANEL_H     230
 
 typedef struct panel {
-    double x, y, w, h;       /* the plotting area */
-    double x0, x1, y0, y1;   /* data ranges */
+    double x, y, w, h;     /* the plotting area */
+    double x0, x1, y0, y1; /* data ranges */
 } panel;
 
 /* A "nice" tick step (1, 2 or 5 times a power of ten) for about n ticks over [0, span]. */
@@ -174,10 +174,11 @@ static void axes(pllm_buf *b, panel *p, const char *title, const char *xlabel, c
     p->y1 = p->y0 + ceil((p->y1 - p->y0) / ys - 1e-9) * ys;
     if (p->y1 <= p->y0) p->y1 = p->y0 + ys;
     double xs = nice_step(p->x1 - p->x0, 5);
-    pllm_buf_appendf(b,
-                     "<g class=\"panel\">\n<text x=\"%.1f\" y=\"%.1f\" class=\"title\">%s</text>\n"
-                     "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" class=\"frame\"/>\n",
-                     p->x, p->y - 10, title, p->x, p->y, p->w, p->h);
+    pllm_buf_appendf(
+        b,
+        "<g class=\"panel\">\n<text x=\"%.1f\" y=\"%.1f\" class=\"title\">%s</text>\n"
+        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" class=\"frame\"/>\n",
+        p->x, p->y - 10, title, p->x, p->y, p->w, p->h);
     char t[32];
     for (double v = p->y0; v <= p->y1 + ys * 1e-6; v += ys) {
         fmt_num(t, sizeof t, v);
@@ -240,7 +241,7 @@ static void histogram(pllm_buf *b, panel *p, const cmd_plot_sample *s, const cha
     p->x0 = 0;
     p->x1 = hi;
     p->y0 = 0;
-    p->y1 = top > 0 ? top : 1;
+    p->y1 = top > 0 ? top * 1.08 : 1;
     char full[160];
     snprintf(full, sizeof full, "%s (%lld%s)", title, (long long)s->seen,
              s->seen > s->n ? " values, sampled" : " values");
@@ -275,8 +276,8 @@ static void histogram(pllm_buf *b, panel *p, const cmd_plot_sample *s, const cha
 }
 
 /* A line over the time buckets: y[i] for the buckets where have[i] (NULL: all). */
-static void time_line(pllm_buf *b, const panel *p, const char *id, const char *cls,
-                      const double *y, const bool *have, int nb, double width)
+static void time_line(pllm_buf *b, const panel *p, const char *id, const char *cls, const double *y,
+                      const bool *have, int nb, double width)
 {
     int n = 0;
     for (int i = 0; i < nb; i++) n += !have || have[i];
@@ -368,6 +369,7 @@ int cmd_plot_write(const cmd_plot *p, const char *path, const char *title, const
             y[i] = tok[i] / gw;
             if (y[i] > q.y1) q.y1 = y[i];
         }
+        q.y1 *= 1.08; /* headroom: the top of the line stays inside the frame */
         axes(&b, &q, "Output throughput", "seconds", "tokens / s");
         time_line(&b, &q, "throughput", "line\" stroke=\"#1f77b4", y, NULL, ng, gw);
     }
@@ -388,13 +390,15 @@ int cmd_plot_write(const cmd_plot *p, const char *path, const char *title, const
         snprintf(kt, sizeof kt, "KV cache blocks in use (of %d)", p->n_blocks);
         axes(&b, &q, kt, "seconds", "blocks");
         time_line(&b, &q, "kv_used", "line\" stroke=\"#2ca02c", y, have, ng, gw);
-        if (full_scale) pllm_buf_appendf(&b,
-                         "<line id=\"kv_total\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" "
-                         "stroke=\"#888\" stroke-dasharray=\"5 3\" data-n=\"%d\"/>"
-                         "<text x=\"%.1f\" y=\"%.1f\" fill=\"#888\" text-anchor=\"end\">%d "
-                         "blocks</text>\n",
-                         q.x, q.x + q.w, py(&q, p->n_blocks), py(&q, p->n_blocks), p->n_blocks,
-                         q.x + q.w - 4, py(&q, p->n_blocks) + 13, p->n_blocks);
+        if (full_scale)
+            pllm_buf_appendf(
+                &b,
+                "<line id=\"kv_total\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" "
+                "stroke=\"#888\" stroke-dasharray=\"5 3\" data-n=\"%d\"/>"
+                "<text x=\"%.1f\" y=\"%.1f\" fill=\"#888\" text-anchor=\"end\">%d "
+                "blocks</text>\n",
+                q.x, q.x + q.w, py(&q, p->n_blocks), py(&q, p->n_blocks), p->n_blocks,
+                q.x + q.w - 4, py(&q, p->n_blocks) + 13, p->n_blocks);
     }
     /* 3. prefix cache hit rate (cumulative) */
     {
