@@ -979,19 +979,21 @@ int cmd_generate(int argc, char **argv)
         rc = 3;
     } else if (stopped) {
         char unf[640];
-        unfinished(&g, unf, sizeof unf, NULL);
+        int64_t n_unf = unfinished(&g, unf, sizeof unf, NULL);
         fprintf(stderr,
-                "pllm: interrupted: %lld output lines are in %s; %s requests in flight did not "
-                "finish; rerun the same command with --resume to continue\n",
-                (long long)g.n_lines, where, unf);
+                "pllm: interrupted: %lld output lines are in %s; %lld requests in flight did "
+                "not finish%s%s; rerun the same command with --resume to continue\n",
+                (long long)g.n_lines, where, (long long)n_unf, strchr(unf, '(') ? " " : "",
+                strchr(unf, '(') ? strchr(unf, '(') : "");
         rc = 130;
     } else if (engine_error) {
         char unf[640];
-        unfinished(&g, unf, sizeof unf, NULL);
+        int64_t n_unf = unfinished(&g, unf, sizeof unf, NULL);
         fprintf(stderr,
-                "pllm: the run stopped: %lld output lines are in %s; %s requests in flight did "
-                "not finish; rerun the same command with --resume to continue\n",
-                (long long)g.n_lines, where, unf);
+                "pllm: the run stopped: %lld output lines are in %s; %lld requests in flight did "
+                "not finish%s%s; rerun the same command with --resume to continue\n",
+                (long long)g.n_lines, where, (long long)n_unf, strchr(unf, '(') ? " " : "",
+                strchr(unf, '(') ? strchr(unf, '(') : "");
         rc = 3;
     } else if (input_error) {
         fprintf(stderr, "pllm: the input cannot be read further; %lld output lines are in %s\n",

@@ -72,6 +72,14 @@ const char *cmd_closest_option(const cmd_spec *s, const char *name, size_t len)
             best = s->opts[i].name;
         }
     }
+    for (size_t i = 0; i < sizeof ALIASES / sizeof ALIASES[0]; i++) { /* vLLM's, misspelt */
+        const cmd_opt *o = find_long(s, ALIASES[i].name, strlen(ALIASES[i].name));
+        size_t d = edit_distance(name, len, ALIASES[i].alias);
+        if (o && d < best_d) {
+            best_d = d;
+            best = o->name;
+        }
+    }
     size_t limit = len / 3 > 2 ? len / 3 : 2;
     return best && best_d <= limit ? best : NULL;
 }

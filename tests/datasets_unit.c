@@ -146,7 +146,7 @@ static void test_zst_truncated(void)
     pllm_reader_close(r);
 }
 
-static pllm_record_loc LOC42 = {"in.jsonl", 42, 0};
+static pllm_record_loc LOC42 = {"in.jsonl", 42, 0, PLLM_EXTRA_ERROR};
 
 static void expect_record_error(const char *line, const char *needle1, const char *needle2)
 {
@@ -171,7 +171,7 @@ static pllm_status parse_as(pllm_record *rec, pllm_format f, const char *text, i
 {
     pllm_request_params d;
     pllm_request_params_defaults(&d);
-    pllm_record_loc loc = {"data.json", line, element};
+    pllm_record_loc loc = {"data.json", line, element, PLLM_EXTRA_ERROR};
     return pllm_record_parse(rec, f, text, strlen(text), &loc, &d);
 }
 
@@ -194,7 +194,7 @@ static void test_records(void)
 
     const char *msgs = "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
                        "{\"role\": \"user\", \"content\": \"2+2?\"}]}";
-    pllm_record_loc l7 = {"in.jsonl", 7, 0};
+    pllm_record_loc l7 = {"in.jsonl", 7, 0, PLLM_EXTRA_ERROR};
     CHECK_OK(pllm_record_parse(&rec, PLLM_FORMAT_PLLM, msgs, strlen(msgs), &l7, &d));
     CHECK(json_integer_value(rec.id) == 7 && rec.n_messages == 2 &&
           strcmp(rec.messages[1].content, "2+2?") == 0);
