@@ -64,7 +64,8 @@ typedef struct bench_workload {
 } bench_workload;
 
 typedef struct bench_opts {
-    const char *dataset, *dataset_path, *format_s;
+    const char *dataset, *dataset_path, *format_s, *extra_s;
+    pllm_extra_fields extra;
     int32_t num_prompts, input_len, output_len, prefix_len, num_prefixes, warmup, repeat;
     bool input_len_given, output_len_given;
 } bench_opts;
@@ -173,6 +174,7 @@ static int build_from_file(bench_workload *w, const bench_opts *o, const cmd_run
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         return 3;
     }
+    pllm_source_set_extra_fields(src, o->extra);
     pllm_format f = pllm_source_format(src);
     if (strcmp(o->dataset, "sharegpt") == 0 && f != PLLM_FORMAT_SHAREGPT) {
         fprintf(stderr,
@@ -356,6 +358,7 @@ int cmd_bench(int argc, char **argv)
     cmd_engine_opts_init(&eo);
     bench_opts o = {.dataset = "sharegpt",
                     .format_s = "auto",
+                    .extra_s = "error",
                     .num_prompts = 1000,
                     .prefix_len = 256,
                     .num_prefixes = 10,
@@ -373,6 +376,10 @@ int cmd_bench(int argc, char **argv)
          "the ShareGPT file (JSON list or JSON lines, .zst ok)", NULL},
         {"format", 0, CMD_OPT_STR, &o.format_s, "FMT", "auto",
          "format of the dataset file: auto, pllm, openai, sharegpt", NULL},
+        {"extra-fields", 0, CMD_OPT_STR, &o.extra_s, "MODE", "error",
+         "fields a record's format does not know: error (the record is skipped as bad), ignore, "
+         "passthrough (as generate; a benchmark writes no output lines, so the same as ignore)",
+         NULL},
         {"num-prompts", 'n', CMD_OPT_INT, &o.num_prompts, "N", "1000",
          "requests (the first N usable records of a file)", NULL},
         {"input-len", 0, CMD_OPT_INT, &o.input_len, "N",
@@ -432,6 +439,10 @@ int cmd_bench(int argc, char **argv)
     if (rc) return rc == 1 ? 0 : 2;
     if ((rc = cmd_engine_opts_finish(&eo)) != 0) return rc;
     pllm_format format;
+    if (pllm_extra_fields_parse(o.extra_s, &o.extra) != PLLM_OK) {
+        fprintf(stderr, "pllm: %s\n", pllm_errmsg());
+        return 2;
+    }
     if (pllm_format_parse(o.format_s, &format) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         return 2;

@@ -626,6 +626,14 @@ int cmd_generate(int argc, char **argv)
         rec_opts = cmd_run_record_options(
             pllm_format_name(in_format), g.openai_out ? "openai" : "pllm", echo, token_ids,
             rt.model->name, rt.model->identity, &defaults, (uint64_t)eo.seed);
+        /* what else changes the output lines: recorded only when given, so that a run that
+         * gives none of them still matches a record written before they existed */
+        if (rec_opts && eo.rt.system_prompt)
+            json_object_set_new(rec_opts, "system_prompt", json_string(eo.rt.system_prompt));
+        if (rec_opts && rt.chat_src && eo.rt.chat_template)
+            json_object_set_new(rec_opts, "chat_template", json_string(rt.chat_src));
+        if (rec_opts && extra != PLLM_EXTRA_ERROR)
+            json_object_set_new(rec_opts, "extra_fields", json_string(extra_s));
         if (!rec_input || !rec_opts) {
             rc = 3;
             goto out;
@@ -655,6 +663,7 @@ int cmd_generate(int argc, char **argv)
         rc = 3;
         goto out;
     }
+    sh.extra = extra;
     if ((rc = cmd_shard_prepare(&sh, &rt, pos[0], format, &defaults, limit, quiet)) != 0) goto out;
     if (pllm_engine_create(&eng, rt.model, &rt.backend, rt.tok, &eo.ep) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
