@@ -216,6 +216,8 @@ static pllm_status parse_stop(pctx *x, json_t *v)
     if (json_is_null(v)) return PLLM_OK;
     if (json_is_string(v)) {
         if (!json_string_length(v)) return field_err(x, "stop", "must not be empty", v);
+        if (strlen(json_string_value(v)) != json_string_length(v)) /* a C string would cut it */
+            return field_err(x, "stop", "must not contain a NUL character (\\u0000)", NULL);
         PLLM_TRY(dup_string(x, json_string_value(v), json_string_length(v), &rec->stop_store[0]));
         p->stop[0] = rec->stop_store[0];
         p->n_stop = 1;
@@ -231,6 +233,8 @@ static pllm_status parse_stop(pctx *x, json_t *v)
         json_t *s = json_array_get(v, i);
         if (!json_is_string(s) || !json_string_length(s))
             return field_err(x, "stop", "must hold non-empty strings", v);
+        if (strlen(json_string_value(s)) != json_string_length(s))
+            return field_err(x, "stop", "must not contain a NUL character (\\u0000)", NULL);
         PLLM_TRY(dup_string(x, json_string_value(s), json_string_length(s), &rec->stop_store[i]));
         p->stop[i] = rec->stop_store[i];
         p->n_stop = (int32_t)i + 1;

@@ -212,6 +212,7 @@ recs += [
     {"id": "too_long", "prompt": " ".join(words * 6), "max_tokens": 4},
     {"id": "stop_id", "prompt": "the time", "max_tokens": 4, "stop_token_ids": [100000]},
     {"id": "stop_empty", "prompt": "the time", "max_tokens": 4, "stop": [""]},
+    {"id": "stop_nul", "prompt": "the time", "max_tokens": 4, "stop": ["\u0000a"]},
     {"id": "stop_space", "prompt": "the time", "max_tokens": 4, "stop": [" "]},
 ]
 pin = t.write("padded.jsonl", recs)
@@ -226,10 +227,11 @@ for seed in ("3", "11"):
             f"padded seed {seed}: the run goes on (exit 1: some requests failed): {rc} {err[-600:]}")
     t.check(sorted(by) == sorted(r["id"] for r in recs) and len(by.get("ok1", [])) == 2 and len(lines) == len(recs) + 1,
             f"padded seed {seed}: every request answered once (n=2: twice): {sorted(by)}")
-    for rid in ("too_long", "stop_id", "stop_empty"):
+    for rid, what in (("too_long", "max_model_len"), ("stop_id", "stop_token_ids"), ("stop_empty", "stop"),
+                      ("stop_nul", "field 'stop': must not contain a NUL")):
         r = by.get(rid, [{}])[0]
-        t.check(r.get("finish_reason") == "error" and "padded.jsonl:" in r.get("error", ""),
-                f"padded seed {seed}: {rid} is an error line naming the file: {r}")
+        t.check(r.get("finish_reason") == "error" and "padded.jsonl:" in r.get("error", "") and what in r.get("error", ""),
+                f"padded seed {seed}: {rid} is an error line naming the file and {what!r}: {r}")
     for rid in [r["id"] for r in recs if r["id"].startswith("ok")] + ["stop_space"]:
         for r in by.get(rid, []):
             t.check(r.get("finish_reason") in ("length", "stop") and all(0 <= x < N_TOK for x in r.get("token_ids", [-1])),
