@@ -935,10 +935,9 @@ int cmd_generate(int argc, char **argv)
                                     {"Prompt blocks", blocks},
                                     {"Peak RSS (MiB)", rss}};
         pllm_report_print(&g.rep, &es,
-                          stopped        ? "pllm generate (interrupted)"
-                          : engine_error ? "pllm generate (stopped: backend error)"
-                          : cut          ? "pllm generate (stopped)"
-                                         : "pllm generate",
+                          stopped ? "pllm generate (interrupted)"
+                          : cut   ? "pllm generate (stopped)"
+                                  : "pllm generate",
                           cut ? notes : notes + 1, (int)PLLM_ARRAY_LEN(notes) - (cut ? 0 : 1),
                           stderr);
     }
