@@ -169,23 +169,13 @@ void cmd_output_close(cmd_output *o)
 
 int cmd_output_write_json(const char *path, const json_t *doc, size_t flags)
 {
-    char real[PATH_MAX];
-    const char *target = realpath(path, real) ? real : path;
-    char *tmp = tmp_name(target);
-    if (!tmp) {
-        fprintf(stderr, "pllm: out of memory\n");
+    char *text = json_dumps(doc, flags);
+    if (!text) {
+        fprintf(stderr, "pllm: cannot write %s: out of memory\n", path);
         return 3;
     }
-    int rc = 0;
-    if (json_dump_file(doc, tmp, flags) != 0) {
-        fprintf(stderr, "pllm: cannot write %s: %s\n", path, strerror(errno));
-        rc = 3;
-    } else if (rename(tmp, target) != 0) {
-        fprintf(stderr, "pllm: cannot rename %s to %s: %s\n", tmp, target, strerror(errno));
-        rc = 3;
-    }
-    if (rc) remove(tmp);
-    free(tmp);
+    int rc = cmd_output_write_text(path, text, strlen(text));
+    free(text);
     return rc;
 }
 
