@@ -32,6 +32,7 @@
 #include "cmd/gate.h"
 #include "cmd/options.h"
 #include "cmd/output.h"
+#include "cmd/plot.h"
 #include "cmd/progress.h"
 #include "cmd/runtime.h"
 #include "cmd/shared.h"
@@ -63,7 +64,8 @@ typedef struct bench_workload {
 } bench_workload;
 
 typedef struct bench_opts {
-    const char *dataset, *dataset_path, *format_s;
+    const char *dataset, *dataset_path, *format_s, *extra_s;
+    pllm_extra_fields extra;
     int32_t num_prompts, input_len, output_len, prefix_len, num_prefixes, warmup, repeat;
     bool input_len_given, output_len_given;
 } bench_opts;
@@ -172,6 +174,7 @@ static int build_from_file(bench_workload *w, const bench_opts *o, const cmd_run
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         return 3;
     }
+    pllm_source_set_extra_fields(src, o->extra);
     pllm_format f = pllm_source_format(src);
     if (strcmp(o->dataset, "sharegpt") == 0 && f != PLLM_FORMAT_SHAREGPT) {
         fprintf(stderr,
@@ -249,6 +252,7 @@ static int build_from_file(bench_workload *w, const bench_opts *o, const cmd_run
 
 typedef struct bench_run_ctx {
     pllm_report *rep;
+    cmd_plot *plot; /* --plot: the first measured run, else NULL */
     cmd_progress *prog;
     cmd_progress_state ps;
 } bench_run_ctx;
@@ -257,6 +261,7 @@ static void on_done(const pllm_completion *c, void *arg)
 {
     bench_run_ctx *x = arg;
     pllm_report_add(x->rep, c);
+    if (x->plot) cmd_plot_completion(x->plot, c);
     x->ps.done++;
     x->ps.output_tokens += c->n_tokens;
     x->ps.prompt_tokens += c->prompt_tokens;
@@ -268,7 +273,7 @@ static void on_done(const pllm_completion *c, void *arg)
 static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const bench_workload *w,
                     int64_t n, pllm_report *rep, bool new_run, pllm_engine_stats *es,
                     pllm_engine_plan_stats *plan, volatile sig_atomic_t *interrupted,
-                    cmd_progress *prog)
+                    cmd_progress *prog, cmd_plot *plot)
 {
     pllm_engine *eng;
     if (pllm_engine_create(&eng, rt->model, (pllm_backend *)&rt->backend, rt->tok, ep) != PLLM_OK) {
@@ -277,11 +282,12 @@ static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const b
     }
     pllm_report scratch;
     pllm_report_init(&scratch, 0);
-    bench_run_ctx x = {.rep = rep ? rep : &scratch, .prog = prog, .ps = {.total = n}};
+    bench_run_ctx x = {.rep = rep ? rep : &scratch, .prog = prog, .plot = plot, .ps = {.total = n}};
     pllm_request_params p;
     pllm_request_params_defaults(&p);
     p.ignore_eos = true;
     double t0 = pllm_now();
+    if (plot) plot->t0 = t0;
     if (new_run && rep)
         pllm_report_new_run(rep, t0);
     else if (rep)
@@ -309,6 +315,11 @@ static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const b
             break;
         }
         cmd_progress_update(prog, &x.ps, false);
+        if (plot) {
+            pllm_engine_stats now;
+            pllm_engine_get_stats(eng, &now);
+            cmd_plot_step(plot, pllm_now(), &now);
+        }
     }
     cmd_progress_finish(prog, &x.ps);
     pllm_engine_get_stats(eng, es);
@@ -347,11 +358,13 @@ int cmd_bench(int argc, char **argv)
     cmd_engine_opts_init(&eo);
     bench_opts o = {.dataset = "sharegpt",
                     .format_s = "auto",
+                    .extra_s = "error",
                     .num_prompts = 1000,
                     .prefix_len = 256,
                     .num_prefixes = 10,
                     .repeat = 1};
-    const char *stats_json = NULL, *baseline = NULL, *max_reg_s = "5%", *current = NULL;
+    const char *stats_json = NULL, *baseline = NULL, *max_reg_s = "5%", *current = NULL,
+               *plot_path = NULL;
     float log_interval = 10;
     bool quiet = false, overwrite = false;
     cmd_opt opts[CMD_MAX_OPTS];
@@ -363,6 +376,10 @@ int cmd_bench(int argc, char **argv)
          "the ShareGPT file (JSON list or JSON lines, .zst ok)", NULL},
         {"format", 0, CMD_OPT_STR, &o.format_s, "FMT", "auto",
          "format of the dataset file: auto, pllm, openai, sharegpt", NULL},
+        {"extra-fields", 0, CMD_OPT_STR, &o.extra_s, "MODE", "error",
+         "fields a record's format does not know: error (the record is skipped as bad), ignore, "
+         "passthrough (as generate; a benchmark writes no output lines, so the same as ignore)",
+         NULL},
         {"num-prompts", 'n', CMD_OPT_INT, &o.num_prompts, "N", "1000",
          "requests (the first N usable records of a file)", NULL},
         {"input-len", 0, CMD_OPT_INT, &o.input_len, "N",
@@ -385,6 +402,10 @@ int cmd_bench(int argc, char **argv)
          NULL},
         {"overwrite", 0, CMD_OPT_FLAG, &overwrite, NULL, "off",
          "let --stats-json replace an existing file that is not a pllm report", NULL},
+        {"plot", 0, CMD_OPT_STR, &plot_path, "FILE.svg", "none",
+         "draw the (first measured) run as an SVG: throughput and KV use over time, TTFT / TPOT "
+         "/ E2E distributions, prefix cache hit rate",
+         NULL},
         {"baseline", 0, CMD_OPT_STR, &baseline, "FILE", "none",
          "compare with a saved --stats-json (CI gate)", NULL},
         {"max-regression", 0, CMD_OPT_STR, &max_reg_s, "PCT", "5%",
@@ -425,6 +446,10 @@ int cmd_bench(int argc, char **argv)
         return 2;
     }
     pllm_format format;
+    if (pllm_extra_fields_parse(o.extra_s, &o.extra) != PLLM_OK) {
+        fprintf(stderr, "pllm: %s\n", pllm_errmsg());
+        return 2;
+    }
     if (pllm_format_parse(o.format_s, &format) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         return 2;
@@ -495,6 +520,13 @@ int cmd_bench(int argc, char **argv)
                     checks[i].v);
             return 2;
         }
+    if (plot_path) {
+        cmd_inputs in = {.path = {path, baseline}, .what = {"the dataset", "the baseline"}};
+        rc = cmd_output_check(
+            plot_path, "--plot", &in,
+            overwrite || cmd_plot_is_ours(plot_path) ? CMD_OUT_OVERWRITE : CMD_OUT_NEW, 0);
+        if (rc) return rc;
+    }
     if (stats_json) {
         cmd_inputs in = {.path = {path, baseline}, .what = {"the dataset", "the baseline"}};
         rc = cmd_output_check(stats_json, "--stats-json", &in,
@@ -527,6 +559,8 @@ int cmd_bench(int argc, char **argv)
     pllm_report rep;
     pllm_report_init(&rep, 0);
     json_t *out = NULL;
+    cmd_plot plot;
+    cmd_plot_init(&plot, false, 0);
     volatile sig_atomic_t interrupted = 0;
     double t_build = pllm_now();
     rc = synthetic ? build_synthetic(&w, &o, &rt, (uint64_t)eo.seed, max_len)
@@ -557,6 +591,8 @@ int cmd_bench(int argc, char **argv)
                     (long long)w.n, o.num_prompts);
     }
     cmd_signals_install(&interrupted);
+    cmd_plot_init(&plot, plot_path != NULL, pllm_now());
+    const char *ds_name = synthetic ? o.dataset : path ? path : o.dataset;
     cmd_progress prog;
     pllm_engine_stats es0, es;
     pllm_engine_plan_stats plan0, plan;
@@ -565,7 +601,7 @@ int cmd_bench(int argc, char **argv)
     if (o.warmup > 0) {
         cmd_progress_init(&prog, quiet, log_interval, "warmup", pllm_now());
         rc = run_once(&rt, &eo.ep, &w, PLLM_MIN((int64_t)o.warmup, w.n), NULL, false, &es, &plan,
-                      &interrupted, &prog);
+                      &interrupted, &prog, NULL);
         if (rc) goto interrupted;
     }
     bool deterministic = true;
@@ -573,7 +609,8 @@ int cmd_bench(int argc, char **argv)
         char what[32];
         snprintf(what, sizeof what, o.repeat > 1 ? "run %d/%d" : "bench", i + 1, o.repeat);
         cmd_progress_init(&prog, quiet, log_interval, what, pllm_now());
-        rc = run_once(&rt, &eo.ep, &w, w.n, &rep, i > 0, &es, &plan, &interrupted, &prog);
+        rc = run_once(&rt, &eo.ep, &w, w.n, &rep, i > 0, &es, &plan, &interrupted, &prog,
+                      i == 0 && plot_path ? &plot : NULL);
         if (rc) goto interrupted;
         if (i == 0) {
             es0 = es;
@@ -668,6 +705,20 @@ int cmd_bench(int argc, char **argv)
         rc = 3;
         goto out;
     }
+    if (plot_path) {
+        char title[400], sub[768], device[512];
+        cmd_runtime_describe(&rt, device, sizeof device);
+        snprintf(title, sizeof title, "pllm bench: %s", ds_name);
+        snprintf(sub, sizeof sub, "%s on %s: %lld requests, %lld steps%s", rt.model->name, device,
+                 (long long)w.n, (long long)es0.steps,
+                 o.repeat > 1 ? " (the first of the measured runs)" : "");
+        plot.best_hit_rate = plan0.best_hit_rate;
+        if (cmd_plot_write(&plot, plot_path, title, sub) != 0) {
+            rc = 3;
+            goto out;
+        }
+        if (!quiet) fprintf(stderr, "pllm: the run is drawn in %s\n", plot_path);
+    }
     if (!deterministic) {
         fprintf(stderr, "pllm: the engine counters differ between runs of the same workload (a "
                         "determinism bug)\n");
@@ -683,6 +734,7 @@ interrupted:
     cmd_signals_restore();
     if (rc == 130) fprintf(stderr, "pllm: interrupted; no results written\n");
 out:
+    cmd_plot_free(&plot);
     json_decref(out);
     json_decref(base);
     pllm_report_free(&rep);

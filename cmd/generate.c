@@ -30,6 +30,7 @@
 #include "cmd/commands.h"
 #include "cmd/options.h"
 #include "cmd/output.h"
+#include "cmd/plot.h"
 #include "cmd/progress.h"
 #include "cmd/runrecord.h"
 #include "cmd/runtime.h"
@@ -65,6 +66,7 @@ typedef struct gen_req {
     bool want_logprobs;
     int32_t top_logprobs;
     json_t *choices; /* openai: [n] */
+    json_t *metadata; /* the record's metadata, echoed into its output lines, or NULL */
     pllm_openai_usage usage;
     struct gen_req *prev, *next; /* the list of live requests */
 } gen_req;
@@ -99,6 +101,7 @@ typedef struct gen_ctx {
     int64_t in_flight;
     gen_req *live; /* requests in the engine (freed at the end if a run stops early) */
     pllm_report rep;
+    cmd_plot plot; /* --plot */
     cmd_progress prog;
     cmd_progress_state ps;
     int64_t n_logged;
@@ -129,10 +132,57 @@ static void gen_req_free(gen_req *r)
     if (!r) return;
     json_decref(r->id);
     json_decref(r->choices);
+    json_decref(r->metadata);
     free(r->written);
     free(r->model);
     free(r->prompt);
     free(r);
+}
+
+/* The fewest significant digits (15..17) that print every real in v back to itself: 0.1
+ * is written as 0.1, as the input had it, not 0.10000000000000001. */
+static int real_digits(const json_t *v)
+{
+    int d = 15;
+    if (json_is_real(v)) {
+        double x = json_real_value(v);
+        char buf[40];
+        for (; d < 17; d++) {
+            snprintf(buf, sizeof buf, "%.*g", d, x);
+            if (strtod(buf, NULL) == x) break;
+        }
+    } else if (json_is_object(v)) {
+        const char *k;
+        json_t *e;
+        json_object_foreach((json_t *)v, k, e) d = PLLM_MAX(d, real_digits(e));
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            d = PLLM_MAX(d, real_digits(json_array_get(v, i)));
+    }
+    return d;
+}
+
+/* Add "metadata": <the record's metadata> to an output line (owned; NULL stays NULL). */
+static char *tag_metadata(char *line, const json_t *metadata)
+{
+    if (!line || !metadata) return line;
+    size_t n = strlen(line);
+    while (n > 0 && line[n - 1] != '}') n--;
+    if (n == 0) return line;
+    char *m = json_dumps(metadata, JSON_ENCODE_ANY | JSON_COMPACT |
+                                       JSON_REAL_PRECISION(real_digits(metadata)));
+    pllm_buf b = {0};
+    bool empty = n >= 2 && line[n - 2] == '{';
+    if (!m || pllm_buf_append(&b, line, n - 1) != PLLM_OK ||
+        pllm_buf_appendf(&b, "%s\"metadata\":%s}", empty ? "" : ",", m) != PLLM_OK) {
+        pllm_buf_free(&b);
+        free(m);
+        free(line);
+        return NULL;
+    }
+    free(m);
+    free(line);
+    return b.s;
 }
 
 /* Write an output line (owned); "" is the place of a completion written by an earlier run. */
@@ -248,6 +298,7 @@ static void on_done(const pllm_completion *c, void *arg)
     gen_ctx *g = arg;
     gen_req *r = c->user;
     pllm_report_add(&g->rep, c);
+    cmd_plot_completion(&g->plot, c);
     char *line = NULL;
     if (g->openai_out) {
         json_t *choice = NULL;
@@ -264,6 +315,7 @@ static void on_done(const pllm_completion *c, void *arg)
                                    r->model ? r->model : g->model_name, choices, &r->usage,
                                    cmd_unix_time()) != PLLM_OK)
                 line = NULL;
+            line = tag_metadata(line, r->metadata);
             if (g->shard->on) line = cmd_shard_tag(line, r->input_index);
             hold_line(g, r->seq, 0, line);
         }
@@ -273,6 +325,7 @@ static void on_done(const pllm_completion *c, void *arg)
     } else {
         if (pllm_output_completion(&line, r->id, r->prompt, r->n, c, -1, &g->oo) != PLLM_OK)
             line = NULL;
+        line = tag_metadata(line, r->metadata);
         if (g->shard->on) line = cmd_shard_tag(line, r->input_index);
         hold_line(g, r->seq, c->index, line);
     }
@@ -288,6 +341,28 @@ static void on_done(const pllm_completion *c, void *arg)
     }
 }
 
+/* The requests in the engine that did not finish (a stopped run): their count, and the first
+ * few ids in out ("5 (ids q1, q2, ...)"); ids (may be NULL) gets every id as a JSON list. */
+static int64_t unfinished(const gen_ctx *g, char *out, size_t cap, json_t *ids)
+{
+    int64_t n = 0;
+    pllm_buf b = {0};
+    const gen_req *last = g->live;
+    while (last && last->next) last = last->next;
+    for (const gen_req *r = last; r; r = r->prev) { /* oldest first: input order */
+        char *t = pllm_record_id_text(r->id);
+        if (n < 8) pllm_buf_appendf(&b, "%s%s", n ? ", " : "", t ? t : "?");
+        if (ids) json_array_append_new(ids, r->id ? json_deep_copy(r->id) : json_null());
+        free(t);
+        n++;
+    }
+    if (n > 8) pllm_buf_appendf(&b, ", ... %lld more", (long long)(n - 8));
+    snprintf(out, cap, "%lld%s%s%s", (long long)n, n ? " (ids " : "", n && b.s ? b.s : "",
+             n ? ")" : "");
+    pllm_buf_free(&b);
+    return n;
+}
+
 /* A record that never runs: its error line. dup_id: the record's id repeats an earlier one's,
  * so the line carries a null id (its --resume key is its line: pllm_record_loc_key). */
 static void reject(gen_ctx *g, int64_t seq, const pllm_record *rec, const char *msg, bool quietly,
@@ -301,6 +376,7 @@ static void reject(gen_ctx *g, int64_t seq, const pllm_record *rec, const char *
                          ? pllm_output_openai_error(&line, id, rec->line, rec->element, msg, 400)
                          : pllm_output_error(&line, id, rec->line, rec->element, msg);
     json_decref(null_id);
+    if (st == PLLM_OK) line = tag_metadata(line, rec->metadata);
     if (st == PLLM_OK && g->shard->on) line = cmd_shard_tag(line, g->cur_index);
     put_line(g, seq, 0, st == PLLM_OK ? line : NULL);
     g->ps.done++;
@@ -325,7 +401,7 @@ int cmd_generate(int argc, char **argv)
     cmd_sampling_opts so;
     cmd_sampling_opts_init(&so, 256, "the model's max_new_tokens, else 256");
     const char *out_path = "-", *stats_json = NULL, *format_s = "auto", *out_format_s = "auto",
-               *order_s = "completion";
+               *order_s = "completion", *extra_s = "error", *plot = NULL;
     int32_t window = 1024, reorder = 4096;
     int64_t limit = 0;
     float log_interval = 10;
@@ -340,6 +416,13 @@ int cmd_generate(int argc, char **argv)
          "output file (.zst compresses)", NULL},
         {"format", 0, CMD_OPT_STR, &format_s, "FMT", "auto",
          "input format: auto, pllm, openai, sharegpt", NULL},
+        {"extra-fields", 0, CMD_OPT_STR, &extra_s, "MODE", "error",
+         "record fields the format does not know: error (the record fails, naming the field), "
+         "ignore, or passthrough (echoed in the output line's \"metadata\"; a record's own "
+         "\"metadata\" field is always echoed)",
+         NULL},
+        {"plot", 0, CMD_OPT_STR, &plot, "FILE.svg", "none",
+         "draw the run (throughput, KV use, latency distributions, prefix hits) as an SVG", NULL},
         {"output-format", 0, CMD_OPT_STR, &out_format_s, "FMT",
          "auto (openai for openai input, else pllm)", "output format: auto, pllm, openai", NULL},
         {"order", 0, CMD_OPT_STR, &order_s, "ORDER", "completion",
@@ -407,7 +490,9 @@ int cmd_generate(int argc, char **argv)
         .opts = opts,
         .n_opts = n_opts,
         .min_pos = 1,
-        .max_pos = 1};
+        .max_pos = 1,
+        .missing = "INPUT, the prompt records to run: a file (JSON lines or a JSON list, plain, "
+                   ".zst or .gz) or - for stdin, e.g. pllm generate examples/prompts.jsonl"};
     const char *pos[1];
     int n_pos;
     int rc = cmd_parse(&spec, argc, argv, pos, &n_pos);
@@ -424,6 +509,11 @@ int cmd_generate(int argc, char **argv)
         return 2;
     }
     if (strcmp(out_format_s, "auto")) pllm_format_parse(out_format_s, &out_format);
+    pllm_extra_fields extra;
+    if (pllm_extra_fields_parse(extra_s, &extra) != PLLM_OK) {
+        fprintf(stderr, "pllm: %s\n", pllm_errmsg());
+        return 2;
+    }
     gen_order order;
     if (!strcmp(order_s, "completion"))
         order = GEN_ORDER_COMPLETION;
@@ -468,6 +558,16 @@ int cmd_generate(int argc, char **argv)
                                                  overwrite ? CMD_OUT_OVERWRITE : CMD_OUT_NEW,
                                                  CMD_OUT_REPORT)) != 0)
             return rc;
+        if (plot &&
+            (rc = cmd_output_check(
+                 plot, "--plot", &sin,
+                 overwrite || cmd_plot_is_ours(plot) ? CMD_OUT_OVERWRITE : CMD_OUT_NEW, 0)) != 0)
+            return rc;
+        if (plot && ((strcmp(out_path, "-") && !strcmp(plot, out_path)) ||
+                     (stats_json && !strcmp(plot, stats_json)))) {
+            fprintf(stderr, "pllm: --plot names the same file as -o or --stats-json: %s\n", plot);
+            return 2;
+        }
         if (stats_json && strcmp(out_path, "-") && strcmp(stats_json, out_path) == 0) {
             fprintf(stderr, "pllm: --stats-json and -o name the same file %s\n", out_path);
             return 2;
@@ -509,6 +609,7 @@ int cmd_generate(int argc, char **argv)
         rc = 3;
         goto out;
     }
+    pllm_source_set_extra_fields(src, extra);
     if (pllm_source_empty(src)) {
         fprintf(stderr, "pllm: %s holds no records (%s): nothing to generate\n",
                 pllm_source_path(src),
@@ -529,6 +630,7 @@ int cmd_generate(int argc, char **argv)
     if ((rc = cmd_size_kv(&rt, &eo)) != 0) goto out;
     if ((rc = cmd_sampling_opts_apply_model(&so, rt.model, &defaults, quiet)) != 0) goto out;
     g.tok = rt.tok;
+    g.oo.tok = rt.tok;
     g.model_name = rt.model->name;
     if (strcmp(out_path, "-") != 0) {
         /* which input and options the output belongs to: checked by --resume, then recorded */
@@ -537,6 +639,14 @@ int cmd_generate(int argc, char **argv)
         rec_opts = cmd_run_record_options(
             pllm_format_name(in_format), g.openai_out ? "openai" : "pllm", echo, token_ids,
             rt.model->name, rt.model->identity, &defaults, (uint64_t)eo.seed);
+        /* what else changes the output lines: recorded only when given, so that a run that
+         * gives none of them still matches a record written before they existed */
+        if (rec_opts && eo.rt.system_prompt)
+            json_object_set_new(rec_opts, "system_prompt", json_string(eo.rt.system_prompt));
+        if (rec_opts && rt.chat_src && eo.rt.chat_template)
+            json_object_set_new(rec_opts, "chat_template", json_string(rt.chat_src));
+        if (rec_opts && extra != PLLM_EXTRA_ERROR)
+            json_object_set_new(rec_opts, "extra_fields", json_string(extra_s));
         if (!rec_input || !rec_opts) {
             rc = 3;
             goto out;
@@ -566,6 +676,7 @@ int cmd_generate(int argc, char **argv)
         rc = 3;
         goto out;
     }
+    sh.extra = extra;
     if ((rc = cmd_shard_prepare(&sh, &rt, pos[0], format, &defaults, limit, quiet)) != 0) goto out;
     if (pllm_engine_create(&eng, rt.model, &rt.backend, rt.tok, &eo.ep) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
@@ -593,6 +704,7 @@ int cmd_generate(int argc, char **argv)
     double t0 = pllm_now();
     pllm_report_free(&g.rep);
     pllm_report_init(&g.rep, t0);
+    cmd_plot_init(&g.plot, plot != NULL, t0);
     cmd_progress_init(&g.prog, quiet, log_interval, "generate", t0);
 
     const char *file = pllm_source_path(src);
@@ -699,6 +811,7 @@ int cmd_generate(int argc, char **argv)
                 written = NULL;
                 r->want_logprobs = rec.want_logprobs;
                 r->top_logprobs = rec.top_logprobs;
+                r->metadata = json_incref(rec.metadata);
                 if (rec.model) r->model = pllm_strdup(rec.model);
                 if (echo) r->prompt = pllm_strdup(rendered.s ? rendered.s : "");
                 if (g.openai_out) {
@@ -790,6 +903,11 @@ int cmd_generate(int argc, char **argv)
             break;
         }
         release_pending(&g, true);
+        if (plot) {
+            pllm_engine_stats now;
+            pllm_engine_get_stats(eng, &now);
+            cmd_plot_step(&g.plot, pllm_now(), &now);
+        }
         if (sst != PLLM_OK) {
             cmd_progress_clear(&g.prog);
             fprintf(stderr, "pllm: engine step failed: %s\n", pllm_errmsg());
@@ -814,7 +932,7 @@ int cmd_generate(int argc, char **argv)
         if (n_skipped)
             fprintf(stderr, "pllm: skipped %lld records already in the output\n",
                     (long long)n_skipped);
-        char rss[32], best[96], blocks[96], device[512];
+        char rss[32], best[96], blocks[96], device[512], unf[640];
         snprintf(rss, sizeof rss, "%.1f", cmd_peak_rss_mb());
         cmd_runtime_describe(&rt, device, sizeof device);
         snprintf(best, sizeof best, "%.2f%% (%lld of %lld prompt tokens)",
@@ -822,13 +940,19 @@ int cmd_generate(int argc, char **argv)
                  (long long)plan.prompt_tokens);
         snprintf(blocks, sizeof blocks, "%lld computed, %lld of them recomputed",
                  (long long)plan.blocks_computed, (long long)plan.blocks_recomputed);
-        pllm_report_note notes[] = {{"Device", device},
+        bool cut = stopped || engine_error || input_error || g.write_st != PLLM_OK;
+        unfinished(&g, unf, sizeof unf, NULL);
+        pllm_report_note notes[] = {{"Unfinished requests", unf},
+                                    {"Device", device},
                                     {"Best achievable hit rate", best},
                                     {"Prompt blocks", blocks},
                                     {"Peak RSS (MiB)", rss}};
         pllm_report_print(&g.rep, &es,
-                          stopped ? "pllm generate (interrupted)" : "pllm generate", notes,
-                          (int)PLLM_ARRAY_LEN(notes), stderr);
+                          stopped ? "pllm generate (interrupted)"
+                          : cut   ? "pllm generate (stopped)"
+                                  : "pllm generate",
+                          cut ? notes : notes + 1, (int)PLLM_ARRAY_LEN(notes) - (cut ? 0 : 1),
+                          stderr);
     }
     bool stats_failed = false;
     if (stats_json) {
@@ -841,10 +965,31 @@ int cmd_generate(int argc, char **argv)
         json_object_set_new(j, "input_format", json_string(pllm_format_name(in_format)));
         json_object_set_new(j, "skipped_by_resume", json_integer(n_skipped));
         json_object_set_new(j, "interrupted", json_boolean(stopped));
+        json_object_set_new(j, "stopped",
+                            json_boolean(engine_error || input_error || g.write_st != PLLM_OK));
+        json_t *uids = json_array();
+        char unf[640];
+        int64_t n_unf = unfinished(&g, unf, sizeof unf, uids);
+        json_object_set_new(j, "unfinished_requests", json_integer(n_unf));
+        json_object_set_new(j, "unfinished_ids", uids);
         json_object_set_new(j, "peak_rss_mb", json_real(cmd_peak_rss_mb()));
         cmd_shard_json(&sh, j);
         stats_failed = cmd_output_write_json(stats_json, j, JSON_INDENT(2)) != 0;
         json_decref(j);
+    }
+    if (plot) {
+        char sub[768], device[512];
+        cmd_runtime_describe(&rt, device, sizeof device);
+        snprintf(sub, sizeof sub, "%s on %s: %lld requests (%lld failed), %lld steps%s",
+                 g.model_name, device, (long long)(g.rep.n_ok + g.rep.n_failed),
+                 (long long)g.rep.n_failed, (long long)es.steps, stopped ? ", interrupted" : "");
+        char title[600];
+        snprintf(title, sizeof title, "pllm generate %s", file);
+        g.plot.best_hit_rate = plan.best_hit_rate;
+        if (cmd_plot_write(&g.plot, plot, title, sub) != 0)
+            stats_failed = true;
+        else if (!quiet)
+            fprintf(stderr, "pllm: the run is drawn in %s\n", plot);
     }
     const char *where = strcmp(out_path, "-") ? out_path : "the output";
     if (g.write_st != PLLM_OK) {
@@ -854,16 +999,22 @@ int cmd_generate(int argc, char **argv)
                 pllm_errmsg());
         rc = 3;
     } else if (stopped) {
+        char unf[640];
+        int64_t n_unf = unfinished(&g, unf, sizeof unf, NULL);
         fprintf(stderr,
-                "pllm: interrupted: %lld output lines are in %s; rerun the same command with "
-                "--resume to continue\n",
-                (long long)g.n_lines, where);
+                "pllm: interrupted: %lld output lines are in %s; %lld requests in flight did "
+                "not finish%s%s; rerun the same command with --resume to continue\n",
+                (long long)g.n_lines, where, (long long)n_unf, strchr(unf, '(') ? " " : "",
+                strchr(unf, '(') ? strchr(unf, '(') : "");
         rc = 130;
     } else if (engine_error) {
+        char unf[640];
+        int64_t n_unf = unfinished(&g, unf, sizeof unf, NULL);
         fprintf(stderr,
-                "pllm: the run stopped: %lld output lines are in %s; rerun the same command with "
-                "--resume to continue\n",
-                (long long)g.n_lines, where);
+                "pllm: the run stopped: %lld output lines are in %s; %lld requests in flight did "
+                "not finish%s%s; rerun the same command with --resume to continue\n",
+                (long long)g.n_lines, where, (long long)n_unf, strchr(unf, '(') ? " " : "",
+                strchr(unf, '(') ? strchr(unf, '(') : "");
         rc = 3;
     } else if (input_error) {
         fprintf(stderr, "pllm: the input cannot be read further; %lld output lines are in %s\n",
@@ -907,6 +1058,7 @@ out:
         gen_req_free(r);
     }
     pllm_report_free(&g.rep);
+    cmd_plot_free(&g.plot);
     cmd_runtime_close(&rt);
     pllm_idset_free(done);
     pllm_hashset_free(seen);

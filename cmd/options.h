@@ -41,9 +41,13 @@ typedef struct cmd_spec {
     const cmd_opt *opts;
     size_t n_opts;
     int min_pos, max_pos; /* positional arguments */
+    const char *missing;  /* what a missing positional argument is ("INPUT: ..."), or NULL */
 } cmd_spec;
 
 /* Parse argv (argv[0] is the command name). Returns 0 on success, 1 when --help was printed,
  * 2 on a usage error (message printed to stderr naming the option). */
 int cmd_parse(const cmd_spec *spec, int argc, char **argv, const char **pos, int *n_pos);
 void cmd_print_help(const cmd_spec *spec, FILE *f);
+/* The option name closest to name[0..len) (edit distance, or a prefix of it), or NULL when
+ * none is close. */
+const char *cmd_closest_option(const cmd_spec *spec, const char *name, size_t len);

@@ -31,12 +31,51 @@ static bool is_pllm_report(const char *path)
     return yes;
 }
 
+/* Whether a file could be written at path (created in its directory, or the existing file
+ * opened for writing), checked without creating anything: 0, or 2 with the reason printed. */
+static int check_writable(const char *path, const char *what)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, "pllm: %s %s is a directory; give a file name\n", what, path);
+            return 2;
+        }
+        if (access(path, W_OK) != 0) {
+            fprintf(stderr, "pllm: %s %s cannot be written: %s\n", what, path, strerror(errno));
+            return 2;
+        }
+        return 0;
+    }
+    char *d = pllm_strdup(path);
+    if (!d) return 0;
+    const char *dir = dirname(d);
+    int rc = 0;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "pllm: %s %s cannot be written: its directory %s %s\n", what, path, dir,
+                stat(dir, &sb) != 0 ? "does not exist" : "is not a directory");
+        rc = 2;
+    } else if (access(dir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "pllm: %s %s cannot be written: directory %s: %s\n", what, path, dir,
+                strerror(errno));
+        rc = 2;
+    }
+    free(d);
+    return rc;
+}
+
 int cmd_output_check(const char *out_path, const char *what, const cmd_inputs *in,
                      cmd_out_mode mode, unsigned flags)
 {
     bool report = flags & CMD_OUT_REPORT;
     struct stat so;
     bool out_stdout = strcmp(out_path, "-") == 0;
+    /* before the expensive part: a path that cannot be written fails now, not after the
+     * model has loaded (or the run has finished) */
+    if (!out_stdout) {
+        int rc = check_writable(out_path, what);
+        if (rc) return rc;
+    }
     if (regular_stat(out_path, STDOUT_FILENO, &so)) {
         for (size_t i = 0; in && i < PLLM_ARRAY_LEN(in->path); i++) {
             const char *p = in->path[i];
@@ -130,6 +169,18 @@ void cmd_output_close(cmd_output *o)
 
 int cmd_output_write_json(const char *path, const json_t *doc, size_t flags)
 {
+    char *text = json_dumps(doc, flags);
+    if (!text) {
+        fprintf(stderr, "pllm: cannot write %s: out of memory\n", path);
+        return 3;
+    }
+    int rc = cmd_output_write_text(path, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+int cmd_output_write_text(const char *path, const char *text, size_t n)
+{
     char real[PATH_MAX];
     const char *target = realpath(path, real) ? real : path;
     char *tmp = tmp_name(target);
@@ -138,7 +189,10 @@ int cmd_output_write_json(const char *path, const json_t *doc, size_t flags)
         return 3;
     }
     int rc = 0;
-    if (json_dump_file(doc, tmp, flags) != 0) {
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(text, 1, n, f) == n;
+    if (f && fclose(f) != 0) ok = false;
+    if (!ok) {
         fprintf(stderr, "pllm: cannot write %s: %s\n", path, strerror(errno));
         rc = 3;
     } else if (rename(tmp, target) != 0) {

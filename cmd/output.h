@@ -71,3 +71,5 @@ void cmd_output_close(cmd_output *o);
 
 /* Write a JSON report to path through a temporary renamed over it. 0, or 3 (message printed). */
 int cmd_output_write_json(const char *path, const json_t *doc, size_t flags);
+/* Write text to path the same way. 0, or 3 (message printed). */
+int cmd_output_write_text(const char *path, const char *text, size_t n);

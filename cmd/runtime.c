@@ -269,10 +269,37 @@ int cmd_runtime_open(cmd_runtime *rt, const cmd_runtime_opts *o, bool quiet)
         rt->chat_src = hf_chat_template(path);
     }
     free(def);
+    rt->system_prompt = o->system_prompt;
+    const char *name =
+        rt->model->gguf ? "tokenizer.chat_template" : "tokenizer_config.json chat_template";
+    if (o->chat_template) { /* --chat-template FILE replaces the model's */
+        free(rt->chat_src);
+        rt->chat_src = NULL;
+        pllm_buf b = {0};
+        FILE *f = fopen(o->chat_template, "rb");
+        char chunk[4096];
+        size_t got;
+        while (f && (got = fread(chunk, 1, sizeof chunk, f)) > 0) pllm_buf_append(&b, chunk, got);
+        if (!f || ferror(f)) {
+            fprintf(stderr, "pllm: --chat-template %s: cannot read it: %s\n", o->chat_template,
+                    strerror(errno));
+            if (f) fclose(f);
+            pllm_buf_free(&b);
+            cmd_runtime_close(rt);
+            return 2;
+        }
+        fclose(f);
+        rt->chat_src = b.s ? b.s : pllm_strdup("");
+        name = o->chat_template;
+        if (!quiet) fprintf(stderr, "pllm: chat template from %s (--chat-template)\n", name);
+    }
     if (rt->chat_src) {
-        const char *name =
-            rt->model->gguf ? "tokenizer.chat_template" : "tokenizer_config.json chat_template";
         st = pllm_chat_template_parse(&rt->chat, rt->chat_src, strlen(rt->chat_src), name);
+        if (st != PLLM_OK && o->chat_template) {
+            fprintf(stderr, "pllm: --chat-template: %s\n", pllm_errmsg());
+            cmd_runtime_close(rt);
+            return 2;
+        }
         if (st != PLLM_OK) {
             rt->chat_error = pllm_strdup(pllm_errmsg());
             if (!quiet)
@@ -370,13 +397,24 @@ pllm_status cmd_record_tokens(const cmd_runtime *rt, const char *file, const pll
                            "%sfield '%s': rendering messages needs a chat template, and %s", where,
                            field, rt->chat_error ? rt->chat_error : "the model has none");
     pllm_buf text = {0};
-    pllm_chat_render_params rp = {.messages = rec->messages,
-                                  .n_messages = rec->n_messages,
+    /* --system-prompt: a conversation without a system turn gets it first */
+    pllm_chat_msg *msgs = NULL;
+    bool add_system = rt->system_prompt && rec->n_messages > 0 &&
+                      !(rec->messages[0].role && !strcmp(rec->messages[0].role, "system"));
+    if (add_system) {
+        msgs = pllm_calloc(rec->n_messages + 1, sizeof *msgs);
+        if (!msgs) return PLLM_ERR_NOMEM;
+        msgs[0] = (pllm_chat_msg){.role = "system", .content = rt->system_prompt};
+        memcpy(msgs + 1, rec->messages, rec->n_messages * sizeof *msgs);
+    }
+    pllm_chat_render_params rp = {.messages = add_system ? msgs : rec->messages,
+                                  .n_messages = rec->n_messages + (add_system ? 1 : 0),
                                   .add_generation_prompt = true,
                                   .bos_token = rt->bos_text,
                                   .eos_token = rt->eos_text,
                                   .enable_thinking = rt->thinking};
     st = pllm_chat_template_render(rt->chat, &rp, &text);
+    free(msgs);
     if (st != PLLM_OK) {
         pllm_error_prefix(st, "%sfield '%s': chat template: ", where, field);
         pllm_buf_free(&text);

@@ -76,6 +76,7 @@ int cmd_shard_prepare(cmd_shard *s, const cmd_runtime *rt, const char *input, pl
         rc = 3;
         goto out;
     }
+    pllm_source_set_extra_fields(src, s->extra);
     const char *file = pllm_source_path(src);
     int64_t n = 0, total = 0;
     for (;;) {

@@ -26,6 +26,7 @@ typedef struct cmd_shard {
     pllm_shard_meta meta;
     json_t *attempt; /* borrowed from meta.doc */
     double started_at;
+    pllm_extra_fields extra; /* --extra-fields: the planning pass reads records as the run does */
 } cmd_shard;
 
 /* The options --shard, --shard-key-tokens, --shard-balance (values into the given pointers). */

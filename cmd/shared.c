@@ -2,8 +2,10 @@
 
 #include "cpu/cpu_backend.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -81,6 +83,16 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
                    "auto (left undefined)",
                    NULL});
     push(opts, n, cap,
+         (cmd_opt){"chat-template", 0, CMD_OPT_STR, &o->rt.chat_template, "FILE",
+                   "the model's (GGUF tokenizer.chat_template, tokenizer_config.json)",
+                   "a Jinja chat template file that renders messages instead of the model's",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"system-prompt", 0, CMD_OPT_STR, &o->rt.system_prompt, "TEXT", "none",
+                   "a system turn put first in every conversation that has none of its own "
+                   "(messages records; raw prompts are left as they are)",
+                   NULL});
+    push(opts, n, cap,
          (cmd_opt){"seed", 0, CMD_OPT_INT64, &o->seed, "N", "0",
                    "run seed (requests without a seed derive theirs from it)", NULL});
     push(opts, n, cap,
@@ -140,6 +152,21 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
                     checks[i].v);
             return 2;
         }
+    if (o->rt.chat_template && access(o->rt.chat_template, R_OK) != 0) {
+        fprintf(stderr, "pllm: --chat-template %s: cannot read it: %s\n", o->rt.chat_template,
+                strerror(errno));
+        return 2;
+    }
+    /* more threads than cores only adds contention (the pool spins on every step): refused
+     * before the model loads; the limit leaves room for SMT siblings the OS reports offline */
+    long n_cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n_cores > 0 && o->rt.threads > 4 * n_cores && o->rt.threads > 8) {
+        fprintf(stderr,
+                "pllm: --threads %d is far beyond the %ld cores of this machine (more than 4 "
+                "per core only adds contention; 0 uses every core)\n",
+                o->rt.threads, n_cores);
+        return 2;
+    }
     /* !(a && b) also refuses NaN */
     if (!(o->rt.gpu_memory_fraction > 0.0f && o->rt.gpu_memory_fraction <= 1.0f)) {
         fprintf(stderr, "pllm: --gpu-memory-fraction must be in (0, 1], got %g\n",
@@ -293,6 +320,7 @@ void cmd_sampling_opts_init(cmd_sampling_opts *o, int32_t max_tokens,
     o->top_p = 1.0f;
     o->rep_pen = 1.0f;
     o->generation_config = "auto";
+    o->n = 1;
 }
 
 void cmd_sampling_opts_table(cmd_sampling_opts *o, cmd_opt *opts, size_t *n, size_t cap)
@@ -336,6 +364,14 @@ void cmd_sampling_opts_table(cmd_sampling_opts *o, cmd_opt *opts, size_t *n, siz
          (cmd_opt){"stop", 0, CMD_OPT_STRS, &o->stop, "STR", "none", "stop string (repeatable)",
                    NULL});
     push(opts, n, cap,
+         (cmd_opt){"n", 'n', CMD_OPT_INT, &o->n, "N", "1",
+                   "completions per prompt (a record's n overrides it)", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"logprobs", 0, CMD_OPT_INT, &o->logprobs, "K", "0 (none)",
+                   "write each generated token's log-probability, its text and the K most likely "
+                   "alternatives (0..20; a record's logprobs overrides it)",
+                   NULL});
+    push(opts, n, cap,
          (cmd_opt){"ignore-eos", 0, CMD_OPT_FLAG, &o->ignore_eos, NULL, "off",
                    "keep generating past EOS (every EOS id of the model's files and tokenizer)",
                    NULL});
@@ -356,6 +392,12 @@ int cmd_sampling_opts_finish(const cmd_sampling_opts *o, pllm_request_params *p)
     p->sampling.frequency_penalty = o->freq_pen;
     for (int i = 0; i < o->stop.n; i++) p->stop[i] = o->stop.v[i];
     p->n_stop = o->stop.n;
+    p->n = o->n;
+    if (o->logprobs < 0 || o->logprobs > 20) {
+        fprintf(stderr, "pllm: --logprobs must be in [0, 20], got %d\n", o->logprobs);
+        return 2;
+    }
+    p->sampling.logprobs = o->logprobs;
     if (strcmp(o->generation_config, "auto") && strcmp(o->generation_config, "none")) {
         fprintf(stderr, "pllm: --generation-config '%s' is not one of auto, none\n",
                 o->generation_config);

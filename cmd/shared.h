@@ -68,7 +68,7 @@ int cmd_size_kv(const cmd_runtime *rt, cmd_engine_opts *o);
  * --ignore-eos or a record's ignore_eos turns them off).
  */
 typedef struct cmd_sampling_opts {
-    int32_t max_tokens, min_tokens, top_k;
+    int32_t max_tokens, min_tokens, top_k, n, logprobs;
     float temperature, top_p, min_p, rep_pen, pres_pen, freq_pen;
     bool ignore_eos;
     cmd_strs stop;

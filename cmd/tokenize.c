@@ -1,9 +1,12 @@
 /*
  * tokenize.c: `pllm tokenize [INPUT]`: the token ids of every prompt record, exactly as
  * `pllm generate` would feed them to the model (same formats, same chat template), one line per
- * record {"id", "token_ids", "n_tokens"}, and a closing total line
- * {"total": {"records", "errors", "n_tokens", "min", "max", "mean", "over_context", "n_ctx"}}
- * that users size datasets with. A bad record gives {"id", "line", "error"} and the run goes on.
+ * record {"id", "token_ids", "n_tokens"}; stdout (or -o) carries these records only, so that
+ * `jq .token_ids` works on every line. The total users size datasets with,
+ * {"total": {"records", "errors", "n_tokens", "min", "max", "mean", "over_context", "n_ctx"}},
+ * goes to stderr (a JSON line after the summary) like generate's statistics, or with --total
+ * as a closing line of the output. A bad record gives {"id", "line", "error"} and the run goes
+ * on.
  *
  * -o FILE is guarded (output.h: never the input, never an existing file without --overwrite)
  * and written through a temporary renamed over it at the end, so an interrupted run leaves an
@@ -35,7 +38,8 @@ int cmd_tokenize(int argc, char **argv)
 {
     cmd_runtime_opts ro = {.no_backend = true};
     const char *out_path = "-", *format_s = "auto", *thinking = "auto";
-    bool counts_only = false, no_total = false, strict = false, quiet = false, overwrite = false;
+    bool counts_only = false, no_total = false, with_total = false, strict = false, quiet = false,
+         overwrite = false;
     int64_t limit = 0;
     const cmd_opt opts[] = {
         {"model", 'm', CMD_OPT_STR, &ro.model, "FILE", "$PLLM_HOME/models/" PLLM_DEFAULT_MODEL_FILE,
@@ -49,7 +53,9 @@ int cmd_tokenize(int argc, char **argv)
         {"limit", 0, CMD_OPT_INT64, &limit, "N", "0 (all)", "read only the first N records", NULL},
         {"counts-only", 0, CMD_OPT_FLAG, &counts_only, NULL, "off",
          "write n_tokens without the token ids", NULL},
-        {"no-total", 0, CMD_OPT_FLAG, &no_total, NULL, "off", "do not write the closing total line",
+        {"total", 0, CMD_OPT_FLAG, &with_total, NULL, "off (the total goes to stderr)",
+         "also write the total as a closing {\"total\": ...} line of the output", NULL},
+        {"no-total", 0, CMD_OPT_FLAG, &no_total, NULL, "off", "no total line, not even on stderr",
          NULL},
         {"strict", 0, CMD_OPT_FLAG, &strict, NULL, "off", "stop at the first bad record", NULL},
         {"overwrite", 0, CMD_OPT_FLAG, &overwrite, NULL, "off",
@@ -63,7 +69,9 @@ int cmd_tokenize(int argc, char **argv)
         .summary = "Write the token ids of every prompt record as `pllm generate` would run it "
                    "(same formats, the\n"
                    "model's chat template for messages): {\"id\", \"token_ids\", \"n_tokens\"} per "
-                   "record, then a total line.",
+                   "record; the total\n"
+                   "({\"total\": {\"records\", \"n_tokens\", ...}}) goes to stderr, or with "
+                   "--total to the output's last line.",
         .opts = opts,
         .n_opts = PLLM_ARRAY_LEN(opts),
         .min_pos = 0,
@@ -165,13 +173,14 @@ int cmd_tokenize(int argc, char **argv)
         }
     }
     pllm_tokens_free(&ids);
+    json_t *t = NULL;
     if (!fatal && !no_total) {
-        json_t *t = json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:i}}", "total", "records",
-                              (json_int_t)n_rec, "errors", (json_int_t)n_err, "n_tokens",
-                              (json_int_t)total, "min", (json_int_t)(n_rec ? mn : 0), "max",
-                              (json_int_t)mx, "mean", n_rec ? (double)total / (double)n_rec : 0.0,
-                              "over_context", (json_int_t)over, "n_ctx", n_ctx);
-        if (write_json(w, t) != PLLM_OK) {
+        t = json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:i}}", "total", "records",
+                      (json_int_t)n_rec, "errors", (json_int_t)n_err, "n_tokens", (json_int_t)total,
+                      "min", (json_int_t)(n_rec ? mn : 0), "max", (json_int_t)mx, "mean",
+                      n_rec ? (double)total / (double)n_rec : 0.0, "over_context", (json_int_t)over,
+                      "n_ctx", n_ctx);
+        if (t && with_total && write_json(w, json_incref(t)) != PLLM_OK) {
             fprintf(stderr, "pllm: %s\n", pllm_errmsg());
             fatal = true;
         }
@@ -183,6 +192,12 @@ int cmd_tokenize(int argc, char **argv)
                 (long long)n_rec, (long long)total, (long long)(n_rec ? mn : 0),
                 n_rec ? (double)total / (double)n_rec : 0.0, (long long)mx, (long long)over, n_ctx,
                 (long long)n_err);
+    if (t && !quiet && !with_total) { /* the total as JSON, on its own line of stderr */
+        char *ts = json_dumps(t, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (ts) fprintf(stderr, "%s\n", ts);
+        free(ts);
+    }
+    json_decref(t);
     rc = fatal ? 3 : n_err ? 1 : 0;
 out:
     /* what was written is kept, even after a fatal error (the lines before it are good) */

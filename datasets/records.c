@@ -216,6 +216,8 @@ static pllm_status parse_stop(pctx *x, json_t *v)
     if (json_is_null(v)) return PLLM_OK;
     if (json_is_string(v)) {
         if (!json_string_length(v)) return field_err(x, "stop", "must not be empty", v);
+        if (strlen(json_string_value(v)) != json_string_length(v)) /* a C string would cut it */
+            return field_err(x, "stop", "must not contain a NUL character (\\u0000)", NULL);
         PLLM_TRY(dup_string(x, json_string_value(v), json_string_length(v), &rec->stop_store[0]));
         p->stop[0] = rec->stop_store[0];
         p->n_stop = 1;
@@ -231,6 +233,8 @@ static pllm_status parse_stop(pctx *x, json_t *v)
         json_t *s = json_array_get(v, i);
         if (!json_is_string(s) || !json_string_length(s))
             return field_err(x, "stop", "must hold non-empty strings", v);
+        if (strlen(json_string_value(s)) != json_string_length(s))
+            return field_err(x, "stop", "must not contain a NUL character (\\u0000)", NULL);
         PLLM_TRY(dup_string(x, json_string_value(s), json_string_length(s), &rec->stop_store[i]));
         p->stop[i] = rec->stop_store[i];
         p->n_stop = (int32_t)i + 1;
@@ -398,10 +402,74 @@ static pllm_status parse_prompt(pctx *x, json_t *prompt)
 
 /* ---------------------------------------------------------------- formats */
 
+pllm_status pllm_extra_fields_parse(const char *s, pllm_extra_fields *out)
+{
+    if (!strcmp(s, "error"))
+        *out = PLLM_EXTRA_ERROR;
+    else if (!strcmp(s, "ignore"))
+        *out = PLLM_EXTRA_IGNORE;
+    else if (!strcmp(s, "passthrough"))
+        *out = PLLM_EXTRA_PASSTHROUGH;
+    else
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "--extra-fields '%s' is not one of error, ignore, passthrough", s);
+    return PLLM_OK;
+}
+
+/* A record's "metadata" field: kept to be echoed verbatim. */
+static pllm_status take_metadata(pctx *x, json_t *v)
+{
+    pllm_record *rec = x->rec;
+    if (rec->metadata) { /* passthrough fields came first: merge into an object */
+        if (!json_is_object(v))
+            return rec_err(x, PLLM_ERR_FORMAT,
+                           "field 'metadata' must be an object when --extra-fields passthrough "
+                           "adds fields to it");
+        const char *k;
+        json_t *e;
+        json_object_foreach(v, k, e)
+        {
+            if (json_object_get(rec->metadata, k))
+                return rec_err(x, PLLM_ERR_FORMAT,
+                               "field '%s' is both a record field and a key of 'metadata' "
+                               "(--extra-fields passthrough puts it there)",
+                               k);
+            json_object_set(rec->metadata, k, e);
+        }
+        return PLLM_OK;
+    }
+    rec->metadata = json_deep_copy(v);
+    return rec->metadata ? PLLM_OK : rec_err(x, PLLM_ERR_NOMEM, "out of memory");
+}
+
+/* A field the format does not know, under --extra-fields ignore or passthrough: true when it
+ * is taken care of (passthrough: added to the output's metadata), false for error mode. */
+static pllm_status take_extra(pctx *x, const char *key, json_t *v, bool *handled)
+{
+    pllm_record *rec = x->rec;
+    *handled = x->loc->extra != PLLM_EXTRA_ERROR;
+    if (x->loc->extra != PLLM_EXTRA_PASSTHROUGH) return PLLM_OK;
+    if (!rec->metadata && !(rec->metadata = json_object()))
+        return rec_err(x, PLLM_ERR_NOMEM, "out of memory");
+    if (!json_is_object(rec->metadata))
+        return rec_err(x, PLLM_ERR_FORMAT,
+                       "field 'metadata' must be an object when --extra-fields passthrough adds "
+                       "field '%s%s' to it",
+                       x->prefix, key);
+    if (json_object_get(rec->metadata, key))
+        return rec_err(x, PLLM_ERR_FORMAT,
+                       "field '%s%s' is both a record field and a key of 'metadata' "
+                       "(--extra-fields passthrough puts it there)",
+                       x->prefix, key);
+    if (json_object_set(rec->metadata, key, v) != 0)
+        return rec_err(x, PLLM_ERR_NOMEM, "out of memory");
+    return PLLM_OK;
+}
+
 static const char PLLM_KNOWN[] =
     "id, prompt, messages, max_tokens, min_tokens, temperature, top_p, top_k, min_p, "
     "repetition_penalty, presence_penalty, frequency_penalty, seed, stop, stop_token_ids, "
-    "ignore_eos, n, logprobs";
+    "ignore_eos, n, logprobs, metadata; --extra-fields ignore|passthrough accepts others";
 
 static pllm_status parse_pllm(pctx *x, json_t *root)
 {
@@ -417,6 +485,10 @@ static pllm_status parse_pllm(pctx *x, json_t *root)
     json_object_foreach(root, key, v)
     {
         if (!strcmp(key, "id") || !strcmp(key, "prompt") || !strcmp(key, "messages")) continue;
+        if (!strcmp(key, "metadata")) {
+            PLLM_TRY(take_metadata(x, v));
+            continue;
+        }
         if (!strcmp(key, "logprobs")) {
             int64_t i;
             if (json_is_boolean(v))
@@ -430,6 +502,7 @@ static pllm_status parse_pllm(pctx *x, json_t *root)
         }
         bool handled;
         PLLM_TRY(parse_param(x, key, v, &handled));
+        if (!handled) PLLM_TRY(take_extra(x, key, v, &handled));
         if (!handled)
             return rec_err(x, PLLM_ERR_FORMAT, "unknown field '%s' (known: %s)", key, PLLM_KNOWN);
     }
@@ -443,12 +516,22 @@ static pllm_status parse_openai(pctx *x, json_t *root)
     json_t *v;
     json_object_foreach(root, key, v)
     {
-        if (strcmp(key, "custom_id") && strcmp(key, "method") && strcmp(key, "url") &&
-            strcmp(key, "body"))
-            return rec_err(
-                x, PLLM_ERR_FORMAT,
-                "unknown field '%s' (an OpenAI batch line has custom_id, method, url, body)", key);
+        if (!strcmp(key, "custom_id") || !strcmp(key, "method") || !strcmp(key, "url") ||
+            !strcmp(key, "body"))
+            continue;
+        if (!strcmp(key, "metadata")) {
+            PLLM_TRY(take_metadata(x, v));
+            continue;
+        }
+        bool handled;
+        PLLM_TRY(take_extra(x, key, v, &handled));
+        if (!handled)
+            return rec_err(x, PLLM_ERR_FORMAT,
+                           "unknown field '%s' (an OpenAI batch line has custom_id, method, url, "
+                           "body, metadata; --extra-fields ignore|passthrough accepts others)",
+                           key);
     }
+    const int32_t def_logprobs = rec->params.sampling.logprobs; /* --logprobs */
     json_t *method = json_object_get(root, "method"), *url = json_object_get(root, "url"),
            *body = json_object_get(root, "body");
     if (!method) return field_err(x, "method", "is missing", NULL);
@@ -515,6 +598,7 @@ static pllm_status parse_openai(pctx *x, json_t *root)
         }
         bool handled;
         PLLM_TRY(parse_param(x, name, v, &handled));
+        if (!handled) PLLM_TRY(take_extra(x, key, v, &handled));
         if (!handled)
             return rec_err(x, PLLM_ERR_FORMAT,
                            "unknown field 'body.%s' (supported: model, %s, max_tokens, "
@@ -526,6 +610,7 @@ static pllm_status parse_openai(pctx *x, json_t *root)
     }
     if (top > 0 && !rec->want_logprobs)
         return field_err(x, "top_logprobs", "needs \"logprobs\": true", NULL);
+    if (top < 0 && def_logprobs > 0 && !json_object_get(body, "logprobs")) top = def_logprobs;
     if (rec->want_logprobs) {
         rec->top_logprobs = top > 0 ? (int32_t)top : 0;
         rec->params.sampling.logprobs =
@@ -622,6 +707,9 @@ static void record_start(pllm_record *rec, pllm_format fmt, const pllm_record_lo
     rec->element = loc->element;
     rec->params = *defaults;
     rec->params.n_stop = 0;
+    /* --logprobs K: every record asks for them unless it says otherwise */
+    rec->want_logprobs = defaults->sampling.logprobs > 0;
+    rec->top_logprobs = defaults->sampling.logprobs;
 }
 
 /* The id of a record without a usable one of its own: its element number, else its line. */
@@ -710,6 +798,7 @@ void pllm_record_free(pllm_record *rec)
 {
     if (!rec) return;
     json_decref(rec->id);
+    json_decref(rec->metadata);
     free(rec->prompt);
     for (size_t i = 0; i < rec->n_messages; i++) {
         free((char *)rec->messages[i].role);
@@ -763,10 +852,13 @@ static double ms(double seconds)
     return round(seconds * 1e6) / 1e3;
 }
 
+static json_t *token_json(const pllm_tokenizer *tok, int32_t id, bool with_bytes, json_t **bytes);
+
 pllm_status pllm_output_completion(char **out, const json_t *id, const char *prompt,
                                    int32_t n_completions, const pllm_completion *c,
                                    int32_t top_logprobs, const pllm_output_opts *opts)
 {
+    const pllm_tokenizer *tok = opts ? opts->tok : NULL;
     json_t *o = json_object();
     if (!o) return PLLM_ERR_NOMEM;
     json_object_set(o, "id", (json_t *)id);
@@ -786,13 +878,15 @@ pllm_status pllm_output_completion(char **out, const json_t *id, const char *pro
         for (int32_t i = 0; i < c->n_tokens; i++) {
             json_t *e = json_object();
             json_object_set_new(e, "token_id", json_integer(c->token_ids[i]));
+            if (tok) json_object_set_new(e, "token", token_json(tok, c->token_ids[i], false, NULL));
             json_object_set_new(e, "logprob", json_real(c->logprobs[i]));
             if (top > 0) {
                 json_t *tl = json_array();
                 for (int32_t k = 0; k < top; k++) {
                     json_t *t = json_object();
-                    json_object_set_new(t, "token_id",
-                                        json_integer(c->top_ids[(size_t)i * c->top_n + k]));
+                    int32_t tid = c->top_ids[(size_t)i * c->top_n + k];
+                    json_object_set_new(t, "token_id", json_integer(tid));
+                    if (tok) json_object_set_new(t, "token", token_json(tok, tid, false, NULL));
                     json_object_set_new(t, "logprob",
                                         json_real(c->top_logprobs[(size_t)i * c->top_n + k]));
                     json_array_append_new(tl, t);

@@ -10,8 +10,9 @@
  *     (rendered with the model's chat template); optional per-record fields override the
  *     command line: max_tokens, min_tokens, temperature, top_p, top_k, min_p,
  *     repetition_penalty, presence_penalty, frequency_penalty, seed, stop (string or list),
- *     stop_token_ids, ignore_eos, n, logprobs. Any other field is an error naming it (a typo
- *     must not silently fall back to a default).
+ *     stop_token_ids, ignore_eos, n, logprobs, and metadata (any JSON value, echoed verbatim into
+ * the output line). Any other field is an error naming it (a typo must not silently fall back to a
+ *     default), unless --extra-fields ignore or passthrough says otherwise (pllm_extra_fields).
  *
  *   openai    the OpenAI batch input format, as `vllm run-batch` reads it:
  *             {"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
@@ -64,12 +65,30 @@ typedef enum pllm_endpoint {
     PLLM_ENDPOINT_COMPLETIONS /* /v1/completions */
 } pllm_endpoint;
 
+/* What a field the format does not know does (--extra-fields):
+ *   ERROR (the default): the record is an error naming the field (a typo never silently falls
+ *     back to a default);
+ *   IGNORE: the field is dropped;
+ *   PASSTHROUGH: the field is kept and echoed in the output line's "metadata" object, beside
+ *     the keys of the record's own "metadata" object (a name in both is an error).
+ * Whatever the mode, a record's "metadata" field (pllm: top level; openai: top level of the
+ * batch line) is echoed verbatim as the output line's "metadata" (any JSON value). */
+typedef enum pllm_extra_fields {
+    PLLM_EXTRA_ERROR = 0,
+    PLLM_EXTRA_IGNORE,
+    PLLM_EXTRA_PASSTHROUGH,
+} pllm_extra_fields;
+
+/* Parse an --extra-fields value (error, ignore, passthrough); PLLM_ERR_INVALID otherwise. */
+pllm_status pllm_extra_fields_parse(const char *s, pllm_extra_fields *out);
+
 /* Where a record is: file name for messages, 1-based line, 1-based element of a JSON list
- * (0 for JSON lines). */
+ * (0 for JSON lines); and what unknown fields do. */
 typedef struct pllm_record_loc {
     const char *file;
     int64_t line;
     int64_t element;
+    pllm_extra_fields extra;
 } pllm_record_loc;
 
 typedef struct pllm_record {
@@ -89,6 +108,7 @@ typedef struct pllm_record {
     pllm_request_params params; /* the defaults overridden by the record's fields */
     char *stop_store[PLLM_MAX_STOP]; /* owned copies behind params.stop */
     char *error;                     /* the message when the record is bad, else NULL */
+    json_t *metadata; /* echoed into the output line as "metadata" (pllm_extra_fields), or NULL */
 } pllm_record;
 
 /* True when the line is blank (only whitespace): such lines are skipped, not records. */
@@ -128,6 +148,7 @@ char *pllm_record_loc_key(const pllm_record *rec);
 typedef struct pllm_output_opts {
     bool echo_prompt; /* include "prompt" */
     bool token_ids;   /* include "token_ids" */
+    const pllm_tokenizer *tok; /* logprobs carry each token's text ("token") beside its id */
 } pllm_output_opts;
 
 /* pllm output line for a finished completion (no newline). prompt may be NULL; n_completions

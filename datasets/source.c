@@ -23,7 +23,13 @@ struct pllm_source {
     bool eof;
     bool empty; /* no record at all */
     int64_t n_records;
+    pllm_extra_fields extra;
 };
+
+void pllm_source_set_extra_fields(pllm_source *s, pllm_extra_fields mode)
+{
+    s->extra = mode;
+}
 
 /* What a JSON value is, for messages ("a number"). */
 static const char *json_kind(const json_t *v)
@@ -217,7 +223,8 @@ pllm_status pllm_source_next(pllm_source *s, const pllm_request_params *defaults
             return PLLM_OK;
         }
     }
-    pllm_record_loc loc = {.file = pllm_reader_path(s->r), .line = rr.line, .element = rr.element};
+    pllm_record_loc loc = {
+        .file = pllm_reader_path(s->r), .line = rr.line, .element = rr.element, .extra = s->extra};
     s->n_records++;
     pllm_status st;
     if (rr.too_long) {

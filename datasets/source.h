@@ -36,6 +36,8 @@ pllm_status pllm_source_open(pllm_source **out, const char *path, pllm_format fo
 void pllm_source_close(pllm_source *s);
 
 pllm_format pllm_source_format(const pllm_source *s);
+/* What fields a record's format does not know do (records.h; default PLLM_EXTRA_ERROR). */
+void pllm_source_set_extra_fields(pllm_source *s, pllm_extra_fields mode);
 bool pllm_source_is_list(const pllm_source *s);
 /* The input holds no record at all (empty, only whitespace, an empty JSON list). */
 bool pllm_source_empty(const pllm_source *s);

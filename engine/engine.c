@@ -23,6 +23,7 @@
 #include "engine/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -448,6 +449,7 @@ bool pllm_engine_has_work(const pllm_engine *e)
 void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out)
 {
     *out = e->stats;
+    out->blocks_used = e->stats.n_blocks - pllm_block_pool_n_free(pllm_kv_pool_c(e->kv));
 }
 
 void pllm_engine_get_plan_stats(const pllm_engine *e, pllm_engine_plan_stats *out)
@@ -673,10 +675,19 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
                           so.top_ids ? so.top_ids + (size_t)k * (size_t)top_n : NULL,
                           so.top_logprobs ? so.top_logprobs + (size_t)k * (size_t)top_n : NULL, now,
                           &done);
-        if (st != PLLM_OK) goto broken;
+        char why[512] = "";
+        if (st == PLLM_ERR_NOMEM) goto broken;
+        if (st != PLLM_OK) {
+            /* this request's own failure (a sampled id its tokenizer has no token for, a text
+             * its stop strings cannot be matched in): it alone fails, the step goes on */
+            snprintf(why, sizeof why, "%s", pllm_errmsg());
+            r->finish = PLLM_FINISH_ERROR;
+            done = true;
+            st = PLLM_OK;
+        }
         if (!done) continue;
         o->entries[e->sample_entry[k]].req = NULL; /* freed below */
-        emit_completion(e, r, NULL, emit, arg);
+        emit_completion(e, r, why[0] ? why : NULL, emit, arg);
         pllm_sched_remove(e->sched, r);
         pllm_req_free(r);
     }

@@ -120,6 +120,7 @@ typedef struct pllm_engine_stats {
     int64_t requests_finished;
     int64_t requests_failed;
     int32_t peak_blocks_used;
+    int32_t blocks_used; /* KV blocks held by requests now (pllm_engine_get_stats) */
     int32_t n_blocks;
     int32_t block_size;
 } pllm_engine_stats;

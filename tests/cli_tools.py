@@ -109,13 +109,19 @@ for r in recs:
             f"tokenize {r['id']}: {got.get('token_ids')} vs reference {want}")
 t.check(by.get(7, {}).get("n_tokens") == len(ref_ids({"prompt": "no id"})), "a record without an id is named by its line")
 t.check(by.get("bad", {}).get("line") == 6 and "tok.jsonl:6:" in by.get("bad", {}).get("error", ""), f"error line: {by.get('bad')}")
-total = lines[-1].get("total", {})
+# stdout holds the records only (jq .token_ids works on every line); the total is on stderr
+t.check(all("total" not in r for r in lines), f"tokenize stdout is records only: {lines[-1]}")
+totals = [json.loads(l) for l in err.splitlines() if l.startswith('{"total"')]
+t.check(len(totals) == 1, f"the total is one JSON line on stderr: {err[-400:]}")
+total = totals[0].get("total", {}) if totals else {}
 ok = [r for r in lines if "n_tokens" in r]
 t.check(total.get("records") == 6 and total.get("errors") == 1 and total.get("n_tokens") == sum(r["n_tokens"] for r in ok)
         and total.get("max") == max(r["n_tokens"] for r in ok) and total.get("min") == min(r["n_tokens"] for r in ok)
         and total.get("n_ctx") == 8192, f"the total line adds up: {total}")
 rc, out, _ = t.run(["tokenize", inp, "--counts-only", "--no-total", "--quiet"])
 t.check(all("token_ids" not in r for r in records(out)) and all("total" not in r for r in records(out)), "--counts-only --no-total")
+rc, out, err = t.run(["tokenize", inp, "--total"])
+t.check(records(out)[-1].get("total") == total and '{"total"' not in err, f"--total: the total as the output's last line: {out[-300:]}")
 rc, out, _ = t.run(["tokenize", "-", "--quiet"], stdin=open(inp, "rb").read())
 t.check([r.get("token_ids") for r in records(out)][:5] == [ref_ids(r) for r in recs], "tokenize reads stdin")
 
@@ -129,7 +135,7 @@ t.check(rc == 0 and o.get("c", {}).get("token_ids") == ref_ids(recs[3]) and o.ge
 
 # the whole shared sample (a 1000-element JSON list), each conversation through the chat template
 sample = json.load(open(SHAREGPT))
-rc, out, err = t.run(["tokenize", SHAREGPT, "--counts-only"], timeout=600)
+rc, out, err = t.run(["tokenize", SHAREGPT, "--counts-only", "--total"], timeout=600)
 lines = records(out)
 want = [len(ref_ids({"messages": [{"role": "user", "content": e["conversations"][0]["value"]}]})) for e in sample]
 got = [r.get("n_tokens") for r in lines[:-1]]

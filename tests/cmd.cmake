@@ -29,3 +29,8 @@ set_tests_properties(cli_guard PROPERTIES TIMEOUT 900)
 # stats files (--current: nothing is run; seconds).
 pllm_add_py_test(cli_gate cli_gate.py LABELS unit)
 set_tests_properties(cli_gate PROPERTIES TIMEOUT 300)
+# What a user meets first (issue 21): the README quick start's answers, record metadata and
+# --extra-fields, a stopped run's report, per-request failures on a padded vocabulary, --plot
+# SVGs, vLLM aliases and record defaults, refusals before the model loads (~1 minute).
+pllm_add_py_test(cli_user cli_user.py LABELS model)
+set_tests_properties(cli_user PROPERTIES TIMEOUT 900)

@@ -146,7 +146,7 @@ static void test_zst_truncated(void)
     pllm_reader_close(r);
 }
 
-static pllm_record_loc LOC42 = {"in.jsonl", 42, 0};
+static pllm_record_loc LOC42 = {"in.jsonl", 42, 0, PLLM_EXTRA_ERROR};
 
 static void expect_record_error(const char *line, const char *needle1, const char *needle2)
 {
@@ -166,13 +166,71 @@ static void expect_record_error(const char *line, const char *needle1, const cha
     pllm_record_free(&rec);
 }
 
+static pllm_status parse_as_d(pllm_record *rec, const char *text, const pllm_request_params *d)
+{
+    pllm_record_loc loc = {"data.json", 1, 0, PLLM_EXTRA_ERROR};
+    return pllm_record_parse(rec, PLLM_FORMAT_PLLM, text, strlen(text), &loc, d);
+}
+
 static pllm_status parse_as(pllm_record *rec, pllm_format f, const char *text, int64_t line,
                             int64_t element)
 {
     pllm_request_params d;
     pllm_request_params_defaults(&d);
-    pllm_record_loc loc = {"data.json", line, element};
+    pllm_record_loc loc = {"data.json", line, element, PLLM_EXTRA_ERROR};
     return pllm_record_parse(rec, f, text, strlen(text), &loc, &d);
+}
+
+/* "metadata" is kept for the output line whatever the mode; --extra-fields decides what an
+ * unknown field does: error (naming it), ignore, passthrough (into the metadata object). */
+static void test_metadata(void)
+{
+    pllm_request_params d;
+    pllm_request_params_defaults(&d);
+    pllm_record rec;
+    const char *t = "{\"id\": 1, \"prompt\": \"x\", \"metadata\": {\"a\": [1, 0.5]}, "
+                    "\"expected\": \"Paris\"}";
+    for (int mode = PLLM_EXTRA_ERROR; mode <= PLLM_EXTRA_PASSTHROUGH; mode++) {
+        pllm_record_loc loc = {"m.jsonl", 3, 0, (pllm_extra_fields)mode};
+        pllm_status st = pllm_record_parse(&rec, PLLM_FORMAT_PLLM, t, strlen(t), &loc, &d);
+        json_t *want = json_pack("{s:[i,f]}", "a", 1, 0.5);
+        if (mode == PLLM_EXTRA_PASSTHROUGH)
+            json_object_set_new(want, "expected", json_string("Paris"));
+        if (mode == PLLM_EXTRA_ERROR) {
+            CHECK(st == PLLM_ERR_FORMAT && rec.error && strstr(rec.error, "m.jsonl:3:") &&
+                  strstr(rec.error, "unknown field 'expected'"));
+        } else {
+            CHECK_OK(st);
+            CHECK(json_equal(rec.metadata, want));
+        }
+        json_decref(want);
+        pllm_record_free(&rec);
+    }
+    /* openai: top-level metadata, a passthrough body field beside it; a clash is an error */
+    const char *o = "{\"custom_id\": \"r\", \"method\": \"POST\", \"url\": \"/v1/completions\", "
+                    "\"metadata\": {\"q\": 1}, \"body\": {\"prompt\": \"x\", \"cat\": \"m\"}}";
+    pllm_record_loc lp = {"o.jsonl", 1, 0, PLLM_EXTRA_PASSTHROUGH};
+    CHECK_OK(pllm_record_parse(&rec, PLLM_FORMAT_OPENAI, o, strlen(o), &lp, &d));
+    json_t *want = json_pack("{s:i, s:s}", "q", 1, "cat", "m");
+    CHECK(json_equal(rec.metadata, want));
+    json_decref(want);
+    pllm_record_free(&rec);
+    const char *c = "{\"prompt\": \"x\", \"q\": 2, \"metadata\": {\"q\": 1}}";
+    CHECK(pllm_record_parse(&rec, PLLM_FORMAT_PLLM, c, strlen(c), &lp, &d) == PLLM_ERR_FORMAT &&
+          strstr(rec.error, "both a record field and a key of 'metadata'"));
+    pllm_record_free(&rec);
+    CHECK(parse_as(&rec, PLLM_FORMAT_PLLM, "{\"prompt\": \"x\", \"metadata\": 7}", 1, 0) ==
+              PLLM_OK &&
+          json_integer_value(rec.metadata) == 7);
+    pllm_record_free(&rec);
+    /* --logprobs K as a record default; a record's own logprobs wins */
+    d.sampling.logprobs = 3;
+    CHECK_OK(parse_as_d(&rec, "{\"prompt\": \"x\"}", &d));
+    CHECK(rec.want_logprobs && rec.top_logprobs == 3 && rec.params.sampling.logprobs == 3);
+    pllm_record_free(&rec);
+    CHECK_OK(parse_as_d(&rec, "{\"prompt\": \"x\", \"logprobs\": false}", &d));
+    CHECK(!rec.want_logprobs && rec.params.sampling.logprobs == 0);
+    pllm_record_free(&rec);
 }
 
 static void test_records(void)
@@ -194,7 +252,7 @@ static void test_records(void)
 
     const char *msgs = "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
                        "{\"role\": \"user\", \"content\": \"2+2?\"}]}";
-    pllm_record_loc l7 = {"in.jsonl", 7, 0};
+    pllm_record_loc l7 = {"in.jsonl", 7, 0, PLLM_EXTRA_ERROR};
     CHECK_OK(pllm_record_parse(&rec, PLLM_FORMAT_PLLM, msgs, strlen(msgs), &l7, &d));
     CHECK(json_integer_value(rec.id) == 7 && rec.n_messages == 2 &&
           strcmp(rec.messages[1].content, "2+2?") == 0);
@@ -1027,6 +1085,7 @@ int main(void)
     test_plain_edges();
     test_zst_truncated();
     test_records();
+    test_metadata();
     test_json_array_random();
     test_json_array_edges();
     test_source_detection();

@@ -32,6 +32,7 @@ typedef struct done {
         pllm_finish_reason finish;
         char text[1024];
         size_t text_len;
+        char error[256];
         int32_t cached, prompt;
     } c[MAXC];
 } done;
@@ -50,6 +51,7 @@ static void on_done(const pllm_completion *c, void *arg)
     d->c[d->n].text_len = PLLM_MIN(c->text_len, 1023);
     memcpy(d->c[d->n].text, c->text, d->c[d->n].text_len);
     d->c[d->n].text[d->c[d->n].text_len] = 0;
+    snprintf(d->c[d->n].error, sizeof d->c[d->n].error, "%s", c->error ? c->error : "");
     d->c[d->n].cached = c->cached_tokens;
     d->c[d->n].prompt = c->prompt_tokens;
     d->n++;
@@ -528,6 +530,60 @@ static void run_text(const pllm_tokenizer *tok, const pllm_request_params *p, do
     rig_close(&g);
 }
 
+/* A model whose vocabulary is larger than its tokenizer's (Phi-3, Qwen2.5 pad theirs), with a
+ * backend that samples ids past the tokenizer's last (the fake ignores the sampler's n_valid,
+ * as a buggy backend would): a request that gets an id without a token fails alone, with an
+ * error completion naming the id; every other request finishes, and no step fails. */
+static void test_padded_vocab(const pllm_tokenizer *tok)
+{
+    int32_t nv = pllm_tokenizer_n_vocab(tok);
+    pllm_engine_params ep;
+    pllm_engine_params_defaults(&ep);
+    ep.n_blocks = 256;
+    fake_backend_params fp = {.n_vocab = nv + nv / 8}; /* ~11% of the ids have no token */
+    rig g;
+    if (!rig_open(&g, &ep, &fp, tok)) return;
+    pllm_request_params p;
+    pllm_request_params_defaults(&p);
+    p.max_tokens = 8;
+    p.ignore_eos = true;
+    p.sampling.temperature = 1.0f; /* sampled, seeded per request */
+    uint64_t ids[MAXC];
+    for (int32_t i = 0; i < MAXC; i++) {
+        int32_t prompt[3] = {100 + i, 200 + i, 300 + i};
+        p.has_seed = true;
+        p.sampling.seed = (uint64_t)i;
+        CHECK_OK(pllm_engine_add(g.e, prompt, 3, &p, NULL, &ids[i]));
+    }
+    done *d = pllm_calloc(1, sizeof *d);
+    while (pllm_engine_has_work(g.e)) {
+        pllm_status st = pllm_engine_step(g.e, on_done, d);
+        CHECK_OK(st);
+        if (st != PLLM_OK) break;
+    }
+    int32_t n_err = 0, n_ok = 0;
+    CHECK(d->n == MAXC);
+    for (int32_t i = 0; i < d->n; i++) {
+        int32_t last = d->c[i].n_tokens > 0 ? d->c[i].tokens[d->c[i].n_tokens - 1] : -1;
+        if (d->c[i].finish == PLLM_FINISH_ERROR) {
+            n_err++;
+            CHECK(last >= nv && strstr(d->c[i].error, "out of range"));
+            for (int32_t k = 0; k + 1 < d->c[i].n_tokens; k++) CHECK(d->c[i].tokens[k] < nv);
+        } else {
+            n_ok++;
+            CHECK(d->c[i].finish == PLLM_FINISH_LENGTH && d->c[i].n_tokens == 8);
+            for (int32_t k = 0; k < d->c[i].n_tokens; k++) CHECK(d->c[i].tokens[k] < nv);
+        }
+    }
+    /* the seeds give both kinds (deterministic) */
+    CHECK(n_err > 0 && n_ok > 0);
+    pllm_engine_stats es;
+    pllm_engine_get_stats(g.e, &es);
+    CHECK(es.requests_failed == n_err && es.requests_finished == MAXC);
+    free(d);
+    rig_close(&g);
+}
+
 static void test_text(void)
 {
     const char *home = pllm_test_env("PLLM_HOME", NULL);
@@ -638,6 +694,7 @@ static void test_text(void)
     }
     CHECK(tested_boundary >= 10);
     fprintf(stderr, "  text: %d stop strings across token boundaries checked\n", tested_boundary);
+    test_padded_vocab(tok);
     pllm_tokenizer_free(tok);
 }
 
