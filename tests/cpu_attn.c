@@ -521,8 +521,8 @@ static void run_i8(const pllm_cpu_kernels *best, const pllm_cpu_kernels *ref, ui
     run_case_i8(&sc, ref, rng);
     check_i8_store_and_blocks(best, rng);
     printf("cpu_attn: int8 KV, %d cases + %zu: max error per row against its largest element: tile vs scalar reference %.3g "
-           "(tol %.0e), scalar reference vs float64 definition %.3g (tol %.0e), int8 vs float32 attention on unquantized q/K/V "
-           "%.3g (tol %.0e)\n",
+           "(tol %.2g), scalar reference vs float64 definition %.3g (tol %.2g), int8 vs float32 attention on unquantized q/K/V "
+           "%.3g (tol %.2g)\n",
            n, PLLM_ARRAY_LEN(longer) + 1, g_i8_tile, I8_TOL_TILE, g_i8_def, I8_TOL_DEF, g_i8_quant, I8_TOL_QUANT);
 }
 
