@@ -366,8 +366,8 @@ def device_checks(tiny):
             check(rc == 2 and "gpu-memory-fraction" in err, f"--gpu-memory-fraction {f}: exit {rc}: {err}")
         rc, out, err = run(binary, base + ["--dtype", "fp8"])
         check(rc == 2 and "--dtype 'fp8' is not one of" in err, f"--dtype fp8: exit {rc}: {err}")
-        rc, out, err = run(binary, base + ["--kv-cache-dtype", "int8"])
-        check(rc == 2 and "--kv-cache-dtype 'int8' is not one of" in err, f"--kv-cache-dtype int8: exit {rc}: {err}")
+        rc, out, err = run(binary, base + ["--kv-cache-dtype", "int4"])
+        check(rc == 2 and "--kv-cache-dtype 'int4' is not one of" in err, f"--kv-cache-dtype int4: exit {rc}: {err}")
     rc, out, err = run(PLLM, ["generate", "--help"])
     check(all(o in out + err for o in ("--device", "--gpu-memory-fraction", "--dtype", "--kv-cache-dtype")),
           "generate --help does not list the device options")
