@@ -155,13 +155,29 @@ done:
     return st;
 }
 
+/* The first a[0..an) in s[0..n), or NULL: memchr on its first byte, then a compare. Not memmem:
+ * the patterns a normalizer replaces are a character or two, and a sanitizer's memmem
+ * interceptor checks the whole rest of the input on every call, which made replacing each space
+ * of a 1 MiB text quadratic under ASan (tok_model: x29 for 8x the bytes, x7.8 without it). */
+static const char *find_bytes(const char *s, size_t n, const char *a, size_t an)
+{
+    if (an == 0) return s;
+    for (size_t i = 0; i + an <= n;) {
+        const char *hit = memchr(s + i, a[0], n - an + 1 - i);
+        if (!hit) return NULL;
+        if (memcmp(hit, a, an) == 0) return hit;
+        i = (size_t)(hit - s) + 1;
+    }
+    return NULL;
+}
+
 static pllm_status replace_all(const tok_norm_step *sp, const char *s, size_t n, pllm_buf *out)
 {
     out->n = 0;
     PLLM_TRY(pllm_buf_append(out, "", 0));
     size_t from = 0, i = 0;
     while (i + sp->a_len <= n) {
-        const char *hit = memmem(s + i, n - i, sp->a, sp->a_len);
+        const char *hit = find_bytes(s + i, n - i, sp->a, sp->a_len);
         if (!hit) break;
         size_t at = (size_t)(hit - s);
         PLLM_TRY(pllm_buf_append(out, s + from, at - from));
