@@ -35,7 +35,8 @@
 #endif
 
 enum { B_REF, B_I8_TF, B_I8_FREE, B_F32_TF, B_COUNT };
-static const char *const g_names[B_COUNT] = {"fp16", "int8 (teacher-forced)", "int8 (free-running)", "fp32 (teacher-forced)"};
+static const char *const g_names[B_COUNT] = {"fp16", "int8 (teacher-forced)", "int8 (free-running)",
+                                             "fp32 (teacher-forced)"};
 
 typedef struct tf_stats {
     double sum_mean_err, max_err, sum_abs_logit;
@@ -68,16 +69,25 @@ int main(int argc, char **argv)
     bool with_f32 = true;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
-        if (!strcmp(s, "--no-fp32")) with_f32 = false;
-        else if (i + 1 < argc && !strcmp(s, "--model")) model_path = argv[++i];
-        else if (i + 1 < argc && !strcmp(s, "--data")) data_path = argv[++i];
-        else if (i + 1 < argc && !strcmp(s, "--prompts")) n_prompts = atoi(argv[++i]);
-        else if (i + 1 < argc && !strcmp(s, "--tokens")) n_tok = atoi(argv[++i]);
-        else if (i + 1 < argc && !strcmp(s, "--max-prompt")) max_prompt = atoi(argv[++i]);
-        else if (i + 1 < argc && !strcmp(s, "--batch")) batch = atoi(argv[++i]);
-        else if (i + 1 < argc && !strcmp(s, "--threads")) threads = atoi(argv[++i]);
+        if (!strcmp(s, "--no-fp32"))
+            with_f32 = false;
+        else if (i + 1 < argc && !strcmp(s, "--model"))
+            model_path = argv[++i];
+        else if (i + 1 < argc && !strcmp(s, "--data"))
+            data_path = argv[++i];
+        else if (i + 1 < argc && !strcmp(s, "--prompts"))
+            n_prompts = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(s, "--tokens"))
+            n_tok = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(s, "--max-prompt"))
+            max_prompt = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(s, "--batch"))
+            batch = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(s, "--threads"))
+            threads = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: kv_quality [--model PATH] [--data PATH] [--prompts N] [--tokens N] [--max-prompt N] "
+            fprintf(stderr, "usage: kv_quality [--model PATH] [--data PATH] [--prompts N] "
+                            "[--tokens N] [--max-prompt N] "
                             "[--batch N] [--threads N] [--no-fp32]\n");
             return 2;
         }
@@ -89,13 +99,17 @@ int main(int argc, char **argv)
     char mp[4096], dp[4096];
     if (!model_path) {
         const char *home = getenv("PLLM_HOME");
-        if (home) snprintf(mp, sizeof mp, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
-        else snprintf(mp, sizeof mp, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf", getenv("HOME") ? getenv("HOME") : ".");
+        if (home)
+            snprintf(mp, sizeof mp, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
+        else
+            snprintf(mp, sizeof mp, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                     getenv("HOME") ? getenv("HOME") : ".");
         model_path = mp;
     }
     if (!data_path) {
         const char *sd = getenv("PLLM_SHARED_DATA");
-        snprintf(dp, sizeof dp, "%s/sharegpt/ShareGPT_V3_filtered_1000.json", sd ? sd : PLLM_DEFAULT_SHARED_DATA);
+        snprintf(dp, sizeof dp, "%s/sharegpt/ShareGPT_V3_filtered_1000.json",
+                 sd ? sd : PLLM_DEFAULT_SHARED_DATA);
         data_path = dp;
     }
     pllm_model *m = NULL;
@@ -116,7 +130,8 @@ int main(int argc, char **argv)
     max_prompt = PLLM_MIN(max_prompt, m->cfg.n_ctx_train - n_tok);
     for (size_t i = 0; i < json_array_size(j) && n < n_prompts; i++) {
         json_t *t0 = json_array_get(json_object_get(json_array_get(j, i), "conversations"), 0);
-        const char *from = json_string_value(json_object_get(t0, "from")), *text = json_string_value(json_object_get(t0, "value"));
+        const char *from = json_string_value(json_object_get(t0, "from")),
+                   *text = json_string_value(json_object_get(t0, "value"));
         if (!from || strcmp(from, "human") || !text || !text[0]) continue;
         pllm_encode_opts eo = {.add_special = true, .parse_special = false};
         if (pllm_tokenizer_encode(tok, text, strlen(text), &eo, &pr[n]) != PLLM_OK) die("encode");
@@ -130,7 +145,8 @@ int main(int argc, char **argv)
 
     /* backends */
     const int n_back = with_f32 ? B_COUNT : B_F32_TF;
-    const pllm_dtype dts[B_COUNT] = {PLLM_DTYPE_F16, PLLM_KV_DTYPE_I8, PLLM_KV_DTYPE_I8, PLLM_DTYPE_F32};
+    const pllm_dtype dts[B_COUNT] = {PLLM_DTYPE_F16, PLLM_KV_DTYPE_I8, PLLM_KV_DTYPE_I8,
+                                     PLLM_DTYPE_F32};
     pllm_backend be[B_COUNT] = {0};
     for (int b = 0; b < n_back; b++) {
         pllm_cpu_params cp;
@@ -145,7 +161,8 @@ int main(int argc, char **argv)
     }
     int nt = 0;
     const char *isa = pllm_cpu_backend_describe(&be[0], &nt);
-    printf("kv_quality: %s, %d prompts (%lld prompt tokens, at most %d each), %d greedy tokens each; CPU backend %s kernels, "
+    printf("kv_quality: %s, %d prompts (%lld prompt tokens, at most %d each), %d greedy tokens "
+           "each; CPU backend %s kernels, "
            "%s math, %d threads\n",
            model_path, n_prompts, (long long)n_prompt_tok, max_prompt, n_tok, isa,
            pllm_cpu_backend_int_math(&be[0]) ? "int8" : "f32", nt);
@@ -153,9 +170,12 @@ int main(int argc, char **argv)
 
     /* per batch: tokens of each stream [batch][max_prompt + n_tok] (stream 0: fp16, drives TF) */
     const int32_t cap = max_prompt + n_tok;
-    int32_t *toks[2] = {malloc(sizeof(int32_t) * (size_t)batch * (size_t)cap), malloc(sizeof(int32_t) * (size_t)batch * (size_t)cap)};
-    int32_t *ptok = malloc(sizeof(int32_t) * (size_t)PLLM_MAX(max_prompt, batch)), *ppos = malloc(sizeof(int32_t) * (size_t)PLLM_MAX(max_prompt, batch)),
-            *pslot = malloc(sizeof(int32_t) * (size_t)PLLM_MAX(max_prompt, batch)), *btab = malloc(sizeof(int32_t) * (size_t)batch * (size_t)nbps);
+    int32_t *toks[2] = {malloc(sizeof(int32_t) * (size_t)batch * (size_t)cap),
+                        malloc(sizeof(int32_t) * (size_t)batch * (size_t)cap)};
+    int32_t *ptok = malloc(sizeof(int32_t) * (size_t)PLLM_MAX(max_prompt, batch)),
+            *ppos = malloc(sizeof(int32_t) * (size_t)PLLM_MAX(max_prompt, batch)),
+            *pslot = malloc(sizeof(int32_t) * (size_t)PLLM_MAX(max_prompt, batch)),
+            *btab = malloc(sizeof(int32_t) * (size_t)batch * (size_t)nbps);
     pllm_seq_plan *pseq = calloc((size_t)batch, sizeof *pseq);
     pllm_sample_req *psamp = calloc((size_t)batch, sizeof *psamp);
     int32_t *stok = malloc(sizeof(int32_t) * (size_t)batch);
@@ -173,20 +193,31 @@ int main(int argc, char **argv)
         int32_t *first_div = calloc((size_t)nb, sizeof(int32_t));
         for (int32_t k = 0; k < nb; k++) {
             first_div[k] = n_tok;
-            for (int st = 0; st < 2; st++) memcpy(toks[st] + (size_t)k * cap, pr[s0 + k].ids, sizeof(int32_t) * pr[s0 + k].n);
+            for (int st = 0; st < 2; st++)
+                memcpy(toks[st] + (size_t)k * cap, pr[s0 + k].ids, sizeof(int32_t) * pr[s0 + k].n);
         }
-        /* step 0: each prompt's prefill (one sequence a step); steps 1..n_tok-1: the batch decodes */
+        /* step 0: each prompt's prefill (one sequence a step); steps 1..n_tok-1: the batch decodes
+         */
         for (int32_t t = 0; t < n_tok; t++) {
             for (int32_t k0 = 0; k0 < nb; k0 += (t == 0 ? 1 : nb)) {
                 const int32_t kn = t == 0 ? 1 : nb;
                 for (int b = 0; b < n_back; b++) {
-                    const int st = b == B_I8_FREE ? 1 : 0; /* which token stream this backend reads */
-                    pllm_batch_plan plan = {.tokens = ptok, .positions = ppos, .slots = pslot, .seqs = pseq, .block_tables = btab,
+                    const int st =
+                        b == B_I8_FREE ? 1 : 0; /* which token stream this backend reads */
+                    pllm_batch_plan plan = {.tokens = ptok,
+                                            .positions = ppos,
+                                            .slots = pslot,
+                                            .seqs = pseq,
+                                            .block_tables = btab,
                                             .samples = psamp};
                     for (int32_t k = k0; k < k0 + kn; k++) {
-                        const int32_t np = (int32_t)pr[s0 + k].n, n_ctx = np + t, n_new = t == 0 ? np : 1;
-                        pseq[plan.n_seqs] = (pllm_seq_plan){.token_start = plan.n_tokens, .n_new = n_new, .n_ctx = n_ctx,
-                                                            .block_start = k * nbps, .n_blocks = nbps};
+                        const int32_t np = (int32_t)pr[s0 + k].n, n_ctx = np + t,
+                                      n_new = t == 0 ? np : 1;
+                        pseq[plan.n_seqs] = (pllm_seq_plan){.token_start = plan.n_tokens,
+                                                            .n_new = n_new,
+                                                            .n_ctx = n_ctx,
+                                                            .block_start = k * nbps,
+                                                            .n_blocks = nbps};
                         for (int32_t jj = 0; jj < n_new; jj++) {
                             const int32_t p = n_ctx - n_new + jj;
                             ptok[plan.n_tokens] = toks[st][(size_t)k * cap + (size_t)p];
@@ -194,9 +225,13 @@ int main(int argc, char **argv)
                             pslot[plan.n_tokens] = (k * nbps + p / bs) * bs + p % bs;
                             plan.n_tokens++;
                         }
-                        psamp[plan.n_samples++] = (pllm_sample_req){
-                            .seq = plan.n_seqs, .params = &greedy,
-                            .ctx = {.prompt = toks[st] + (size_t)k * cap, .n_prompt = np, .output = toks[st] + (size_t)k * cap + np, .n_output = t}};
+                        psamp[plan.n_samples++] =
+                            (pllm_sample_req){.seq = plan.n_seqs,
+                                              .params = &greedy,
+                                              .ctx = {.prompt = toks[st] + (size_t)k * cap,
+                                                      .n_prompt = np,
+                                                      .output = toks[st] + (size_t)k * cap + np,
+                                                      .n_output = t}};
                         plan.n_seqs++;
                     }
                     pllm_step_out out = {.tokens = stok, .logits = lg[b]};
@@ -204,7 +239,8 @@ int main(int argc, char **argv)
                     if (b == B_REF || b == B_I8_FREE)
                         for (int32_t i = 0; i < kn; i++) {
                             const int32_t k = k0 + i;
-                            toks[st][(size_t)k * cap + pr[s0 + k].n + (size_t)t] = argmax(lg[b] + (size_t)i * V, V);
+                            toks[st][(size_t)k * cap + pr[s0 + k].n + (size_t)t] =
+                                argmax(lg[b] + (size_t)i * V, V);
                         }
                 }
                 /* compare */
@@ -241,20 +277,24 @@ int main(int argc, char **argv)
             fr.sum_first_div += first_div[k];
         }
         free(first_div);
-        fprintf(stderr, "kv_quality: %d / %d prompts (%.0f s CPU)\n", s0 + nb, n_prompts, (double)clock() / CLOCKS_PER_SEC - t0);
+        fprintf(stderr, "kv_quality: %d / %d prompts (%.0f s CPU)\n", s0 + nb, n_prompts,
+                (double)clock() / CLOCKS_PER_SEC - t0);
     }
 
-    printf("  mean |logit| of the fp16 reference: %.3f\n", tf[B_I8_TF].sum_abs_logit / (double)tf[B_I8_TF].n_pos);
+    printf("  mean |logit| of the fp16 reference: %.3f\n",
+           tf[B_I8_TF].sum_abs_logit / (double)tf[B_I8_TF].n_pos);
     for (int b = B_I8_TF; b < n_back; b++) {
         if (b == B_I8_FREE) continue;
-        printf("  %-24s vs fp16: top-1 agreement %.4f (%lld / %lld positions), mean |logit error| %.4f, max |logit error| %.3f\n",
-               g_names[b], (double)tf[b].n_top1 / (double)tf[b].n_pos, (long long)tf[b].n_top1, (long long)tf[b].n_pos,
-               tf[b].sum_mean_err / (double)tf[b].n_pos, tf[b].max_err);
+        printf("  %-24s vs fp16: top-1 agreement %.4f (%lld / %lld positions), mean |logit error| "
+               "%.4f, max |logit error| %.3f\n",
+               g_names[b], (double)tf[b].n_top1 / (double)tf[b].n_pos, (long long)tf[b].n_top1,
+               (long long)tf[b].n_pos, tf[b].sum_mean_err / (double)tf[b].n_pos, tf[b].max_err);
     }
-    printf("  %-24s vs fp16: position-wise agreement %.4f, identical %d-token outputs %lld / %lld, mean first divergence at "
+    printf("  %-24s vs fp16: position-wise agreement %.4f, identical %d-token outputs %lld / %lld, "
+           "mean first divergence at "
            "token %.1f\n",
-           g_names[B_I8_FREE], (double)fr.n_agree / (double)fr.n_pos, n_tok, (long long)fr.n_same_seq, (long long)fr.n_seq,
-           fr.sum_first_div / (double)fr.n_seq);
+           g_names[B_I8_FREE], (double)fr.n_agree / (double)fr.n_pos, n_tok,
+           (long long)fr.n_same_seq, (long long)fr.n_seq, fr.sum_first_div / (double)fr.n_seq);
 
     for (int b = 0; b < B_COUNT; b++) {
         pllm_backend_free(&be[b]);

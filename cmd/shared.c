@@ -142,7 +142,10 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
               {"bfloat16", PLLM_DTYPE_BF16},
               {"float32", PLLM_DTYPE_F32},
               {"float", PLLM_DTYPE_F32}},
-      kt[] = {{"auto", -1}, {"fp16", PLLM_DTYPE_F16}, {"fp32", PLLM_DTYPE_F32}, {"int8", PLLM_KV_DTYPE_I8}};
+      kt[] = {{"auto", -1},
+              {"fp16", PLLM_DTYPE_F16},
+              {"fp32", PLLM_DTYPE_F32},
+              {"int8", PLLM_KV_DTYPE_I8}};
     o->rt.weight_dtype = o->rt.kv_dtype = -2;
     for (size_t i = 0; i < PLLM_ARRAY_LEN(wt); i++)
         if (!strcmp(o->dtype, wt[i].name)) o->rt.weight_dtype = wt[i].dtype;

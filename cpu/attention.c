@@ -42,8 +42,10 @@ static void tile_fallback(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args 
         for (int32_t g = 0; g < t->n_group; g++) {
             float *o = t->out + i * t->ld_out + (int64_t)g * hd;
             const float *q = t->q + i * t->ld_q + (int64_t)g * hd;
-            if (i8) pllm_cpu_attend_i8(o, q, t->kv_head, &ra, scratch);
-            else pllm_cpu_attend(o, q, t->kv_head, &ra, kern, scratch);
+            if (i8)
+                pllm_cpu_attend_i8(o, q, t->kv_head, &ra, scratch);
+            else
+                pllm_cpu_attend(o, q, t->kv_head, &ra, kern, scratch);
         }
     }
 }
@@ -457,9 +459,11 @@ void pllm_cpu_attend_tile(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args 
 {
 #if defined(__x86_64__)
     if (a->kv->dtype == PLLM_KV_DTYPE_I8) {
-        if (kern->isa >= PLLM_CPU_ISA_AVX512VNNI && a->kv->head_dim % 16 == 0 && a->kv->head_dim <= 128)
+        if (kern->isa >= PLLM_CPU_ISA_AVX512VNNI && a->kv->head_dim % 16 == 0 &&
+            a->kv->head_dim <= 128)
             pllm_cpu_attend_tile_i8_vnni(t, a, scratch);
-        else tile_fallback(t, a, kern, scratch);
+        else
+            tile_fallback(t, a, kern, scratch);
         return;
     }
     if (kern->isa >= PLLM_CPU_ISA_AVX512) {

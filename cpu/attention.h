@@ -74,14 +74,17 @@ uint16_t pllm_cpu_kv_i8_quant_row(int8_t *q, const float *x, int32_t n);
 float pllm_cpu_kv_i8_quant_q(int8_t *q8, int32_t *sum, const float *q, int32_t n);
 /* Quantize one head's k[head_dim] (after RoPE) and v[head_dim] into slot's place; and read
  * them back (dequantized; k or v may be NULL). */
-void pllm_cpu_kv_i8_store(void *k_cache, void *v_cache, const pllm_kv_layout *kv, int32_t slot, int32_t head,
-                          const float *k, const float *v);
-void pllm_cpu_kv_i8_load(float *k, float *v, const void *k_cache, const void *v_cache, const pllm_kv_layout *kv,
-                         int32_t slot, int32_t head);
+void pllm_cpu_kv_i8_store(void *k_cache, void *v_cache, const pllm_kv_layout *kv, int32_t slot,
+                          int32_t head, const float *k, const float *v);
+void pllm_cpu_kv_i8_load(float *k, float *v, const void *k_cache, const void *v_cache,
+                         const pllm_kv_layout *kv, int32_t slot, int32_t head);
 /* The per-row reference (pllm_cpu_attend's contract; scores: block_size floats). */
-void pllm_cpu_attend_i8(float *out, const float *q, int32_t kv_head, const pllm_cpu_attn_args *a, float *scores);
-void pllm_cpu_attend_tile_i8_vnni(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, float *scratch);
-void pllm_cpu_attn_tile_prefetch_i8(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, int32_t n_pos);
+void pllm_cpu_attend_i8(float *out, const float *q, int32_t kv_head, const pllm_cpu_attn_args *a,
+                        float *scores);
+void pllm_cpu_attend_tile_i8_vnni(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a,
+                                  float *scratch);
+void pllm_cpu_attn_tile_prefetch_i8(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a,
+                                    int32_t n_pos);
 
 /* RoPE of one token's K heads written straight into the cache, with its V heads, in one pass:
  *   k, v: [n_head_kv][head_dim] (k is not modified); cos_sin: [rope_dim] (pllm_cpu_rope_table);

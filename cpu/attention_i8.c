@@ -26,15 +26,20 @@
 /* ---- layout ---------------------------------------------------------------------------- */
 
 /* The slab (one block of one kv head) of a layer's K or V cache, and its block_size scales. */
-static inline const int8_t *slab_data(const void *cache, const pllm_kv_layout *kv, int32_t block, int32_t head)
+static inline const int8_t *slab_data(const void *cache, const pllm_kv_layout *kv, int32_t block,
+                                      int32_t head)
 {
-    return (const int8_t *)cache + ((size_t)block * (size_t)kv->n_head_kv + (size_t)head) * (size_t)kv->block_size * (size_t)kv->head_dim;
+    return (const int8_t *)cache + ((size_t)block * (size_t)kv->n_head_kv + (size_t)head) *
+                                       (size_t)kv->block_size * (size_t)kv->head_dim;
 }
 
-static inline const uint16_t *slab_scales(const void *cache, const pllm_kv_layout *kv, int32_t block, int32_t head)
+static inline const uint16_t *slab_scales(const void *cache, const pllm_kv_layout *kv,
+                                          int32_t block, int32_t head)
 {
-    const size_t data = (size_t)kv->n_blocks * (size_t)kv->n_head_kv * (size_t)kv->block_size * (size_t)kv->head_dim;
-    return (const uint16_t *)((const uint8_t *)cache + data) + ((size_t)block * (size_t)kv->n_head_kv + (size_t)head) * (size_t)kv->block_size;
+    const size_t data = (size_t)kv->n_blocks * (size_t)kv->n_head_kv * (size_t)kv->block_size *
+                        (size_t)kv->head_dim;
+    return (const uint16_t *)((const uint8_t *)cache + data) +
+           ((size_t)block * (size_t)kv->n_head_kv + (size_t)head) * (size_t)kv->block_size;
 }
 
 /* ---- quantizers -------------------------------------------------------------------------- */
@@ -50,8 +55,10 @@ uint16_t pllm_cpu_kv_i8_quant_row(int8_t *q, const float *x, int32_t n)
     /* the scale rounded up to a half, so that |x / s| <= 127 */
     const float s = amax / 127.0f;
     uint16_t h = pllm_fp32_to_fp16(s);
-    if (h >= 0x7c00) h = 0x7bff; /* past the largest half: the row saturates */
-    else if (pllm_fp16_to_fp32(h) < s) h++;
+    if (h >= 0x7c00)
+        h = 0x7bff; /* past the largest half: the row saturates */
+    else if (pllm_fp16_to_fp32(h) < s)
+        h++;
     const float inv = 1.0f / pllm_fp16_to_fp32(h);
     for (int32_t e = 0; e < n; e++) {
         const float v = rintf(x[e] * inv);
@@ -80,8 +87,8 @@ float pllm_cpu_kv_i8_quant_q(int8_t *q8, int32_t *sum, const float *q, int32_t n
     return sq;
 }
 
-void pllm_cpu_kv_i8_store(void *k_cache, void *v_cache, const pllm_kv_layout *kv, int32_t slot, int32_t head,
-                          const float *k, const float *v)
+void pllm_cpu_kv_i8_store(void *k_cache, void *v_cache, const pllm_kv_layout *kv, int32_t slot,
+                          int32_t head, const float *k, const float *v)
 {
     const int32_t bs = kv->block_size, hd = kv->head_dim, b = slot / bs, p = slot % bs;
     int8_t q[PLLM_KV_I8_MAX_HEAD_DIM];
@@ -89,7 +96,8 @@ void pllm_cpu_kv_i8_store(void *k_cache, void *v_cache, const pllm_kv_layout *kv
     /* K: 4-element groups interleaved by position */
     const uint16_t hk = pllm_cpu_kv_i8_quant_row(q, k, hd);
     int8_t *kd = (int8_t *)slab_data(k_cache, kv, b, head);
-    for (int32_t g = 0; g < hd / 4; g++) memcpy(kd + ((size_t)g * (size_t)bs + (size_t)p) * 4, q + 4 * g, 4);
+    for (int32_t g = 0; g < hd / 4; g++)
+        memcpy(kd + ((size_t)g * (size_t)bs + (size_t)p) * 4, q + 4 * g, 4);
     *(uint16_t *)&slab_scales(k_cache, kv, b, head)[p] = hk;
     /* V: row-major */
     int8_t *vd = (int8_t *)slab_data(v_cache, kv, b, head) + (size_t)p * (size_t)hd;
@@ -97,22 +105,25 @@ void pllm_cpu_kv_i8_store(void *k_cache, void *v_cache, const pllm_kv_layout *kv
     *(uint16_t *)&slab_scales(v_cache, kv, b, head)[p] = hv;
 }
 
-void pllm_cpu_kv_i8_load(float *k, float *v, const void *k_cache, const void *v_cache, const pllm_kv_layout *kv,
-                         int32_t slot, int32_t head)
+void pllm_cpu_kv_i8_load(float *k, float *v, const void *k_cache, const void *v_cache,
+                         const pllm_kv_layout *kv, int32_t slot, int32_t head)
 {
     const int32_t bs = kv->block_size, hd = kv->head_dim, b = slot / bs, p = slot % bs;
-    const int8_t *kd = slab_data(k_cache, kv, b, head), *vd = slab_data(v_cache, kv, b, head) + (size_t)p * (size_t)hd;
+    const int8_t *kd = slab_data(k_cache, kv, b, head),
+                 *vd = slab_data(v_cache, kv, b, head) + (size_t)p * (size_t)hd;
     const float sk = pllm_fp16_to_fp32(slab_scales(k_cache, kv, b, head)[p]);
     const float sv = pllm_fp16_to_fp32(slab_scales(v_cache, kv, b, head)[p]);
     for (int32_t e = 0; e < hd; e++) {
-        if (k) k[e] = sk * (float)kd[((size_t)(e / 4) * (size_t)bs + (size_t)p) * 4 + (size_t)(e % 4)];
+        if (k)
+            k[e] = sk * (float)kd[((size_t)(e / 4) * (size_t)bs + (size_t)p) * 4 + (size_t)(e % 4)];
         if (v) v[e] = sv * (float)vd[e];
     }
 }
 
 /* ---- scalar reference ---------------------------------------------------------------------- */
 
-void pllm_cpu_attend_i8(float *out, const float *q, int32_t kv_head, const pllm_cpu_attn_args *a, float *scores)
+void pllm_cpu_attend_i8(float *out, const float *q, int32_t kv_head, const pllm_cpu_attn_args *a,
+                        float *scores)
 {
     const pllm_kv_layout *kv = a->kv;
     const int32_t bs = kv->block_size, hd = kv->head_dim;
@@ -125,12 +136,16 @@ void pllm_cpu_attend_i8(float *out, const float *q, int32_t kv_head, const pllm_
 
     for (int32_t p0 = 0; p0 < a->n_pos; p0 += bs) {
         const int32_t n = PLLM_MIN(bs, a->n_pos - p0), b = a->block_table[p0 / bs];
-        const int8_t *K = slab_data(a->k_cache, kv, b, kv_head), *V = slab_data(a->v_cache, kv, b, kv_head);
-        const uint16_t *sk = slab_scales(a->k_cache, kv, b, kv_head), *sv = slab_scales(a->v_cache, kv, b, kv_head);
+        const int8_t *K = slab_data(a->k_cache, kv, b, kv_head),
+                     *V = slab_data(a->v_cache, kv, b, kv_head);
+        const uint16_t *sk = slab_scales(a->k_cache, kv, b, kv_head),
+                       *sv = slab_scales(a->v_cache, kv, b, kv_head);
         float mb = -INFINITY;
         for (int32_t j = 0; j < n; j++) {
             int32_t d = 0;
-            for (int32_t e = 0; e < hd; e++) d += (int32_t)q8[e] * K[((size_t)(e / 4) * (size_t)bs + (size_t)j) * 4 + (size_t)(e % 4)];
+            for (int32_t e = 0; e < hd; e++)
+                d += (int32_t)q8[e] *
+                     K[((size_t)(e / 4) * (size_t)bs + (size_t)j) * 4 + (size_t)(e % 4)];
             scores[j] = (float)d * (pllm_fp16_to_fp32(sk[j]) * qs);
             mb = scores[j] > mb ? scores[j] : mb;
         }
@@ -142,7 +157,8 @@ void pllm_cpu_attend_i8(float *out, const float *q, int32_t kv_head, const pllm_
             const float p = expf(scores[j] - m_new);
             l += p;
             const float w = p * pllm_fp16_to_fp32(sv[j]);
-            for (int32_t e = 0; e < hd; e++) out[e] += w * (float)V[(size_t)j * (size_t)hd + (size_t)e];
+            for (int32_t e = 0; e < hd; e++)
+                out[e] += w * (float)V[(size_t)j * (size_t)hd + (size_t)e];
         }
         m = m_new;
     }
@@ -155,8 +171,8 @@ void pllm_cpu_attend_i8(float *out, const float *q, int32_t kv_head, const pllm_
 #if defined(__x86_64__)
 #define TV __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
 
-#define I8_SUPER 128 /* positions per super-chunk (attention.c's ATTN_SUPER) */
-#define I8_PF 32     /* prefetch distance in positions (attention.c's ATTN_PF) */
+#define I8_SUPER  128 /* positions per super-chunk (attention.c's ATTN_SUPER) */
+#define I8_PF     32  /* prefetch distance in positions (attention.c's ATTN_PF) */
 #define I8_CHUNKS ((I8_SUPER + I8_PF) / PLLM_CPU_ATTN_CHUNK)
 
 /* e^x for x <= 0: attention.c's exp512 (the same polynomial). */
@@ -190,11 +206,10 @@ typedef struct i8_super {
 /* One row group (RG heads of the query at pos) over the chunks of [P0, P1) that reach pos.
  * q8[g]: the head's int8 query (hd bytes), qc[g] = 128 * sum(q8[g]), qs[g] = sq * attn scale.
  * o, m, lv: the running state as in attention.c's rows_sweep. */
-TV static inline __attribute__((always_inline)) void i8_rows_sweep(const int NS, const int RG, float *const *o,
-                                                                    const int8_t *const *q8, const int32_t *qc,
-                                                                    const float *qs, float *m, float *lv,
-                                                                    const i8_super *S, int32_t P0, int32_t P1,
-                                                                    int32_t pos, int32_t pf_end)
+TV static inline __attribute__((always_inline)) void
+i8_rows_sweep(const int NS, const int RG, float *const *o, const int8_t *const *q8,
+              const int32_t *qc, const float *qs, float *m, float *lv, const i8_super *S,
+              int32_t P0, int32_t P1, int32_t pos, int32_t pf_end)
 {
     const int NG = 4 * NS; /* 4-byte groups of a row: hd / 4 */
     __m512 acc[4][8], l[4];
@@ -211,17 +226,21 @@ TV static inline __attribute__((always_inline)) void i8_rows_sweep(const int NS,
     const int32_t end = PLLM_MIN(P1, pos + 1);
     const int64_t kstr = S->kstr;
     for (int32_t P = P0; P < end; P += PLLM_CPU_ATTN_CHUNK) {
-        const int32_t c = (P - P0) / PLLM_CPU_ATTN_CHUNK, n = PLLM_MIN(PLLM_CPU_ATTN_CHUNK, end - P);
+        const int32_t c = (P - P0) / PLLM_CPU_ATTN_CHUNK,
+                      n = PLLM_MIN(PLLM_CPU_ATTN_CHUNK, end - P);
         const __mmask16 jm = (__mmask16)((1u << n) - 1);
         if (P + I8_PF < pf_end) { /* the chunk I8_PF positions ahead, into L2 */
-            const int32_t cf = c + I8_PF / PLLM_CPU_ATTN_CHUNK, n_pf = PLLM_MIN(PLLM_CPU_ATTN_CHUNK, pf_end - (P + I8_PF));
+            const int32_t cf = c + I8_PF / PLLM_CPU_ATTN_CHUNK,
+                          n_pf = PLLM_MIN(PLLM_CPU_ATTN_CHUNK, pf_end - (P + I8_PF));
 #pragma GCC unroll 32
-            for (int i = 0; i < NG; i++) _mm_prefetch((const char *)S->kg[cf] + i * kstr, _MM_HINT_T1);
+            for (int i = 0; i < NG; i++)
+                _mm_prefetch((const char *)S->kg[cf] + i * kstr, _MM_HINT_T1);
             _mm_prefetch((const char *)S->ks[cf], _MM_HINT_T1);
             _mm_prefetch((const char *)S->vs[cf], _MM_HINT_T1);
             const int8_t *const *vf = S->vp + (P + I8_PF - P0);
             for (int32_t j = 0; j < n_pf; j++)
-                for (int b = 0; b < NS * 16; b += 64) _mm_prefetch((const char *)vf[j] + b, _MM_HINT_T1);
+                for (int b = 0; b < NS * 16; b += 64)
+                    _mm_prefetch((const char *)vf[j] + b, _MM_HINT_T1);
         }
         /* Q.K: 16 positions' integer scores per head, one vpdpbusd per 4-byte group; K is made
          * unsigned (k + 128), so the sum is dot + 128 * sum(q8): qc is taken off after */
@@ -231,7 +250,8 @@ TV static inline __attribute__((always_inline)) void i8_rows_sweep(const int NS,
         const uint8_t *kg = S->kg[c];
 #pragma GCC unroll 32
         for (int i = 0; i < NG; i++) {
-            const __m512i kk = _mm512_xor_si512(_mm512_loadu_si512((const void *)(kg + i * kstr)), x80);
+            const __m512i kk =
+                _mm512_xor_si512(_mm512_loadu_si512((const void *)(kg + i * kstr)), x80);
 #pragma GCC unroll 16
             for (int g = 0; g < RG; g++) {
                 int32_t qw;
@@ -245,7 +265,8 @@ TV static inline __attribute__((always_inline)) void i8_rows_sweep(const int NS,
 #pragma GCC unroll 16
         for (int g = 0; g < RG; g++) {
             const __m512 df = _mm512_cvtepi32_ps(_mm512_sub_epi32(d[g], _mm512_set1_epi32(qc[g])));
-            const __m512 sc = _mm512_mask_mov_ps(ninf, jm, _mm512_mul_ps(df, _mm512_mul_ps(ksc, _mm512_set1_ps(qs[g]))));
+            const __m512 sc = _mm512_mask_mov_ps(
+                ninf, jm, _mm512_mul_ps(df, _mm512_mul_ps(ksc, _mm512_set1_ps(qs[g]))));
             const float m_new = PLLM_MAX(mr[g], _mm512_reduce_max_ps(sc));
             const __m512 vm = _mm512_set1_ps(m_new);
             const __m512 corr = exp512v(_mm512_sub_ps(_mm512_set1_ps(mr[g]), vm));
@@ -261,9 +282,11 @@ TV static inline __attribute__((always_inline)) void i8_rows_sweep(const int NS,
         for (int32_t j = 0; j < n; j++)
 #pragma GCC unroll 16
             for (int s = 0; s < NS; s++) {
-                const __m512 vv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(V[j] + 16 * s))));
+                const __m512 vv = _mm512_cvtepi32_ps(
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(V[j] + 16 * s))));
 #pragma GCC unroll 16
-                for (int g = 0; g < RG; g++) acc[g][s] = _mm512_fmadd_ps(_mm512_set1_ps(pj[g][j]), vv, acc[g][s]);
+                for (int g = 0; g < RG; g++)
+                    acc[g][s] = _mm512_fmadd_ps(_mm512_set1_ps(pj[g][j]), vv, acc[g][s]);
             }
     }
 #pragma GCC unroll 16
@@ -278,15 +301,17 @@ TV static inline __attribute__((always_inline)) void i8_rows_sweep(const int NS,
 /* Rows per group for NS segments: RG * NS output accumulators stay in registers. */
 #define I8_RG_MAX(NS) ((NS) <= 3 ? 4 : (NS) == 4 ? 3 : (NS) <= 6 ? 2 : 1)
 
-typedef void (*i8_sweep_fn)(float *const *o, const int8_t *const *q8, const int32_t *qc, const float *qs, float *m,
-                            float *lv, const i8_super *S, int32_t P0, int32_t P1, int32_t pos, int32_t pf_end);
-#define I8_SWEEP(NS, RG)                                                                                                 \
-    TV static void i8_sweep_##NS##_##RG(float *const *o, const int8_t *const *q8, const int32_t *qc, const float *qs, \
-                                        float *m, float *lv, const i8_super *S, int32_t P0, int32_t P1, int32_t pos,  \
-                                        int32_t pf_end)                                                                \
-    {                                                                                                                  \
-        i8_rows_sweep(NS, RG, o, q8, qc, qs, m, lv, S, P0, P1, pos, pf_end);                                           \
+typedef void (*i8_sweep_fn)(float *const *o, const int8_t *const *q8, const int32_t *qc,
+                            const float *qs, float *m, float *lv, const i8_super *S, int32_t P0,
+                            int32_t P1, int32_t pos, int32_t pf_end);
+#define I8_SWEEP(NS, RG)                                                                           \
+    TV static void i8_sweep_##NS##_##RG(                                                           \
+        float *const *o, const int8_t *const *q8, const int32_t *qc, const float *qs, float *m,    \
+        float *lv, const i8_super *S, int32_t P0, int32_t P1, int32_t pos, int32_t pf_end)         \
+    {                                                                                              \
+        i8_rows_sweep(NS, RG, o, q8, qc, qs, m, lv, S, P0, P1, pos, pf_end);                       \
     }
+// clang-format off
 I8_SWEEP(1, 1) I8_SWEEP(1, 2) I8_SWEEP(1, 3) I8_SWEEP(1, 4)
 I8_SWEEP(2, 1) I8_SWEEP(2, 2) I8_SWEEP(2, 3) I8_SWEEP(2, 4)
 I8_SWEEP(3, 1) I8_SWEEP(3, 2) I8_SWEEP(3, 3) I8_SWEEP(3, 4)
@@ -306,6 +331,7 @@ static const i8_sweep_fn i8_sweeps[9][5] = {
     [7] = {NULL, i8_sweep_7_1},
     [8] = {NULL, i8_sweep_8_1},
 };
+// clang-format on
 
 /* Staging of chunks that are not 16 positions of one block (block sizes not a multiple of 16):
  * each chunk's K groups packed as [hd / 4][16][4], its scales as [16], V rows left in place. */
@@ -314,10 +340,12 @@ typedef struct i8_stage {
     uint16_t ks[I8_CHUNKS][PLLM_CPU_ATTN_CHUNK], vs[I8_CHUNKS][PLLM_CPU_ATTN_CHUNK];
 } i8_stage;
 
-TV void pllm_cpu_attend_tile_i8_vnni(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, float *scratch)
+TV void pllm_cpu_attend_tile_i8_vnni(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a,
+                                     float *scratch)
 {
     const pllm_kv_layout *kv = a->kv;
-    const int32_t bs = kv->block_size, hd = kv->head_dim, G = t->n_group, rows = t->n_q * G, NS = hd / 16;
+    const int32_t bs = kv->block_size, hd = kv->head_dim, G = t->n_group, rows = t->n_q * G,
+                  NS = hd / 16;
     const int RG = I8_RG_MAX(NS);
     const int32_t last = t->pos0 + t->n_q - 1, h = t->kv_head;
     const bool aligned = bs % PLLM_CPU_ATTN_CHUNK == 0;
@@ -334,7 +362,9 @@ TV void pllm_cpu_attend_tile_i8_vnni(const pllm_cpu_attn_tile *t, const pllm_cpu
         for (int32_t g = 0; g < G; g++) {
             float *qr = qrow + (size_t)(i * G + g) * qstride;
             int32_t sum;
-            qr[1] = pllm_cpu_kv_i8_quant_q((int8_t *)(qr + 2), &sum, t->q + i * t->ld_q + (int64_t)g * hd, hd) * a->scale;
+            qr[1] = pllm_cpu_kv_i8_quant_q((int8_t *)(qr + 2), &sum,
+                                           t->q + i * t->ld_q + (int64_t)g * hd, hd) *
+                    a->scale;
             const int32_t qc = 128 * sum;
             memcpy(&qr[0], &qc, 4);
         }
@@ -344,11 +374,15 @@ TV void pllm_cpu_attend_tile_i8_vnni(const pllm_cpu_attn_tile *t, const pllm_cpu
     i8_stage st; /* used only when !aligned */
     S.kstr = aligned ? 4 * (int64_t)bs : 4 * PLLM_CPU_ATTN_CHUNK;
     for (int32_t P0 = 0; P0 <= last; P0 += I8_SUPER) {
-        const int32_t P1 = PLLM_MIN(P0 + I8_SUPER, last + 1), pf_end = PLLM_MIN(P1 + I8_PF, last + 1);
-        const int32_t n_rows = pf_end - P0, n_chunks = (n_rows + PLLM_CPU_ATTN_CHUNK - 1) / PLLM_CPU_ATTN_CHUNK;
-        /* V rows of [P0, pf_end), a block at a time; the rest of the last chunk points at a valid row */
+        const int32_t P1 = PLLM_MIN(P0 + I8_SUPER, last + 1),
+                      pf_end = PLLM_MIN(P1 + I8_PF, last + 1);
+        const int32_t n_rows = pf_end - P0,
+                      n_chunks = (n_rows + PLLM_CPU_ATTN_CHUNK - 1) / PLLM_CPU_ATTN_CHUNK;
+        /* V rows of [P0, pf_end), a block at a time; the rest of the last chunk points at a valid
+         * row */
         for (int32_t j = 0; j < n_rows;) {
-            const int32_t pos = P0 + j, in = pos % bs, nb = PLLM_MIN(bs - in, n_rows - j), b = a->block_table[pos / bs];
+            const int32_t pos = P0 + j, in = pos % bs, nb = PLLM_MIN(bs - in, n_rows - j),
+                          b = a->block_table[pos / bs];
             const int8_t *v0 = slab_data(a->v_cache, kv, b, h) + (size_t)in * (size_t)hd;
             for (int32_t e = 0; e < nb; e++, j++) S.vp[j] = v0 + (size_t)e * (size_t)hd;
         }
@@ -365,14 +399,16 @@ TV void pllm_cpu_attend_tile_i8_vnni(const pllm_cpu_attn_tile *t, const pllm_cpu
             const int32_t nc = PLLM_MIN(PLLM_CPU_ATTN_CHUNK, pf_end - pc);
             for (int32_t j = 0; j < PLLM_CPU_ATTN_CHUNK; j++) {
                 if (j >= nc) {
-                    for (int32_t gi = 0; gi < hd / 4; gi++) memset(st.k[c] + (gi * PLLM_CPU_ATTN_CHUNK + j) * 4, 0, 4);
+                    for (int32_t gi = 0; gi < hd / 4; gi++)
+                        memset(st.k[c] + (gi * PLLM_CPU_ATTN_CHUNK + j) * 4, 0, 4);
                     st.ks[c][j] = st.vs[c][j] = 0;
                     continue;
                 }
                 const int32_t pos = pc + j, b = a->block_table[pos / bs], in = pos % bs;
                 const int8_t *K = slab_data(a->k_cache, kv, b, h);
                 for (int32_t gi = 0; gi < hd / 4; gi++)
-                    memcpy(st.k[c] + (gi * PLLM_CPU_ATTN_CHUNK + j) * 4, K + ((size_t)gi * (size_t)bs + (size_t)in) * 4, 4);
+                    memcpy(st.k[c] + (gi * PLLM_CPU_ATTN_CHUNK + j) * 4,
+                           K + ((size_t)gi * (size_t)bs + (size_t)in) * 4, 4);
                 st.ks[c][j] = slab_scales(a->k_cache, kv, b, h)[in];
                 st.vs[c][j] = slab_scales(a->v_cache, kv, b, h)[in];
             }
@@ -397,7 +433,8 @@ TV void pllm_cpu_attend_tile_i8_vnni(const pllm_cpu_attn_tile *t, const pllm_cpu
                     memcpy(&qc[g], &qr[0], 4);
                     qs[g] = qr[1];
                 }
-                i8_sweeps[NS][rg](o, q8, qc, qs, m + r, lv + 16 * (size_t)r, &S, P0, P1, pos, first ? pf_end : 0);
+                i8_sweeps[NS][rg](o, q8, qc, qs, m + r, lv + 16 * (size_t)r, &S, P0, P1, pos,
+                                  first ? pf_end : 0);
                 first = false;
             }
         }
@@ -406,13 +443,15 @@ TV void pllm_cpu_attend_tile_i8_vnni(const pllm_cpu_attn_tile *t, const pllm_cpu
     for (int32_t i = 0; i < t->n_q; i++)
         for (int32_t g = 0; g < G; g++) {
             float *o = t->out + i * t->ld_out + (int64_t)g * hd;
-            const float inv = 1.0f / _mm512_reduce_add_ps(_mm512_loadu_ps(lv + 16 * (size_t)(i * G + g)));
+            const float inv =
+                1.0f / _mm512_reduce_add_ps(_mm512_loadu_ps(lv + 16 * (size_t)(i * G + g)));
             for (int32_t e = 0; e < hd; e++) o[e] *= inv;
         }
 }
 #endif
 
-void pllm_cpu_attn_tile_prefetch_i8(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, int32_t n_pos)
+void pllm_cpu_attn_tile_prefetch_i8(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a,
+                                    int32_t n_pos)
 {
 #if defined(__x86_64__)
     const pllm_kv_layout *kv = a->kv;
@@ -422,7 +461,8 @@ void pllm_cpu_attn_tile_prefetch_i8(const pllm_cpu_attn_tile *t, const pllm_cpu_
         const char *K = (const char *)slab_data(a->k_cache, kv, b, t->kv_head);
         const char *V = (const char *)slab_data(a->v_cache, kv, b, t->kv_head);
         for (int32_t gi = 0; gi < hd / 4; gi++)
-            for (int32_t c = 0; c < 4 * cnt; c += 64) _mm_prefetch(K + (size_t)gi * 4 * (size_t)bs + c, _MM_HINT_T1);
+            for (int32_t c = 0; c < 4 * cnt; c += 64)
+                _mm_prefetch(K + (size_t)gi * 4 * (size_t)bs + c, _MM_HINT_T1);
         for (size_t c = 0; c < (size_t)cnt * (size_t)hd; c += 64) _mm_prefetch(V + c, _MM_HINT_T1);
         _mm_prefetch((const char *)slab_scales(a->k_cache, kv, b, t->kv_head), _MM_HINT_T1);
         _mm_prefetch((const char *)slab_scales(a->v_cache, kv, b, t->kv_head), _MM_HINT_T1);

@@ -427,7 +427,8 @@ static pllm_status cpu_kv_init(void *vctx, const pllm_kv_layout *L)
                            "cpu kv_init: layout (n_layer %d, n_head_kv %d, head_dim %d) does not match the model (%d, %d, %d)",
                            L->n_layer, L->n_head_kv, L->head_dim, cfg->n_layer, cfg->n_head_kv, cfg->head_dim);
     if (L->dtype != PLLM_DTYPE_F32 && L->dtype != PLLM_DTYPE_F16 && L->dtype != PLLM_KV_DTYPE_I8)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "cpu kv_init: KV dtype %s is not supported (F32, F16, I8)",
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "cpu kv_init: KV dtype %s is not supported (F32, F16, I8)",
                            pllm_kv_dtype_name(L->dtype));
     if (L->block_size < 1 || L->block_size > 65536 || L->n_blocks < 1)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu kv_init: block_size %d (1..65536) and n_blocks %d (>= 1) are invalid",
@@ -436,7 +437,9 @@ static pllm_status cpu_kv_init(void *vctx, const pllm_kv_layout *L)
         return pllm_errorf(PLLM_ERR_RANGE, "cpu kv_init: %d blocks of %d tokens exceed the int32 slot range", L->n_blocks,
                            L->block_size);
     size_t layer = 0, total = 0;
-    if (!pllm_mul_size((size_t)L->n_blocks, (size_t)L->n_head_kv * (size_t)L->block_size * pllm_kv_row_bytes(L), &layer) ||
+    if (!pllm_mul_size((size_t)L->n_blocks,
+                       (size_t)L->n_head_kv * (size_t)L->block_size * pllm_kv_row_bytes(L),
+                       &layer) ||
         !pllm_mul_size(layer, 2 * (size_t)L->n_layer, &total))
         return pllm_errorf(PLLM_ERR_NOMEM, "cpu kv_init: %d blocks overflow the address space", L->n_blocks);
 
@@ -504,7 +507,9 @@ static pllm_status cpu_copy_blocks(void *vctx, const int32_t *src, const int32_t
         for (int32_t l = 0; l < 2 * c->kv.n_layer; l++) {
             uint8_t *base = c->kv_mem + (size_t)l * c->kv_layer_bytes;
             memmove(base + (size_t)dst[i] * block, base + (size_t)src[i] * block, block);
-            if (scales) memmove(base + data + (size_t)dst[i] * scales, base + data + (size_t)src[i] * scales, scales);
+            if (scales)
+                memmove(base + data + (size_t)dst[i] * scales,
+                        base + data + (size_t)src[i] * scales, scales);
         }
     }
     return PLLM_OK;
@@ -643,13 +648,20 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
         return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: math must be AUTO, INT8 or F32, got %d", (int)params.math);
     if (params.n_threads < 0 || params.n_threads > 1024)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: n_threads must be in [0, 1024] (0: all cores), got %d", params.n_threads);
-    if (params.kv_dtype != PLLM_DTYPE_F32 && params.kv_dtype != PLLM_DTYPE_F16 && params.kv_dtype != PLLM_KV_DTYPE_I8 &&
-        params.kv_dtype != PLLM_DTYPE_COUNT)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "cpu backend: kv_dtype %s is not supported (F32, F16, I8, or COUNT: auto)",
-                           params.kv_dtype >= 0 && params.kv_dtype < PLLM_DTYPE_COUNT ? pllm_dtype_name(params.kv_dtype) : "?");
+    if (params.kv_dtype != PLLM_DTYPE_F32 && params.kv_dtype != PLLM_DTYPE_F16 &&
+        params.kv_dtype != PLLM_KV_DTYPE_I8 && params.kv_dtype != PLLM_DTYPE_COUNT)
+        return pllm_errorf(
+            PLLM_ERR_UNSUPPORTED,
+            "cpu backend: kv_dtype %s is not supported (F32, F16, I8, or COUNT: auto)",
+            params.kv_dtype >= 0 && params.kv_dtype < PLLM_DTYPE_COUNT
+                ? pllm_dtype_name(params.kv_dtype)
+                : "?");
     const pllm_model_config *cfg = &model->cfg;
-    if (params.kv_dtype == PLLM_KV_DTYPE_I8 && (cfg->head_dim % 4 || cfg->head_dim > PLLM_KV_I8_MAX_HEAD_DIM))
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "cpu backend: model %s: an int8 KV cache needs head_dim a multiple of 4 up to %d, got %d",
+    if (params.kv_dtype == PLLM_KV_DTYPE_I8 &&
+        (cfg->head_dim % 4 || cfg->head_dim > PLLM_KV_I8_MAX_HEAD_DIM))
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "cpu backend: model %s: an int8 KV cache needs head_dim a multiple of 4 "
+                           "up to %d, got %d",
                            model->name, PLLM_KV_I8_MAX_HEAD_DIM, cfg->head_dim);
     if (cfg->rope_scaling == PLLM_ROPE_SCALING_LLAMA3 && !model->rope_freq_factors)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: model %s: Llama-3 RoPE scaling without rope_freq_factors", model->name);

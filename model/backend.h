@@ -58,7 +58,7 @@ typedef struct pllm_kv_layout {
     int32_t head_dim;
     int32_t block_size;   /* tokens per block */
     int32_t n_blocks;
-    pllm_dtype dtype;     /* F32, F16 or PLLM_KV_DTYPE_I8 (backend's choice) */
+    pllm_dtype dtype; /* F32, F16 or PLLM_KV_DTYPE_I8 (backend's choice) */
 } pllm_kv_layout;
 
 /* The int8 KV cache type (layout above). It is a cache format, not a tensor dtype, so it extends
@@ -81,7 +81,8 @@ static inline size_t pllm_kv_row_bytes(const pllm_kv_layout *l)
 /* Bytes one block takes across all layers, K and V. */
 static inline size_t pllm_kv_block_bytes(const pllm_kv_layout *l)
 {
-    return 2 * (size_t)l->n_layer * (size_t)l->n_head_kv * (size_t)l->block_size * pllm_kv_row_bytes(l);
+    return 2 * (size_t)l->n_layer * (size_t)l->n_head_kv * (size_t)l->block_size *
+           pllm_kv_row_bytes(l);
 }
 
 typedef struct pllm_seq_plan {

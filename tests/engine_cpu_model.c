@@ -149,9 +149,10 @@ static void check_capacity(const pllm_model *m, const pllm_tokenizer *tok)
         pllm_backend_free(&be);
     }
     const double want = 2.0 * m->cfg.head_dim / (m->cfg.head_dim + 2);
-    fprintf(stderr, "  64 MB of KV cache: %d fp16 blocks, %d int8 blocks (%.3fx; %.3fx expected)\n", blocks[0], blocks[1],
-            (double)blocks[1] / PLLM_MAX(blocks[0], 1), want);
-    CHECK(blocks[0] > 0 && blocks[1] >= (int32_t)(want * blocks[0]) - 1 && blocks[1] >= 1.9 * blocks[0]);
+    fprintf(stderr, "  64 MB of KV cache: %d fp16 blocks, %d int8 blocks (%.3fx; %.3fx expected)\n",
+            blocks[0], blocks[1], (double)blocks[1] / PLLM_MAX(blocks[0], 1), want);
+    CHECK(blocks[0] > 0 && blocks[1] >= (int32_t)(want * blocks[0]) - 1 &&
+          blocks[1] >= 1.9 * blocks[0]);
 }
 
 int main(void)
@@ -180,22 +181,34 @@ int main(void)
         CHECK_OK(pllm_tokenizer_encode(tok, k_prompts[i], strlen(k_prompts[i]), &eo, &prompts[i]));
 
     static const config configs[] = {
-        {"cache, big budget, 64 seqs, 2 threads", true, 2048, 64, 256, 16, 2, PLLM_EVICT_LRU, PLLM_DTYPE_F32},
-        {"no cache, budget 13 (chunked prefill), 3 seqs", false, 13, 3, 256, 16, 2, PLLM_EVICT_LRU, PLLM_DTYPE_F32},
-        {"cache, budget 11, block size 4, 4 seqs", true, 11, 4, 512, 4, 2, PLLM_EVICT_LRU, PLLM_DTYPE_F32},
-        {"cache, 14 blocks of 8 (preemption)", true, 64, 8, 14, 8, 2, PLLM_EVICT_LRU, PLLM_DTYPE_F32},
-        {"no cache, 14 blocks of 8 (preemption)", false, 64, 8, 14, 8, 2, PLLM_EVICT_LRU, PLLM_DTYPE_F32},
-        {"no cache, 1 seq (each alone), 1 thread", false, 2048, 1, 256, 16, 1, PLLM_EVICT_LRU, PLLM_DTYPE_F32},
+        {"cache, big budget, 64 seqs, 2 threads", true, 2048, 64, 256, 16, 2, PLLM_EVICT_LRU,
+         PLLM_DTYPE_F32},
+        {"no cache, budget 13 (chunked prefill), 3 seqs", false, 13, 3, 256, 16, 2, PLLM_EVICT_LRU,
+         PLLM_DTYPE_F32},
+        {"cache, budget 11, block size 4, 4 seqs", true, 11, 4, 512, 4, 2, PLLM_EVICT_LRU,
+         PLLM_DTYPE_F32},
+        {"cache, 14 blocks of 8 (preemption)", true, 64, 8, 14, 8, 2, PLLM_EVICT_LRU,
+         PLLM_DTYPE_F32},
+        {"no cache, 14 blocks of 8 (preemption)", false, 64, 8, 14, 8, 2, PLLM_EVICT_LRU,
+         PLLM_DTYPE_F32},
+        {"no cache, 1 seq (each alone), 1 thread", false, 2048, 1, 256, 16, 1, PLLM_EVICT_LRU,
+         PLLM_DTYPE_F32},
         {"cache, 1 seq, 2 threads", true, 2048, 1, 256, 16, 2, PLLM_EVICT_LRU, PLLM_DTYPE_F32},
-        {"cache, 64 seqs, 1 thread, future eviction", true, 2048, 64, 256, 16, 1,
-         PLLM_EVICT_FUTURE, PLLM_DTYPE_F32},
-        {"cache, 14 blocks of 8, 1 thread, future", true, 64, 8, 14, 8, 1, PLLM_EVICT_FUTURE, PLLM_DTYPE_F32},
+        {"cache, 64 seqs, 1 thread, future eviction", true, 2048, 64, 256, 16, 1, PLLM_EVICT_FUTURE,
+         PLLM_DTYPE_F32},
+        {"cache, 14 blocks of 8, 1 thread, future", true, 64, 8, 14, 8, 1, PLLM_EVICT_FUTURE,
+         PLLM_DTYPE_F32},
         /* the int8 KV cache: the same invariants, against its own first configuration */
-        {"int8 KV: cache, big budget, 64 seqs", true, 2048, 64, 256, 16, 2, PLLM_EVICT_LRU, PLLM_KV_DTYPE_I8},
-        {"int8 KV: no cache, budget 13, 3 seqs", false, 13, 3, 256, 16, 2, PLLM_EVICT_LRU, PLLM_KV_DTYPE_I8},
-        {"int8 KV: cache, budget 11, block size 4", true, 11, 4, 512, 4, 2, PLLM_EVICT_LRU, PLLM_KV_DTYPE_I8},
-        {"int8 KV: cache, 14 blocks of 8 (preemption)", true, 64, 8, 14, 8, 2, PLLM_EVICT_LRU, PLLM_KV_DTYPE_I8},
-        {"int8 KV: no cache, 1 seq, 1 thread", false, 2048, 1, 256, 16, 1, PLLM_EVICT_LRU, PLLM_KV_DTYPE_I8},
+        {"int8 KV: cache, big budget, 64 seqs", true, 2048, 64, 256, 16, 2, PLLM_EVICT_LRU,
+         PLLM_KV_DTYPE_I8},
+        {"int8 KV: no cache, budget 13, 3 seqs", false, 13, 3, 256, 16, 2, PLLM_EVICT_LRU,
+         PLLM_KV_DTYPE_I8},
+        {"int8 KV: cache, budget 11, block size 4", true, 11, 4, 512, 4, 2, PLLM_EVICT_LRU,
+         PLLM_KV_DTYPE_I8},
+        {"int8 KV: cache, 14 blocks of 8 (preemption)", true, 64, 8, 14, 8, 2, PLLM_EVICT_LRU,
+         PLLM_KV_DTYPE_I8},
+        {"int8 KV: no cache, 1 seq, 1 thread", false, 2048, 1, 256, 16, 1, PLLM_EVICT_LRU,
+         PLLM_KV_DTYPE_I8},
     };
     int32_t n_cfg = (int32_t)PLLM_ARRAY_LEN(configs);
     outputs *out = pllm_calloc((size_t)n_cfg, sizeof *out);
@@ -242,7 +255,8 @@ int main(void)
           0); /* two seed streams */
     for (int32_t i = 0; i < N_PROMPTS; i++)
         fprintf(stderr, "  [%d] %s|%s\n", i, k_prompts[i], out[0].text[i]);
-    for (int32_t i = 0; i < N_PROMPTS; i++) fprintf(stderr, "  [%d] int8 KV: %s\n", i, out[first_i8].text[i]);
+    for (int32_t i = 0; i < N_PROMPTS; i++)
+        fprintf(stderr, "  [%d] int8 KV: %s\n", i, out[first_i8].text[i]);
     check_capacity(m, tok);
     fprintf(stderr, "  %d configurations in %.1f s\n", n_cfg, pllm_now() - t0);
     for (int32_t i = 0; i < N_PROMPTS; i++) pllm_tokens_free(&prompts[i]);
