@@ -817,10 +817,12 @@ int cmd_generate(int argc, char **argv)
                           stopped ? "pllm generate (interrupted)" : "pllm generate", notes,
                           (int)PLLM_ARRAY_LEN(notes), stderr);
     }
+    cmd_prefix_cache_report(eng, eo.ep.prefix_cache_dir, NULL, quiet);
     bool stats_failed = false;
     if (stats_json) {
         json_t *j = pllm_report_json(&g.rep, &es);
         cmd_plan_stats_json(j, &plan);
+        cmd_prefix_cache_report(eng, eo.ep.prefix_cache_dir, j, true);
         json_object_set_new(j, "command", json_string("generate"));
         json_object_set_new(j, "device", json_string(rt.device_name));
         json_object_set_new(j, "kernels", json_string(rt.kernels));

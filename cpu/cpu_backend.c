@@ -515,6 +515,45 @@ static pllm_status cpu_copy_blocks(void *vctx, const int32_t *src, const int32_t
     return PLLM_OK;
 }
 
+/* One block of every layer's K and V to or from buf (backend.h's kv_read_block layout). */
+static pllm_status cpu_block_io(cpu_ctx *c, int32_t id, uint8_t *buf, const uint8_t *src)
+{
+    if (!c->kv_ready || id < 0 || id >= c->kv.n_blocks)
+        return pllm_errorf(PLLM_ERR_RANGE, "cpu kv block %d: outside [0, %d)%s", id,
+                           c->kv_ready ? c->kv.n_blocks : 0,
+                           c->kv_ready ? "" : " (before kv_init)");
+    const pllm_kv_layout *L = &c->kv;
+    const size_t slab = (size_t)L->n_head_kv * (size_t)L->block_size;
+    const bool i8 = L->dtype == PLLM_KV_DTYPE_I8;
+    const size_t block = i8 ? slab * (size_t)L->head_dim : c->kv_layer_bytes / (size_t)L->n_blocks;
+    const size_t scales = i8 ? slab * 2 : 0, data = block * (size_t)L->n_blocks;
+    size_t at = 0;
+    for (int32_t l = 0; l < 2 * L->n_layer; l++) {
+        uint8_t *base = c->kv_mem + (size_t)l * c->kv_layer_bytes;
+        uint8_t *parts[2] = {base + (size_t)id * block, base + data + (size_t)id * scales};
+        size_t lens[2] = {block, scales};
+        for (int k = 0; k < 2; k++) {
+            if (src)
+                memcpy(parts[k], src + at, lens[k]);
+            else
+                memcpy(buf + at, parts[k], lens[k]);
+            at += lens[k];
+        }
+    }
+    PLLM_ASSERT(at == pllm_kv_block_bytes(L));
+    return PLLM_OK;
+}
+
+static pllm_status cpu_kv_read_block(void *vctx, int32_t block, void *buf)
+{
+    return cpu_block_io(vctx, block, buf, NULL);
+}
+
+static pllm_status cpu_kv_write_block(void *vctx, int32_t block, const void *buf)
+{
+    return cpu_block_io(vctx, block, NULL, buf);
+}
+
 static void cpu_destroy(void *vctx)
 {
     cpu_ctx *c = vctx;
@@ -545,6 +584,8 @@ static const pllm_backend_iface g_cpu_iface = {
     .kv_init = cpu_kv_init,
     .step = cpu_step,
     .copy_blocks = cpu_copy_blocks,
+    .kv_read_block = cpu_kv_read_block,
+    .kv_write_block = cpu_kv_write_block,
     .destroy = cpu_destroy,
 };
 

@@ -133,6 +133,14 @@ typedef struct pllm_backend_iface {
     pllm_status (*step)(void *ctx, const pllm_batch_plan *plan, pllm_step_out *out);
     /* Optional (may be NULL): copy whole blocks src[i] -> dst[i], for copy-on-write. */
     pllm_status (*copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int32_t n);
+    /* Optional (may be NULL; the persistent prefix cache needs both): copy one block's K/V
+     * out of the cache into buf, or from buf into the cache. buf holds pllm_kv_block_bytes
+     * bytes: for each layer l, K then V, the block's slab [n_head_kv][block_size][row] (I8: its
+     * data [n_head_kv][block_size * head_dim], then its scales [n_head_kv][block_size]), i.e.
+     * the cache's own bytes, so a block read and written back is bitwise the same. Every step
+     * that wrote the block has finished when kv_read_block returns. */
+    pllm_status (*kv_read_block)(void *ctx, int32_t block, void *buf);
+    pllm_status (*kv_write_block)(void *ctx, int32_t block, const void *buf);
     void (*destroy)(void *ctx);
 } pllm_backend_iface;
 
