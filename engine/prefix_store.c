@@ -161,6 +161,11 @@ pllm_prefix_verdict pllm_prefix_entry_decode(const uint8_t *buf, size_t n,
             (unsigned long long)comp);
         return PLLM_PREFIX_CORRUPT;
     }
+    if (comp > ZSTD_compressBound((size_t)PLLM_MIN(raw, (uint64_t)SIZE_MAX / 2))) {
+        WHY("payload of %llu bytes, more than zstd's bound for %llu (offset 72)",
+            (unsigned long long)comp, (unsigned long long)raw);
+        return PLLM_PREFIX_CORRUPT;
+    }
     if (get64(buf + 80) != XXH3_64bits(buf + hdr, (size_t)comp)) {
         WHY("payload checksum mismatch (offset 80)");
         return PLLM_PREFIX_CORRUPT;
@@ -187,6 +192,11 @@ pllm_prefix_verdict pllm_prefix_entry_decode(const uint8_t *buf, size_t n,
             WHY("token %u differs (offset %zu)", i, 96 + 4 * (size_t)i);
             return PLLM_PREFIX_MISMATCH;
         }
+    size_t frame = ZSTD_findFrameCompressedSize(buf + hdr, (size_t)comp);
+    if (ZSTD_isError(frame) || frame != comp) {
+        WHY("the payload is not exactly one zstd frame");
+        return PLLM_PREFIX_CORRUPT;
+    }
     unsigned long long fsz = ZSTD_getFrameContentSize(buf + hdr, (size_t)comp);
     if (fsz != raw) {
         WHY("zstd frame content size %llu, expected %llu", fsz, (unsigned long long)raw);
@@ -387,10 +397,16 @@ pllm_status pllm_prefix_store_get(pllm_prefix_store *s, const pllm_prefix_expect
         s->st.misses++;
         goto out;
     }
-    /* no entry is larger than its header plus zstd's bound on the block: read at most one
-     * byte more, so a longer file is seen as such without reading it all */
-    size_t limit = PLLM_PREFIX_HEADER_BYTES(x->block_size) + ZSTD_compressBound(x->raw_bytes) + 1;
-    size_t want = PLLM_MIN((size_t)sb.st_size, limit), got = 0;
+    /* no entry is larger than its header plus zstd's bound on the block (the decoder checks
+     * it): a longer file is corrupt without reading it */
+    size_t limit = PLLM_PREFIX_HEADER_BYTES(x->block_size) + ZSTD_compressBound(x->raw_bytes);
+    char why[160];
+    if ((uint64_t)sb.st_size > (uint64_t)limit) {
+        snprintf(why, sizeof why, "%lld bytes, more than an entry of this block can be",
+                 (long long)sb.st_size);
+        goto corrupt;
+    }
+    size_t want = (size_t)sb.st_size, got = 0;
     if (!buf_reserve(s, want ? want : 1)) {
         st = PLLM_ERR_NOMEM;
         goto out;
@@ -402,20 +418,20 @@ pllm_status pllm_prefix_store_get(pllm_prefix_store *s, const pllm_prefix_expect
         got += (size_t)r;
     }
     s->st.bytes_read += (int64_t)got;
-    char why[160];
     pllm_prefix_verdict v = pllm_prefix_entry_decode(s->buf, got, x, kv, why, sizeof why);
     if (v == PLLM_PREFIX_OK) {
         *hit = true;
         s->st.hits++;
         futimens(fd, NULL); /* recently used: evicted last */
-    } else if (v == PLLM_PREFIX_CORRUPT) {
+    } else if (v == PLLM_PREFIX_MISMATCH) {
+        s->st.mismatched++;
+    } else {
+    corrupt:
         s->st.corrupt++;
         /* renamed into place whole, so it was damaged after: remove it, a later save rewrites */
         bool removed = unlink(path) == 0;
         warn(s, "prefix cache: %s: corrupt entry (%s); ignored%s", path, why,
              removed ? " and removed" : "");
-    } else {
-        s->st.mismatched++;
     }
 out:
     if (fd >= 0) close(fd);
