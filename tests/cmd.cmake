@@ -25,3 +25,5 @@ set_tests_properties(cli_guard PROPERTIES TIMEOUT 900)
 # stats files (--current: nothing is run; seconds).
 pllm_add_py_test(cli_gate cli_gate.py LABELS unit)
 set_tests_properties(cli_gate PROPERTIES TIMEOUT 300)
+pllm_add_py_test(cli_prefix_cache cli_prefix_cache.py LABELS model)
+set_tests_properties(cli_prefix_cache PROPERTIES TIMEOUT 900)
