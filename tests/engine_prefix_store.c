@@ -40,7 +40,8 @@ static void block_tokens(int32_t i, int32_t *t)
 static void block_kv(int32_t i, uint8_t *kv)
 {
     uint64_t r = 0x1234 + (uint64_t)i;
-    for (size_t j = 0; j < RAW; j++) kv[j] = (uint8_t)(j % 7 == 0 ? pllm_test_rand(&r) : (uint64_t)i);
+    for (size_t j = 0; j < RAW; j++)
+        kv[j] = (uint8_t)(j % 7 == 0 ? pllm_test_rand(&r) : (uint64_t)i);
 }
 
 typedef struct chain {
@@ -94,7 +95,8 @@ static void clear_dir(void)
     for (struct dirent *de; d && (de = readdir(d));)
         if (de->d_name[0] != '.' || strncmp(de->d_name, ".tmp-", 5) == 0 ||
             strcmp(de->d_name, ".lock") == 0)
-            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) unlinkat(dirfd(d), de->d_name, 0);
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+                unlinkat(dirfd(d), de->d_name, 0);
     if (d) closedir(d);
 }
 

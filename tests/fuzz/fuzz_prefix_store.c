@@ -50,7 +50,7 @@ static void quiet(void *arg, const char *msg)
     (void)arg;
     FUZZ_CHECK(msg && msg[0], "an empty warning");
 }
-#define MAX_BS  4096
+#define MAX_BS 4096
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
