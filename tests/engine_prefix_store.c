@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -455,6 +456,45 @@ static void test_cap_lru(void)
     printf("cap: ok (LRU across runs, a hit refreshes)\n");
 }
 
+/* A save that cannot complete (here: a file size limit, as a full disk) is counted and warned
+ * about once; the caller goes on; nothing is left behind. */
+static void test_write_failure(void)
+{
+    clear_dir();
+    static chain c;
+    make_chain(&c, 3);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {.rlim_cur = 200, .rlim_max = 200};
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(2);
+        g_warnings = 0;
+        pllm_prefix_store *s = NULL;
+        if (create_store(&s, 0) != PLLM_OK) _exit(3);
+        uint8_t kv[RAW];
+        for (int32_t i = 0; i < 3; i++) {
+            block_kv(i, kv);
+            pllm_prefix_expect x = expect_of(&c, i);
+            if (pllm_prefix_store_put(s, &x, kv) != PLLM_OK) _exit(4);
+        }
+        pllm_prefix_store_stats st;
+        pllm_prefix_store_get_stats(s, &st);
+        pllm_prefix_expect x = expect_of(&c, 0);
+        bool hit = true;
+        if (pllm_prefix_store_get(s, &x, kv, &hit) != PLLM_OK || hit) _exit(5);
+        pllm_prefix_store_free(s);
+        _exit(st.write_errors == 3 && st.writes == 0 && g_warnings == 1 ? 0 : 6);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    int n_entries, n_tmp;
+    size_t bytes;
+    count_dir(&n_entries, &n_tmp, &bytes);
+    CHECK(n_entries == 0 && n_tmp == 0);
+    printf("write failure: ok (counted, warned once, nothing left behind; status %d)\n", status);
+}
+
 static void test_bad_dir(void)
 {
     pllm_prefix_store *s = NULL;
@@ -478,6 +518,7 @@ int main(void)
     test_kill_during_write();
     test_two_writers();
     test_cap_lru();
+    test_write_failure();
     test_bad_dir();
     clear_dir();
     rmdir(g_dir);
