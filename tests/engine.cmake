@@ -5,3 +5,4 @@ pllm_add_c_test(engine_sched_random SOURCES engine_sched_random.c engine_fake_ba
 pllm_add_c_test(engine_loop SOURCES engine_loop.c engine_fake_backend.c LABELS unit)
 pllm_add_c_test(engine_cpu_model SOURCES engine_cpu_model.c LABELS model)
 pllm_add_c_test(engine_prefix_store SOURCES engine_prefix_store.c LABELS unit)
+pllm_add_c_test(engine_prefix_tier SOURCES engine_prefix_tier.c LABELS model)
