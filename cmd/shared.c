@@ -103,7 +103,7 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
                    "off (prefix caching on)", "disable block-level prefix reuse", NULL});
     push(opts, n, cap,
          (cmd_opt){"prefix-cache-dir", 0, CMD_OPT_STR, &o->prefix_cache_dir, "DIR", "none",
-                   "persistent prefix cache (CPU): full prompt KV blocks are saved there "
+                   "persistent prefix cache: full prompt KV blocks are saved there "
                    "(zstd) and later runs, or other shards on this host, load them instead of "
                    "computing them; created if missing",
                    NULL});

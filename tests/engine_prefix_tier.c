@@ -148,8 +148,10 @@ int main(void)
     } runs[] = {
         {{"no directory, 14 blocks of 8", false, 64, 14, 8, PLLM_EVICT_FUTURE, PLLM_DTYPE_F32},
          ANY},
-        {{"cold, 14 blocks of 8, future", true, 64, 14, 8, PLLM_EVICT_FUTURE, PLLM_DTYPE_F32}, COLD},
-        {{"warm, 14 blocks of 8, future", true, 64, 14, 8, PLLM_EVICT_FUTURE, PLLM_DTYPE_F32}, WARM},
+        {{"cold, 14 blocks of 8, future", true, 64, 14, 8, PLLM_EVICT_FUTURE, PLLM_DTYPE_F32},
+         COLD},
+        {{"warm, 14 blocks of 8, future", true, 64, 14, 8, PLLM_EVICT_FUTURE, PLLM_DTYPE_F32},
+         WARM},
         {{"warm, 14 blocks of 8, lru, budget 11", true, 11, 14, 8, PLLM_EVICT_LRU, PLLM_DTYPE_F32},
          WARM},
         {{"warm, 256 blocks of 8", true, 2048, 256, 8, PLLM_EVICT_FUTURE, PLLM_DTYPE_F32}, WARM},
