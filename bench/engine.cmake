@@ -8,3 +8,9 @@ target_link_libraries(engine_bench PRIVATE pllm_core)
 add_executable(engine_model_bench ${CMAKE_CURRENT_SOURCE_DIR}/engine_model_bench.c)
 target_link_libraries(engine_model_bench PRIVATE pllm_cpu pllm_core)
 target_compile_definitions(engine_model_bench PRIVATE PLLM_DEFAULT_SHARED_DATA="${PLLM_SHARED_DATA}")
+
+# kv_quality: int8 KV cache against fp16 (and fp32) on a real model and ShareGPT prompts: greedy
+# agreement and logit errors. Run: build/bench/kv_quality [--model PATH] [--prompts 100] [--tokens 128]
+add_executable(kv_quality ${CMAKE_CURRENT_SOURCE_DIR}/kv_quality.c)
+target_link_libraries(kv_quality PRIVATE pllm_cpu pllm_core)
+target_compile_definitions(kv_quality PRIVATE PLLM_DEFAULT_SHARED_DATA="${PLLM_SHARED_DATA}")

@@ -255,6 +255,7 @@ typedef struct bench_run_ctx {
     cmd_plot *plot; /* --plot: the first measured run, else NULL */
     cmd_progress *prog;
     cmd_progress_state ps;
+    uint64_t digest; /* sum over completions of a hash of (request, index, output ids) */
 } bench_run_ctx;
 
 static void on_done(const pllm_completion *c, void *arg)
@@ -267,13 +268,15 @@ static void on_done(const pllm_completion *c, void *arg)
     x->ps.prompt_tokens += c->prompt_tokens;
     x->ps.cached_tokens += c->cached_tokens;
     if (c->finish == PLLM_FINISH_ERROR) x->ps.failed++;
+    x->digest += XXH3_64bits_withSeed(c->token_ids, (size_t)c->n_tokens * sizeof *c->token_ids,
+                                      c->req_id * 1025 + (uint64_t)c->index);
 }
 
 /* One run of requests [0, n) on a fresh engine. rep NULL: a warmup (nothing recorded). */
 static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const bench_workload *w,
                     int64_t n, pllm_report *rep, bool new_run, pllm_engine_stats *es,
                     pllm_engine_plan_stats *plan, volatile sig_atomic_t *interrupted,
-                    cmd_progress *prog, cmd_plot *plot)
+                    cmd_progress *prog, cmd_plot *plot, uint64_t *digest)
 {
     pllm_engine *eng;
     if (pllm_engine_create(&eng, rt->model, (pllm_backend *)&rt->backend, rt->tok, ep) != PLLM_OK) {
@@ -324,6 +327,8 @@ static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const b
     cmd_progress_finish(prog, &x.ps);
     pllm_engine_get_stats(eng, es);
     pllm_engine_get_plan_stats(eng, plan);
+    *digest = x.digest;
+    cmd_prefix_cache_report(eng, ep->prefix_cache_dir, NULL, !prog->enabled);
     pllm_engine_free(eng);
     pllm_report_free(&scratch);
     return rc;
@@ -596,25 +601,32 @@ int cmd_bench(int argc, char **argv)
     cmd_progress prog;
     pllm_engine_stats es0, es;
     pllm_engine_plan_stats plan0, plan;
+    uint64_t digest = 0;
     memset(&es0, 0, sizeof es0);
     memset(&plan0, 0, sizeof plan0);
     if (o.warmup > 0) {
         cmd_progress_init(&prog, quiet, log_interval, "warmup", pllm_now());
         rc = run_once(&rt, &eo.ep, &w, PLLM_MIN((int64_t)o.warmup, w.n), NULL, false, &es, &plan,
-                      &interrupted, &prog, NULL);
+                      &interrupted, &prog, NULL, &digest);
         if (rc) goto interrupted;
     }
     bool deterministic = true;
+    uint64_t digest0 = 0;
     for (int i = 0; i < o.repeat; i++) {
         char what[32];
         snprintf(what, sizeof what, o.repeat > 1 ? "run %d/%d" : "bench", i + 1, o.repeat);
         cmd_progress_init(&prog, quiet, log_interval, what, pllm_now());
         rc = run_once(&rt, &eo.ep, &w, w.n, &rep, i > 0, &es, &plan, &interrupted, &prog,
-                      i == 0 && plot_path ? &plot : NULL);
+                      i == 0 && plot_path ? &plot : NULL, &digest);
         if (rc) goto interrupted;
         if (i == 0) {
             es0 = es;
             plan0 = plan;
+            digest0 = digest;
+        } else if (digest != digest0) {
+            deterministic = false;
+        } else if (eo.ep.prefix_cache_dir) {
+            /* later runs load what earlier ones saved: only the outputs must repeat */
         } else if (memcmp(&es, &es0, sizeof es) != 0 ||
                    plan.blocks_computed != plan0.blocks_computed ||
                    plan.blocks_recomputed != plan0.blocks_recomputed ||
@@ -668,6 +680,9 @@ int cmd_bench(int argc, char **argv)
     json_decref(out);
     out = doc;
     json_object_set_new(out, "counters_repeat", json_boolean(deterministic));
+    char dg[24];
+    snprintf(dg, sizeof dg, "%016llx", (unsigned long long)digest0);
+    json_object_set_new(out, "output_digest", json_string(dg));
     json_object_set_new(out, "peak_rss_mb", json_real(cmd_peak_rss_mb()));
 
     if (!quiet) {
@@ -695,9 +710,10 @@ int cmd_bench(int argc, char **argv)
                  o.repeat > 1 ? (deterministic ? "identical in every run" : "DIFFER between runs")
                               : "from one run");
         pllm_report_note notes[] = {
-            {"Device", device},     {"Best achievable hit rate", best}, {"Prompt blocks", blocks},
-            {"Dataset", ds},        {"Workload fingerprint", fp},       {"Measured", runs},
-            {"Peak RSS (MiB)", rss}};
+            {"Device", device},           {"Best achievable hit rate", best},
+            {"Prompt blocks", blocks},    {"Dataset", ds},
+            {"Workload fingerprint", fp}, {"Measured", runs},
+            {"Output digest", dg},        {"Peak RSS (MiB)", rss}};
         pllm_report_print(&rep, &es0, "pllm bench", notes, (int)PLLM_ARRAY_LEN(notes), stderr);
     }
     if (stats_json &&

@@ -954,10 +954,12 @@ int cmd_generate(int argc, char **argv)
                           cut ? notes : notes + 1, (int)PLLM_ARRAY_LEN(notes) - (cut ? 0 : 1),
                           stderr);
     }
+    cmd_prefix_cache_report(eng, eo.ep.prefix_cache_dir, NULL, quiet);
     bool stats_failed = false;
     if (stats_json) {
         json_t *j = pllm_report_json(&g.rep, &es);
         cmd_plan_stats_json(j, &plan);
+        cmd_prefix_cache_report(eng, eo.ep.prefix_cache_dir, j, true);
         json_object_set_new(j, "command", json_string("generate"));
         json_object_set_new(j, "device", json_string(rt.device_name));
         json_object_set_new(j, "kernels", json_string(rt.kernels));

@@ -148,9 +148,12 @@ static int open_cpu(cmd_runtime *rt, const cmd_runtime_opts *o)
     }
     int nt = 0;
     snprintf(rt->device_name, sizeof rt->device_name, "cpu");
-    snprintf(rt->kernels, sizeof rt->kernels, "%s kernels, %s math, %s KV", pllm_cpu_backend_describe(&rt->backend, &nt),
+    snprintf(rt->kernels, sizeof rt->kernels, "%s kernels, %s math, %s KV",
+             pllm_cpu_backend_describe(&rt->backend, &nt),
              pllm_cpu_backend_int_math(&rt->backend) ? "int8" : "f32",
-             pllm_cpu_backend_kv_dtype(&rt->backend) == PLLM_DTYPE_F16 ? "fp16" : "fp32");
+             pllm_cpu_backend_kv_dtype(&rt->backend) == PLLM_DTYPE_F16     ? "fp16"
+             : pllm_cpu_backend_kv_dtype(&rt->backend) == PLLM_KV_DTYPE_I8 ? "int8"
+                                                                           : "fp32");
     rt->threads = nt;
     rt->dev.kind = CMD_DEVICE_CPU;
     return 0;
@@ -166,6 +169,11 @@ static int open_cuda(cmd_runtime *rt, const cmd_runtime_opts *o)
     if (o->gpu_memory_fraction > 0) cp.gpu_memory_fraction = o->gpu_memory_fraction;
     if (o->step_tokens > 0) cp.reserve_tokens = o->step_tokens;
     if (o->step_seqs > 0) cp.reserve_seqs = o->step_seqs;
+    if (o->kv_dtype == PLLM_KV_DTYPE_I8) {
+        fprintf(stderr,
+                "pllm: --kv-cache-dtype int8 is CPU-only (use --device cpu, or fp16 on CUDA)\n");
+        return 2;
+    }
     if (o->kv_dtype >= 0) cp.kv_dtype = (pllm_dtype)o->kv_dtype;
     if (o->weight_dtype == PLLM_DTYPE_F16) cp.weights = PLLM_CUDA_WEIGHTS_F16;
     if (o->weight_dtype == PLLM_DTYPE_BF16) cp.weights = PLLM_CUDA_WEIGHTS_BF16;

@@ -61,7 +61,9 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"kv-cache-dtype", 0, CMD_OPT_STR, &o->kv_dtype, "T",
-                   "auto (fp16; fp32 on the CPU with f32 math)", "KV cache dtype: auto, fp16, fp32",
+                   "auto (fp16; fp32 on the CPU with f32 math)",
+                   "KV cache dtype: auto, fp16, fp32, int8 (CPU: per-token scales, about half the "
+                   "memory of fp16)",
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"cpu-math", 0, CMD_OPT_STR, &o->cpu_math, "M",
@@ -126,10 +128,33 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
     push(opts, n, cap,
          (cmd_opt){"no-prefix-cache", 0, CMD_OPT_FLAG, &o->no_prefix_cache, NULL,
                    "off (prefix caching on)", "disable block-level prefix reuse", NULL});
+    push(opts, n, cap,
+         (cmd_opt){"prefix-cache-dir", 0, CMD_OPT_STR, &o->prefix_cache_dir, "DIR", "none",
+                   "persistent prefix cache: full prompt KV blocks are saved there "
+                   "(zstd) and later runs, or other shards on this host, load them instead of "
+                   "computing them; created if missing",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"prefix-cache-max-mb", 0, CMD_OPT_INT, &o->prefix_cache_mb, "MB", "4096",
+                   "size cap of --prefix-cache-dir (least recently used entries go first)", NULL});
 }
 
 int cmd_engine_opts_finish(cmd_engine_opts *o)
 {
+    if (o->prefix_cache_mb < 0) {
+        fprintf(stderr, "pllm: --prefix-cache-max-mb must be >= 0, got %d\n", o->prefix_cache_mb);
+        return 2;
+    }
+    if (o->prefix_cache_dir && o->no_prefix_cache) {
+        fprintf(stderr, "pllm: --prefix-cache-dir needs prefix caching (drop --no-prefix-cache)\n");
+        return 2;
+    }
+    if (o->prefix_cache_dir && !o->prefix_cache_dir[0]) {
+        fprintf(stderr, "pllm: --prefix-cache-dir is empty\n");
+        return 2;
+    }
+    o->ep.prefix_cache_dir = o->prefix_cache_dir;
+    o->ep.prefix_cache_max_bytes = (size_t)o->prefix_cache_mb << 20;
     if (o->kv_mb < 0) {
         fprintf(stderr, "pllm: --kv-cache-mb must be >= 0, got %d\n", o->kv_mb);
         return 2;
@@ -182,7 +207,10 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
               {"bfloat16", PLLM_DTYPE_BF16},
               {"float32", PLLM_DTYPE_F32},
               {"float", PLLM_DTYPE_F32}},
-      kt[] = {{"auto", -1}, {"fp16", PLLM_DTYPE_F16}, {"fp32", PLLM_DTYPE_F32}};
+      kt[] = {{"auto", -1},
+              {"fp16", PLLM_DTYPE_F16},
+              {"fp32", PLLM_DTYPE_F32},
+              {"int8", PLLM_KV_DTYPE_I8}};
     o->rt.weight_dtype = o->rt.kv_dtype = -2;
     for (size_t i = 0; i < PLLM_ARRAY_LEN(wt); i++)
         if (!strcmp(o->dtype, wt[i].name)) o->rt.weight_dtype = wt[i].dtype;
@@ -213,7 +241,7 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
     }
     if (cmd_thinking_parse(o->thinking, &o->rt.thinking)) return 2;
     if (o->rt.kv_dtype == -2) {
-        fprintf(stderr, "pllm: --kv-cache-dtype '%s' is not one of auto, fp16, fp32\n",
+        fprintf(stderr, "pllm: --kv-cache-dtype '%s' is not one of auto, fp16, fp32, int8\n",
                 o->kv_dtype);
         return 2;
     }
@@ -282,6 +310,8 @@ int cmd_check_kv_budget(const cmd_runtime *rt, const cmd_engine_opts *o)
 
 int cmd_size_kv(const cmd_runtime *rt, cmd_engine_opts *o)
 {
+    /* the numerics that decide a KV block's bytes (kernels, weight math, KV dtype) */
+    o->ep.prefix_cache_tag = rt->kernels;
     if (rt->dev.kind != CMD_DEVICE_CUDA || o->ep.kv_bytes > 0 || o->ep.n_blocks > 0) return 0;
     const pllm_backend *b = &rt->backend;
     size_t avail = 0;
@@ -500,4 +530,29 @@ double cmd_peak_rss_mb(void)
 int64_t cmd_unix_time(void)
 {
     return (int64_t)time(NULL);
+}
+
+void cmd_prefix_cache_report(const pllm_engine *eng, const char *dir, json_t *report, bool quiet)
+{
+    pllm_prefix_store_stats ps;
+    if (!pllm_engine_get_prefix_store_stats(eng, &ps)) return;
+    if (!quiet)
+        fprintf(stderr,
+                "pllm: prefix cache %s: %lld blocks loaded (%.1f MB read, %.3f s), %lld saved "
+                "(%.1f MB, %.3f s), %lld already there, %lld corrupt ignored, %lld evicted, %lld "
+                "failed saves\n",
+                dir, (long long)ps.hits, (double)ps.bytes_read / 1e6, ps.seconds_read,
+                (long long)ps.writes, (double)ps.bytes_written / 1e6, ps.seconds_write,
+                (long long)ps.skipped, (long long)ps.corrupt, (long long)ps.evicted,
+                (long long)ps.write_errors);
+    if (!report) return;
+    json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f}", "dir",
+                          dir, "blocks_loaded", (json_int_t)ps.hits, "blocks_saved",
+                          (json_int_t)ps.writes, "blocks_already_there", (json_int_t)ps.skipped,
+                          "lookups_missed", (json_int_t)ps.misses, "corrupt_ignored",
+                          (json_int_t)ps.corrupt, "mismatched_ignored", (json_int_t)ps.mismatched,
+                          "evicted", (json_int_t)ps.evicted, "failed_saves",
+                          (json_int_t)ps.write_errors, "bytes_read", (json_int_t)ps.bytes_read,
+                          "seconds_read", ps.seconds_read, "seconds_write", ps.seconds_write);
+    if (j) json_object_set_new(report, "prefix_cache_dir", j);
 }

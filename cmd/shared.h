@@ -29,6 +29,8 @@ typedef struct cmd_engine_opts {
     const char *cpu_math;         /* --cpu-math */
     const char *attention;        /* --attention-backend */
     const char *thinking;         /* --thinking */
+    const char *prefix_cache_dir; /* --prefix-cache-dir */
+    int32_t prefix_cache_mb;      /* --prefix-cache-max-mb */
     char defs[4][32];
 } cmd_engine_opts;
 
@@ -94,6 +96,10 @@ int cmd_sampling_opts_apply_model(const cmd_sampling_opts *o, const pllm_model *
  * finished and exits 130); a second one kills the process at once (default action). */
 void cmd_signals_install(volatile sig_atomic_t *flag);
 void cmd_signals_restore(void);
+
+/* The persistent prefix cache's counters of a finished run, one line on stderr (nothing when
+ * the engine has none); added to report as "prefix_cache_dir" when report is not NULL. */
+void cmd_prefix_cache_report(const pllm_engine *eng, const char *dir, json_t *report, bool quiet);
 
 /* Peak resident set size of this process in MiB. */
 double cmd_peak_rss_mb(void);

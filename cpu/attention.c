@@ -9,9 +9,10 @@
 
 size_t pllm_cpu_attn_tile_scratch(int32_t n_rows, int32_t block_size)
 {
-    /* fast tile: m[rows], l[rows][16]; other AVX-512 tile: m[rows], l[rows], one chunk of
-     * probabilities; fallback: one block of scores */
-    size_t tiled = PLLM_MAX(17 * (size_t)n_rows, 2 * (size_t)n_rows + PLLM_CPU_ATTN_CHUNK);
+    /* fast tile: m[rows], l[rows][16] (int8 KV: and per row its int8 query, 128 bytes, and two
+     * words); other AVX-512 tile: m[rows], l[rows], one chunk of probabilities; fallback: one
+     * block of scores */
+    size_t tiled = PLLM_MAX((17 + 34) * (size_t)n_rows, 2 * (size_t)n_rows + PLLM_CPU_ATTN_CHUNK);
     return PLLM_MAX(tiled, (size_t)block_size) + 16;
 }
 
@@ -34,12 +35,18 @@ static void tile_fallback(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args 
                           float *scratch)
 {
     const int32_t hd = a->kv->head_dim;
+    const bool i8 = a->kv->dtype == PLLM_KV_DTYPE_I8;
     pllm_cpu_attn_args ra = *a;
     for (int32_t i = 0; i < t->n_q; i++) {
         ra.n_pos = t->pos0 + i + 1;
-        for (int32_t g = 0; g < t->n_group; g++)
-            pllm_cpu_attend(t->out + i * t->ld_out + (int64_t)g * hd, t->q + i * t->ld_q + (int64_t)g * hd, t->kv_head, &ra,
-                            kern, scratch);
+        for (int32_t g = 0; g < t->n_group; g++) {
+            float *o = t->out + i * t->ld_out + (int64_t)g * hd;
+            const float *q = t->q + i * t->ld_q + (int64_t)g * hd;
+            if (i8)
+                pllm_cpu_attend_i8(o, q, t->kv_head, &ra, scratch);
+            else
+                pllm_cpu_attend(o, q, t->kv_head, &ra, kern, scratch);
+        }
     }
 }
 
@@ -427,6 +434,10 @@ T512 static void tile_fast(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args
 
 void pllm_cpu_attn_tile_prefetch(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, int32_t n_pos)
 {
+    if (a->kv->dtype == PLLM_KV_DTYPE_I8) {
+        pllm_cpu_attn_tile_prefetch_i8(t, a, n_pos);
+        return;
+    }
 #if defined(__x86_64__) && ATTN_PF > 0
     const pllm_kv_layout *kv = a->kv;
     const int32_t bs = kv->block_size, n = PLLM_MIN(n_pos, t->pos0 + t->n_q);
@@ -447,6 +458,14 @@ void pllm_cpu_attend_tile(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args 
                           float *scratch)
 {
 #if defined(__x86_64__)
+    if (a->kv->dtype == PLLM_KV_DTYPE_I8) {
+        if (kern->isa >= PLLM_CPU_ISA_AVX512VNNI && a->kv->head_dim % 16 == 0 &&
+            a->kv->head_dim <= 128)
+            pllm_cpu_attend_tile_i8_vnni(t, a, scratch);
+        else
+            tile_fallback(t, a, kern, scratch);
+        return;
+    }
     if (kern->isa >= PLLM_CPU_ISA_AVX512) {
         if (a->kv->head_dim % 16 == 0 && a->kv->head_dim <= 128) tile_fast(t, a, scratch);
         else tile_avx512(t, a, scratch);
@@ -461,6 +480,14 @@ void pllm_cpu_rope_store_kv(void *k_cache, void *v_cache, const pllm_kv_layout *
                             const pllm_cpu_kernels *kern, float *tmp)
 {
     const int32_t bs = kv->block_size, hd = kv->head_dim;
+    if (kv->dtype == PLLM_KV_DTYPE_I8) {
+        for (int32_t h = 0; h < kv->n_head_kv; h++) {
+            memcpy(tmp, k + (int64_t)h * hd, sizeof(float) * (size_t)hd);
+            pllm_cpu_rope_apply(tmp, cos_sin, rope_dim, mode);
+            pllm_cpu_kv_i8_store(k_cache, v_cache, kv, slot, h, tmp, v + (int64_t)h * hd);
+        }
+        return;
+    }
     for (int32_t h = 0; h < kv->n_head_kv; h++) {
         const size_t idx =
             (((size_t)(slot / bs) * (size_t)kv->n_head_kv + (size_t)h) * (size_t)bs + (size_t)(slot % bs)) * (size_t)hd;

@@ -61,9 +61,34 @@ void pllm_cpu_attend_tile(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args 
 #define PLLM_CPU_ATTN_PREFETCH 32 /* positions of the next tile to prefetch */
 void pllm_cpu_attn_tile_prefetch(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, int32_t n_pos);
 
+/*
+ * int8 KV cache (engine/backend.h, PLLM_KV_DTYPE_I8; attention_i8.c has the numerics). The tile
+ * takes the AVX-512 VNNI path (head_dim a multiple of 16 up to 128, kernel table avx512vnni);
+ * otherwise each row runs pllm_cpu_attend_i8, the scalar reference. head_dim: a multiple of 4, at
+ * most PLLM_KV_I8_MAX_HEAD_DIM.
+ */
+#define PLLM_KV_I8_MAX_HEAD_DIM 256
+/* q[n] = the int8 row of x[n]; returns its scale as half bits (x ~ scale * q). */
+uint16_t pllm_cpu_kv_i8_quant_row(int8_t *q, const float *x, int32_t n);
+/* q8[n] = the int8 query row of q[n], *sum = sum(q8); returns its float scale. */
+float pllm_cpu_kv_i8_quant_q(int8_t *q8, int32_t *sum, const float *q, int32_t n);
+/* Quantize one head's k[head_dim] (after RoPE) and v[head_dim] into slot's place; and read
+ * them back (dequantized; k or v may be NULL). */
+void pllm_cpu_kv_i8_store(void *k_cache, void *v_cache, const pllm_kv_layout *kv, int32_t slot,
+                          int32_t head, const float *k, const float *v);
+void pllm_cpu_kv_i8_load(float *k, float *v, const void *k_cache, const void *v_cache,
+                         const pllm_kv_layout *kv, int32_t slot, int32_t head);
+/* The per-row reference (pllm_cpu_attend's contract; scores: block_size floats). */
+void pllm_cpu_attend_i8(float *out, const float *q, int32_t kv_head, const pllm_cpu_attn_args *a,
+                        float *scores);
+void pllm_cpu_attend_tile_i8_vnni(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a,
+                                  float *scratch);
+void pllm_cpu_attn_tile_prefetch_i8(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a,
+                                    int32_t n_pos);
+
 /* RoPE of one token's K heads written straight into the cache, with its V heads, in one pass:
  *   k, v: [n_head_kv][head_dim] (k is not modified); cos_sin: [rope_dim] (pllm_cpu_rope_table);
- *   the cache position is slot's (model/backend.h); tmp: head_dim floats (F16 caches). */
+ *   the cache position is slot's (model/backend.h); tmp: head_dim floats (F16 and I8 caches). */
 void pllm_cpu_rope_store_kv(void *k_cache, void *v_cache, const pllm_kv_layout *kv, int32_t slot, const float *k,
                             const float *v, const float *cos_sin, int32_t rope_dim, pllm_rope_mode mode,
                             const pllm_cpu_kernels *kern, float *tmp);

@@ -62,7 +62,8 @@ typedef struct cpu_ctx {
     double *inv_freq_long;       /* [rope_dim / 2] LONGROPE: positions >= rope_orig_ctx; or NULL */
 
     /* KV cache: for layer l, K at kv_mem + (2l) * layer_bytes, V at (2l + 1) * layer_bytes,
-     * each [n_blocks][n_head_kv][block_size][head_dim] of kv.dtype. */
+     * each [n_blocks][n_head_kv][block_size][head_dim] of kv.dtype (I8: then its scales,
+     * engine/backend.h). */
     pllm_kv_layout kv;
     bool kv_ready;
     uint8_t *kv_mem;
@@ -443,8 +444,10 @@ static pllm_status cpu_kv_init(void *vctx, const pllm_kv_layout *L)
         return pllm_errorf(PLLM_ERR_INVALID,
                            "cpu kv_init: layout (n_layer %d, n_head_kv %d, head_dim %d) does not match the model (%d, %d, %d)",
                            L->n_layer, L->n_head_kv, L->head_dim, cfg->n_layer, cfg->n_head_kv, cfg->head_dim);
-    if (L->dtype != PLLM_DTYPE_F32 && L->dtype != PLLM_DTYPE_F16)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "cpu kv_init: KV dtype %s is not supported (F32, F16)", pllm_dtype_name(L->dtype));
+    if (L->dtype != PLLM_DTYPE_F32 && L->dtype != PLLM_DTYPE_F16 && L->dtype != PLLM_KV_DTYPE_I8)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "cpu kv_init: KV dtype %s is not supported (F32, F16, I8)",
+                           pllm_kv_dtype_name(L->dtype));
     if (L->block_size < 1 || L->block_size > 65536 || L->n_blocks < 1)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu kv_init: block_size %d (1..65536) and n_blocks %d (>= 1) are invalid",
                            L->block_size, L->n_blocks);
@@ -452,8 +455,9 @@ static pllm_status cpu_kv_init(void *vctx, const pllm_kv_layout *L)
         return pllm_errorf(PLLM_ERR_RANGE, "cpu kv_init: %d blocks of %d tokens exceed the int32 slot range", L->n_blocks,
                            L->block_size);
     size_t layer = 0, total = 0;
-    if (!pllm_mul_size((size_t)L->n_blocks, (size_t)L->n_head_kv * (size_t)L->block_size * (size_t)L->head_dim *
-                                                pllm_dtype_block_bytes(L->dtype), &layer) ||
+    if (!pllm_mul_size((size_t)L->n_blocks,
+                       (size_t)L->n_head_kv * (size_t)L->block_size * pllm_kv_row_bytes(L),
+                       &layer) ||
         !pllm_mul_size(layer, 2 * (size_t)L->n_layer, &total))
         return pllm_errorf(PLLM_ERR_NOMEM, "cpu kv_init: %d blocks overflow the address space", L->n_blocks);
 
@@ -510,15 +514,62 @@ static pllm_status cpu_copy_blocks(void *vctx, const int32_t *src, const int32_t
 {
     cpu_ctx *c = vctx;
     PLLM_TRY(pllm_backend_check_copy_blocks("cpu", c->kv_ready ? &c->kv : NULL, src, dst, n));
-    size_t block = c->kv_layer_bytes / (size_t)c->kv.n_blocks; /* one block of one layer's K (or V) */
+    /* one block of one layer's K (or V): its data, and for I8 its scales after all the data */
+    const pllm_kv_layout *L = &c->kv;
+    const size_t slab = (size_t)L->n_head_kv * (size_t)L->block_size;
+    const bool i8 = L->dtype == PLLM_KV_DTYPE_I8;
+    const size_t block = i8 ? slab * (size_t)L->head_dim : c->kv_layer_bytes / (size_t)L->n_blocks;
+    const size_t scales = i8 ? slab * 2 : 0, data = block * (size_t)L->n_blocks;
     for (int32_t i = 0; i < n; i++) {
         if (src[i] == dst[i]) continue;
         for (int32_t l = 0; l < 2 * c->kv.n_layer; l++) {
             uint8_t *base = c->kv_mem + (size_t)l * c->kv_layer_bytes;
             memmove(base + (size_t)dst[i] * block, base + (size_t)src[i] * block, block);
+            if (scales)
+                memmove(base + data + (size_t)dst[i] * scales,
+                        base + data + (size_t)src[i] * scales, scales);
         }
     }
     return PLLM_OK;
+}
+
+/* One block of every layer's K and V to or from buf (backend.h's kv_read_block layout). */
+static pllm_status cpu_block_io(cpu_ctx *c, int32_t id, uint8_t *buf, const uint8_t *src)
+{
+    if (!c->kv_ready || id < 0 || id >= c->kv.n_blocks)
+        return pllm_errorf(PLLM_ERR_RANGE, "cpu kv block %d: outside [0, %d)%s", id,
+                           c->kv_ready ? c->kv.n_blocks : 0,
+                           c->kv_ready ? "" : " (before kv_init)");
+    const pllm_kv_layout *L = &c->kv;
+    const size_t slab = (size_t)L->n_head_kv * (size_t)L->block_size;
+    const bool i8 = L->dtype == PLLM_KV_DTYPE_I8;
+    const size_t block = i8 ? slab * (size_t)L->head_dim : c->kv_layer_bytes / (size_t)L->n_blocks;
+    const size_t scales = i8 ? slab * 2 : 0, data = block * (size_t)L->n_blocks;
+    size_t at = 0;
+    for (int32_t l = 0; l < 2 * L->n_layer; l++) {
+        uint8_t *base = c->kv_mem + (size_t)l * c->kv_layer_bytes;
+        uint8_t *parts[2] = {base + (size_t)id * block, base + data + (size_t)id * scales};
+        size_t lens[2] = {block, scales};
+        for (int k = 0; k < 2; k++) {
+            if (src)
+                memcpy(parts[k], src + at, lens[k]);
+            else
+                memcpy(buf + at, parts[k], lens[k]);
+            at += lens[k];
+        }
+    }
+    PLLM_ASSERT(at == pllm_kv_block_bytes(L));
+    return PLLM_OK;
+}
+
+static pllm_status cpu_kv_read_block(void *vctx, int32_t block, void *buf)
+{
+    return cpu_block_io(vctx, block, buf, NULL);
+}
+
+static pllm_status cpu_kv_write_block(void *vctx, int32_t block, const void *buf)
+{
+    return cpu_block_io(vctx, block, NULL, buf);
 }
 
 static void cpu_destroy(void *vctx)
@@ -552,6 +603,8 @@ static const pllm_backend_iface g_cpu_iface = {
     .kv_init = cpu_kv_init,
     .step = cpu_step,
     .copy_blocks = cpu_copy_blocks,
+    .kv_read_block = cpu_kv_read_block,
+    .kv_write_block = cpu_kv_write_block,
     .destroy = cpu_destroy,
 };
 
@@ -655,10 +708,21 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
         return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: math must be AUTO, INT8 or F32, got %d", (int)params.math);
     if (params.n_threads < 0 || params.n_threads > 1024)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: n_threads must be in [0, 1024] (0: all cores), got %d", params.n_threads);
-    if (params.kv_dtype != PLLM_DTYPE_F32 && params.kv_dtype != PLLM_DTYPE_F16 && params.kv_dtype != PLLM_DTYPE_COUNT)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "cpu backend: kv_dtype %s is not supported (F32, F16, or COUNT: auto)",
-                           params.kv_dtype >= 0 && params.kv_dtype < PLLM_DTYPE_COUNT ? pllm_dtype_name(params.kv_dtype) : "?");
+    if (params.kv_dtype != PLLM_DTYPE_F32 && params.kv_dtype != PLLM_DTYPE_F16 &&
+        params.kv_dtype != PLLM_KV_DTYPE_I8 && params.kv_dtype != PLLM_DTYPE_COUNT)
+        return pllm_errorf(
+            PLLM_ERR_UNSUPPORTED,
+            "cpu backend: kv_dtype %s is not supported (F32, F16, I8, or COUNT: auto)",
+            params.kv_dtype >= 0 && params.kv_dtype < PLLM_DTYPE_COUNT
+                ? pllm_dtype_name(params.kv_dtype)
+                : "?");
     const pllm_model_config *cfg = &model->cfg;
+    if (params.kv_dtype == PLLM_KV_DTYPE_I8 &&
+        (cfg->head_dim % 4 || cfg->head_dim > PLLM_KV_I8_MAX_HEAD_DIM))
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "cpu backend: model %s: an int8 KV cache needs head_dim a multiple of 4 "
+                           "up to %d, got %d",
+                           model->name, PLLM_KV_I8_MAX_HEAD_DIM, cfg->head_dim);
     if (cfg->rope_scaling == PLLM_ROPE_SCALING_LLAMA3 && !model->rope_freq_factors)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: model %s: Llama-3 RoPE scaling without rope_freq_factors", model->name);
     if (cfg->n_head_kv < 1 || cfg->n_head % cfg->n_head_kv != 0 || cfg->rope_dim > cfg->head_dim || cfg->rope_dim % 2)

@@ -18,7 +18,8 @@
  * only: a field the caller sets afterwards wins.
  *
  * The vtable:
- *   kv_layout     F32 or F16 K/V (params.kv_dtype), the model's n_layer / n_head_kv / head_dim.
+ *   kv_layout     F32, F16 or int8 K/V (params.kv_dtype; int8: PLLM_KV_DTYPE_I8, per-row fp16
+ *                 scales, engine/backend.h), the model's n_layer / n_head_kv / head_dim.
  *   kv_available  MemAvailable (/proc/meminfo) less the model's weight bytes (mapped file
  *                 pages must stay resident) less max(1 GiB, 10% of MemAvailable).
  *   kv_init       allocates n_layer x 2 x n_blocks x n_head_kv x block_size x head_dim
@@ -48,9 +49,11 @@ typedef enum pllm_cpu_math {
 
 typedef struct pllm_cpu_params {
     int n_threads;       /* 0: the number of online cores */
-    pllm_dtype kv_dtype; /* PLLM_DTYPE_F32 (default), PLLM_DTYPE_F16, or PLLM_DTYPE_COUNT: auto (F16 when
-                          * quantized matrices take the int8 path, else F32; what the CLI's auto asks) */
-    pllm_cpu_math math;  /* PLLM_CPU_MATH_AUTO (default; PLLM_CPU_MATH=f32|int8 sets the default) */
+    pllm_dtype
+        kv_dtype; /* PLLM_DTYPE_F32 (default), PLLM_DTYPE_F16, PLLM_KV_DTYPE_I8 (int8 with per-row
+                   * scales; head_dim a multiple of 4), or PLLM_DTYPE_COUNT: auto (F16 when
+                   * quantized matrices take the int8 path, else F32; what the CLI's auto asks) */
+    pllm_cpu_math math; /* PLLM_CPU_MATH_AUTO (default; PLLM_CPU_MATH=f32|int8 sets the default) */
     pllm_cpu_isa isa_cap; /* the best kernel table up to this one (default PLLM_CPU_ISA_COUNT: no
                            * cap; PLLM_CPU_ISA=scalar|avx2|avx512|avx512vnni sets the default) */
     bool qmm_scalar;      /* tests: the integer matmuls and quantizer of the scalar reference table,

@@ -816,6 +816,36 @@ static pllm_status cuda_copy_blocks(void *vctx, const int32_t *src, const int32_
     return PLLM_OK; /* ordered before the next step on the stream */
 }
 
+/* One block of every layer's K and V to or from buf (backend.h's kv_read_block layout: 2 *
+ * n_layer slabs of one block each, K then V per layer). Waits for the copies, and so for every
+ * step queued before them. */
+static pllm_status cuda_block_io(cuda_ctx *c, int32_t id, uint8_t *out, const uint8_t *in)
+{
+    if (!c->kv_ready || id < 0 || id >= c->kv.n_blocks)
+        return pllm_errorf(PLLM_ERR_RANGE, "cuda kv block %d: outside [0, %d)%s", id,
+                           c->kv_ready ? c->kv.n_blocks : 0,
+                           c->kv_ready ? "" : " (before kv_init)");
+    const size_t block = c->kv_layer_bytes / (size_t)c->kv.n_blocks;
+    for (int32_t l = 0; l < 2 * c->kv.n_layer; l++) {
+        uint8_t *dev = (uint8_t *)c->kv_mem + (size_t)l * c->kv_layer_bytes + (size_t)id * block;
+        if (in)
+            PLLM_TRY(pllm_cuda_upload(c->dev, dev, in + (size_t)l * block, block));
+        else
+            PLLM_TRY(pllm_cuda_download(c->dev, out + (size_t)l * block, dev, block));
+    }
+    return pllm_cuda_sync(c->dev); /* the host buffer is the caller's again */
+}
+
+static pllm_status cuda_kv_read_block(void *vctx, int32_t block, void *buf)
+{
+    return cuda_block_io(vctx, block, buf, NULL);
+}
+
+static pllm_status cuda_kv_write_block(void *vctx, int32_t block, const void *buf)
+{
+    return cuda_block_io(vctx, block, NULL, buf);
+}
+
 static void cuda_destroy(void *vctx)
 {
     cuda_ctx *c = vctx;
@@ -848,6 +878,8 @@ static const pllm_backend_iface g_cuda_iface = {
     .kv_init = cuda_kv_init,
     .step = cuda_step,
     .copy_blocks = cuda_copy_blocks,
+    .kv_read_block = cuda_kv_read_block,
+    .kv_write_block = cuda_kv_write_block,
     .destroy = cuda_destroy,
 };
 

@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 
 #include "engine/engine_internal.h"
+#include "engine/prefix_tier.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "tokenizer/tokenizer.h"
@@ -44,6 +45,7 @@ struct pllm_engine {
                           (generation_config.json eos_token_id) not among them */
     int32_t n_eos_ids;
     pllm_kv_manager *kv;
+    pllm_prefix_tier *tier; /* the persistent prefix cache; NULL: none */
     pllm_plan *plan;
     pllm_sched *sched;
     pllm_sched_out plan_out;
@@ -285,6 +287,24 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
         .policy = p.eviction,
     };
     if ((st = pllm_kv_manager_init(&e->kv, &pp)) != PLLM_OK) goto fail;
+    if (p.prefix_cache_dir) {
+        if (p.no_prefix_cache) {
+            st = pllm_errorf(PLLM_ERR_INVALID,
+                             "a prefix cache directory needs prefix caching (it is turned off)");
+            goto fail;
+        }
+        pllm_prefix_tier_params tp = {
+            .dir = p.prefix_cache_dir,
+            .max_bytes = p.prefix_cache_max_bytes,
+            .model_identity = model->identity,
+            .tag = p.prefix_cache_tag,
+            .warn = p.prefix_cache_warn,
+            .warn_arg = p.prefix_cache_warn_arg,
+        };
+        if ((st = pllm_prefix_tier_create(&e->tier, backend, &e->layout, &tp)) != PLLM_OK)
+            goto fail;
+        pllm_kv_set_tier(e->kv, pllm_prefix_tier_iface(e->tier));
+    }
     pllm_plan_params plp = {.block_size = p.block_size, .trie = !p.no_prefix_cache, .kv = e->kv};
     if ((st = pllm_plan_init(&e->plan, &plp)) != PLLM_OK) goto fail;
     pllm_sched_params sp = {
@@ -344,6 +364,7 @@ void pllm_engine_free(pllm_engine *e)
     pllm_sched_free(e->sched);
     pllm_plan_free(e->plan);
     pllm_kv_manager_free(e->kv);
+    pllm_prefix_tier_free(e->tier);
     pllm_sched_out_free(&e->plan_out);
     free(e->tokens);
     free(e->positions);
@@ -450,6 +471,31 @@ void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out)
 {
     *out = e->stats;
     out->blocks_used = e->stats.n_blocks - pllm_block_pool_n_free(pllm_kv_pool_c(e->kv));
+}
+
+bool pllm_engine_get_prefix_store_stats(const pllm_engine *e, pllm_prefix_store_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!e->tier) return false;
+    pllm_prefix_tier_get_stats(e->tier, out);
+    return true;
+}
+
+/* Save the full prompt blocks the step computed to the persistent prefix cache (those below
+ * n_committed: indexed, so their K/V are final). */
+static pllm_status save_prefix_blocks(pllm_engine *e, const pllm_sched_out *o)
+{
+    int32_t bs = e->p.block_size;
+    for (int32_t i = 0; i < o->n_entries; i++) {
+        const pllm_sched_entry *en = &o->entries[i];
+        const pllm_req *r = en->req;
+        if (!r || en->n_computed >= r->n_prompt) continue;
+        int32_t from = en->n_computed / bs; /* the first block not full before the step */
+        int32_t to =
+            PLLM_MIN(PLLM_MIN(en->n_computed + en->n_new, r->n_prompt) / bs, r->table.n_committed);
+        PLLM_TRY(pllm_prefix_tier_save(e->tier, r->tokens.ids, from, to, r->table.ids));
+    }
+    return PLLM_OK;
 }
 
 void pllm_engine_get_plan_stats(const pllm_engine *e, pllm_engine_plan_stats *out)
@@ -661,6 +707,7 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
     e->stats.steps++;
     double now = pllm_now(); /* the sampled tokens' time (pllm_completion.token_times) */
     if ((st = pllm_sched_update(e->sched, o)) != PLLM_OK) goto broken;
+    if (e->tier && (st = save_prefix_blocks(e, o)) != PLLM_OK) goto broken;
 
     for (int32_t k = 0; k < plan.n_samples; k++) {
         pllm_req *r = o->entries[e->sample_entry[k]].req;

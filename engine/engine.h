@@ -20,6 +20,7 @@
 
 #include "model/backend.h"
 #include "engine/block_pool.h"
+#include "engine/prefix_store.h"
 #include "model/common.h"
 #include "model/model.h"
 #include "model/sampling.h"
@@ -52,6 +53,15 @@ typedef struct pllm_engine_params {
                                    bench/engine_bench.c);
                                    PLLM_EVICT_LRU (0, a zeroed struct): least recently used.
                                    Both evict leaves first. See engine/block_pool.h. */
+    /* Persistent prefix cache (engine/prefix_tier.h, prefix_store.h): full prompt blocks are
+     * saved to this directory and loaded by later runs instead of computed. NULL: none. Needs
+     * prefix caching and a backend with kv_read_block / kv_write_block. */
+    const char *prefix_cache_dir;
+    size_t prefix_cache_max_bytes;         /* the directory's size cap; 0: 4 GiB */
+    const char *prefix_cache_tag;          /* the backend's numerics (kernels, weight math): mixed
+                                              into the cache's namespace; may be NULL */
+    pllm_prefix_warn_fn prefix_cache_warn; /* corrupt entries, failed saves; NULL: stderr */
+    void *prefix_cache_warn_arg;
 } pllm_engine_params;
 
 void pllm_engine_params_defaults(pllm_engine_params *p);
@@ -194,6 +204,8 @@ bool pllm_engine_has_work(const pllm_engine *e);
 /* One scheduling step; emit is called for every request that finishes in it. */
 pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg);
 void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out);
+/* The persistent prefix cache's counters; false (out zeroed) when the engine has none. */
+bool pllm_engine_get_prefix_store_stats(const pllm_engine *e, pllm_prefix_store_stats *out);
 /* The prefix plan statistics (above); any time, e.g. after adding the input and before the
  * first step, and after the last. */
 void pllm_engine_get_plan_stats(const pllm_engine *e, pllm_engine_plan_stats *out);

@@ -6,6 +6,7 @@
 struct pllm_kv_manager {
     pllm_block_pool *pool;
     int32_t block_size;
+    const pllm_kv_tier *tier; /* borrowed; NULL: none */
 };
 
 void pllm_kv_table_free(pllm_kv_table *t)
@@ -109,6 +110,55 @@ pllm_status pllm_kv_find_cached(pllm_kv_manager *kv, pllm_key_chain *c, const in
     }
     *n_hit = n;
     return PLLM_OK;
+}
+
+void pllm_kv_set_tier(pllm_kv_manager *kv, const pllm_kv_tier *tier)
+{
+    kv->tier = tier;
+}
+
+pllm_status pllm_kv_fetch_tier(pllm_kv_manager *kv, pllm_key_chain *c, const int32_t *tokens,
+                               int32_t n_tokens, int32_t *hit, int32_t *n_hit)
+{
+    if (!kv->tier || !pllm_block_pool_caching(kv->pool) || n_tokens < 1) return PLLM_OK;
+    int32_t bs = kv->block_size, max_blocks = (n_tokens - 1) / bs, from = *n_hit;
+    if (from >= max_blocks) return PLLM_OK;
+    PLLM_TRY(pllm_kv_keys_extend(kv, c, tokens, max_blocks * bs));
+    /* hold the hits: taking blocks from the free queue must not evict them */
+    for (int32_t i = 0; i < from; i++) pllm_block_pool_touch(kv->pool, hit[i]);
+    int32_t want = PLLM_MIN(max_blocks - from, pllm_block_pool_n_free(kv->pool) - 1);
+    int32_t n_avail = want > 0 ? kv->tier->probe(kv->tier->arg, tokens, from, want) : 0;
+    int32_t *ids = NULL, n_loaded = 0, n_indexed = 0;
+    pllm_status st = PLLM_OK;
+    if (n_avail > 0) {
+        ids = pllm_malloc((size_t)n_avail * sizeof *ids);
+        if (!ids) st = PLLM_ERR_NOMEM;
+        if (st == PLLM_OK) st = pllm_block_pool_alloc(kv->pool, n_avail, ids);
+        if (st == PLLM_OK)
+            st = kv->tier->load(kv->tier->arg, tokens, from, n_avail, ids, &n_loaded);
+        else
+            n_avail = 0;
+        for (; st == PLLM_OK && n_indexed < n_loaded; n_indexed++) {
+            int32_t d = from + n_indexed, parent = d == 0 ? -1 : hit[d - 1];
+            int32_t got = pllm_block_pool_cache(kv->pool, ids[n_indexed], c->keys[d], parent,
+                                                tokens + (size_t)d * (size_t)bs);
+            if (got < 0) break;
+            if (got != ids[n_indexed]) { /* already indexed after all: use that one */
+                pllm_block_pool_touch(kv->pool, got);
+                pllm_block_pool_release(kv->pool, &ids[n_indexed], 1);
+                ids[n_indexed] = got;
+            }
+            hit[d] = got;
+        }
+        /* unused blocks first (unindexed: reused first), then the chain tail first */
+        for (int32_t i = n_avail - 1; i >= n_indexed; i--)
+            pllm_block_pool_release(kv->pool, &ids[i], 1);
+    }
+    for (int32_t i = from + n_indexed - 1; i >= 0; i--)
+        pllm_block_pool_release(kv->pool, &hit[i], 1);
+    free(ids);
+    *n_hit = from + n_indexed;
+    return st;
 }
 
 int32_t pllm_kv_blocks_needed(const pllm_kv_manager *kv, const pllm_kv_table *t, int32_t n_hit,

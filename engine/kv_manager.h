@@ -46,6 +46,17 @@ void pllm_key_chain_free(pllm_key_chain *c);
 
 typedef struct pllm_kv_manager pllm_kv_manager;
 
+/* A second tier below the pool (engine/prefix_tier.h: blocks saved on disk). probe says how
+ * many consecutive full blocks of tokens, from block `from` (at most max), it holds; load
+ * writes them into the cache blocks ids[0 .. n) and says how many it loaded (a block that
+ * turns out to be unusable ends the run of blocks). */
+typedef struct pllm_kv_tier {
+    int32_t (*probe)(void *arg, const int32_t *tokens, int32_t from, int32_t max);
+    pllm_status (*load)(void *arg, const int32_t *tokens, int32_t from, int32_t n,
+                        const int32_t *ids, int32_t *n_loaded);
+    void *arg;
+} pllm_kv_tier;
+
 pllm_status pllm_kv_manager_init(pllm_kv_manager **out, const pllm_block_pool_params *pool_params);
 void pllm_kv_manager_free(pllm_kv_manager *kv);
 pllm_block_pool *pllm_kv_pool(pllm_kv_manager *kv);
@@ -61,6 +72,15 @@ pllm_status pllm_kv_keys_extend(pllm_kv_manager *kv, pllm_key_chain *c, const in
  * the pool. */
 pllm_status pllm_kv_find_cached(pllm_kv_manager *kv, pllm_key_chain *c, const int32_t *tokens,
                                 int32_t n_tokens, int32_t *hit, int32_t *n_hit);
+
+/* Set (or clear, NULL) the tier pllm_kv_fetch_tier consults; borrowed. */
+void pllm_kv_set_tier(pllm_kv_manager *kv, const pllm_kv_tier *tier);
+/* Extend a lookup's hits hit[0 .. *n_hit) (from pllm_kv_find_cached, capacity (n_tokens - 1) /
+ * bs) with the blocks the tier holds after them: each is loaded into a fresh block (taken from
+ * the free queue, never one of the hits or the last free block) and indexed, then released, so
+ * the hits are again cached blocks for pllm_kv_allocate. No-op without a tier or caching. */
+pllm_status pllm_kv_fetch_tier(pllm_kv_manager *kv, pllm_key_chain *c, const int32_t *tokens,
+                               int32_t n_tokens, int32_t *hit, int32_t *n_hit);
 
 /* Blocks table t must gain (besides n_hit hits) to hold n_tokens positions. */
 int32_t pllm_kv_blocks_needed(const pllm_kv_manager *kv, const pllm_kv_table *t, int32_t n_hit,

@@ -452,6 +452,8 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
         }
         if (!defer && !forked) {
             PLLM_TRY(pllm_kv_find_cached(s->kv, &r->keys, r->tokens.ids, n_tok, s->hit, &n_hit));
+            /* the persistent prefix cache: blocks after the hits, loaded from disk */
+            PLLM_TRY(pllm_kv_fetch_tier(s->kv, &r->keys, r->tokens.ids, n_tok, s->hit, &n_hit));
             if (caching && prefix_in_flight(s, s->prefilling, n_prefilling, r, n_hit)) defer = true;
         }
         int32_t n_new = PLLM_MIN(n_tok - n_hit * s->bs, *budget);

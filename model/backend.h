@@ -15,6 +15,21 @@
  *   Position p of a sequence lives in block block_table[p / block_size] at offset
  *   p % block_size. Keys are stored after RoPE.
  *
+ * int8 KV (dtype PLLM_KV_DTYPE_I8, CPU): each layer's K (and V) cache is
+ *       data   [n_blocks][n_head_kv][block_size * head_dim]   int8
+ *       scales [n_blocks][n_head_kv][block_size]              IEEE half, after all the data
+ *   one fp16 scale per (block, head, position): the row x of one head of one token is stored as
+ *   q = clamp(rint(x / s), -127, 127) with s = amax(|x|) / 127 rounded up to a half (0 when x is
+ *   0), and x is read back as s * q. A V slab (one block of one head) is [block_size][head_dim],
+ *   row-major as above; a K slab is in 4-element groups, the positions of the block interleaved,
+ *   [head_dim / 4][block_size][4] (element e of position p at ((e / 4) * block_size + p) * 4 +
+ *   e % 4), so that 16 consecutive positions of one group are 64 contiguous bytes: one integer
+ *   dot-product instruction (vpdpbusd) then yields 16 positions' partial scores. head_dim is a
+ *   multiple of 4. Per-row scales make a row's bytes a function of that row alone, so the cache
+ *   does not depend on how a block filled (token by token, a prefill chunk, a copied prefix).
+ *   A block takes block_size * (head_dim + 2) bytes per head and layer for K and as much for V:
+ *   2 * head_dim / (head_dim + 2) times the sequences of F16 (1.94x at head_dim 64).
+ *
  * A step (the plan):
  *   - tokens[n_tokens], positions[n_tokens], slots[n_tokens]: every scheduled sequence's new
  *     tokens, flattened in sequence order; slots[i] is where token i's K/V are written.
@@ -43,14 +58,31 @@ typedef struct pllm_kv_layout {
     int32_t head_dim;
     int32_t block_size;   /* tokens per block */
     int32_t n_blocks;
-    pllm_dtype dtype;     /* F32 or F16 (backend's choice) */
+    pllm_dtype dtype; /* F32, F16 or PLLM_KV_DTYPE_I8 (backend's choice) */
 } pllm_kv_layout;
+
+/* The int8 KV cache type (layout above). It is a cache format, not a tensor dtype, so it extends
+ * pllm_dtype here, past PLLM_DTYPE_COUNT (which backend params use for "auto"); the pllm_dtype_*
+ * functions of engine/dtype.h do not take it: use the pllm_kv_* helpers below. */
+#define PLLM_KV_DTYPE_I8 ((pllm_dtype)(PLLM_DTYPE_COUNT + 1))
+
+static inline const char *pllm_kv_dtype_name(pllm_dtype t)
+{
+    return t == PLLM_KV_DTYPE_I8 ? "I8" : pllm_dtype_name(t);
+}
+
+/* Bytes of one token's K (or V) row of one head, per layer, scale included. */
+static inline size_t pllm_kv_row_bytes(const pllm_kv_layout *l)
+{
+    if (l->dtype == PLLM_KV_DTYPE_I8) return (size_t)l->head_dim + 2;
+    return (size_t)l->head_dim * pllm_dtype_block_bytes(l->dtype);
+}
 
 /* Bytes one block takes across all layers, K and V. */
 static inline size_t pllm_kv_block_bytes(const pllm_kv_layout *l)
 {
-    return 2 * (size_t)l->n_layer * (size_t)l->n_head_kv * (size_t)l->block_size * (size_t)l->head_dim *
-           pllm_dtype_block_bytes(l->dtype);
+    return 2 * (size_t)l->n_layer * (size_t)l->n_head_kv * (size_t)l->block_size *
+           pllm_kv_row_bytes(l);
 }
 
 typedef struct pllm_seq_plan {
@@ -101,6 +133,14 @@ typedef struct pllm_backend_iface {
     pllm_status (*step)(void *ctx, const pllm_batch_plan *plan, pllm_step_out *out);
     /* Optional (may be NULL): copy whole blocks src[i] -> dst[i], for copy-on-write. */
     pllm_status (*copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int32_t n);
+    /* Optional (may be NULL; the persistent prefix cache needs both): copy one block's K/V
+     * out of the cache into buf, or from buf into the cache. buf holds pllm_kv_block_bytes
+     * bytes: for each layer l, K then V, the block's slab [n_head_kv][block_size][row] (I8: its
+     * data [n_head_kv][block_size * head_dim], then its scales [n_head_kv][block_size]), i.e.
+     * the cache's own bytes, so a block read and written back is bitwise the same. Every step
+     * that wrote the block has finished when kv_read_block returns. */
+    pllm_status (*kv_read_block)(void *ctx, int32_t block, void *buf);
+    pllm_status (*kv_write_block)(void *ctx, int32_t block, const void *buf);
     void (*destroy)(void *ctx);
 } pllm_backend_iface;
 

@@ -34,3 +34,5 @@ set_tests_properties(cli_gate PROPERTIES TIMEOUT 300)
 # SVGs, vLLM aliases and record defaults, refusals before the model loads (~1 minute).
 pllm_add_py_test(cli_user cli_user.py LABELS model)
 set_tests_properties(cli_user PROPERTIES TIMEOUT 900)
+pllm_add_py_test(cli_prefix_cache cli_prefix_cache.py LABELS model)
+set_tests_properties(cli_prefix_cache PROPERTIES TIMEOUT 900)

@@ -36,6 +36,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -379,8 +380,8 @@ def device_checks(tiny):
         rc, out, err = run(binary, base + ["--device", "cpu", "--attention-backend", "flashinfer"])
         check(rc == 2 and "--attention-backend flashinfer needs a CUDA device" in err,
               f"--device cpu --attention-backend flashinfer: exit {rc}: {err}")
-        rc, out, err = run(binary, base + ["--kv-cache-dtype", "int8"])
-        check(rc == 2 and "--kv-cache-dtype 'int8' is not one of" in err, f"--kv-cache-dtype int8: exit {rc}: {err}")
+        rc, out, err = run(binary, base + ["--kv-cache-dtype", "int4"])
+        check(rc == 2 and "--kv-cache-dtype 'int4' is not one of" in err, f"--kv-cache-dtype int4: exit {rc}: {err}")
     rc, out, err = run(PLLM, ["generate", "--help"])
     check(all(o in out + err for o in ("--device", "--gpu-memory-fraction", "--dtype", "--kv-cache-dtype")),
           "generate --help does not list the device options")
@@ -425,6 +426,40 @@ def kv_fraction_checks(tiny):
     print(f"  --gpu-memory-fraction 0.05 (exit {rc}): {err.strip().splitlines()[-1] if err.strip() else ''}")
 
 
+def prefix_cache_checks(tiny):
+    """--prefix-cache-dir on the CUDA backend (kv_read_block / kv_write_block through the
+    emulator): greedy tokens identical with no cache, a cold directory and a warm one; the warm
+    run loads blocks; the CPU backend, a different namespace, loads none of them."""
+    shared = " ".join(WORDS[:60])
+    prompts = write_jsonl("prefix.jsonl", [{"id": f"p{i}", "prompt": shared + " " + w}
+                                           for i, w in enumerate(("water people", "because over", "great"))])
+    d = os.path.join(TMP, "prefix_kv")
+    shutil.rmtree(d, ignore_errors=True)  # cold: the test directory outlives a run
+    args = ["--max-tokens", "4", "--ignore-eos", "--max-seqs", "4", "--device", "cuda"]
+    outs, stats = [], []
+    for i, extra in enumerate((["--no-prefix-cache"], ["--prefix-cache-dir", d], ["--prefix-cache-dir", d])):
+        sj = os.path.join(TMP, f"prefix_stats{i}.json")
+        rc, out, err = run(EMU, gen_args(tiny, prompts, args + extra + ["--stats-json", sj]))
+        if not check(rc == 0, f"prefix cache on cuda, run {i}: exit {rc}: {err[-1500:]}"):
+            return
+        outs.append({k: r.get("token_ids") for k, r in records(out).items()})
+        with open(sj) as f:
+            stats.append(json.load(f))
+    check(outs[0] == outs[1] == outs[2], f"prefix cache on cuda: tokens differ: {outs}")
+    cold, warm = stats[1]["prefix_cache_dir"], stats[2]["prefix_cache_dir"]
+    check(cold["blocks_saved"] > 0 and warm["blocks_loaded"] > 0 and warm["blocks_saved"] == 0,
+          f"prefix cache on cuda: cold {cold}, warm {warm}")
+    sj = os.path.join(TMP, "prefix_stats_cpu.json")
+    rc, out, err = run(PLLM, gen_args(tiny, prompts, args[:-2] + ["--device", "cpu", "--prefix-cache-dir", d,
+                                                                  "--stats-json", sj]))
+    if check(rc == 0, f"prefix cache, cpu after cuda: exit {rc}: {err[-800:]}"):
+        with open(sj) as f:
+            check(json.load(f)["prefix_cache_dir"]["blocks_loaded"] == 0,
+                  "the CPU backend loaded blocks the CUDA backend saved")
+    print(f"cudacli_e2e: prefix cache on cuda: {cold['blocks_saved']} blocks saved cold, "
+          f"{warm['blocks_loaded']} loaded warm, tokens identical")
+
+
 def main():
     global EMU, HAVE_REAL_CUDA
     if len(sys.argv) != 3:
@@ -439,6 +474,7 @@ def main():
     device_checks(tiny)
     t2 = time.time()
     kv_fraction_checks(tiny)
+    prefix_cache_checks(tiny)
     print(f"cudacli_e2e: greedy agreement {t1 - t0:.1f} s, device selection {t2 - t1:.1f} s, "
           f"--gpu-memory-fraction {time.time() - t2:.1f} s")
     if failures:

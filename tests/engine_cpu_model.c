@@ -8,7 +8,10 @@
  * alone. The prefix plan's counters are checked on the first configuration: with the cache
  * large enough, every distinct prompt block is computed exactly once (the identical prompt 2
  * and the prefix-sharing prompt 1 wait for prompt 0's blocks), and the achieved hit rate
- * equals the best achievable one reported before the run.
+ * equals the best achievable one reported before the run. The int8 KV cache
+ * (PLLM_KV_DTYPE_I8) runs the same kinds of configurations (chunked prefill, block size 4 and 8,
+ * preemption, prefix cache off, one sequence, one thread) and must be just as invariant; and 64 MB
+ * of it must hold 2 * head_dim / (head_dim + 2) times the blocks of fp16.
  */
 #include "cpu/cpu_backend.h"
 #include "engine/engine.h"
@@ -62,6 +65,7 @@ typedef struct config {
     int32_t budget, max_seqs, n_blocks, block_size;
     int threads;
     pllm_evict_policy eviction;
+    pllm_dtype kv; /* the CPU default, F32, unless set */
 } config;
 
 static void run(const pllm_model *m, const pllm_tokenizer *tok, pllm_tokens *prompts,
@@ -71,6 +75,7 @@ static void run(const pllm_model *m, const pllm_tokenizer *tok, pllm_tokens *pro
     pllm_cpu_params cp;
     pllm_cpu_params_defaults(&cp);
     cp.n_threads = cf->threads;
+    cp.kv_dtype = cf->kv;
     pllm_backend be = {0};
     CHECK_OK(pllm_cpu_backend_create(&be, m, &cp));
     pllm_engine_params ep;
@@ -117,6 +122,39 @@ static void run(const pllm_model *m, const pllm_tokenizer *tok, pllm_tokens *pro
     pllm_backend_free(&be);
 }
 
+/* The same --kv-cache-mb holds 2 * head_dim / (head_dim + 2) times the blocks with an int8 cache
+ * as with fp16 (engine/backend.h: 1.94x at head_dim 64), so as many more sequences. */
+static void check_capacity(const pllm_model *m, const pllm_tokenizer *tok)
+{
+    int32_t blocks[2] = {0};
+    const pllm_dtype dts[2] = {PLLM_DTYPE_F16, PLLM_KV_DTYPE_I8};
+    for (int i = 0; i < 2; i++) {
+        pllm_cpu_params cp;
+        pllm_cpu_params_defaults(&cp);
+        cp.n_threads = 1;
+        cp.kv_dtype = dts[i];
+        pllm_backend be = {0};
+        CHECK_OK(pllm_cpu_backend_create(&be, m, &cp));
+        pllm_engine_params ep;
+        pllm_engine_params_defaults(&ep);
+        ep.kv_bytes = (size_t)64 << 20;
+        pllm_engine *e = NULL;
+        CHECK_OK(pllm_engine_create(&e, m, &be, tok, &ep));
+        if (e) {
+            pllm_engine_stats st;
+            pllm_engine_get_stats(e, &st);
+            blocks[i] = st.n_blocks;
+        }
+        pllm_engine_free(e);
+        pllm_backend_free(&be);
+    }
+    const double want = 2.0 * m->cfg.head_dim / (m->cfg.head_dim + 2);
+    fprintf(stderr, "  64 MB of KV cache: %d fp16 blocks, %d int8 blocks (%.3fx; %.3fx expected)\n",
+            blocks[0], blocks[1], (double)blocks[1] / PLLM_MAX(blocks[0], 1), want);
+    CHECK(blocks[0] > 0 && blocks[1] >= (int32_t)(want * blocks[0]) - 1 &&
+          blocks[1] >= 1.9 * blocks[0]);
+}
+
 int main(void)
 {
     const char *home = pllm_test_env("PLLM_HOME", NULL);
@@ -143,21 +181,43 @@ int main(void)
         CHECK_OK(pllm_tokenizer_encode(tok, k_prompts[i], strlen(k_prompts[i]), &eo, &prompts[i]));
 
     static const config configs[] = {
-        {"cache, big budget, 64 seqs, 2 threads", true, 2048, 64, 256, 16, 2, PLLM_EVICT_LRU},
-        {"no cache, budget 13 (chunked prefill), 3 seqs", false, 13, 3, 256, 16, 2, PLLM_EVICT_LRU},
-        {"cache, budget 11, block size 4, 4 seqs", true, 11, 4, 512, 4, 2, PLLM_EVICT_LRU},
-        {"cache, 14 blocks of 8 (preemption)", true, 64, 8, 14, 8, 2, PLLM_EVICT_LRU},
-        {"no cache, 14 blocks of 8 (preemption)", false, 64, 8, 14, 8, 2, PLLM_EVICT_LRU},
-        {"no cache, 1 seq (each alone), 1 thread", false, 2048, 1, 256, 16, 1, PLLM_EVICT_LRU},
-        {"cache, 1 seq, 2 threads", true, 2048, 1, 256, 16, 2, PLLM_EVICT_LRU},
-        {"cache, 64 seqs, 1 thread, future eviction", true, 2048, 64, 256, 16, 1,
-         PLLM_EVICT_FUTURE},
-        {"cache, 14 blocks of 8, 1 thread, future", true, 64, 8, 14, 8, 1, PLLM_EVICT_FUTURE},
+        {"cache, big budget, 64 seqs, 2 threads", true, 2048, 64, 256, 16, 2, PLLM_EVICT_LRU,
+         PLLM_DTYPE_F32},
+        {"no cache, budget 13 (chunked prefill), 3 seqs", false, 13, 3, 256, 16, 2, PLLM_EVICT_LRU,
+         PLLM_DTYPE_F32},
+        {"cache, budget 11, block size 4, 4 seqs", true, 11, 4, 512, 4, 2, PLLM_EVICT_LRU,
+         PLLM_DTYPE_F32},
+        {"cache, 14 blocks of 8 (preemption)", true, 64, 8, 14, 8, 2, PLLM_EVICT_LRU,
+         PLLM_DTYPE_F32},
+        {"no cache, 14 blocks of 8 (preemption)", false, 64, 8, 14, 8, 2, PLLM_EVICT_LRU,
+         PLLM_DTYPE_F32},
+        {"no cache, 1 seq (each alone), 1 thread", false, 2048, 1, 256, 16, 1, PLLM_EVICT_LRU,
+         PLLM_DTYPE_F32},
+        {"cache, 1 seq, 2 threads", true, 2048, 1, 256, 16, 2, PLLM_EVICT_LRU, PLLM_DTYPE_F32},
+        {"cache, 64 seqs, 1 thread, future eviction", true, 2048, 64, 256, 16, 1, PLLM_EVICT_FUTURE,
+         PLLM_DTYPE_F32},
+        {"cache, 14 blocks of 8, 1 thread, future", true, 64, 8, 14, 8, 1, PLLM_EVICT_FUTURE,
+         PLLM_DTYPE_F32},
+        /* the int8 KV cache: the same invariants, against its own first configuration */
+        {"int8 KV: cache, big budget, 64 seqs", true, 2048, 64, 256, 16, 2, PLLM_EVICT_LRU,
+         PLLM_KV_DTYPE_I8},
+        {"int8 KV: no cache, budget 13, 3 seqs", false, 13, 3, 256, 16, 2, PLLM_EVICT_LRU,
+         PLLM_KV_DTYPE_I8},
+        {"int8 KV: cache, budget 11, block size 4", true, 11, 4, 512, 4, 2, PLLM_EVICT_LRU,
+         PLLM_KV_DTYPE_I8},
+        {"int8 KV: cache, 14 blocks of 8 (preemption)", true, 64, 8, 14, 8, 2, PLLM_EVICT_LRU,
+         PLLM_KV_DTYPE_I8},
+        {"int8 KV: no cache, 1 seq, 1 thread", false, 2048, 1, 256, 16, 1, PLLM_EVICT_LRU,
+         PLLM_KV_DTYPE_I8},
     };
     int32_t n_cfg = (int32_t)PLLM_ARRAY_LEN(configs);
     outputs *out = pllm_calloc((size_t)n_cfg, sizeof *out);
     double t0 = pllm_now();
+    int32_t first_i8 = n_cfg;
+    for (int32_t c = 0; c < n_cfg; c++)
+        if (configs[c].kv == PLLM_KV_DTYPE_I8 && first_i8 == n_cfg) first_i8 = c;
     for (int32_t c = 0; c < n_cfg; c++) {
+        const int32_t r = c >= first_i8 ? first_i8 : 0; /* the configuration it must equal */
         pllm_engine_stats st;
         pllm_engine_plan_stats ps, before;
         run(m, tok, prompts, &configs[c], &out[c], &st, &ps, &before);
@@ -169,7 +229,7 @@ int main(void)
                 (long long)before.best_cached_tokens, (long long)ps.blocks_computed,
                 (long long)ps.blocks_recomputed);
         if (configs[c].n_blocks == 14) CHECK(st.preemptions > 0);
-        if (c == 0) {
+        if (c == 0 || c == first_i8) {
             /* prompts 0 and 2 are identical, 1 shares a prefix: each block computed once, and
              * the best achievable hit reached */
             CHECK(st.prompt_tokens_cached > 0 && st.preemptions == 0);
@@ -179,12 +239,12 @@ int main(void)
         if (st.preemptions == 0) CHECK(ps.finished_cached_tokens <= before.best_cached_tokens);
         for (int32_t i = 0; i < N_PROMPTS + 2; i++) {
             CHECK(out[c].n[i] > 0);
-            bool same = out[c].n[i] == out[0].n[i] &&
-                        !memcmp(out[c].tokens[i], out[0].tokens[i], (size_t)out[0].n[i] * 4) &&
-                        !strcmp(out[c].text[i], out[0].text[i]);
+            bool same = out[c].n[i] == out[r].n[i] &&
+                        !memcmp(out[c].tokens[i], out[r].tokens[i], (size_t)out[r].n[i] * 4) &&
+                        !strcmp(out[c].text[i], out[r].text[i]);
             if (!same) {
                 fprintf(stderr, "  config '%s', output %d differs from config '%s'\n",
-                        configs[c].name, i, configs[0].name);
+                        configs[c].name, i, configs[r].name);
                 pllm_test_failures++;
             }
         }
@@ -195,6 +255,9 @@ int main(void)
           0); /* two seed streams */
     for (int32_t i = 0; i < N_PROMPTS; i++)
         fprintf(stderr, "  [%d] %s|%s\n", i, k_prompts[i], out[0].text[i]);
+    for (int32_t i = 0; i < N_PROMPTS; i++)
+        fprintf(stderr, "  [%d] int8 KV: %s\n", i, out[first_i8].text[i]);
+    check_capacity(m, tok);
     fprintf(stderr, "  %d configurations in %.1f s\n", n_cfg, pllm_now() - t0);
     for (int32_t i = 0; i < N_PROMPTS; i++) pllm_tokens_free(&prompts[i]);
     free(out);

@@ -10,7 +10,7 @@
 option(PLLM_FUZZ "build the libFuzzer harnesses (clang; ASan+UBSan)" OFF)
 
 set(PLLM_FUZZ_DIR ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
-set(PLLM_FUZZ_TARGETS gguf safetensors hf_config hf_dir records tokenizer tok_files chat io merge)
+set(PLLM_FUZZ_TARGETS gguf safetensors hf_config hf_dir records tokenizer tok_files chat io merge prefix_store)
 
 foreach(t ${PLLM_FUZZ_TARGETS})
   add_executable(fuzz_replay_${t} ${PLLM_FUZZ_DIR}/fuzz_${t}.c ${PLLM_FUZZ_DIR}/fuzz_util.c ${PLLM_FUZZ_DIR}/replay_main.c)

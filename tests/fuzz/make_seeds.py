@@ -454,6 +454,33 @@ def zst(data):
     return subprocess.run(["zstd", "-q", "-c", "-3"], input=data, capture_output=True, check=True).stdout
 
 
+def prefix_entry(tmp, bs, raw, tokens, depth=0, ns=7, key=(1, 2), parent=(3, 4)):
+    """A --prefix-cache-dir entry (engine/prefix_store.h) with zeroed checksums: fuzz_prefix_store
+    recomputes them in its repair mode (flag bit 0), so no hash library is needed here."""
+    import subprocess
+    src = os.path.join(tmp, "kv.bin")
+    with open(src, "wb") as f:
+        f.write(raw)
+    # from a file, so the frame header carries the content size (the format requires it)
+    comp = subprocess.run(["zstd", "-q", "-c", "-1", src], capture_output=True, check=True).stdout
+    hdr = 104 + 4 * bs
+    h = bytearray(hdr)
+    h[0:8] = b"PLLMKVB\x01"
+    struct.pack_into("<IIQQQQQIIQQQQ", h, 8, 1, hdr, ns, key[0], key[1], parent[0], parent[1], depth, bs,
+                     len(raw), len(comp), 0, 0)
+    struct.pack_into(f"<{bs}i", h, 96, *tokens)
+    return bytes(h) + comp
+
+
+def prefix_store_seeds(outdir, tmp):
+    raw = bytes((i * 37) % 251 if i % 5 else 0 for i in range(64))
+    put(outdir, "prefix_store", "repair_bs4", b"\x01" + prefix_entry(tmp, 4, raw, [1, 2, 3, 4]))
+    put(outdir, "prefix_store", "repair_bs16", b"\x01" + prefix_entry(tmp, 16, bytes(512), list(range(16)), depth=3))
+    put(outdir, "prefix_store", "raw_fixed", b"\x00" + prefix_entry(tmp, 4, raw, [1, 2, 3, 4]))
+    put(outdir, "prefix_store", "truncated", b"\x01" + prefix_entry(tmp, 4, raw, [1, 2, 3, 4])[:-7])
+    put(outdir, "prefix_store", "header_only", b"\x00PLLMKVB\x01\x01\x00\x00\x00")
+
+
 def main():
     args = sys.argv[1:]
     committed = "--committed" in args
@@ -468,6 +495,7 @@ def main():
 
     gguf_seeds(outdir, tmp, committed)
     hf_seeds(outdir, committed)
+    prefix_store_seeds(outdir, tmp)
 
     if committed:
         prompts = ["The capital of France is", "Write a haiku about \u00e9t\u00e9 \u4e2d\u6587 \U0001F600",

@@ -23,7 +23,7 @@ FUZZ_DIR=$ROOT/tests/fuzz
 BUILD=${PLLM_FUZZ_BUILD:-$ROOT/build-fuzz}
 SECS=${PLLM_FUZZ_SECONDS:-30}
 JOBS=${PLLM_FUZZ_JOBS:-1}
-ALL_TARGETS="gguf safetensors hf_config hf_dir records tokenizer tok_files chat io merge"
+ALL_TARGETS="gguf safetensors hf_config hf_dir records tokenizer tok_files chat io merge prefix_store"
 replay_only=0
 targets=""
 while [ $# -gt 0 ]; do
