@@ -323,11 +323,12 @@ static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const b
 static json_t *engine_params_json(const pllm_engine_params *ep, const pllm_engine_stats *es,
                                   int32_t max_len)
 {
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:s}", "block_size", es->block_size,
+    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:s, s:s}", "block_size", es->block_size,
                      "num_blocks", es->n_blocks, "max_batched_tokens", ep->max_batched_tokens,
                      "max_seqs", ep->max_seqs, "max_model_len", max_len, "prefix_cache",
                      !ep->no_prefix_cache, "max_bypass", ep->max_bypass, "eviction",
-                     pllm_evict_policy_str(ep->eviction));
+                     pllm_evict_policy_str(ep->eviction), "speculate",
+                     pllm_spec_mode_str(ep->speculate));
 }
 
 static bool parse_percent(const char *s, double *out)

@@ -20,6 +20,7 @@
 
 #include "model/backend.h"
 #include "engine/block_pool.h"
+#include "engine/speculate.h"
 #include "model/common.h"
 #include "model/model.h"
 #include "model/sampling.h"
@@ -52,6 +53,10 @@ typedef struct pllm_engine_params {
                                    bench/engine_bench.c);
                                    PLLM_EVICT_LRU (0, a zeroed struct): least recently used.
                                    Both evict leaves first. See engine/block_pool.h. */
+    pllm_spec_mode speculate;   /* speculative decoding without a draft model
+                                   (engine/speculate.h); PLLM_SPEC_OFF (0) by default. Output
+                                   is the same with any mode. */
+    int32_t spec_max_draft;     /* drafts per sequence per step; 0: 5 */
 } pllm_engine_params;
 
 void pllm_engine_params_defaults(pllm_engine_params *p);
@@ -122,6 +127,14 @@ typedef struct pllm_engine_stats {
     int32_t peak_blocks_used;
     int32_t n_blocks;
     int32_t block_size;
+    /* speculation (zero when off) */
+    int64_t spec_steps;     /* steps that ran drafts */
+    int64_t spec_drafted;   /* draft tokens run */
+    int64_t spec_accepted;  /* of them, accepted */
+    int64_t decode_samples; /* sequence-steps that sampled (rows of one sequence count once) */
+    int64_t decode_tokens;  /* tokens those appended: decode_tokens / decode_samples is the
+                               tokens per sequence per step (1 without speculation) */
+    double spec_cost_a, spec_cost_b; /* the policy's fitted step time a + b T (auto), seconds */
 } pllm_engine_stats;
 
 /*
