@@ -330,6 +330,7 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
             .max_draft = p.spec_max_draft,
             .ngram_min = 1,
             .ngram_max = 4,
+            .fit_max_tokens = p.max_seqs * (1 + p.spec_max_draft),
         };
         if ((st = pllm_spec_init(&e->spec, &spp)) != PLLM_OK) goto fail;
         if (hooks) {

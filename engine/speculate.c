@@ -4,10 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NGRAM_BITS   18 /* table entries: 2^18 (3 MiB) */
-#define NGRAM_ORDERS 2  /* contexts of 3, then 2 tokens */
-#define COST_DECAY   0.95
-#define ALPHA_PRIOR  4.0 /* a sequence's own rate counts after this many trials */
+#define NGRAM_BITS     18 /* table entries: 2^18 (3 MiB) */
+#define NGRAM_ORDERS   2  /* contexts of 3, then 2 tokens */
+#define COST_DECAY     0.97
+#define EXPLORE_DRAFTS 8   /* drafts per step while the cost model is not identified */
+#define ALPHA_PRIOR    4.0 /* a sequence's own rate counts after this many trials */
 
 typedef struct ngram_slot {
     uint64_t tag; /* 0: empty */
@@ -21,7 +22,8 @@ struct pllm_spec {
     double sw, sx, sy, sxx, sxy;
     int64_t n_obs;
     double a, b;
-    bool fitted;
+    bool fitted;     /* a and b were fitted at least once */
+    bool identified; /* the recent steps' token counts vary enough to fit */
     pllm_spec_stats st;
     int64_t trials; /* drafts tested (accepted ones and the first rejected one) */
 };
@@ -61,8 +63,7 @@ int32_t pllm_spec_prompt_lookup(int32_t *draft, int32_t k, const int32_t *toks, 
         const int32_t *suf = toks + n - m;
         /* most recent earlier occurrence: starts i < n - m, so that a token follows it */
         for (int32_t i = n - m - 1; i >= 0; i--) {
-            if (toks[i] != suf[0] || memcmp(toks + i, suf, (size_t)m * sizeof *toks) != 0)
-                continue;
+            if (toks[i] != suf[0] || memcmp(toks + i, suf, (size_t)m * sizeof *toks) != 0) continue;
             int32_t got = 0;
             for (int32_t j = i + m; j < n && got < k; j++) draft[got++] = toks[j];
             return got;
@@ -133,7 +134,8 @@ int32_t pllm_spec_propose(const pllm_spec *s, int32_t *draft, int32_t k, const i
 {
     k = PLLM_MIN(k, s->p.max_draft);
     int32_t got = pllm_spec_prompt_lookup(draft, k, toks, n, s->p.ngram_min, s->p.ngram_max);
-    if (got == 0 && s->p.mode == PLLM_SPEC_AUTO) got = pllm_spec_ngram_propose(s, draft, k, toks, n);
+    if (got == 0 && s->p.mode == PLLM_SPEC_AUTO)
+        got = pllm_spec_ngram_propose(s, draft, k, toks, n);
     return got;
 }
 
@@ -147,6 +149,9 @@ pllm_status pllm_spec_init(pllm_spec **out, const pllm_spec_params *p)
     if (p->max_draft < 1 || p->max_draft > PLLM_SPEC_MAX_DRAFT)
         return pllm_errorf(PLLM_ERR_INVALID, "speculate: max_draft must be in [1, %d], got %d",
                            PLLM_SPEC_MAX_DRAFT, p->max_draft);
+    if (p->fit_max_tokens < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "speculate: fit_max_tokens must be >= 1, got %d",
+                           p->fit_max_tokens);
     if (p->ngram_min < 1 || p->ngram_max < p->ngram_min)
         return pllm_errorf(PLLM_ERR_INVALID,
                            "speculate: n-gram sizes must satisfy 1 <= min <= max, got %d .. %d",
@@ -177,6 +182,9 @@ void pllm_spec_free(pllm_spec *s)
 void pllm_spec_observe_step(pllm_spec *s, int32_t n_tokens, int32_t n_drafts, double seconds)
 {
     if (n_drafts > 0) s->st.steps_drafting++;
+    /* only the steps the policy chooses between: decode batches and their drafts (long prefill
+     * steps cost more per token, attention over the prompt, and would bend the line) */
+    if (n_tokens > s->p.fit_max_tokens) return;
     double x = n_tokens, y = seconds;
     s->sw = COST_DECAY * s->sw + 1;
     s->sx = COST_DECAY * s->sx + x;
@@ -185,8 +193,9 @@ void pllm_spec_observe_step(pllm_spec *s, int32_t n_tokens, int32_t n_drafts, do
     s->sxy = COST_DECAY * s->sxy + x * y;
     s->n_obs++;
     double det = s->sw * s->sxx - s->sx * s->sx;
-    /* identified when the token counts vary (relative spread above ~1%) */
-    if (s->n_obs >= 3 && det > 1e-4 * s->sw * s->sxx) {
+    /* identified while the (weighted) token counts vary by half a token or more */
+    s->identified = s->n_obs >= 3 && det >= 0.25 * s->sw * s->sw;
+    if (s->identified) {
         double b = (s->sw * s->sxy - s->sx * s->sy) / det;
         double a = (s->sy - b * s->sx) / s->sw;
         double mean_t = s->sy / s->sw, mean_x = s->sx / s->sw;
@@ -228,14 +237,17 @@ void pllm_spec_choose(pllm_spec *s, pllm_spec_cand *c, int32_t n, int32_t base_t
     double alpha[64], next_g[64];
     int32_t m = PLLM_MIN(n, 64);
     for (int32_t i = 0; i < m; i++) {
-        alpha[i] = ((double)c[i].accepted + ALPHA_PRIOR * glob) /
-                   ((double)c[i].trials + ALPHA_PRIOR);
+        alpha[i] =
+            ((double)c[i].accepted + ALPHA_PRIOR * glob) / ((double)c[i].trials + ALPHA_PRIOR);
         next_g[i] = alpha[i];
     }
     double G = n_decode > 0 ? n_decode : 1, a = s->a, b = s->b;
-    if (!s->fitted) { /* nothing measured yet: assume a memory-bound step, explore */
+    if (!s->identified) {
+        /* nothing to fit (every recent step had the same size): explore with a few drafts as if
+         * they were nearly free, which gives the next fit its spread */
         a = 1.0;
         b = 0.01;
+        budget = PLLM_MIN(budget, EXPLORE_DRAFTS);
     }
     double t = a + b * base_tokens;
     while (budget > 0) {

@@ -36,7 +36,9 @@
  *
  * Policy (PLLM_SPEC_AUTO), per step, from what this run measured:
  *   - the backend's step time as a function of its tokens, t(T) = a + b T, fitted by least
- *     squares with exponential forgetting over the steps run so far;
+ *     squares with exponential forgetting over the steps of at most fit_max_tokens tokens;
+ *     while the recent steps all had the same size (nothing to fit, e.g. the policy stopped
+ *     speculating), a step explores with at most 8 drafts as if they were nearly free;
  *   - each sequence's acceptance rate alpha (accepted / drafted with a prior from the batch's
  *     overall rate), so its j-th draft is kept with probability about alpha^j.
  *   Drafts are added one at a time, most likely first, while the expected tokens per second of
@@ -65,9 +67,11 @@ pllm_status pllm_spec_mode_parse(const char *s, pllm_spec_mode *out);
 
 typedef struct pllm_spec_params {
     pllm_spec_mode mode;
-    int32_t max_draft; /* drafts per sequence per step, 1 .. PLLM_SPEC_MAX_DRAFT */
-    int32_t ngram_min; /* prompt lookup's shortest suffix, >= 1 */
-    int32_t ngram_max; /* and longest */
+    int32_t max_draft;      /* drafts per sequence per step, 1 .. PLLM_SPEC_MAX_DRAFT */
+    int32_t ngram_min;      /* prompt lookup's shortest suffix, >= 1 */
+    int32_t ngram_max;      /* and longest */
+    int32_t fit_max_tokens; /* the cost model fits steps of at most this many tokens (the
+                               engine: max_seqs * (1 + max_draft)) */
 } pllm_spec_params;
 
 /* Prompt lookup: up to k drafts into draft[] from toks[0 .. n) (above). Returns how many. */
@@ -100,7 +104,7 @@ void pllm_spec_observe_seq(pllm_spec *s, int32_t n_drafted, int32_t n_accepted);
 typedef struct pllm_spec_cand {
     int32_t n_proposed; /* drafts the proposer found, <= max_draft */
     int64_t trials, accepted;
-    int32_t k;          /* out: drafts to run, 0 .. n_proposed */
+    int32_t k; /* out: drafts to run, 0 .. n_proposed */
 } pllm_spec_cand;
 
 /* Choose k for every candidate of a step (above). base_tokens: the step's tokens without

@@ -4,3 +4,5 @@ pllm_add_c_test(engine_kv_manager SOURCES engine_kv_manager.c LABELS unit)
 pllm_add_c_test(engine_sched_random SOURCES engine_sched_random.c engine_fake_backend.c LABELS unit)
 pllm_add_c_test(engine_loop SOURCES engine_loop.c engine_fake_backend.c LABELS unit)
 pllm_add_c_test(engine_cpu_model SOURCES engine_cpu_model.c LABELS model)
+# speculative decoding: proposers, policy, lossless greedy and sampled output, a chi-square test
+pllm_add_c_test(engine_spec SOURCES engine_spec.c LABELS unit)
