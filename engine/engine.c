@@ -268,7 +268,7 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     if (p.eviction != PLLM_EVICT_LRU && p.eviction != PLLM_EVICT_FUTURE)
         return pllm_errorf(PLLM_ERR_INVALID, "eviction must be PLLM_EVICT_LRU or _FUTURE, got %d",
                            (int)p.eviction);
-    if (p.spec_max_draft == 0) p.spec_max_draft = 5;
+    if (p.spec_max_draft == 0) p.spec_max_draft = 8;
     if (p.speculate != PLLM_SPEC_OFF && p.speculate != PLLM_SPEC_AUTO &&
         p.speculate != PLLM_SPEC_PROMPT_LOOKUP)
         return pllm_errorf(PLLM_ERR_INVALID, "speculate: unknown mode %d", (int)p.speculate);
@@ -712,14 +712,16 @@ static pllm_status propose_drafts(pllm_engine *e)
         k = PLLM_MIN(k, e->ctx_limit - T - 1);
         if (k <= 0) continue;
         PLLM_TRY(pllm_tokens_reserve(&r->tokens, (size_t)T + (size_t)k));
-        int32_t got = e->propose_hook
-                          ? e->propose_hook(e->propose_arg, r->id, r->index, r->tokens.ids, T,
-                                            r->tokens.ids + T, k)
-                          : pllm_spec_propose(e->spec, r->tokens.ids + T, k, r->tokens.ids, T);
+        int32_t got = e->propose_hook ? e->propose_hook(e->propose_arg, r->id, r->index,
+                                                        r->tokens.ids, T, r->tokens.ids + T, k)
+                                      : pllm_spec_propose(e->spec, r->tokens.ids + T, k,
+                                                          r->tokens.ids, T, &r->spec_source);
         PLLM_ASSERT(got >= 0 && got <= k);
         if (got == 0) continue;
-        e->cands[n_cand] = (pllm_spec_cand){
-            .n_proposed = got, .trials = r->spec_trials, .accepted = r->spec_accepted};
+        e->cands[n_cand] = (pllm_spec_cand){.n_proposed = got,
+                                            .source = r->spec_source,
+                                            .trials = r->spec_trials,
+                                            .accepted = r->spec_accepted};
         e->cand_req[n_cand++] = r;
     }
     int32_t budget = PLLM_MAX(0, e->p.max_batched_tokens - base);
@@ -804,9 +806,8 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
         if (nd > 0) {
             e->stats.spec_drafted += nd;
             e->stats.spec_accepted += j;
-            r->spec_trials += j + (j < nd);
-            r->spec_accepted += j;
-            pllm_spec_observe_seq(e->spec, nd, j);
+            pllm_spec_seq_update(&r->spec_trials, &r->spec_accepted, nd, j);
+            pllm_spec_observe_seq(e->spec, r->spec_source, nd, j);
         }
         en->n_new -= nd - j;
         o->n_tokens -= nd - j;

@@ -25,7 +25,10 @@ struct pllm_spec {
     bool fitted;     /* a and b were fitted at least once */
     bool identified; /* the recent steps' token counts vary enough to fit */
     pllm_spec_stats st;
-    int64_t trials; /* drafts tested (accepted ones and the first rejected one) */
+    int64_t trials;                          /* drafts tested (accepted ones and the first
+                                                rejected one of each step) */
+    int64_t src_trials[PLLM_SPEC_N_SOURCES]; /* the same per proposal source */
+    int64_t src_accepted[PLLM_SPEC_N_SOURCES];
 };
 
 const char *pllm_spec_mode_str(pllm_spec_mode m)
@@ -56,8 +59,9 @@ pllm_status pllm_spec_mode_parse(const char *s, pllm_spec_mode *out)
 /* ---- prompt lookup ---- */
 
 int32_t pllm_spec_prompt_lookup(int32_t *draft, int32_t k, const int32_t *toks, int32_t n,
-                                int32_t ngram_min, int32_t ngram_max)
+                                int32_t ngram_min, int32_t ngram_max, int32_t *match)
 {
+    if (match) *match = 0;
     if (k <= 0) return 0;
     for (int32_t m = PLLM_MIN(ngram_max, n - 1); m >= ngram_min && m >= 1; m--) {
         const int32_t *suf = toks + n - m;
@@ -66,6 +70,7 @@ int32_t pllm_spec_prompt_lookup(int32_t *draft, int32_t k, const int32_t *toks, 
             if (toks[i] != suf[0] || memcmp(toks + i, suf, (size_t)m * sizeof *toks) != 0) continue;
             int32_t got = 0;
             for (int32_t j = i + m; j < n && got < k; j++) draft[got++] = toks[j];
+            if (match) *match = m;
             return got;
         }
     }
@@ -130,12 +135,17 @@ int32_t pllm_spec_ngram_propose(const pllm_spec *s, int32_t *draft, int32_t k, c
 }
 
 int32_t pllm_spec_propose(const pllm_spec *s, int32_t *draft, int32_t k, const int32_t *toks,
-                          int32_t n)
+                          int32_t n, int32_t *source)
 {
     k = PLLM_MIN(k, s->p.max_draft);
-    int32_t got = pllm_spec_prompt_lookup(draft, k, toks, n, s->p.ngram_min, s->p.ngram_max);
-    if (got == 0 && s->p.mode == PLLM_SPEC_AUTO)
+    int32_t m = 0;
+    int32_t got = pllm_spec_prompt_lookup(draft, k, toks, n, s->p.ngram_min, s->p.ngram_max, &m);
+    int32_t src = PLLM_MIN(PLLM_MAX(m, 1), 4) - 1;
+    if (got == 0 && s->p.mode == PLLM_SPEC_AUTO) {
         got = pllm_spec_ngram_propose(s, draft, k, toks, n);
+        src = 4;
+    }
+    if (source) *source = src;
     return got;
 }
 
@@ -212,12 +222,24 @@ void pllm_spec_observe_step(pllm_spec *s, int32_t n_tokens, int32_t n_drafts, do
     }
 }
 
-void pllm_spec_observe_seq(pllm_spec *s, int32_t n_drafted, int32_t n_accepted)
+void pllm_spec_observe_seq(pllm_spec *s, int32_t source, int32_t n_drafted, int32_t n_accepted)
 {
     if (n_drafted <= 0) return;
+    int32_t t = n_accepted + (n_accepted < n_drafted);
     s->st.drafted += n_drafted;
     s->st.accepted += n_accepted;
-    s->trials += n_accepted + (n_accepted < n_drafted);
+    s->trials += t;
+    if (source >= 0 && source < PLLM_SPEC_N_SOURCES) {
+        s->src_trials[source] += t;
+        s->src_accepted[source] += n_accepted;
+    }
+}
+
+void pllm_spec_seq_update(double *trials, double *accepted, int32_t n_drafted, int32_t n_accepted)
+{
+    if (n_drafted <= 0) return;
+    *trials = 0.8 * *trials + (double)(n_accepted + (n_accepted < n_drafted));
+    *accepted = 0.8 * *accepted + (double)n_accepted;
 }
 
 void pllm_spec_choose(pllm_spec *s, pllm_spec_cand *c, int32_t n, int32_t base_tokens,
@@ -232,14 +254,15 @@ void pllm_spec_choose(pllm_spec *s, pllm_spec_cand *c, int32_t n, int32_t base_t
         }
         return;
     }
-    /* auto: per-token acceptance rates, the batch's as the prior */
+    /* auto: per-draft acceptance rates: the sequence's recent history, with its proposal
+     * source's rate (itself with the run's overall rate as prior) as the prior */
     double glob = ((double)s->st.accepted + 1.0) / ((double)s->trials + 2.0);
-    double alpha[64], next_g[64];
-    int32_t m = PLLM_MIN(n, 64);
-    for (int32_t i = 0; i < m; i++) {
-        alpha[i] =
-            ((double)c[i].accepted + ALPHA_PRIOR * glob) / ((double)c[i].trials + ALPHA_PRIOR);
-        next_g[i] = alpha[i];
+    for (int32_t i = 0; i < n; i++) {
+        int32_t src = PLLM_MIN(PLLM_MAX(c[i].source, 0), PLLM_SPEC_N_SOURCES - 1);
+        double prior = ((double)s->src_accepted[src] + ALPHA_PRIOR * glob) /
+                       ((double)s->src_trials[src] + ALPHA_PRIOR);
+        c[i].alpha = (c[i].accepted + ALPHA_PRIOR * prior) / (c[i].trials + ALPHA_PRIOR);
+        c[i].next_gain = c[i].alpha;
     }
     double G = n_decode > 0 ? n_decode : 1, a = s->a, b = s->b;
     if (!s->identified) {
@@ -252,16 +275,17 @@ void pllm_spec_choose(pllm_spec *s, pllm_spec_cand *c, int32_t n, int32_t base_t
     double t = a + b * base_tokens;
     while (budget > 0) {
         int32_t best = -1;
-        for (int32_t i = 0; i < m; i++)
-            if (c[i].k < c[i].n_proposed && (best < 0 || next_g[i] > next_g[best])) best = i;
+        for (int32_t i = 0; i < n; i++)
+            if (c[i].k < c[i].n_proposed && (best < 0 || c[i].next_gain > c[best].next_gain))
+                best = i;
         if (best < 0) break;
-        double g = next_g[best];
+        double g = c[best].next_gain;
         /* pays when (G + g) / (t + b) > G / t, with a 5% margin on the cost */
         if ((G + g) * t <= G * (t + 1.05 * b) || g < 0.02) break;
         G += g;
         t += b;
         c[best].k++;
-        next_g[best] *= alpha[best];
+        c[best].next_gain *= c[best].alpha;
         budget--;
     }
 }

@@ -39,8 +39,9 @@
  *     squares with exponential forgetting over the steps of at most fit_max_tokens tokens;
  *     while the recent steps all had the same size (nothing to fit, e.g. the policy stopped
  *     speculating), a step explores with at most 8 drafts as if they were nearly free;
- *   - each sequence's acceptance rate alpha (accepted / drafted with a prior from the batch's
- *     overall rate), so its j-th draft is kept with probability about alpha^j.
+ *   - each sequence's per-draft acceptance rate alpha: its recent history (decayed), with the
+ *     rate of its proposal's source (prompt lookup by match length, or the n-gram table) over
+ *     the whole run as the prior, so its j-th draft is kept with probability about alpha^j.
  *   Drafts are added one at a time, most likely first, while the expected tokens per second of
  *   the step grows: adding a draft of gain g to a step of G expected tokens and time t pays
  *   when (G + g) / (t + b) > G / t. Small, memory-bound batches (b small next to a) speculate
@@ -74,9 +75,10 @@ typedef struct pllm_spec_params {
                                engine: max_seqs * (1 + max_draft)) */
 } pllm_spec_params;
 
-/* Prompt lookup: up to k drafts into draft[] from toks[0 .. n) (above). Returns how many. */
+/* Prompt lookup: up to k drafts into draft[] from toks[0 .. n) (above). Returns how many;
+ * *match (may be NULL) gets the length of the suffix matched. */
 int32_t pllm_spec_prompt_lookup(int32_t *draft, int32_t k, const int32_t *toks, int32_t n,
-                                int32_t ngram_min, int32_t ngram_max);
+                                int32_t ngram_min, int32_t ngram_max, int32_t *match);
 
 typedef struct pllm_spec pllm_spec;
 
@@ -89,22 +91,33 @@ void pllm_spec_ngram_add(pllm_spec *s, const int32_t *toks, int32_t from, int32_
 int32_t pllm_spec_ngram_propose(const pllm_spec *s, int32_t *draft, int32_t k, const int32_t *toks,
                                 int32_t n);
 
-/* Both proposers in the mode's order: up to k drafts. */
+/* Where a proposal came from: prompt lookup with a suffix match of 1, 2, 3, >= 4 tokens, or
+ * the n-gram table. Acceptance is tracked per source. */
+#define PLLM_SPEC_N_SOURCES 5
+
+/* Both proposers in the mode's order: up to k drafts; *source (may be NULL) gets the source. */
 int32_t pllm_spec_propose(const pllm_spec *s, int32_t *draft, int32_t k, const int32_t *toks,
-                          int32_t n);
+                          int32_t n, int32_t *source);
 
 /* A step's backend time for its n_tokens tokens, n_drafts of them drafts (the cost model's
  * data). */
 void pllm_spec_observe_step(pllm_spec *s, int32_t n_tokens, int32_t n_drafts, double seconds);
-/* A sequence's outcome in one step: drafted, accepted. */
-void pllm_spec_observe_seq(pllm_spec *s, int32_t n_drafted, int32_t n_accepted);
+/* A sequence's outcome in one step: its proposal's source, drafted, accepted. */
+void pllm_spec_observe_seq(pllm_spec *s, int32_t source, int32_t n_drafted, int32_t n_accepted);
 
-/* One speculating candidate: its proposal length and its own history: trials (drafts tested:
- * the accepted ones and the first rejected one of each step) and accepted. */
+/* The engine's per-sequence history: trials (drafts tested: the accepted ones and the first
+ * rejected one of each step) and accepted, both decayed by 0.8 per drafting step so that a
+ * sequence moving from copying to free text (or back) is followed within a few steps. */
+void pllm_spec_seq_update(double *trials, double *accepted, int32_t n_drafted, int32_t n_accepted);
+
+/* One speculating candidate: its proposal (length, source) and its sequence's history. */
 typedef struct pllm_spec_cand {
     int32_t n_proposed; /* drafts the proposer found, <= max_draft */
-    int64_t trials, accepted;
-    int32_t k; /* out: drafts to run, 0 .. n_proposed */
+    int32_t source;     /* 0 .. PLLM_SPEC_N_SOURCES - 1 */
+    double trials, accepted;
+    int32_t k;        /* out: drafts to run, 0 .. n_proposed */
+    double alpha;     /* out (auto): the per-draft acceptance rate the policy assumed */
+    double next_gain; /* scratch */
 } pllm_spec_cand;
 
 /* Choose k for every candidate of a step (above). base_tokens: the step's tokens without

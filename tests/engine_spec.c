@@ -137,22 +137,26 @@ static void test_proposers(void)
     int32_t d[8];
     /* ... 5 6 7 8 | 9 ... 5 6 7: the longest suffix "5 6 7" matched, continuation "8 9" */
     const int32_t t1[] = {1, 5, 6, 7, 8, 9, 2, 6, 7, 3, 5, 6, 7};
-    int32_t n = pllm_spec_prompt_lookup(d, 4, t1, 13, 1, 4);
+    int32_t n = pllm_spec_prompt_lookup(d, 4, t1, 13, 1, 4, NULL);
     CHECK(n == 4 && d[0] == 8 && d[1] == 9 && d[2] == 2 && d[3] == 6);
     /* the most recent earlier occurrence wins: "6 7" at 3..4 (not 0..1) -> 3 0 */
     const int32_t t2[] = {6, 7, 1, 6, 7, 3, 0, 6, 7};
-    n = pllm_spec_prompt_lookup(d, 2, t2, 9, 2, 3);
+    n = pllm_spec_prompt_lookup(d, 2, t2, 9, 2, 3, &n);
+    CHECK(n == 2);
+    n = pllm_spec_prompt_lookup(d, 2, t2, 9, 2, 3, NULL);
     CHECK(n == 2 && d[0] == 3 && d[1] == 0);
-    n = pllm_spec_prompt_lookup(d, 8, t2, 9, 1, 1); /* "7" most recently at 4 -> 3 0 6 7 */
+    n = pllm_spec_prompt_lookup(d, 8, t2, 9, 1, 1, NULL); /* "7" most recently at 4 -> 3 0 6 7 */
     CHECK(n == 4 && d[0] == 3 && d[1] == 0 && d[2] == 6 && d[3] == 7);
     const int32_t t3[] = {1, 2, 3, 4};
-    CHECK(pllm_spec_prompt_lookup(d, 4, t3, 4, 1, 4) == 0); /* no repeat */
-    CHECK(pllm_spec_prompt_lookup(d, 0, t1, 13, 1, 4) == 0);
+    CHECK(pllm_spec_prompt_lookup(d, 4, t3, 4, 1, 4, NULL) == 0); /* no repeat */
+    CHECK(pllm_spec_prompt_lookup(d, 0, t1, 13, 1, 4, NULL) == 0);
 
     pllm_spec *s = NULL;
-    pllm_spec_params sp = {
-        .mode = PLLM_SPEC_AUTO, .max_draft = 5, .ngram_min = 1, .ngram_max = 4,
-        .fit_max_tokens = 1000};
+    pllm_spec_params sp = {.mode = PLLM_SPEC_AUTO,
+                           .max_draft = 5,
+                           .ngram_min = 1,
+                           .ngram_max = 4,
+                           .fit_max_tokens = 1000};
     CHECK_OK(pllm_spec_init(&s, &sp));
     if (!s) return;
     const int32_t o1[] = {10, 11, 12, 13, 14, 15};
@@ -160,7 +164,9 @@ static void test_proposers(void)
     const int32_t q[] = {99, 11, 12};
     n = pllm_spec_ngram_propose(s, d, 5, q, 3); /* "11 12" -> 13, "11 12 13" -> 14 ... */
     CHECK(n == 3 && d[0] == 13 && d[1] == 14 && d[2] == 15);
-    CHECK(pllm_spec_propose(s, d, 5, q, 3) == 3); /* prompt lookup finds nothing, n-grams do */
+    int32_t src = -1; /* prompt lookup finds nothing, n-grams do */
+    CHECK(pllm_spec_propose(s, d, 5, q, 3, &src) == 3 && src == 4);
+    CHECK(pllm_spec_propose(s, d, 5, t1, 13, &src) == 5 && src == 2); /* a 3-token match */
 
     /* a memory-bound backend: 10 ms + 0.05 ms per token */
     for (int i = 0; i < 40; i++) {
@@ -220,7 +226,7 @@ static void test_proposers(void)
 
 /* ---- runs through the engine ---- */
 
-#define MAX_GEN 24
+#define MAX_GEN  24
 #define MAX_REQS 3200
 
 typedef struct gen {
@@ -272,7 +278,7 @@ static void run(const pllm_model *m, const workload *w, const shape *sh, pllm_sp
     ep.n_blocks = sh->n_blocks;
     ep.max_model_len = 256;
     ep.speculate = mode;
-    ep.spec_max_draft = 4;
+    ep.spec_max_draft = 4; /* (the engine default is 8) */
     pllm_engine *e = NULL;
     memset(g, 0, sizeof *g);
     CHECK_OK(pllm_engine_create(&e, m, be, NULL, &ep));
@@ -573,7 +579,7 @@ static void test_distribution(const pllm_model *m)
         ctx[n++] = b.tok[i][0];
         for (int32_t k = 1; k < 6; k++) {
             int32_t d;
-            if (pllm_spec_prompt_lookup(&d, 1, ctx, n, 1, 4) == 1) wrong.tok[i][k] = d;
+            if (pllm_spec_prompt_lookup(&d, 1, ctx, n, 1, 4, NULL) == 1) wrong.tok[i][k] = d;
             ctx[n++] = wrong.tok[i][k];
         }
     }
