@@ -572,6 +572,14 @@ int cmd_bench(int argc, char **argv)
         if (i == 0) {
             es0 = es;
             plan0 = plan;
+        } else if (eo.ep.speculate == PLLM_SPEC_AUTO) {
+            /* the policy follows the measured step times: the steps, the drafts and what they
+             * change (blocks in use, so preemptions and recomputed prompts) may differ between
+             * runs; the work asked for and done may not */
+            if (es.output_tokens != es0.output_tokens || es.prompt_tokens != es0.prompt_tokens ||
+                es.requests_finished != es0.requests_finished ||
+                es.requests_failed != es0.requests_failed || plan.grouped != plan0.grouped)
+                deterministic = false;
         } else if (memcmp(&es, &es0, sizeof es) != 0 ||
                    plan.blocks_computed != plan0.blocks_computed ||
                    plan.blocks_recomputed != plan0.blocks_recomputed ||

@@ -506,7 +506,7 @@ bool pllm_engine_has_work(const pllm_engine *e)
 void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out)
 {
     *out = e->stats;
-    if (e->spec) {
+    if (e->spec && e->p.speculate == PLLM_SPEC_AUTO) { /* the policy's (timing) figures */
         pllm_spec_stats ss;
         pllm_spec_get_stats(e->spec, &ss);
         out->spec_cost_a = ss.cost_a;
@@ -769,7 +769,7 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
     double now = pllm_now(); /* the sampled tokens' time (pllm_completion.token_times) */
     int32_t n_drafts = 0;
     for (int32_t i = 0; i < o->n_entries; i++) n_drafts += o->entries[i].n_draft;
-    if (e->spec) pllm_spec_observe_step(e->spec, plan.n_tokens, n_drafts, now - t0);
+    if (e->spec) pllm_spec_observe_step(e->spec, plan.n_tokens, plan.n_samples, n_drafts, now - t0);
     if (n_drafts > 0) e->stats.spec_steps++;
 
     /* accept: per sampled entry, its rows in order while they reproduce the drafts */

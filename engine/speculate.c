@@ -7,6 +7,7 @@
 #define NGRAM_BITS     18 /* table entries: 2^18 (3 MiB) */
 #define NGRAM_ORDERS   2  /* contexts of 3, then 2 tokens */
 #define COST_DECAY     0.97
+#define COST_MARGIN    1.25
 #define EXPLORE_DRAFTS 8   /* drafts per step while the cost model is not identified */
 #define ALPHA_PRIOR    4.0 /* a sequence's own rate counts after this many trials */
 
@@ -189,12 +190,13 @@ void pllm_spec_free(pllm_spec *s)
 
 /* ---- the policy ---- */
 
-void pllm_spec_observe_step(pllm_spec *s, int32_t n_tokens, int32_t n_drafts, double seconds)
+void pllm_spec_observe_step(pllm_spec *s, int32_t n_tokens, int32_t n_samples, int32_t n_drafts,
+                            double seconds)
 {
     if (n_drafts > 0) s->st.steps_drafting++;
-    /* only the steps the policy chooses between: decode batches and their drafts (long prefill
-     * steps cost more per token, attention over the prompt, and would bend the line) */
-    if (n_tokens > s->p.fit_max_tokens) return;
+    /* only the steps the policy chooses between: decode batches and their drafts, every token
+     * with its logits (a prefill token costs less: no LM head row, no sampling) */
+    if (n_tokens > s->p.fit_max_tokens || n_samples != n_tokens) return;
     double x = n_tokens, y = seconds;
     s->sw = COST_DECAY * s->sw + 1;
     s->sx = COST_DECAY * s->sx + x;
@@ -280,8 +282,10 @@ void pllm_spec_choose(pllm_spec *s, pllm_spec_cand *c, int32_t n, int32_t base_t
                 best = i;
         if (best < 0) break;
         double g = c[best].next_gain;
-        /* pays when (G + g) / (t + b) > G / t, with a 5% margin on the cost */
-        if ((G + g) * t <= G * (t + 1.05 * b) || g < 0.02) break;
+        /* pays when (G + g) / (t + b) > G / t; the cost gets a 25% margin (the acceptance
+         * estimates are noisy, and a draft that does not pay in a large batch slows every
+         * sequence in it) */
+        if ((G + g) * t <= G * (t + COST_MARGIN * b) || g < 0.02) break;
         G += g;
         t += b;
         c[best].k++;

@@ -36,7 +36,8 @@
  *
  * Policy (PLLM_SPEC_AUTO), per step, from what this run measured:
  *   - the backend's step time as a function of its tokens, t(T) = a + b T, fitted by least
- *     squares with exponential forgetting over the steps of at most fit_max_tokens tokens;
+ *     squares with exponential forgetting over the steps of at most fit_max_tokens tokens
+ *     that sample every token (decode steps and their drafts: b is what a draft costs);
  *     while the recent steps all had the same size (nothing to fit, e.g. the policy stopped
  *     speculating), a step explores with at most 8 drafts as if they were nearly free;
  *   - each sequence's per-draft acceptance rate alpha: its recent history (decayed), with the
@@ -44,9 +45,9 @@
  *     the whole run as the prior, so its j-th draft is kept with probability about alpha^j.
  *   Drafts are added one at a time, most likely first, while the expected tokens per second of
  *   the step grows: adding a draft of gain g to a step of G expected tokens and time t pays
- *   when (G + g) / (t + b) > G / t. Small, memory-bound batches (b small next to a) speculate
- *   deeply; large compute-bound batches (b T >> a) do not speculate at all.
- *   PLLM_SPEC_PROMPT_LOOKUP always drafts up to max_draft tokens from prompt lookup.
+ *   when (G + g) / (t + 1.25 b) > G / t (a 25% margin on the cost). Small, memory-bound batches (b
+ * small next to a) speculate deeply; large compute-bound batches (b T >> a) do not speculate at
+ * all. PLLM_SPEC_PROMPT_LOOKUP always drafts up to max_draft tokens from prompt lookup.
  *
  * Ownership: pllm_spec owns its table and statistics; everything else is borrowed per call.
  */
@@ -99,9 +100,12 @@ int32_t pllm_spec_ngram_propose(const pllm_spec *s, int32_t *draft, int32_t k, c
 int32_t pllm_spec_propose(const pllm_spec *s, int32_t *draft, int32_t k, const int32_t *toks,
                           int32_t n, int32_t *source);
 
-/* A step's backend time for its n_tokens tokens, n_drafts of them drafts (the cost model's
- * data). */
-void pllm_spec_observe_step(pllm_spec *s, int32_t n_tokens, int32_t n_drafts, double seconds);
+/* A step's backend time for its n_tokens tokens, n_samples sampled rows and n_drafts drafts
+ * (the cost model's data: only steps whose every token is sampled, decode and drafts, are
+ * fitted: a draft costs a token and a row of logits and sampling, which prefill tokens do
+ * not). */
+void pllm_spec_observe_step(pllm_spec *s, int32_t n_tokens, int32_t n_samples, int32_t n_drafts,
+                            double seconds);
 /* A sequence's outcome in one step: its proposal's source, drafted, accepted. */
 void pllm_spec_observe_seq(pllm_spec *s, int32_t source, int32_t n_drafted, int32_t n_accepted);
 

@@ -171,7 +171,7 @@ static void test_proposers(void)
     /* a memory-bound backend: 10 ms + 0.05 ms per token */
     for (int i = 0; i < 40; i++) {
         int32_t T = 1 + (i % 7);
-        pllm_spec_observe_step(s, T, T - 1, 0.010 + 0.00005 * T);
+        pllm_spec_observe_step(s, T, T, T - 1, 0.010 + 0.00005 * T);
     }
     pllm_spec_stats st;
     pllm_spec_get_stats(s, &st);
@@ -192,7 +192,7 @@ static void test_proposers(void)
     CHECK_OK(pllm_spec_init(&s2, &sp));
     for (int i = 0; s2 && i < 40; i++) {
         int32_t T = 64 + (i % 5) * 8;
-        pllm_spec_observe_step(s2, T, T - 64, 0.001 + 0.001 * T);
+        pllm_spec_observe_step(s2, T, T, T - 64, 0.001 + 0.001 * T);
     }
     for (int32_t i = 0; s2 && i < 64; i++)
         c[i] = (pllm_spec_cand){.n_proposed = 5, .trials = 100, .accepted = 70};

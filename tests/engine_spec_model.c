@@ -1,12 +1,13 @@
 /*
  * engine_spec_model: speculative decoding is lossless on the real default model
  * ($PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf) on the CPU, over real prompts: the first
- * 12 usable human turns of ShareGPT and the first 12 MT-Bench questions
+ * 8 usable human turns of ShareGPT (up to 700 bytes) and the first 8 MT-Bench questions
  * ($PLLM_SHARED_DATA/sharegpt/ShareGPT_V3_filtered_1000.json, mtbench/mt_bench_question.jsonl),
  * each in the model's chat format, plus 4 copy-heavy requests ("repeat this text").
  *
- * Greedy: the tokens and text with --speculate prompt-lookup and auto, at 1 and 16 sequences per
- * step, are the tokens and text of the run without speculation. Sampled (temperature 0.8,
+ * Greedy: the tokens and text with --speculate prompt-lookup and auto, at 16 and 4 sequences per
+ * step, are the tokens and text of the run without speculation (engine_spec runs 1 sequence
+ * per step on a random model). Sampled (temperature 0.8,
  * top-p 0.95, a repetition penalty, 3 logprobs, n = 2, a stop string, fixed seeds): the same
  * tokens, text, logprobs and finish reasons. Every speculating run accepts drafts.
  */
@@ -19,9 +20,9 @@
 #include <math.h>
 #include <string.h>
 
-#define N_SRC   12
+#define N_SRC   8
 #define N_REQ   (2 * N_SRC + 4)
-#define MAX_OUT 48
+#define MAX_OUT 32
 #define N_SLOTS (2 * N_REQ)
 
 typedef struct outputs {
@@ -49,7 +50,7 @@ static void on_done(const pllm_completion *c, void *arg)
     snprintf(o->text[i], sizeof o->text[i], "%.*s", (int)c->text_len, c->text);
 }
 
-/* The prompts' texts: ShareGPT human turns (at most 1200 bytes), MT-Bench first turns, and
+/* The prompts' texts: ShareGPT human turns (at most 700 bytes), MT-Bench first turns, and
  * copy tasks built from ShareGPT passages. */
 static int32_t load_texts(const char *data, char **texts)
 {
@@ -66,7 +67,7 @@ static int32_t load_texts(const char *data, char **texts)
     for (size_t i = 0; i < json_array_size(sg) && (n_sg < N_SRC || n_copy < 4); i++) {
         json_t *conv = json_object_get(json_array_get(sg, i), "conversations");
         const char *v = json_string_value(json_object_get(json_array_get(conv, 0), "value"));
-        if (!v || strlen(v) < 40 || strlen(v) > 1200) continue;
+        if (!v || strlen(v) < 40 || strlen(v) > 700) continue;
         if (n_sg < N_SRC) {
             texts[n++] = strdup(v);
             n_sg++;
@@ -211,8 +212,7 @@ int main(void)
     double t0 = pllm_now();
     static const config greedy[] = {
         {"greedy, 16 seqs, prompt-lookup", PLLM_SPEC_PROMPT_LOOKUP, 16},
-        {"greedy, 16 seqs, auto", PLLM_SPEC_AUTO, 16},
-        {"greedy, 1 seq, auto", PLLM_SPEC_AUTO, 1},
+        {"greedy, 4 seqs, auto", PLLM_SPEC_AUTO, 4},
     };
     config off = {"greedy, 16 seqs, off", PLLM_SPEC_OFF, 16};
     run(m, tok, prompts, &off, false, &ref, &st);
