@@ -15,14 +15,15 @@ the spread of the per-pair ratios is shown):
               (the policy must turn itself off where speculation does not pay)
 
 The copy-heavy workload (raw completion prompts, from ../shared/data, deterministic), in turn:
-  - "repeat with one word changed": a ShareGPT passage (500-1500 characters), then
+  - "repeat with one word changed": a ShareGPT passage (700-1500 characters), then
     "Copy, with the word 'X' replaced by 'Y':" and the copy's first 8 words;
   - "JSON reformat": a compact JSON list of MT-Bench questions (id, category, first turn), then
     "The same JSON, pretty-printed with an indent of 2:" and the first line of that;
   - "code rename": a ShareGPT prompt that holds code (a line with "def ", "function " or
     "class "), then "The same code with the identifier 'A' renamed to 'B':" and its first line.
-Each request generates 128 tokens (greedy, ignore_eos: pllm bench's rule), most of which the
-model copies from its prompt. pllm bench reports the engine's counters; the acceptance rate and
+Each request generates 256 tokens (greedy, ignore_eos: pllm bench's rule; about the length of
+the text to copy), most of which the model copies from its prompt (the 135M default model drifts
+from the text now and then; prompt lookup then finds the text again a few tokens later). pllm bench reports the engine's counters; the acceptance rate and
 tokens per sequence step are printed from them.
 """
 import argparse
@@ -45,7 +46,7 @@ TARGETS = {"copy1": 2.0, "copy16": 1.3, "sharegpt64": 0.97}
 def copy_workload(n):
     sg = [r["conversations"][0]["value"] for r in json.load(open(SHAREGPT))]
     mt = [json.loads(l) for l in open(MTBENCH) if l.strip()]
-    passages = [t for t in sg if 500 <= len(t) <= 1500 and "```" not in t]
+    passages = [t for t in sg if 700 <= len(t) <= 1500 and "```" not in t]
     code = [t for t in sg if 300 <= len(t) <= 2000 and re.search(r"^\s*(def |function |class )", t, re.M)]
     out, pi, ci, mi = [], 0, 0, 0
     while len(out) < n:
@@ -74,7 +75,7 @@ def copy_workload(n):
             first = t.split("\n")[0]
             p = (f"Code:\n{t}\n\nThe same code with the identifier '{a}' renamed to '{b}':\n" +
                  first.replace(a, b))
-        out.append({"id": f"c{len(out)}", "prompt": p, "max_tokens": 128})
+        out.append({"id": f"c{len(out)}", "prompt": p, "max_tokens": 256})
     return out
 
 

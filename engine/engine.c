@@ -268,7 +268,7 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     if (p.eviction != PLLM_EVICT_LRU && p.eviction != PLLM_EVICT_FUTURE)
         return pllm_errorf(PLLM_ERR_INVALID, "eviction must be PLLM_EVICT_LRU or _FUTURE, got %d",
                            (int)p.eviction);
-    if (p.spec_max_draft == 0) p.spec_max_draft = 8;
+    if (p.spec_max_draft == 0) p.spec_max_draft = 10;
     if (p.speculate != PLLM_SPEC_OFF && p.speculate != PLLM_SPEC_AUTO &&
         p.speculate != PLLM_SPEC_PROMPT_LOOKUP)
         return pllm_errorf(PLLM_ERR_INVALID, "speculate: unknown mode %d", (int)p.speculate);
@@ -329,7 +329,7 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
             .mode = p.speculate,
             .max_draft = p.spec_max_draft,
             .ngram_min = 1,
-            .ngram_max = 4,
+            .ngram_max = 8,
             .fit_max_tokens = p.max_seqs * (1 + p.spec_max_draft),
         };
         if ((st = pllm_spec_init(&e->spec, &spp)) != PLLM_OK) goto fail;

@@ -2,6 +2,9 @@
  * engine_spec: speculative decoding (engine/speculate.h) on an in-memory random model with a
  * small vocabulary (llama, 2 layers, GQA, V = 12), through the whole engine.
  *
+ *   0. The backend contract: k + 1 rows of one sequence (pllm_sample_req.back) are sampled;
+ *      the last row's logits equal a one-row plan's; back outside [0, n_new) or not
+ *      decreasing is refused with a message naming it.
  *   1. The proposers: prompt lookup takes the longest suffix match (most recent occurrence)
  *      and stops at the end of the known tokens; the n-gram table chains its continuations.
  *      The policy: a memory-bound step (a >> b T) speculates deeply at high acceptance, a
@@ -222,6 +225,55 @@ static void test_proposers(void)
     CHECK(pllm_spec_mode_parse("prompt-lookup", &m) == PLLM_OK && m == PLLM_SPEC_PROMPT_LOOKUP);
     CHECK(pllm_spec_mode_parse("auto", &m) == PLLM_OK && m == PLLM_SPEC_AUTO);
     CHECK(pllm_spec_mode_parse("on", &m) == PLLM_ERR_INVALID && strstr(pllm_errmsg(), "'on'"));
+}
+
+/* ---- the plan's sample rows (backend.h: back) ---- */
+
+static void test_plan_checks(const pllm_model *m)
+{
+    pllm_backend b = {0};
+    CHECK_OK(make_backend(&b, m));
+    if (!b.iface) return;
+    pllm_kv_layout l;
+    CHECK_OK(b.iface->kv_layout(b.ctx, 4, &l));
+    l.block_size = 4;
+    l.n_blocks = 8;
+    CHECK_OK(b.iface->kv_init(b.ctx, &l));
+    int32_t toks[3] = {1, 2, 3}, pos[3] = {0, 1, 2}, slots[3] = {0, 1, 2}, bt[1] = {0};
+    pllm_seq_plan sp = {.token_start = 0, .n_new = 3, .n_ctx = 3, .block_start = 0, .n_blocks = 1};
+    pllm_sampling_params g;
+    pllm_sampling_defaults(&g);
+    pllm_sample_req sr[3] = {{.seq = 0, .back = 2, .params = &g},
+                             {.seq = 0, .back = 1, .params = &g},
+                             {.seq = 0, .back = 0, .params = &g}};
+    pllm_batch_plan p = {.n_tokens = 3,
+                         .tokens = toks,
+                         .positions = pos,
+                         .slots = slots,
+                         .n_seqs = 1,
+                         .seqs = &sp,
+                         .block_tables = bt,
+                         .n_samples = 3,
+                         .samples = sr};
+    int32_t out_tok[3];
+    float logits[3 * V];
+    pllm_step_out o = {.tokens = out_tok, .logits = logits};
+    CHECK_OK(b.iface->step(b.ctx, &p, &o)); /* three rows of one sequence */
+    /* the last row equals a one-row plan's logits (same tokens rewritten in the same slots) */
+    float last[V];
+    pllm_step_out o1 = {.tokens = out_tok, .logits = last};
+    p.n_samples = 1;
+    p.samples = &sr[2];
+    CHECK_OK(b.iface->step(b.ctx, &p, &o1));
+    CHECK(memcmp(last, logits + 2 * V, sizeof last) == 0);
+    sr[0].back = 3; /* outside [0, n_new) */
+    p.n_samples = 3;
+    p.samples = sr;
+    CHECK(b.iface->step(b.ctx, &p, &o) == PLLM_ERR_RANGE && strstr(pllm_errmsg(), "back = 3"));
+    sr[0].back = 0; /* not decreasing */
+    CHECK(b.iface->step(b.ctx, &p, &o) == PLLM_ERR_INVALID &&
+          strstr(pllm_errmsg(), "decreasing back"));
+    pllm_backend_free(&b);
 }
 
 /* ---- runs through the engine ---- */
@@ -596,6 +648,7 @@ int main(void)
     if (pllm_cuda_device_count(NULL, 0) == 0) pllm_test_skip("engine_spec_cuda: no CUDA device");
 #endif
     double t0 = pllm_now();
+    test_plan_checks(&mm.m);
     test_identity(&mm.m);
 #ifdef PLLM_TEST_CUDA
     (void)test_distribution; /* the sampler's semantics: the CPU build runs it (the emulator
