@@ -339,11 +339,12 @@ static int run_once(const cmd_runtime *rt, const pllm_engine_params *ep, const b
 static json_t *engine_params_json(const pllm_engine_params *ep, const pllm_engine_stats *es,
                                   int32_t max_len)
 {
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:s}", "block_size", es->block_size,
+    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:s, s:s}", "block_size", es->block_size,
                      "num_blocks", es->n_blocks, "max_batched_tokens", ep->max_batched_tokens,
                      "max_seqs", ep->max_seqs, "max_model_len", max_len, "prefix_cache",
                      !ep->no_prefix_cache, "max_bypass", ep->max_bypass, "eviction",
-                     pllm_evict_policy_str(ep->eviction));
+                     pllm_evict_policy_str(ep->eviction), "speculate",
+                     pllm_spec_mode_str(ep->speculate));
 }
 
 static bool parse_percent(const char *s, double *out)
@@ -627,6 +628,14 @@ int cmd_bench(int argc, char **argv)
             deterministic = false;
         } else if (eo.ep.prefix_cache_dir) {
             /* later runs load what earlier ones saved: only the outputs must repeat */
+        } else if (eo.ep.speculate == PLLM_SPEC_AUTO) {
+            /* the policy follows the measured step times: the steps, the drafts and what they
+             * change (blocks in use, so preemptions and recomputed prompts) may differ between
+             * runs; the work asked for and done may not */
+            if (es.output_tokens != es0.output_tokens || es.prompt_tokens != es0.prompt_tokens ||
+                es.requests_finished != es0.requests_finished ||
+                es.requests_failed != es0.requests_failed || plan.grouped != plan0.grouped)
+                deterministic = false;
         } else if (memcmp(&es, &es0, sizeof es) != 0 ||
                    plan.blocks_computed != plan0.blocks_computed ||
                    plan.blocks_recomputed != plan0.blocks_recomputed ||

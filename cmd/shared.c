@@ -27,6 +27,7 @@ void cmd_engine_opts_init(cmd_engine_opts *o)
     o->attention = "auto";
     o->thinking = "auto";
     o->eviction = "lru";
+    o->speculate = "off";
     pllm_engine_params_defaults(&o->ep);
     snprintf(o->defs[0], sizeof o->defs[0], "%d", o->ep.block_size);
     snprintf(o->defs[1], sizeof o->defs[1], "%d", o->ep.max_batched_tokens);
@@ -124,6 +125,12 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
          (cmd_opt){"eviction", 0, CMD_OPT_STR, &o->eviction, "POLICY", "lru",
                    "which cached block to evict: lru, or future (the one needed farthest ahead by "
                    "queued requests)",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"speculate", 0, CMD_OPT_STR, &o->speculate, "MODE", "off",
+                   "speculative decoding without a draft model: auto (prompt lookup and n-grams, "
+                   "where the measured step times say it pays), prompt-lookup (always), off; the "
+                   "output is the same",
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"no-prefix-cache", 0, CMD_OPT_FLAG, &o->no_prefix_cache, NULL,
@@ -247,6 +254,10 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
     }
     if (pllm_evict_policy_parse(o->eviction, &o->ep.eviction) != PLLM_OK) {
         fprintf(stderr, "pllm: --eviction: %s\n", pllm_errmsg());
+        return 2;
+    }
+    if (pllm_spec_mode_parse(o->speculate, &o->ep.speculate) != PLLM_OK) {
+        fprintf(stderr, "pllm: --speculate: %s\n", pllm_errmsg());
         return 2;
     }
     o->ep.kv_bytes = (size_t)o->kv_mb << 20;

@@ -300,7 +300,7 @@ static void forward_region(void *arg, int ith, int nth)
     pllm_cpu_split(S, 1, ith, nth, &s0, &s1);
     for (int64_t s = s0; s < s1; s++) {
         const pllm_seq_plan *sp = &plan->seqs[plan->samples[s].seq];
-        int64_t t = sp->token_start + sp->n_new - 1;
+        int64_t t = sp->token_start + sp->n_new - 1 - plan->samples[s].back;
         c->kern->rmsnorm(c->xs + s * E, c->x + t * E, m->output_norm, E, cfg->norm_eps);
     }
     const struct cpu_mat *Mo = c->mats + (size_t)cfg->n_layer * M_PER_LAYER;

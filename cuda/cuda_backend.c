@@ -516,7 +516,7 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
         if (s < p->n_samples) {
             const pllm_sample_req *r = &p->samples[s];
             const pllm_seq_plan *sp = &p->seqs[r->seq];
-            rows[s] = sp->token_start + sp->n_new - 1;
+            rows[s] = sp->token_start + sp->n_new - 1 - r->back;
             pllm_cuda_sample_fill(&rec[s], r->params, &r->ctx, V, ids + at, ids_base + at);
             at += pllm_cuda_sample_n_ids(r->params, &r->ctx);
             pd->req_top[s] = rec[s].n_top;

@@ -15,6 +15,14 @@
  * across token boundaries; the text is cut where the match starts), max_tokens, the context limit.
  * Stop ids and stop strings only count once min_tokens tokens were generated (and stop ids are
  * banned from sampling until then).
+ *
+ * Speculation (engine/speculate.h): before scheduling, every decoding request may get drafts
+ * (tokens.ids past tokens.n); the scheduler runs them within the budget; each sampled entry
+ * with k drafts has k + 1 samples, consecutive, back = k .. 0; after the step the accepted
+ * tokens go through the stop rules above one at a time, exactly as k + 1 ordinary steps would
+ * (a stop, max_tokens or the context limit ends the request at that token and the rest is
+ * dropped), and the entry's n_new is lowered by its rejected drafts before pllm_sched_update,
+ * so n_computed and the prefix cache only ever cover accepted tokens.
  */
 #include "engine/engine.h"
 
@@ -22,6 +30,7 @@
 #include "engine/prefix_tier.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/speculate.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdio.h>
@@ -59,12 +68,25 @@ struct pllm_engine {
     pllm_seq_plan *seqs; /* [max_seqs] */
     int32_t *tables;     /* [tables_cap] */
     int32_t tables_cap;
-    pllm_sample_req *samples; /* [max_seqs] */
-    int32_t *sample_entry;    /* [max_seqs]: plan entry of each sample */
-    int32_t *out_tokens;      /* [max_seqs] */
-    float *out_logprobs;      /* [max_seqs] */
-    int32_t *out_top_ids;     /* [max_seqs][PLLM_MAX_LOGPROBS] */
-    float *out_top_logprobs;  /* [max_seqs][PLLM_MAX_LOGPROBS] */
+    int32_t cap_samples;      /* max_seqs + (speculating ? max_batched_tokens : 0) */
+    pllm_sample_req *samples; /* [cap_samples] */
+    int32_t *sample_entry;    /* [cap_samples]: plan entry of each sample */
+    int32_t *entry_sample;    /* [max_seqs]: first sample of each sampled plan entry */
+    int32_t *out_tokens;      /* [cap_samples] */
+    float *out_logprobs;      /* [cap_samples] */
+    int32_t *out_top_ids;     /* [cap_samples][PLLM_MAX_LOGPROBS] */
+    float *out_top_logprobs;  /* [cap_samples][PLLM_MAX_LOGPROBS] */
+    pllm_req **done;          /* [max_seqs]: requests finished in this step, in sample order */
+    char **done_why;          /* [max_seqs]: done[i]'s own failure (NULL: it finished well) */
+    int32_t n_done_why;
+
+    /* speculation (NULL when off) */
+    pllm_spec *spec;
+    pllm_spec_cand *cands; /* [max_seqs] */
+    pllm_req **cand_req;   /* [max_seqs] */
+    int32_t (*propose_hook)(void *, uint64_t, int32_t, const int32_t *, int32_t, int32_t *,
+                            int32_t);
+    void *propose_arg;
 
     pllm_engine_stats stats;
 };
@@ -251,6 +273,13 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     if (p.eviction != PLLM_EVICT_LRU && p.eviction != PLLM_EVICT_FUTURE)
         return pllm_errorf(PLLM_ERR_INVALID, "eviction must be PLLM_EVICT_LRU or _FUTURE, got %d",
                            (int)p.eviction);
+    if (p.spec_max_draft == 0) p.spec_max_draft = 10;
+    if (p.speculate != PLLM_SPEC_OFF && p.speculate != PLLM_SPEC_AUTO &&
+        p.speculate != PLLM_SPEC_PROMPT_LOOKUP)
+        return pllm_errorf(PLLM_ERR_INVALID, "speculate: unknown mode %d", (int)p.speculate);
+    if (p.spec_max_draft < 1 || p.spec_max_draft > PLLM_SPEC_MAX_DRAFT)
+        return pllm_errorf(PLLM_ERR_INVALID, "spec_max_draft must be in [1, %d], got %d",
+                           PLLM_SPEC_MAX_DRAFT, p.spec_max_draft);
     if (p.max_model_len < 2)
         return pllm_errorf(PLLM_ERR_INVALID,
                            "max_model_len must be >= 2, got %d (model n_ctx_train %d)",
@@ -318,19 +347,47 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     if ((st = pllm_sched_init(&e->sched, &sp, e->kv, e->plan)) != PLLM_OK) goto fail;
     if ((st = collect_eos_ids(e)) != PLLM_OK) goto fail;
 
+    if (p.speculate != PLLM_SPEC_OFF) {
+        pllm_spec_params spp = {
+            .mode = p.speculate,
+            .max_draft = p.spec_max_draft,
+            .ngram_min = 1,
+            .ngram_max = 8,
+            .fit_max_tokens = p.max_seqs * (1 + p.spec_max_draft),
+        };
+        if ((st = pllm_spec_init(&e->spec, &spp)) != PLLM_OK) goto fail;
+        if (hooks) {
+            e->propose_hook = hooks->propose;
+            e->propose_arg = hooks->propose_arg;
+        }
+        e->cands = pllm_calloc((size_t)p.max_seqs, sizeof *e->cands);
+        e->cand_req = pllm_calloc((size_t)p.max_seqs, sizeof *e->cand_req);
+        if (!e->cands || !e->cand_req) {
+            st = PLLM_ERR_NOMEM;
+            goto fail;
+        }
+    }
+
     size_t nt = (size_t)p.max_batched_tokens, ns = (size_t)p.max_seqs;
+    size_t nsm = ns + (e->spec ? nt : 0); /* samples: one per sequence, one per draft */
+    e->cap_samples = (int32_t)nsm;
     e->tokens = pllm_malloc(nt * sizeof *e->tokens);
     e->positions = pllm_malloc(nt * sizeof *e->positions);
     e->slots = pllm_malloc(nt * sizeof *e->slots);
     e->seqs = pllm_malloc(ns * sizeof *e->seqs);
-    e->samples = pllm_malloc(ns * sizeof *e->samples);
-    e->sample_entry = pllm_malloc(ns * sizeof *e->sample_entry);
-    e->out_tokens = pllm_malloc(ns * sizeof *e->out_tokens);
-    e->out_logprobs = pllm_malloc(ns * sizeof *e->out_logprobs);
-    e->out_top_ids = pllm_malloc(ns * PLLM_MAX_LOGPROBS * sizeof *e->out_top_ids);
-    e->out_top_logprobs = pllm_malloc(ns * PLLM_MAX_LOGPROBS * sizeof *e->out_top_logprobs);
+    e->samples = pllm_malloc(nsm * sizeof *e->samples);
+    e->sample_entry = pllm_malloc(nsm * sizeof *e->sample_entry);
+    e->entry_sample = pllm_malloc(ns * sizeof *e->entry_sample);
+    e->done = pllm_malloc(ns * sizeof *e->done);
+    e->done_why = pllm_calloc(ns, sizeof *e->done_why);
+    e->n_done_why = (int32_t)ns;
+    e->out_tokens = pllm_malloc(nsm * sizeof *e->out_tokens);
+    e->out_logprobs = pllm_malloc(nsm * sizeof *e->out_logprobs);
+    e->out_top_ids = pllm_malloc(nsm * PLLM_MAX_LOGPROBS * sizeof *e->out_top_ids);
+    e->out_top_logprobs = pllm_malloc(nsm * PLLM_MAX_LOGPROBS * sizeof *e->out_top_logprobs);
     if (!e->tokens || !e->positions || !e->slots || !e->seqs || !e->samples || !e->sample_entry ||
-        !e->out_tokens || !e->out_logprobs || !e->out_top_ids || !e->out_top_logprobs) {
+        !e->entry_sample || !e->done || !e->done_why || !e->out_tokens || !e->out_logprobs || !e->out_top_ids ||
+        !e->out_top_logprobs) {
         st = PLLM_ERR_NOMEM;
         goto fail;
     }
@@ -373,6 +430,13 @@ void pllm_engine_free(pllm_engine *e)
     free(e->tables);
     free(e->samples);
     free(e->sample_entry);
+    free(e->entry_sample);
+    free(e->done);
+    for (int32_t i = 0; e->done_why && i < e->n_done_why; i++) free(e->done_why[i]);
+    free(e->done_why);
+    free(e->cands);
+    free(e->cand_req);
+    pllm_spec_free(e->spec);
     free(e->out_tokens);
     free(e->out_logprobs);
     free(e->out_top_ids);
@@ -471,6 +535,12 @@ void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out)
 {
     *out = e->stats;
     out->blocks_used = e->stats.n_blocks - pllm_block_pool_n_free(pllm_kv_pool_c(e->kv));
+    if (e->spec && e->p.speculate == PLLM_SPEC_AUTO) { /* the policy's (timing) figures */
+        pllm_spec_stats ss;
+        pllm_spec_get_stats(e->spec, &ss);
+        out->spec_cost_a = ss.cost_a;
+        out->spec_cost_b = ss.cost_b;
+    }
 }
 
 bool pllm_engine_get_prefix_store_stats(const pllm_engine *e, pllm_prefix_store_stats *out)
@@ -561,25 +631,31 @@ static pllm_status build_plan(pllm_engine *e, pllm_batch_plan *plan, int32_t *to
         if (en->n_computed < r->n_prompt)
             e->stats.prompt_tokens_computed += PLLM_MIN(n_ctx, r->n_prompt) - en->n_computed;
         if (!en->sample) continue;
-        int32_t n_out = pllm_req_n_output(r);
-        bool ban = n_out < r->params.min_tokens;
-        e->samples[ns] = (pllm_sample_req){
-            .seq = i,
-            .params = &r->sampling,
-            .ctx =
-                {
-                    .prompt = r->tokens.ids,
-                    .n_prompt = r->n_prompt,
-                    .output = r->tokens.ids + r->n_prompt,
-                    .n_output = n_out,
-                    .banned = ban ? r->stop_ids : NULL,
-                    .n_banned = ban ? r->n_stop_ids : 0,
-                    .n_valid = e->n_valid,
-                },
-        };
-        e->sample_entry[ns] = i;
+        /* row j (0 .. n_draft) samples the token after the history and drafts 1..j */
+        e->entry_sample[i] = ns;
+        for (int32_t j = 0; j <= en->n_draft; j++) {
+            int32_t n_out = pllm_req_n_output(r) + j;
+            bool ban = n_out < r->params.min_tokens;
+            PLLM_ASSERT(ns < e->cap_samples);
+            e->samples[ns] = (pllm_sample_req){
+                .seq = i,
+                .back = en->n_draft - j,
+                .params = &r->sampling,
+                .ctx =
+                    {
+                        .prompt = r->tokens.ids,
+                        .n_prompt = r->n_prompt,
+                        .output = r->tokens.ids + r->n_prompt,
+                        .n_output = n_out,
+                        .banned = ban ? r->stop_ids : NULL,
+                        .n_banned = ban ? r->n_stop_ids : 0,
+                        .n_valid = e->n_valid,
+                    },
+            };
+            e->sample_entry[ns] = i;
+            ns++;
+        }
         *top_n = PLLM_MAX(*top_n, r->sampling.logprobs);
-        ns++;
     }
     PLLM_ASSERT(nt == o->n_tokens && nt <= e->p.max_batched_tokens &&
                 o->n_entries <= e->p.max_seqs);
@@ -671,13 +747,51 @@ static pllm_status accept_token(pllm_engine *e, pllm_req *r, int32_t token, floa
     return PLLM_OK;
 }
 
+/* Drafts for the running requests that are decoding (speculate.h): proposals, then the
+ * policy's choice of how many each runs; r->n_draft of every running request is set. */
+static pllm_status propose_drafts(pllm_engine *e)
+{
+    int32_t n_run = 0, n_cand = 0, base = 0, n_decode = 0;
+    pllm_req *const *run = pllm_sched_running(e->sched, &n_run);
+    for (int32_t i = 0; i < n_run; i++) {
+        pllm_req *r = run[i];
+        int32_t T = (int32_t)r->tokens.n, rem = T - r->n_computed;
+        r->n_draft = 0;
+        base += rem;
+        if (rem != 1) continue;
+        n_decode++;
+        /* room: every accepted draft and the token after them within max_tokens and the
+         * context limit */
+        int32_t k = PLLM_MIN(e->p.spec_max_draft, r->params.max_tokens - pllm_req_n_output(r) - 1);
+        k = PLLM_MIN(k, e->ctx_limit - T - 1);
+        if (k <= 0) continue;
+        PLLM_TRY(pllm_tokens_reserve(&r->tokens, (size_t)T + (size_t)k));
+        int32_t got = e->propose_hook ? e->propose_hook(e->propose_arg, r->id, r->index,
+                                                        r->tokens.ids, T, r->tokens.ids + T, k)
+                                      : pllm_spec_propose(e->spec, r->tokens.ids + T, k,
+                                                          r->tokens.ids, T, &r->spec_source);
+        PLLM_ASSERT(got >= 0 && got <= k);
+        if (got == 0) continue;
+        e->cands[n_cand] = (pllm_spec_cand){.n_proposed = got,
+                                            .source = r->spec_source,
+                                            .trials = r->spec_trials,
+                                            .accepted = r->spec_accepted};
+        e->cand_req[n_cand++] = r;
+    }
+    int32_t budget = PLLM_MAX(0, e->p.max_batched_tokens - base);
+    pllm_spec_choose(e->spec, e->cands, n_cand, base, n_decode, budget);
+    for (int32_t i = 0; i < n_cand; i++) e->cand_req[i]->n_draft = e->cands[i].k;
+    return PLLM_OK;
+}
+
 pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg)
 {
     if (e->broken != PLLM_OK)
         return pllm_errorf(e->broken, "engine: a previous step failed; the engine cannot continue");
     pllm_sched_out *o = &e->plan_out;
-    pllm_status st = pllm_sched_schedule(e->sched, o);
-    if (st != PLLM_OK) goto broken;
+    pllm_status st = PLLM_OK;
+    if (e->spec && (st = propose_drafts(e)) != PLLM_OK) goto broken;
+    if ((st = pllm_sched_schedule(e->sched, o)) != PLLM_OK) goto broken;
     e->stats.preemptions += o->n_preempted;
     if (o->n_entries == 0) {
         if (!pllm_engine_has_work(e)) return PLLM_OK;
@@ -699,6 +813,7 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
         .top_ids = top_n > 0 ? e->out_top_ids : NULL,
         .top_logprobs = top_n > 0 ? e->out_top_logprobs : NULL,
     };
+    double t0 = pllm_now();
     st = e->backend->iface->step(e->backend->ctx, &plan, &so);
     if (st != PLLM_OK) {
         pllm_error_prefix(st, "backend %s step: ", e->backend->iface->name);
@@ -706,35 +821,81 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
     }
     e->stats.steps++;
     double now = pllm_now(); /* the sampled tokens' time (pllm_completion.token_times) */
+    int32_t n_drafts = 0;
+    for (int32_t i = 0; i < o->n_entries; i++) n_drafts += o->entries[i].n_draft;
+    if (e->spec) pllm_spec_observe_step(e->spec, plan.n_tokens, plan.n_samples, n_drafts, now - t0);
+    if (n_drafts > 0) e->stats.spec_steps++;
+
+    /* accept: per sampled entry, its rows in order while they reproduce the drafts */
+    int32_t n_done = 0;
+    for (int32_t i = 0; i < o->n_entries; i++) {
+        pllm_sched_entry *en = &o->entries[i];
+        if (!en->sample) continue;
+        pllm_req *r = en->req;
+        int32_t first = e->entry_sample[i], nd = en->n_draft, T = (int32_t)r->tokens.n;
+        int32_t drafts[PLLM_SPEC_MAX_DRAFT];
+        PLLM_ASSERT(nd <= PLLM_SPEC_MAX_DRAFT);
+        memcpy(drafts, r->tokens.ids + T, (size_t)nd * sizeof *drafts);
+        int32_t j = 0;
+        bool done = false;
+        char *why = NULL;
+        for (;;) {
+            int32_t k = first + j, tok = so.tokens[k];
+            if (tok < 0 || tok >= e->n_vocab) {
+                st = pllm_errorf(PLLM_ERR_INTERNAL, "backend %s sampled token %d outside [0, %d)",
+                                 e->backend->iface->name, tok, e->n_vocab);
+                goto broken;
+            }
+            st = accept_token(e, r, tok, so.logprobs ? so.logprobs[k] : 0.0f,
+                              so.top_ids ? so.top_ids + (size_t)k * (size_t)top_n : NULL,
+                              so.top_logprobs ? so.top_logprobs + (size_t)k * (size_t)top_n : NULL,
+                              now, &done);
+            if (st == PLLM_ERR_NOMEM) goto broken;
+            if (st != PLLM_OK) {
+                /* this request's own failure (a sampled id its tokenizer has no token for, a
+                 * text its stop strings cannot be matched in): it alone fails, the step goes on */
+                free(why);
+                why = pllm_strdup(pllm_errmsg());
+                r->finish = PLLM_FINISH_ERROR;
+                done = true;
+                st = PLLM_OK;
+            }
+            if (done || j == nd || tok != drafts[j]) break;
+            j++;
+        }
+        /* j drafts accepted: their K/V (computed for the same tokens) stays; the rest is
+         * rejected and its slots are written again by the next step */
+        e->stats.decode_samples++;
+        e->stats.decode_tokens += (int32_t)r->tokens.n - T;
+        if (nd > 0) {
+            e->stats.spec_drafted += nd;
+            e->stats.spec_accepted += j;
+            pllm_spec_seq_update(&r->spec_trials, &r->spec_accepted, nd, j);
+            pllm_spec_observe_seq(e->spec, r->spec_source, nd, j);
+        }
+        en->n_new -= nd - j;
+        o->n_tokens -= nd - j;
+        en->n_draft = 0;
+        if (e->spec && !done)
+            pllm_spec_ngram_add(e->spec, r->tokens.ids, PLLM_MAX(T, r->n_prompt),
+                                (int32_t)r->tokens.n);
+        if (done) {
+            e->done_why[n_done] = why;
+            e->done[n_done++] = r;
+        } else {
+            free(why);
+        }
+    }
     if ((st = pllm_sched_update(e->sched, o)) != PLLM_OK) goto broken;
     if (e->tier && (st = save_prefix_blocks(e, o)) != PLLM_OK) goto broken;
 
-    for (int32_t k = 0; k < plan.n_samples; k++) {
-        pllm_req *r = o->entries[e->sample_entry[k]].req;
-        int32_t tok = so.tokens[k];
-        if (tok < 0 || tok >= e->n_vocab) {
-            st = pllm_errorf(PLLM_ERR_INTERNAL, "backend %s sampled token %d outside [0, %d)",
-                             e->backend->iface->name, tok, e->n_vocab);
-            goto broken;
-        }
-        bool done = false;
-        st = accept_token(e, r, tok, so.logprobs ? so.logprobs[k] : 0.0f,
-                          so.top_ids ? so.top_ids + (size_t)k * (size_t)top_n : NULL,
-                          so.top_logprobs ? so.top_logprobs + (size_t)k * (size_t)top_n : NULL, now,
-                          &done);
-        char why[512] = "";
-        if (st == PLLM_ERR_NOMEM) goto broken;
-        if (st != PLLM_OK) {
-            /* this request's own failure (a sampled id its tokenizer has no token for, a text
-             * its stop strings cannot be matched in): it alone fails, the step goes on */
-            snprintf(why, sizeof why, "%s", pllm_errmsg());
-            r->finish = PLLM_FINISH_ERROR;
-            done = true;
-            st = PLLM_OK;
-        }
-        if (!done) continue;
-        o->entries[e->sample_entry[k]].req = NULL; /* freed below */
-        emit_completion(e, r, why[0] ? why : NULL, emit, arg);
+    for (int32_t d = 0; d < n_done; d++) {
+        pllm_req *r = e->done[d];
+        for (int32_t i = 0; i < o->n_entries; i++)
+            if (o->entries[i].req == r) o->entries[i].req = NULL; /* freed below */
+        emit_completion(e, r, e->done_why[d], emit, arg);
+        free(e->done_why[d]);
+        e->done_why[d] = NULL;
         pllm_sched_remove(e->sched, r);
         pllm_req_free(r);
     }

@@ -21,6 +21,7 @@
 #include "model/backend.h"
 #include "engine/block_pool.h"
 #include "engine/prefix_store.h"
+#include "engine/speculate.h"
 #include "model/common.h"
 #include "model/model.h"
 #include "model/sampling.h"
@@ -62,6 +63,10 @@ typedef struct pllm_engine_params {
                                               into the cache's namespace; may be NULL */
     pllm_prefix_warn_fn prefix_cache_warn; /* corrupt entries, failed saves; NULL: stderr */
     void *prefix_cache_warn_arg;
+    pllm_spec_mode speculate;   /* speculative decoding without a draft model
+                                   (engine/speculate.h); PLLM_SPEC_OFF (0) by default. Output
+                                   is the same with any mode. */
+    int32_t spec_max_draft;     /* drafts per sequence per step, at most; 0: 8 */
 } pllm_engine_params;
 
 void pllm_engine_params_defaults(pllm_engine_params *p);
@@ -133,6 +138,14 @@ typedef struct pllm_engine_stats {
     int32_t blocks_used; /* KV blocks held by requests now (pllm_engine_get_stats) */
     int32_t n_blocks;
     int32_t block_size;
+    /* speculation (zero when off) */
+    int64_t spec_steps;     /* steps that ran drafts */
+    int64_t spec_drafted;   /* draft tokens run */
+    int64_t spec_accepted;  /* of them, accepted */
+    int64_t decode_samples; /* sequence-steps that sampled (rows of one sequence count once) */
+    int64_t decode_tokens;  /* tokens those appended: decode_tokens / decode_samples is the
+                               tokens per sequence per step (1 without speculation) */
+    double spec_cost_a, spec_cost_b; /* the policy's fitted step time a + b T (auto), seconds */
 } pllm_engine_stats;
 
 /*

@@ -27,6 +27,12 @@ typedef struct pllm_engine_hooks {
     void *block_hash_arg;
     bool no_grouping;   /* queue every new request at the tail (FCFS order; for comparisons) */
     int32_t label_bits; /* queue label spacing 2^label_bits (0: 64); small forces respacing */
+    /* speculation (params.speculate not off): replaces the proposers; up to k drafts into
+     * draft[] continuing toks[0 .. n) of completion (req_id, index); returns how many. Tests
+     * use it to propose right and wrong drafts at will. NULL: speculate.h's proposers. */
+    int32_t (*propose)(void *arg, uint64_t req_id, int32_t index, const int32_t *toks, int32_t n,
+                       int32_t *draft, int32_t k);
+    void *propose_arg;
 } pllm_engine_hooks;
 
 pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model,

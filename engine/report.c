@@ -406,6 +406,21 @@ void pllm_report_print(const pllm_report *r, const pllm_engine_stats *es, const 
         fprintf(f, "%-40s %lld\n", "Prompt tokens cached:", (long long)es->prompt_tokens_cached);
         fprintf(f, "%-40s %d / %d (block size %d)\n",
                 "Peak KV blocks in use:", es->peak_blocks_used, es->n_blocks, es->block_size);
+        if (es->spec_drafted > 0 || es->spec_steps > 0) {
+            fprintf(f, "%-40s %lld of %lld (%.2f%%), in %lld steps\n",
+                    "Speculation: drafts accepted:", (long long)es->spec_accepted,
+                    (long long)es->spec_drafted,
+                    es->spec_drafted ? 100.0 * (double)es->spec_accepted / (double)es->spec_drafted
+                                     : 0.0,
+                    (long long)es->spec_steps);
+            if (es->spec_cost_a > 0 || es->spec_cost_b > 0)
+                fprintf(f, "%-40s %.3f ms + %.4f ms per token\n",
+                        "Speculation: fitted step time:", 1e3 * es->spec_cost_a,
+                        1e3 * es->spec_cost_b);
+        }
+        if (es->decode_samples > 0)
+            fprintf(f, "%-40s %.3f\n", "Tokens per sequence step:",
+                    (double)es->decode_tokens / (double)es->decode_samples);
     }
     for (int i = 0; i < n_notes; i++) {
         char l[80];
@@ -493,6 +508,19 @@ json_t *pllm_report_json(const pllm_report *r, const pllm_engine_stats *es)
         json_object_set_new(c, "peak_kv_blocks", json_integer(es->peak_blocks_used));
         json_object_set_new(c, "kv_blocks", json_integer(es->n_blocks));
         json_object_set_new(c, "block_size", json_integer(es->block_size));
+        json_object_set_new(c, "spec_steps", json_integer(es->spec_steps));
+        json_object_set_new(c, "spec_drafted", json_integer(es->spec_drafted));
+        json_object_set_new(c, "spec_accepted", json_integer(es->spec_accepted));
+        json_object_set_new(c, "spec_acceptance_rate",
+                            json_real(es->spec_drafted
+                                          ? (double)es->spec_accepted / (double)es->spec_drafted
+                                          : 0.0));
+        json_object_set_new(c, "decode_samples", json_integer(es->decode_samples));
+        json_object_set_new(c, "decode_tokens", json_integer(es->decode_tokens));
+        json_object_set_new(c, "tokens_per_seq_step",
+                            json_real(es->decode_samples
+                                          ? (double)es->decode_tokens / (double)es->decode_samples
+                                          : 0.0));
         json_object_set_new(o, "counters", c);
     }
     return o;

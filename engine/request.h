@@ -77,6 +77,15 @@ struct pllm_req {
     bool admitted_once;
     int32_t cached_tokens; /* prompt tokens found in the cache at first admission */
 
+    /* speculation (engine/speculate.h) */
+    int32_t n_draft;    /* drafts proposed for the next step: tokens.ids[tokens.n ..
+                           tokens.n + n_draft) (past the end of the known tokens); the
+                           scheduler may run fewer (pllm_sched_entry.n_draft) */
+    double spec_trials; /* drafts tested (accepted + first rejected per step), decayed
+                           (pllm_spec_seq_update) */
+    double spec_accepted;
+    int32_t spec_source; /* the source of the drafts proposed for this step */
+
     /* prefix planner (owned by engine/prefix_plan.c) */
     uint64_t *plan_keys; /* [n_plan_keys] planner keys of the full blocks of tokens */
     int32_t n_plan_keys, plan_keys_cap;

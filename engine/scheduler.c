@@ -312,8 +312,8 @@ void pllm_sched_remove(pllm_sched *s, pllm_req *r)
 
 /* ---- plan output ---- */
 
-static pllm_status out_push(pllm_sched_out *o, pllm_req *r, int32_t n_new, bool admitted,
-                            int32_t n_hit)
+static pllm_status out_push(pllm_sched_out *o, pllm_req *r, int32_t n_new, int32_t n_draft,
+                            bool admitted, int32_t n_hit)
 {
     if (o->n_entries == o->cap_entries) {
         int32_t cap = o->cap_entries ? o->cap_entries * 2 : 16;
@@ -328,7 +328,8 @@ static pllm_status out_push(pllm_sched_out *o, pllm_req *r, int32_t n_new, bool 
         .index = r->index,
         .n_computed = r->n_computed,
         .n_new = n_new,
-        .sample = r->n_computed + n_new == (int32_t)r->tokens.n,
+        .n_draft = n_draft,
+        .sample = r->n_computed + n_new - n_draft == (int32_t)r->tokens.n,
         .admitted = admitted,
         .n_hit = n_hit,
     };
@@ -479,7 +480,7 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
         running_insert(s, r);
         if (r->n_computed < r->n_prompt) s->prefilling[n_prefilling++] = r;
         r->n_bypassed = 0;
-        PLLM_TRY(out_push(o, r, n_new, true, n_hit * s->bs));
+        PLLM_TRY(out_push(o, r, n_new, 0, true, n_hit * s->bs));
         *budget -= n_new;
         bool blocked = false;
         for (int32_t i = 0; i < n_skipped; i++)
@@ -512,9 +513,15 @@ pllm_status pllm_sched_schedule(pllm_sched *s, pllm_sched_out *o)
             }
         }
         if (self) continue; /* running[i] is now the next request */
-        PLLM_TRY(pllm_kv_allocate(s->kv, &r->table, NULL, 0, r->n_computed + n_new));
-        PLLM_TRY(out_push(o, r, n_new, false, 0));
-        budget -= n_new;
+        /* drafts: only after the known tokens, within the budget, never at anyone's expense */
+        int32_t nd = 0;
+        if (r->n_draft > 0 && r->n_computed + n_new == (int32_t)r->tokens.n)
+            nd = PLLM_MIN(r->n_draft, budget - n_new);
+        if (nd > 0 && !pllm_kv_can_allocate(s->kv, &r->table, NULL, 0, r->n_computed + n_new + nd))
+            nd = 0;
+        PLLM_TRY(pllm_kv_allocate(s->kv, &r->table, NULL, 0, r->n_computed + n_new + nd));
+        PLLM_TRY(out_push(o, r, n_new + nd, nd, false, 0));
+        budget -= n_new + nd;
         i++;
     }
 
@@ -530,6 +537,7 @@ pllm_status pllm_sched_update(pllm_sched *s, const pllm_sched_out *o)
         int32_t before = r->n_computed, committed = r->table.n_committed;
         r->n_computed += o->entries[i].n_new;
         PLLM_ASSERT(r->n_computed <= (int32_t)r->tokens.n);
+        PLLM_ASSERT(o->entries[i].n_draft == 0);
         PLLM_TRY(pllm_kv_commit(s->kv, &r->table, &r->keys, r->tokens.ids, r->n_computed));
         pllm_plan_link(s->plan, r, committed, r->table.n_committed);
         pllm_plan_computed(s->plan, r, before, r->n_computed);

@@ -7,7 +7,9 @@
  * decode and recompute after preemption all follow from that rule.
  *
  * A step (pllm_sched_schedule), given budget = max_batched_tokens:
- *   1. Running requests, in queue order: n_new = min(remaining, budget). If the KV pool
+ *   1. Running requests, in queue order: n_new = min(remaining, budget). A request whose
+ *      remaining tokens fit also runs up to r->n_draft speculative drafts (speculate.h) within
+ *      the budget, only if the pool holds them without preempting anyone. If the KV pool
  *      cannot hold n_computed + n_new tokens, preempt by recompute until it can. Victim: among
  *      the running requests not yet scheduled in this step (the current one and every one that
  *      arrived after it), the one cheapest to rebuild: the fewest computed tokens not covered
@@ -82,8 +84,10 @@ typedef struct pllm_sched_entry {
     uint64_t req_id;
     int32_t index;
     int32_t n_computed; /* before this step */
-    int32_t n_new;      /* tokens to compute: positions n_computed .. n_computed + n_new - 1 */
-    bool sample;        /* n_computed + n_new reaches the request's token count */
+    int32_t n_new;      /* tokens to compute: positions n_computed .. n_computed + n_new - 1,
+                           n_draft of them drafts past the request's known tokens */
+    int32_t n_draft;    /* drafts run (speculate.h): the request's last n_draft new tokens */
+    bool sample;        /* n_computed + n_new - n_draft reaches the request's token count */
     bool admitted;      /* admitted from the waiting queue in this step */
     int32_t n_hit;      /* admitted: tokens taken from the cache (or shared with completion 0) */
 } pllm_sched_entry;
@@ -117,7 +121,8 @@ void pllm_sched_free(pllm_sched *s);
 pllm_status pllm_sched_add(pllm_sched *s, pllm_req *r);
 /* Plan one step: allocates blocks, may preempt, admits. */
 pllm_status pllm_sched_schedule(pllm_sched *s, pllm_sched_out *out);
-/* After the backend ran the plan: n_computed += n_new, and full computed blocks are indexed. */
+/* After the backend ran the plan: n_computed += n_new (the engine first lowers an entry's
+ * n_new by its rejected drafts), and full computed blocks are indexed. */
 pllm_status pllm_sched_update(pllm_sched *s, const pllm_sched_out *out);
 /* Remove a request (finished or failed) from the scheduler and release its blocks. */
 void pllm_sched_remove(pllm_sched *s, pllm_req *r);

@@ -122,6 +122,16 @@ pllm_status pllm_backend_check_plan(const char *who, const pllm_kv_layout *kv, i
         if (r->seq < 0 || r->seq >= p->n_seqs)
             return pllm_errorf(PLLM_ERR_RANGE, "%s step: samples[%d].seq = %d is outside [0, %d)",
                                who, s, r->seq, p->n_seqs);
+        if (r->back < 0 || r->back >= p->seqs[r->seq].n_new)
+            return pllm_errorf(PLLM_ERR_RANGE,
+                               "%s step: samples[%d].back = %d is outside [0, n_new = %d) of "
+                               "seqs[%d]",
+                               who, s, r->back, p->seqs[r->seq].n_new, r->seq);
+        if (s > 0 && p->samples[s - 1].seq == r->seq && p->samples[s - 1].back <= r->back)
+            return pllm_errorf(PLLM_ERR_INVALID,
+                               "%s step: samples[%d] and [%d] of seqs[%d] must have decreasing "
+                               "back (%d, %d)",
+                               who, s - 1, s, r->seq, p->samples[s - 1].back, r->back);
         if (!r->params)
             return pllm_errorf(PLLM_ERR_INVALID, "%s step: samples[%d].params is NULL", who, s);
         if (pllm_sampling_validate(r->params) != PLLM_OK)

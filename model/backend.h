@@ -40,8 +40,12 @@
  *     prefix blocks). Sequences never attend to one another's tokens.
  *   - samples[n_samples]: the sequences that need a next token this step (those whose new
  *     tokens end at the end of what is known); the token is drawn from the logits of the
- *     sequence's last new token. A prefill chunk that does not reach the end of its prompt is
- *     not sampled.
+ *     sequence's new token number n_new - 1 - back (back = 0: its last new token). A prefill
+ *     chunk that does not reach the end of its prompt is not sampled. Speculative decoding
+ *     (engine/speculate.h) appends k draft tokens to a sequence's new tokens and asks for k + 1
+ *     samples of it, back = k .. 0, each with its own ctx (the history including the drafts
+ *     before that row); the engine then keeps the longest prefix of drafts that the samples
+ *     reproduce. Two consecutive samples of one sequence have decreasing back.
  * The backend runs the model, writes K/V of the new tokens into their slots, and fills the
  * outputs for every sample, in samples[] order.
  */
@@ -95,6 +99,8 @@ typedef struct pllm_seq_plan {
 
 typedef struct pllm_sample_req {
     int32_t seq;                         /* index into plan->seqs */
+    int32_t back;                        /* row: new token n_new - 1 - back of the sequence;
+                                            in [0, n_new); 0 (the last) unless speculating */
     const pllm_sampling_params *params;
     pllm_sample_ctx ctx;                 /* prompt/output history, banned ids */
 } pllm_sample_req;

@@ -6,3 +6,6 @@ pllm_add_c_test(engine_loop SOURCES engine_loop.c engine_fake_backend.c LABELS u
 pllm_add_c_test(engine_cpu_model SOURCES engine_cpu_model.c LABELS model)
 pllm_add_c_test(engine_prefix_store SOURCES engine_prefix_store.c LABELS unit)
 pllm_add_c_test(engine_prefix_tier SOURCES engine_prefix_tier.c LABELS model)
+# speculative decoding: proposers, policy, lossless greedy and sampled output, a chi-square test
+pllm_add_c_test(engine_spec SOURCES engine_spec.c LABELS unit)
+pllm_add_c_test(engine_spec_model SOURCES engine_spec_model.c LABELS model)

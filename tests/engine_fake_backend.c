@@ -87,8 +87,8 @@ static pllm_status fake_step(void *vctx, const pllm_batch_plan *pl, pllm_step_ou
         FAIL("%d tokens > budget %d", step, pl->n_tokens, c->p.max_batched_tokens);
     if (c->p.max_seqs && pl->n_seqs > c->p.max_seqs)
         FAIL("%d seqs > max_seqs %d", step, pl->n_seqs, c->p.max_seqs);
-    if (pl->n_samples < 0 || pl->n_samples > pl->n_seqs)
-        FAIL("%d samples for %d seqs", step, pl->n_samples, pl->n_seqs);
+    if (pl->n_samples < 0 || pl->n_samples > pl->n_tokens)
+        FAIL("%d samples for %d tokens", step, pl->n_samples, pl->n_tokens);
 
     /* 1. plan structure and writes */
     int32_t t = 0;
@@ -134,14 +134,20 @@ static pllm_status fake_step(void *vctx, const pllm_batch_plan *pl, pllm_step_ou
     }
 
     /* 3. samples */
-    int32_t prev_seq = -1;
+    int32_t prev_seq = -1, prev_back = 0;
     for (int32_t k = 0; k < pl->n_samples; k++) {
         const pllm_sample_req *sr = &pl->samples[k];
-        if (sr->seq <= prev_seq || sr->seq >= pl->n_seqs)
-            FAIL("sample %d: seq %d after %d", step, k, sr->seq, prev_seq);
-        prev_seq = sr->seq;
+        /* one sequence's samples are consecutive, back decreasing to 0 (speculation) */
+        if (sr->seq < prev_seq || sr->seq >= pl->n_seqs || (sr->seq == prev_seq) != (prev_back > 0))
+            FAIL("sample %d: seq %d after %d (back %d)", step, k, sr->seq, prev_seq, prev_back);
         const pllm_seq_plan *sp = &pl->seqs[sr->seq];
-        int32_t n = sp->n_ctx;
+        if (sr->back < 0 || sr->back >= sp->n_new ||
+            (sr->seq == prev_seq && sr->back != prev_back - 1))
+            FAIL("sample %d: back %d (previous %d, n_new %d)", step, k, sr->back, prev_back,
+                 sp->n_new);
+        prev_seq = sr->seq;
+        prev_back = sr->back;
+        int32_t n = sp->n_ctx - sr->back;
         if (sr->ctx.n_prompt + sr->ctx.n_output != n)
             FAIL("sample %d: history %d + %d != n_ctx %d", step, k, sr->ctx.n_prompt,
                  sr->ctx.n_output, n);

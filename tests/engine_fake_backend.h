@@ -7,7 +7,8 @@
  * position written there. Every step it verifies the plan: budget and sequence cap, token and
  * block-table ranges, positions, slot mapping, no slot written twice, every position < n_ctx
  * of every sequence mapping to a slot that holds that position, and, for sampled sequences,
- * the context read from the cache equal to the sampling history (prompt ++ output). Any
+ * the context read from the cache equal to the sampling history (prompt ++ output); a sample
+ * with back > 0 (speculation) reads the context up to its row. Any
  * violation fails the step with PLLM_ERR_INTERNAL and a message. A block-table or prefix-cache
  * bug therefore changes tokens or fails a step.
  */

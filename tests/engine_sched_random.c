@@ -86,6 +86,7 @@ typedef struct totals {
     int64_t workloads, runs, completions, steps, preemptions, refused, cached_tokens, forks,
         max_overtaken, grouped, best_checked, future_runs, relabels, sorted_runs, sorted_beyond;
     int64_t finish_stop, finish_length;
+    int64_t spec_runs, spec_drafted, spec_accepted;
 } totals;
 
 static void on_done(const pllm_completion *c, void *arg)
@@ -255,7 +256,40 @@ typedef struct variant {
     int32_t max_batched_tokens, max_seqs, max_bypass;
     pllm_evict_policy eviction;
     int32_t label_bits;
+    pllm_spec_mode speculate;
+    bool oracle; /* speculation's proposals from the oracle below */
+    int32_t spec_max_draft;
 } variant;
+
+/* The oracle proposer (speculation): the fake model's true continuation, with each draft
+ * replaced by a wrong token with probability 1/4 (wrong_rate), and a random length. */
+typedef struct oracle {
+    const workload *w;
+    const int32_t *req_of_id;
+    uint64_t rng;
+    int64_t calls;
+} oracle;
+
+static int32_t oracle_propose(void *arg, uint64_t req_id, int32_t index, const int32_t *toks,
+                              int32_t n, int32_t *draft, int32_t k)
+{
+    oracle *o = arg;
+    o->calls++;
+    const wreq *q = &o->w->reqs[o->req_of_id[req_id]];
+    int32_t ctx[MAX_PROMPT + MAX_OUT + PLLM_SPEC_MAX_DRAFT];
+    if (n > MAX_PROMPT + MAX_OUT) return 0;
+    memcpy(ctx, toks, (size_t)n * sizeof *ctx);
+    int32_t m = (int32_t)(pllm_test_rand(&o->rng) % (uint64_t)(k + 1));
+    for (int32_t j = 0; j < m; j++) {
+        float lp;
+        int32_t t = fake_next_token(ctx, n + j, q->params.sampling.seed + (uint64_t)index, NULL, 0,
+                                    VOCAB, &lp);
+        if (pllm_test_rand(&o->rng) % 4 == 0)
+            t = (t + 1 + (int32_t)(pllm_test_rand(&o->rng) % 5)) % VOCAB;
+        ctx[n + j] = draft[j] = t;
+    }
+    return m;
+}
 
 /* The best achievable cached prompt tokens over the accepted requests (engine.h), by brute
  * force: for each distinct block prefix, the prompts that can reuse it and those that hold it
@@ -317,12 +351,21 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     ep.max_model_len = w->max_model_len;
     ep.no_prefix_cache = !v->prefix_cache;
     ep.eviction = v->eviction;
+    ep.speculate = v->speculate;
+    ep.spec_max_draft = v->spec_max_draft;
+    run_state *rs = pllm_calloc(1, sizeof *rs);
+    oracle orc = {.w = w, .req_of_id = rs->req_of_id, .rng = seed ^ 0x77};
     pllm_engine *e = NULL;
     pllm_engine_hooks hooks = {.block_hash = v->weak_hash ? weak_hash : NULL,
                                .label_bits = v->label_bits};
+    if (v->oracle) {
+        hooks.propose = oracle_propose;
+        hooks.propose_arg = &orc;
+    }
     CHECK_OK(pllm_engine_create_hooked(&e, &model, &be, NULL, &ep, &hooks));
     if (!e) {
         pllm_backend_free(&be);
+        free(rs);
         return;
     }
     int32_t ctx_limit = pllm_engine_ctx_limit(e);
@@ -330,7 +373,6 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
           PLLM_MIN(w->max_model_len ? w->max_model_len : 1000, w->n_blocks * w->block_size));
     const pllm_block_pool *pool = pllm_kv_pool(pllm_engine_kv(e));
 
-    run_state *rs = pllm_calloc(1, sizeof *rs);
     rs->w = w;
     bool added[MAX_REQ] = {0}, accepted[MAX_REQ] = {0};
     int32_t n_added = 0, n_accepted = 0;
@@ -445,6 +487,9 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     pllm_engine_stats es;
     pllm_engine_get_stats(e, &es);
     CHECK(es.preemptions == plan_preemptions);
+    tot->spec_drafted += es.spec_drafted;
+    tot->spec_accepted += es.spec_accepted;
+    if (v->speculate == PLLM_SPEC_OFF) CHECK(es.spec_drafted == 0);
     tot->preemptions += es.preemptions;
     tot->grouped += pllm_sched_n_grouped(pllm_engine_sched(e));
     tot->relabels += pllm_sched_n_relabels(pllm_engine_sched(e));
@@ -616,6 +661,15 @@ int main(int argc, char **argv)
                 .eviction = rnd(&s, 2) ? PLLM_EVICT_FUTURE : PLLM_EVICT_LRU,
                 .label_bits = rnd(&s, 2) ? 2 : 0, /* 2: respacing all the time */
             };
+            /* speculation: off, the oracle's drafts, prompt lookup, auto */
+            uint64_t sp = rnd(&s, 8);
+            v.speculate = sp < 2   ? PLLM_SPEC_OFF
+                          : sp < 6 ? PLLM_SPEC_PROMPT_LOOKUP
+                          : sp < 7 ? PLLM_SPEC_PROMPT_LOOKUP
+                                   : PLLM_SPEC_AUTO;
+            v.oracle = sp >= 2 && sp < 6;
+            v.spec_max_draft = 1 + (int32_t)rnd(&s, 6);
+            if (v.speculate != PLLM_SPEC_OFF) tot.spec_runs++;
             run_variant(&w, &v, seed, &tot);
             if (pllm_test_failures) break;
         }
@@ -642,5 +696,8 @@ int main(int argc, char **argv)
           tot.grouped > 0 && tot.best_checked > 0 && tot.future_runs > 0 && tot.relabels > 0 &&
           tot.sorted_runs == tot.workloads);
     CHECK(tot.finish_stop > 0 && tot.finish_length > 0);
+    fprintf(stderr, "engine_sched_random: %lld runs speculating: %lld drafts, %lld accepted\n",
+            (long long)tot.spec_runs, (long long)tot.spec_drafted, (long long)tot.spec_accepted);
+    CHECK(tot.spec_runs > 0 && tot.spec_accepted > 0 && tot.spec_accepted < tot.spec_drafted);
     return pllm_test_finish("engine_sched_random");
 }

@@ -1,0 +1,300 @@
+/* speculate.c: the proposers and the adaptive policy of speculative decoding (speculate.h). */
+#include "engine/speculate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NGRAM_BITS     18 /* table entries: 2^18 (3 MiB) */
+#define NGRAM_ORDERS   2  /* contexts of 3, then 2 tokens */
+#define COST_DECAY     0.97
+#define COST_MARGIN    1.25
+#define EXPLORE_DRAFTS 8   /* drafts per step while the cost model is not identified */
+#define ALPHA_PRIOR    4.0 /* a sequence's own rate counts after this many trials */
+
+typedef struct ngram_slot {
+    uint64_t tag; /* 0: empty */
+    int32_t next;
+} ngram_slot;
+
+struct pllm_spec {
+    pllm_spec_params p;
+    ngram_slot *table; /* [1 << NGRAM_BITS] */
+    /* cost model: exponentially weighted sums of (T, t) */
+    double sw, sx, sy, sxx, sxy;
+    int64_t n_obs;
+    double a, b;
+    bool fitted;     /* a and b were fitted at least once */
+    bool identified; /* the recent steps' token counts vary enough to fit */
+    pllm_spec_stats st;
+    int64_t trials;                          /* drafts tested (accepted ones and the first
+                                                rejected one of each step) */
+    int64_t src_trials[PLLM_SPEC_N_SOURCES]; /* the same per proposal source */
+    int64_t src_accepted[PLLM_SPEC_N_SOURCES];
+};
+
+const char *pllm_spec_mode_str(pllm_spec_mode m)
+{
+    switch (m) {
+    case PLLM_SPEC_OFF:
+        return "off";
+    case PLLM_SPEC_AUTO:
+        return "auto";
+    case PLLM_SPEC_PROMPT_LOOKUP:
+        return "prompt-lookup";
+    }
+    return "unknown";
+}
+
+pllm_status pllm_spec_mode_parse(const char *s, pllm_spec_mode *out)
+{
+    static const pllm_spec_mode all[] = {PLLM_SPEC_OFF, PLLM_SPEC_AUTO, PLLM_SPEC_PROMPT_LOOKUP};
+    for (size_t i = 0; s && i < PLLM_ARRAY_LEN(all); i++)
+        if (!strcmp(s, pllm_spec_mode_str(all[i]))) {
+            *out = all[i];
+            return PLLM_OK;
+        }
+    return pllm_errorf(PLLM_ERR_INVALID, "speculate must be auto, off or prompt-lookup, got '%s'",
+                       s ? s : "(null)");
+}
+
+/* ---- prompt lookup ---- */
+
+int32_t pllm_spec_prompt_lookup(int32_t *draft, int32_t k, const int32_t *toks, int32_t n,
+                                int32_t ngram_min, int32_t ngram_max, int32_t *match)
+{
+    if (match) *match = 0;
+    if (k <= 0) return 0;
+    for (int32_t m = PLLM_MIN(ngram_max, n - 1); m >= ngram_min && m >= 1; m--) {
+        const int32_t *suf = toks + n - m;
+        /* most recent earlier occurrence: starts i < n - m, so that a token follows it */
+        for (int32_t i = n - m - 1; i >= 0; i--) {
+            if (toks[i] != suf[0] || memcmp(toks + i, suf, (size_t)m * sizeof *toks) != 0) continue;
+            int32_t got = 0;
+            for (int32_t j = i + m; j < n && got < k; j++) draft[got++] = toks[j];
+            if (match) *match = m;
+            return got;
+        }
+    }
+    return 0;
+}
+
+/* ---- the n-gram table ---- */
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Tag of the m tokens ending before toks[end] (never 0). */
+static uint64_t ngram_tag(const int32_t *toks, int32_t end, int32_t m)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull * (uint64_t)m;
+    for (int32_t i = end - m; i < end; i++) h = mix64(h ^ (uint32_t)toks[i]);
+    return h ? h : 1;
+}
+
+void pllm_spec_ngram_add(pllm_spec *s, const int32_t *toks, int32_t from, int32_t n)
+{
+    if (!s->table) return;
+    for (int32_t i = PLLM_MAX(from, 2); i < n; i++)
+        for (int32_t o = 0; o < NGRAM_ORDERS; o++) {
+            int32_t m = 3 - o;
+            if (i < m) continue;
+            uint64_t tag = ngram_tag(toks, i, m);
+            ngram_slot *sl = &s->table[tag & ((1u << NGRAM_BITS) - 1)];
+            sl->tag = tag; /* the latest n-gram wins a slot */
+            sl->next = toks[i];
+        }
+}
+
+int32_t pllm_spec_ngram_propose(const pllm_spec *s, int32_t *draft, int32_t k, const int32_t *toks,
+                                int32_t n)
+{
+    if (!s->table || k <= 0) return 0;
+    /* a window of the last 3 known tokens, extended by the drafts as they are chosen */
+    int32_t win[3 + PLLM_SPEC_MAX_DRAFT];
+    int32_t w = PLLM_MIN(n, 3);
+    memcpy(win, toks + n - w, (size_t)w * sizeof *win);
+    int32_t got = 0;
+    k = PLLM_MIN(k, PLLM_SPEC_MAX_DRAFT);
+    while (got < k) {
+        int32_t next = -1;
+        for (int32_t o = 0; o < NGRAM_ORDERS && next < 0; o++) {
+            int32_t m = 3 - o;
+            if (w < m) continue;
+            uint64_t tag = ngram_tag(win, w, m);
+            const ngram_slot *sl = &s->table[tag & ((1u << NGRAM_BITS) - 1)];
+            if (sl->tag == tag) next = sl->next;
+        }
+        if (next < 0) break;
+        draft[got++] = next;
+        win[w++] = next;
+    }
+    return got;
+}
+
+int32_t pllm_spec_propose(const pllm_spec *s, int32_t *draft, int32_t k, const int32_t *toks,
+                          int32_t n, int32_t *source)
+{
+    k = PLLM_MIN(k, s->p.max_draft);
+    int32_t m = 0;
+    int32_t got = pllm_spec_prompt_lookup(draft, k, toks, n, s->p.ngram_min, s->p.ngram_max, &m);
+    int32_t src = PLLM_MIN(PLLM_MAX(m, 1), 4) - 1;
+    if (got == 0 && s->p.mode == PLLM_SPEC_AUTO) {
+        got = pllm_spec_ngram_propose(s, draft, k, toks, n);
+        src = 4;
+    }
+    if (source) *source = src;
+    return got;
+}
+
+/* ---- life cycle ---- */
+
+pllm_status pllm_spec_init(pllm_spec **out, const pllm_spec_params *p)
+{
+    *out = NULL;
+    if (p->mode != PLLM_SPEC_OFF && p->mode != PLLM_SPEC_AUTO && p->mode != PLLM_SPEC_PROMPT_LOOKUP)
+        return pllm_errorf(PLLM_ERR_INVALID, "speculate: unknown mode %d", (int)p->mode);
+    if (p->max_draft < 1 || p->max_draft > PLLM_SPEC_MAX_DRAFT)
+        return pllm_errorf(PLLM_ERR_INVALID, "speculate: max_draft must be in [1, %d], got %d",
+                           PLLM_SPEC_MAX_DRAFT, p->max_draft);
+    if (p->fit_max_tokens < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "speculate: fit_max_tokens must be >= 1, got %d",
+                           p->fit_max_tokens);
+    if (p->ngram_min < 1 || p->ngram_max < p->ngram_min)
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "speculate: n-gram sizes must satisfy 1 <= min <= max, got %d .. %d",
+                           p->ngram_min, p->ngram_max);
+    pllm_spec *s = pllm_calloc(1, sizeof *s);
+    if (!s) return PLLM_ERR_NOMEM;
+    s->p = *p;
+    if (p->mode == PLLM_SPEC_AUTO) {
+        s->table = pllm_calloc((size_t)1 << NGRAM_BITS, sizeof *s->table);
+        if (!s->table) {
+            free(s);
+            return PLLM_ERR_NOMEM;
+        }
+    }
+    *out = s;
+    return PLLM_OK;
+}
+
+void pllm_spec_free(pllm_spec *s)
+{
+    if (!s) return;
+    free(s->table);
+    free(s);
+}
+
+/* ---- the policy ---- */
+
+void pllm_spec_observe_step(pllm_spec *s, int32_t n_tokens, int32_t n_samples, int32_t n_drafts,
+                            double seconds)
+{
+    if (n_drafts > 0) s->st.steps_drafting++;
+    /* only the steps the policy chooses between: decode batches and their drafts, every token
+     * with its logits (a prefill token costs less: no LM head row, no sampling) */
+    if (n_tokens > s->p.fit_max_tokens || n_samples != n_tokens) return;
+    double x = n_tokens, y = seconds;
+    s->sw = COST_DECAY * s->sw + 1;
+    s->sx = COST_DECAY * s->sx + x;
+    s->sy = COST_DECAY * s->sy + y;
+    s->sxx = COST_DECAY * s->sxx + x * x;
+    s->sxy = COST_DECAY * s->sxy + x * y;
+    s->n_obs++;
+    double det = s->sw * s->sxx - s->sx * s->sx;
+    /* identified while the (weighted) token counts vary by half a token or more */
+    s->identified = s->n_obs >= 3 && det >= 0.25 * s->sw * s->sw;
+    if (s->identified) {
+        double b = (s->sw * s->sxy - s->sx * s->sy) / det;
+        double a = (s->sy - b * s->sx) / s->sw;
+        double mean_t = s->sy / s->sw, mean_x = s->sx / s->sw;
+        if (b < 0) b = 0;
+        if (a < 0) { /* through the origin: all cost per token */
+            a = 0;
+            b = mean_x > 0 ? mean_t / mean_x : 0;
+        }
+        s->a = a;
+        s->b = b;
+        s->fitted = true;
+        s->st.cost_a = a;
+        s->st.cost_b = b;
+    }
+}
+
+void pllm_spec_observe_seq(pllm_spec *s, int32_t source, int32_t n_drafted, int32_t n_accepted)
+{
+    if (n_drafted <= 0) return;
+    int32_t t = n_accepted + (n_accepted < n_drafted);
+    s->st.drafted += n_drafted;
+    s->st.accepted += n_accepted;
+    s->trials += t;
+    if (source >= 0 && source < PLLM_SPEC_N_SOURCES) {
+        s->src_trials[source] += t;
+        s->src_accepted[source] += n_accepted;
+    }
+}
+
+void pllm_spec_seq_update(double *trials, double *accepted, int32_t n_drafted, int32_t n_accepted)
+{
+    if (n_drafted <= 0) return;
+    *trials = 0.8 * *trials + (double)(n_accepted + (n_accepted < n_drafted));
+    *accepted = 0.8 * *accepted + (double)n_accepted;
+}
+
+void pllm_spec_choose(pllm_spec *s, pllm_spec_cand *c, int32_t n, int32_t base_tokens,
+                      int32_t n_decode, int32_t budget)
+{
+    for (int32_t i = 0; i < n; i++) c[i].k = 0;
+    if (s->p.mode == PLLM_SPEC_OFF) return;
+    if (s->p.mode == PLLM_SPEC_PROMPT_LOOKUP) {
+        for (int32_t i = 0; i < n && budget > 0; i++) {
+            c[i].k = PLLM_MIN(c[i].n_proposed, budget);
+            budget -= c[i].k;
+        }
+        return;
+    }
+    /* auto: per-draft acceptance rates: the sequence's recent history, with its proposal
+     * source's rate (itself with the run's overall rate as prior) as the prior */
+    double glob = ((double)s->st.accepted + 1.0) / ((double)s->trials + 2.0);
+    for (int32_t i = 0; i < n; i++) {
+        int32_t src = PLLM_MIN(PLLM_MAX(c[i].source, 0), PLLM_SPEC_N_SOURCES - 1);
+        double prior = ((double)s->src_accepted[src] + ALPHA_PRIOR * glob) /
+                       ((double)s->src_trials[src] + ALPHA_PRIOR);
+        c[i].alpha = (c[i].accepted + ALPHA_PRIOR * prior) / (c[i].trials + ALPHA_PRIOR);
+        c[i].next_gain = c[i].alpha;
+    }
+    double G = n_decode > 0 ? n_decode : 1, a = s->a, b = s->b;
+    if (!s->identified) {
+        /* nothing to fit (every recent step had the same size): explore with a few drafts as if
+         * they were nearly free, which gives the next fit its spread */
+        a = 1.0;
+        b = 0.01;
+        budget = PLLM_MIN(budget, EXPLORE_DRAFTS);
+    }
+    double t = a + b * base_tokens;
+    while (budget > 0) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < n; i++)
+            if (c[i].k < c[i].n_proposed && (best < 0 || c[i].next_gain > c[best].next_gain))
+                best = i;
+        if (best < 0) break;
+        double g = c[best].next_gain;
+        /* pays when (G + g) / (t + b) > G / t; the cost gets a 25% margin (the acceptance
+         * estimates are noisy, and a draft that does not pay in a large batch slows every
+         * sequence in it) */
+        if ((G + g) * t <= G * (t + COST_MARGIN * b) || g < 0.02) break;
+        G += g;
+        t += b;
+        c[best].k++;
+        c[best].next_gain *= c[best].alpha;
+        budget--;
+    }
+}
+
+void pllm_spec_get_stats(const pllm_spec *s, pllm_spec_stats *out)
+{
+    *out = s->st;
+}
