@@ -142,3 +142,5 @@ pllm_status pllm_backend_check_copy_blocks(const char *who, const pllm_kv_layout
  * rope_factor under linear scaling, else 1. Computed in double; every backend uses this table. */
 void pllm_backend_rope_freqs(double *inv_freq, const pllm_model_config *cfg,
                              const float *freq_factors);
+/* The sliding-window layers' table (Gemma 3): rope_theta_local^(-2i/rope_dim), no scaling. */
+void pllm_backend_rope_freqs_local(double *inv_freq, const pllm_model_config *cfg);
