@@ -269,9 +269,13 @@ int cmd_runtime_open(cmd_runtime *rt, const cmd_runtime_opts *o, bool quiet)
         rt->chat_src = hf_chat_template(path);
     }
     free(def);
+    /* a family's own template when the file carries none (Gemma 3 GGUFs converted without) */
+    const char *builtin = rt->chat_src ? NULL : pllm_chat_template_builtin(rt->model->source_arch);
+    if (builtin) rt->chat_src = pllm_strdup(builtin);
     if (rt->chat_src) {
-        const char *name =
-            rt->model->gguf ? "tokenizer.chat_template" : "tokenizer_config.json chat_template";
+        const char *name = builtin           ? "the built-in gemma3 chat template"
+                           : rt->model->gguf ? "tokenizer.chat_template"
+                                             : "tokenizer_config.json chat_template";
         st = pllm_chat_template_parse(&rt->chat, rt->chat_src, strlen(rt->chat_src), name);
         if (st != PLLM_OK) {
             rt->chat_error = pllm_strdup(pllm_errmsg());
