@@ -18,7 +18,8 @@
  *   - attention: (sequence, query tile, kv head) items split by their cost (attention.h);
  *   - output projection: rows of the vocabulary, for the sampled tokens only; sampling:
  *     contiguous ranges of samples.
- * Barriers per step: 2 + 7 per layer + 3 (+ 1 per layer on the integer path).
+ * Barriers per step: 2 + 7 per layer + 3 (+ 1 per layer on the integer path; + 2 per layer with
+ * Gemma 3's post-norms, which need whole rows of the projection before the residual add).
  *
  * PLLM_CPU_MATH=f32 (environment, read at create) keeps every matrix on the float32 kernels (the
  * reference numerics); the default (int8) sends quantized matrices through the integer path when
