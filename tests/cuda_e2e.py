@@ -14,7 +14,8 @@
                                 and GGUF,
                                 and sampled runs (same tokens, logprobs and top logprobs)
     cuda_e2e.py TOOL model      the default model ($PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf):
-                                3 short text prompts, 3 greedy tokens each, production setting
+                                3 short text prompts, 3 greedy tokens each, production setting;
+                                and Gemma 3 270M (gemma-3-270m-q4_k_m.gguf): 2 prompts x 3 tokens
 
 TOOL is cuda_vs_cpu (the emulated build) or cuda_vs_cpu_gpu (the real one; it exits 77 when no
 GPU answers, and so does this script). Runs go two at a time (the machine's cores).
@@ -133,7 +134,16 @@ def model_runs():
         print(f"FAIL: the default model is missing: {path} (run scripts/setup.sh or set PLLM_HOME)")
         sys.exit(1)
     n = ["--prompts", "1", "--gen", "2"] if SANITIZE else ["--prompts", "3", "--gen", "3", "--engine"]
-    return [(path, ["--text"] + n + ["--block-size", "16", "--budget", "48"])]
+    runs = [(path, ["--text"] + n + ["--block-size", "16", "--budget", "48"])]
+    # Gemma 3 270M (scripts/setup.sh fetches it; model_gemma3_real says how when it is missing):
+    # head_dim 256, GeGLU, post-norms, a 262144-token LM head, Q5_0/Q4_K/Q6_K/Q8_0 -> F16
+    gemma = os.path.join(home, "models", "gemma-3-270m-q4_k_m.gguf")
+    if not os.path.exists(gemma):
+        print(f"FAIL: the third model is missing: {gemma} (run scripts/setup.sh or set PLLM_HOME)")
+        sys.exit(1)
+    if not SANITIZE:
+        runs.append((gemma, ["--text", "--prompts", "2", "--gen", "3", "--block-size", "16", "--budget", "48"]))
+    return runs
 
 
 def main():
