@@ -101,8 +101,8 @@ static pid_t spawn(const char *exe, char **args, const char *log, bool append)
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     if (log) {
-        posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC),
-                                         0644);
+        posix_spawn_file_actions_addopen(&fa, 2, log,
+                                         O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0644);
         posix_spawn_file_actions_adddup2(&fa, 2, 1);
     }
     pid_t pid;
@@ -174,14 +174,16 @@ int cmd_devices_generate(int argc, char **argv, const cmd_devices_run *r,
     int n = 0, rc;
     if ((rc = parse_list(r->devices, ord, &n)) != 0) return rc;
     if (r->shard_given) {
-        fprintf(stderr, "pllm: --device %s splits the input over the devices itself; --shard "
-                        "cannot be given with a device list\n",
+        fprintf(stderr,
+                "pllm: --device %s splits the input over the devices itself; --shard "
+                "cannot be given with a device list\n",
                 r->devices);
         return 2;
     }
     if (!strcmp(r->out_path, "-")) {
-        fprintf(stderr, "pllm: --device %s writes one output per device and merges them: give "
-                        "-o FILE\n",
+        fprintf(stderr,
+                "pllm: --device %s writes one output per device and merges them: give "
+                "-o FILE\n",
                 r->devices);
         return 2;
     }
@@ -215,8 +217,8 @@ int cmd_devices_generate(int argc, char **argv, const cmd_devices_run *r,
         int a = 0;
         args[a++] = exe;
         for (int i = 0; i < argc; i++) args[a++] = argv[i];
-        char *extra[] = {"--device", dev[k], "--shard", shard[k], "-o", outs[k], "--stats-json",
-                         stats[k]};
+        char *extra[] = {"--device", dev[k],  "--shard",      shard[k],
+                         "-o",       outs[k], "--stats-json", stats[k]};
         for (size_t i = 0; i < sizeof extra / sizeof *extra; i++) args[a++] = extra[i];
         args[a] = NULL;
         rcs[k] = -1;

@@ -34,6 +34,7 @@ static int64_t count_params(const pllm_model *m)
              tensor_elems(&w->w_down) + 2 * (int64_t)c->n_embd;
         if (c->has_qkv_bias) n += w->wq.n_rows + w->wk.n_rows + w->wv.n_rows;
         if (c->has_qk_norm) n += 2 * (int64_t)c->head_dim;
+        if (c->has_post_norms) n += 2 * (int64_t)c->n_embd; /* Gemma 3 */
     }
     return n;
 }
@@ -150,6 +151,17 @@ static void print_human(const json_t *j, bool show_template)
            json_is_true(G(m, "qkv_bias")) ? "yes" : "no",
            json_is_true(G(m, "qk_norm")) ? "yes (per head, before RoPE)" : "no",
            json_number_value(G(m, "norm_eps")));
+    const json_t *lt = G(m, "layer_types");
+    if (json_is_array(lt)) { /* Gemma 3 */
+        size_t i, n_sw = 0;
+        json_array_foreach(lt, i, v) n_sw += strcmp(json_string_value(v), "sliding") == 0;
+        printf("%-20s %zu sliding-window (window %lld, RoPE base %g) and %zu global of %zu; GeGLU, "
+               "post-norms, embeddings x%g, attention scale %g\n",
+               "layers:", n_sw, I(m, "sliding_window"),
+               json_number_value(G(G(m, "rope"), "theta_local")), json_array_size(lt) - n_sw,
+               json_array_size(lt), json_number_value(G(m, "embd_scale")),
+               json_number_value(G(m, "attn_scale")));
+    }
     const json_t *t = G(j, "tokenizer");
     if (json_is_true(G(t, "loaded"))) {
         printf("%-20s %s\n", "tokenizer:", S(G(t, "kind")));

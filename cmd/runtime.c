@@ -278,8 +278,14 @@ int cmd_runtime_open(cmd_runtime *rt, const cmd_runtime_opts *o, bool quiet)
     }
     free(def);
     rt->system_prompt = o->system_prompt;
-    const char *name =
-        rt->model->gguf ? "tokenizer.chat_template" : "tokenizer_config.json chat_template";
+    /* a family's own template when the file carries none (Gemma 3 GGUFs converted without) */
+    const char *builtin = rt->chat_src || o->chat_template
+                              ? NULL
+                              : pllm_chat_template_builtin(rt->model->source_arch);
+    if (builtin) rt->chat_src = pllm_strdup(builtin);
+    const char *name = builtin           ? "the built-in gemma3 chat template"
+                       : rt->model->gguf ? "tokenizer.chat_template"
+                                         : "tokenizer_config.json chat_template";
     if (o->chat_template) { /* --chat-template FILE replaces the model's */
         free(rt->chat_src);
         rt->chat_src = NULL;

@@ -34,7 +34,7 @@ typedef struct cmd_runtime_opts {
     int32_t attention;         /* CUDA decode attention: 0 auto, 1 own, 2 flashinfer (the order of
                                   pllm_cuda_attention) */
     pllm_chat_thinking
-        thinking; /* --thinking: the chat template's enable_thinking (0: undefined) */
+        thinking;              /* --thinking: the chat template's enable_thinking (0: undefined) */
     const char *chat_template; /* --chat-template FILE: overrides the model's template */
     const char *system_prompt; /* --system-prompt: messages without a system turn get it first */
 } cmd_runtime_opts;
@@ -66,7 +66,7 @@ typedef struct cmd_runtime {
     char kernels[288];    /* the CPU's kernel ISA, or the GPU's name and sm_XY */
     int32_t threads;      /* CPU threads (0 on CUDA) */
     pllm_chat_thinking thinking; /* enable_thinking for the chat template (from the options) */
-    const char *system_prompt; /* cmd_runtime_opts.system_prompt */
+    const char *system_prompt;   /* cmd_runtime_opts.system_prompt */
 } cmd_runtime;
 
 /* Parse a --thinking value: auto (the template's default: enable_thinking undefined), on, off.

@@ -457,6 +457,12 @@ void pllm_cpu_attn_tile_prefetch(const pllm_cpu_attn_tile *t, const pllm_cpu_att
 void pllm_cpu_attend_tile(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, const pllm_cpu_kernels *kern,
                           float *scratch)
 {
+    /* a sliding-window layer whose window excludes keys for some row of the tile: the per-row
+     * path, which starts each row at its window (the AVX-512 tiles sweep from position 0) */
+    if (a->window > 0 && t->pos0 + t->n_q > a->window) {
+        tile_fallback(t, a, kern, scratch);
+        return;
+    }
 #if defined(__x86_64__)
     if (a->kv->dtype == PLLM_KV_DTYPE_I8) {
         if (kern->isa >= PLLM_CPU_ISA_AVX512VNNI && a->kv->head_dim % 16 == 0 &&

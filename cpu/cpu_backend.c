@@ -18,7 +18,8 @@
  *   - attention: (sequence, query tile, kv head) items split by their cost (attention.h);
  *   - output projection: rows of the vocabulary, for the sampled tokens only; sampling:
  *     contiguous ranges of samples.
- * Barriers per step: 2 + 7 per layer + 3 (+ 1 per layer on the integer path).
+ * Barriers per step: 2 + 7 per layer + 3 (+ 1 per layer on the integer path; + 2 per layer with
+ * Gemma 3's post-norms, which need whole rows of the projection before the residual add).
  *
  * PLLM_CPU_MATH=f32 (environment, read at create) keeps every matrix on the float32 kernels (the
  * reference numerics); the default (int8) sends quantized matrices through the integer path when
@@ -60,6 +61,7 @@ typedef struct cpu_ctx {
     int n_threads;
     double *inv_freq;            /* [rope_dim / 2] */
     double *inv_freq_long;       /* [rope_dim / 2] LONGROPE: positions >= rope_orig_ctx; or NULL */
+    double *inv_freq_local;      /* [rope_dim / 2] sliding-window layers' base (Gemma 3); or NULL */
 
     /* KV cache: for layer l, K at kv_mem + (2l) * layer_bytes, V at (2l + 1) * layer_bytes,
      * each [n_blocks][n_head_kv][block_size][head_dim] of kv.dtype (I8: then its scales,
@@ -79,6 +81,7 @@ typedef struct cpu_ctx {
     float *att;      /* [T][n_head * head_dim] attention output */
     float *hb, *hb2; /* [T][n_ff] gate, up */
     float *rope_cs;  /* [T][rope_dim] cos, sin pairs */
+    float *rope_cs_local; /* [T][rope_dim] the sliding layers' (inv_freq_local), or NULL */
     int32_t *tok_seq;  /* [T] sequence index of each token */
     float *xs;       /* [S][n_embd] final-normed hidden state of each sampled token */
     float *logits;   /* [S][n_vocab] */
@@ -142,6 +145,26 @@ static int32_t attn_tile_tokens(const cpu_ctx *c, int32_t group)
     return qt;
 }
 
+/* x += xb, where xb holds this thread's rows [r0, r1) of a projection; with a post-norm (Gemma),
+ * x += RMSNorm(xb) * post_norm instead, which needs whole rows: a barrier, then this thread's
+ * tokens [t0, t1). Ends with the barrier after which x is complete. */
+static void post_residual(cpu_ctx *c, const float *post_norm, int64_t T, int64_t t0, int64_t t1,
+                          int64_t r0, int64_t r1)
+{
+    const int64_t E = c->model->cfg.n_embd;
+    if (!post_norm) {
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t r = r0; r < r1; r++) c->x[t * E + r] += c->xb[t * E + r];
+    } else {
+        pllm_cpu_pool_barrier(c->pool);
+        for (int64_t t = t0; t < t1; t++) {
+            c->kern->rmsnorm(c->xb + t * E, c->xb + t * E, post_norm, E, c->model->cfg.norm_eps);
+            for (int64_t r = 0; r < E; r++) c->x[t * E + r] += c->xb[t * E + r];
+        }
+    }
+    pllm_cpu_pool_barrier(c->pool);
+}
+
 static void forward_region(void *arg, int ith, int nth)
 {
     cpu_ctx *c = arg;
@@ -161,6 +184,11 @@ static void forward_region(void *arg, int ith, int nth)
         const pllm_tensor *te = &m->tok_embd;
         pllm_dequantize_row(c->x + t * E, (const uint8_t *)te->data + (size_t)plan->tokens[t] * te->row_bytes,
                             te->dtype, E);
+        if (cfg->embd_scale > 0) /* Gemma: times sqrt(n_embd) */
+            for (int64_t i = 0; i < E; i++) c->x[t * E + i] *= cfg->embd_scale;
+        if (c->inv_freq_local)
+            pllm_cpu_rope_table(c->rope_cs_local + t * cfg->rope_dim, plan->positions[t],
+                                c->inv_freq_local, cfg->rope_dim / 2);
         if (c->inv_freq_long) /* LongRoPE (model.h): long factors past the original context,
                                  attention factor */
             pllm_cpu_rope_table_scaled(c->rope_cs + t * cfg->rope_dim, plan->positions[t],
@@ -196,7 +224,8 @@ static void forward_region(void *arg, int ith, int nth)
          * written straight into its cache slot) */
         void *kc = kv_k(c, l), *vc = kv_v(c, l);
         for (int64_t t = t0; t < t1; t++) {
-            const float *cs = c->rope_cs + t * cfg->rope_dim;
+            const float *cs =
+                (w->window && c->rope_cs_local ? c->rope_cs_local : c->rope_cs) + t * cfg->rope_dim;
             if (w->q_norm) /* Qwen3: RMSNorm of each q and k head (in place) before RoPE */
                 for (int32_t h = 0; h < cfg->n_head; h++)
                     c->kern->rmsnorm(c->q + t * QD + h * hd, c->q + t * QD + h * hd, w->q_norm, hd,
@@ -233,9 +262,13 @@ static void forward_region(void *arg, int ith, int nth)
             pllm_cpu_attn_args cur_a = {0};
             for (int32_t s = 0; s < plan->n_seqs; s++) {
                 const pllm_seq_plan *sp = &plan->seqs[s];
-                pllm_cpu_attn_args a = {.k_cache = kc, .v_cache = vc, .kv = &c->kv,
+                pllm_cpu_attn_args a = {.k_cache = kc,
+                                        .v_cache = vc,
+                                        .kv = &c->kv,
                                         .block_table = plan->block_tables + sp->block_start,
-                                        .scale = 1.0f / sqrtf((float)hd)};
+                                        .scale = cfg->attn_scale > 0 ? cfg->attn_scale
+                                                                     : 1.0f / sqrtf((float)hd),
+                                        .window = w->window};
                 for (int32_t i0 = 0; i0 < sp->n_new; i0 += qt) {
                     const int32_t n = PLLM_MIN(qt, sp->n_new - i0), pos0 = sp->n_ctx - sp->n_new + i0;
                     const double cost = (double)n * (pos0 + 0.5 * (n + 1) + 16);
@@ -269,9 +302,7 @@ static void forward_region(void *arg, int ith, int nth)
 
         /* output projection and residual (the thread's own rows) */
         mm(c, ith, nth, c->xb, E, c->att, QD, &c->qb, &M[M_O], T, 16, &r0, &r1);
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t r = r0; r < r1; r++) c->x[t * E + r] += c->xb[t * E + r];
-        pllm_cpu_pool_barrier(c->pool);
+        post_residual(c, w->attn_post_norm, T, t0, t1, r0, r1);
 
         for (int64_t t = t0; t < t1; t++) {
             c->kern->rmsnorm(c->xb + t * E, c->x + t * E, w->ffn_norm, E, cfg->norm_eps);
@@ -284,15 +315,16 @@ static void forward_region(void *arg, int ith, int nth)
         mm(c, ith, nth, c->hb, F, c->xb, E, &c->qa, &M[M_GATE], T, 32, &r0, &r1);
         mm(c, ith, nth, c->hb2, F, c->xb, E, &c->qa, &M[M_UP], T, 32, &r0, &r1);
         for (int64_t t = 0; t < T; t++) {
-            c->kern->swiglu(c->hb + t * F + r0, c->hb2 + t * F + r0, r1 - r0);
+            if (cfg->ffn_gelu)
+                pllm_cpu_geglu(c->hb + t * F + r0, c->hb2 + t * F + r0, r1 - r0);
+            else
+                c->kern->swiglu(c->hb + t * F + r0, c->hb2 + t * F + r0, r1 - r0);
             if (M[M_DOWN].use_q && r0 < r1) c->qkern->quant(&c->qb, t, c->hb + t * F + r0, r0 / 32, (r1 + 31) / 32);
         }
         pllm_cpu_pool_barrier(c->pool);
 
         mm(c, ith, nth, c->xb, E, c->hb, F, &c->qb, &M[M_DOWN], T, 16, &r0, &r1);
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t r = r0; r < r1; r++) c->x[t * E + r] += c->xb[t * E + r];
-        pllm_cpu_pool_barrier(c->pool);
+        post_residual(c, w->ffn_post_norm, T, t0, t1, r0, r1);
     }
 
     /* final norm of the sampled tokens only, then their logits */
@@ -334,7 +366,8 @@ static void forward_region(void *arg, int ith, int nth)
 
 static void free_tokens_ws(cpu_ctx *c)
 {
-    float **bufs[] = {&c->x, &c->xb, &c->q, &c->k, &c->v, &c->att, &c->hb, &c->hb2, &c->rope_cs};
+    float **bufs[] = {&c->x,   &c->xb, &c->q,   &c->k,       &c->v,
+                      &c->att, &c->hb, &c->hb2, &c->rope_cs, &c->rope_cs_local};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(bufs); i++) {
         pllm_aligned_free(*bufs[i]);
         *bufs[i] = NULL;
@@ -362,9 +395,11 @@ static pllm_status reserve(cpu_ctx *c, int32_t n_tokens, int32_t n_samples)
         int32_t T = PLLM_MAX(n_tokens, 16);
         pllm_status st;
         if ((st = alloc_f32(&c->x, T, cfg->n_embd)) || (st = alloc_f32(&c->xb, T, cfg->n_embd)) ||
-            (st = alloc_f32(&c->q, T, qd)) || (st = alloc_f32(&c->k, T, kvd)) || (st = alloc_f32(&c->v, T, kvd)) ||
-            (st = alloc_f32(&c->att, T, qd)) || (st = alloc_f32(&c->hb, T, cfg->n_ff)) ||
-            (st = alloc_f32(&c->hb2, T, cfg->n_ff)) || (st = alloc_f32(&c->rope_cs, T, cfg->rope_dim)) ||
+            (st = alloc_f32(&c->q, T, qd)) || (st = alloc_f32(&c->k, T, kvd)) ||
+            (st = alloc_f32(&c->v, T, kvd)) || (st = alloc_f32(&c->att, T, qd)) ||
+            (st = alloc_f32(&c->hb, T, cfg->n_ff)) || (st = alloc_f32(&c->hb2, T, cfg->n_ff)) ||
+            (st = alloc_f32(&c->rope_cs, T, cfg->rope_dim)) ||
+            (c->inv_freq_local && (st = alloc_f32(&c->rope_cs_local, T, cfg->rope_dim))) ||
             !(c->tok_seq = pllm_malloc((size_t)T * sizeof(int32_t)))) {
             free_tokens_ws(c);
             return pllm_error_prefix(st ? st : PLLM_ERR_NOMEM, "cpu backend: workspace for %d tokens: ", n_tokens);
@@ -593,6 +628,7 @@ static void cpu_destroy(void *vctx)
     free(c->top_lps);
     free(c->inv_freq);
     free(c->inv_freq_long);
+    free(c->inv_freq_local);
     free(c);
 }
 
@@ -779,6 +815,14 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
             goto fail;
         }
         pllm_backend_rope_freqs(c->inv_freq_long, cfg, model->rope_freq_factors_long);
+    }
+    if (cfg->sliding_window > 0) {
+        if (!(c->inv_freq_local =
+                  pllm_malloc(sizeof(double) * (size_t)PLLM_MAX(cfg->rope_dim / 2, 1)))) {
+            st = PLLM_ERR_NOMEM;
+            goto fail;
+        }
+        pllm_backend_rope_freqs_local(c->inv_freq_local, cfg);
     }
     if ((st = pllm_cpu_pool_create(&c->pool, c->n_threads)) != PLLM_OK) goto fail;
     if ((st = setup_mats(c)) != PLLM_OK) goto fail;

@@ -51,6 +51,15 @@ void pllm_cpu_swiglu(float *gate, const float *up, int64_t n)
     }
 }
 
+void pllm_cpu_geglu(float *gate, const float *up, int64_t n)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
 void pllm_cpu_attend(float *out, const float *q, int32_t kv_head, const pllm_cpu_attn_args *a,
                      const pllm_cpu_kernels *kern, float *scores)
 {
@@ -61,10 +70,14 @@ void pllm_cpu_attend(float *out, const float *q, int32_t kv_head, const pllm_cpu
     float m = -INFINITY, l = 0;
     for (int32_t i = 0; i < hd; i++) out[i] = 0;
 
-    for (int32_t p0 = 0; p0 < a->n_pos; p0 += bs) {
-        const int32_t n = PLLM_MIN(bs, a->n_pos - p0);
-        /* this block's [block_size][head_dim] slab of kv head kv_head */
-        size_t base = ((size_t)a->block_table[p0 / bs] * (size_t)kv->n_head_kv + (size_t)kv_head) * (size_t)bs * (size_t)hd;
+    /* a window starts mid-block: the first step takes the rest of that block */
+    const int32_t lo = a->window > 0 ? PLLM_MAX(0, a->n_pos - a->window) : 0;
+    for (int32_t p0 = lo; p0 < a->n_pos; p0 = (p0 / bs + 1) * bs) {
+        const int32_t n = PLLM_MIN(bs - p0 % bs, a->n_pos - p0);
+        /* this block's [block_size][head_dim] slab of kv head kv_head, from position p0 */
+        size_t base = ((size_t)a->block_table[p0 / bs] * (size_t)kv->n_head_kv + (size_t)kv_head) *
+                          (size_t)bs * (size_t)hd +
+                      (size_t)(p0 % bs) * (size_t)hd;
         const uint8_t *K = (const uint8_t *)a->k_cache + base * esz, *V = (const uint8_t *)a->v_cache + base * esz;
         if (f16) kern->attn_scores_f16(scores, q, (const uint16_t *)K, n, hd, a->scale);
         else kern->attn_scores_f32(scores, q, (const float *)K, n, hd, a->scale);

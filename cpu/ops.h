@@ -45,10 +45,17 @@ typedef struct pllm_cpu_attn_args {
     const pllm_kv_layout *kv;
     const int32_t *block_table;     /* the sequence's block table */
     int32_t n_pos;                  /* attend to positions [0, n_pos) */
-    float scale;                    /* 1/sqrt(head_dim) */
+    float scale;                    /* 1/sqrt(head_dim), or the model's attn_scale */
+    int32_t window;                 /* > 0: a sliding-window layer (model.h): a query at position
+                                     * p attends to [max(0, p + 1 - window), p + 1) only */
 } pllm_cpu_attn_args;
 
-/* out[head_dim] = softmax(q . K^T * scale) V over positions [0, n_pos) of kv head kv_head,
+/* gate[i] = gelu_tanh(gate[i]) * up[i] (Gemma's GeGLU), gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi)
+ * (g + 0.044715 g^3))), as PyTorch's gelu(approximate="tanh"). gate, up: [n]. */
+void pllm_cpu_geglu(float *gate, const float *up, int64_t n);
+
+/* out[head_dim] = softmax(q . K^T * scale) V over positions [0, n_pos) (with a window: the last
+ * window of them) of kv head kv_head,
  * one block of positions at a time with an online softmax (running max and sum).
  * q: [head_dim]; scores: scratch of block_size floats. */
 void pllm_cpu_attend(float *out, const float *q, int32_t kv_head, const pllm_cpu_attn_args *a,

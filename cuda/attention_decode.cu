@@ -144,8 +144,10 @@ __global__ void __launch_bounds__(kThreads, HB == kMaxHeads ? 3 : 4) /* register
     const pllm_cuda_attn_item it = items[blockIdx.x];
     const int z = blockIdx.z;
     /* one split: the whole context, whatever split_len */
-    const int p_begin = z * split_len,
-              p_end = n_splits == 1 ? it.n_ctx : min(it.n_ctx, p_begin + split_len);
+    /* a sliding-window layer starts at the window (a split wholly before it takes nothing: its
+     * state stays m = -inf, which the combine skips) */
+    const int p_end = n_splits == 1 ? it.n_ctx : min(it.n_ctx, z * split_len + split_len);
+    const int p_begin = a.window > 0 ? max(z * split_len, it.n_ctx - a.window) : z * split_len;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gl = lane % L, grp = warp * R + lane / L; /* lane in its group; group in block */
 

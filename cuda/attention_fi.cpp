@@ -45,8 +45,11 @@ extern "C" bool pllm_cuda_fi_supported(const pllm_model_config *cfg, pllm_dtype 
 {
     const char *no = NULL;
     char buf[160];
+    if (cfg->sliding_window > 0) {
+        no = "its sliding-window layers are not passed to FlashInfer";
+    }
 #if PLLM_CUDA_FI
-    if (kv_dtype != PLLM_DTYPE_F16) {
+    else if (kv_dtype != PLLM_DTYPE_F16) {
         no = "its KV cache is not F16";
     } else if (act != PLLM_DTYPE_F16) {
         no = "the weights (and so the attention output) are not F16";

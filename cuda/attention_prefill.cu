@@ -107,7 +107,10 @@ __global__ void __launch_bounds__(kThreads)
     const int32_t *bt = a.block_tables + tile.bt;
     const int bs = a.block_size;
     const int n_keys = tile.pos0 + tile.n_q; /* the last query attends to [0, n_keys) */
-    for (int k0 = 0; k0 < n_keys; k0 += kKeys) {
+    /* sliding window: the tile's first query sees keys from pos0 + 1 - window on, later ones
+     * fewer (masked below) */
+    const int k_begin = a.window > 0 ? max(0, tile.pos0 + 1 - a.window) : 0;
+    for (int k0 = k_begin; k0 < n_keys; k0 += kKeys) {
         const int n = min(kKeys, n_keys - k0);
         __syncthreads(); /* the previous tile is consumed (and q_s is written) */
         for (int e = tid; e < n * hd / 2; e += kThreads) { /* pairs: one 4/8-byte load each */
@@ -132,7 +135,8 @@ __global__ void __launch_bounds__(kThreads)
             }
 #pragma unroll
         for (int k = 0; k < kRowsPerWarp; k++) {
-            const bool ok = valid[k] && lane < n && k0 + lane <= qpos[k];
+            const bool ok = valid[k] && lane < n && k0 + lane <= qpos[k] &&
+                            (a.window <= 0 || k0 + lane > qpos[k] - a.window);
             const float sk = ok ? s[k] : -INFINITY;
             const float m_new = fmaxf(m[k], pllm_cuda::warp_max(sk));
             const bool none = m_new == -INFINITY;

@@ -267,14 +267,18 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
     const int32_t T = d->n_tokens, E = cfg->n_embd, hd = cfg->head_dim, qd = cfg->n_head * hd,
                   kvd = cfg->n_head_kv * hd, F = cfg->n_ff, V = cfg->n_vocab, ld = qd + 2 * kvd;
     const float eps = cfg->norm_eps;
-    PLLM_TRY(pllm_cuda_embedding(c->dev, c->x, c->tok_embd, c->wdt, d->tokens, T, E, V));
+    PLLM_TRY(pllm_cuda_embedding_scaled(c->dev, c->x, c->tok_embd, c->wdt, d->tokens, T, E, V,
+                                        cfg->embd_scale > 0 ? cfg->embd_scale : 1.0f));
+    /* the down projection the next norm adds to x (NULL: none, or already added through a
+     * post-norm) */
+    const float *pending = NULL;
     for (int32_t l = 0; l < cfg->n_layer; l++) {
         const cuda_layer *w = &c->layers[l];
         void *kc = (uint8_t *)c->kv_mem + (size_t)(2 * l) * c->kv_layer_bytes;
         void *vc = (uint8_t *)c->kv_mem + (size_t)(2 * l + 1) * c->kv_layer_bytes;
         /* x += the previous layer's down projection; xb = norm(x) */
-        PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x, l ? c->proj : NULL,
-                                            w->attn_norm, T, E, eps));
+        PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x, pending, w->attn_norm, T,
+                                            E, eps));
         PLLM_TRY(proj(c, c->qkv, PLLM_DTYPE_F32, c->xb, w->w_qkv, T, ld, E));
         if (w->q_norm)
             PLLM_TRY(pllm_cuda_head_rmsnorm(c->dev, c->qkv, ld, w->q_norm, w->k_norm, T,
@@ -284,7 +288,8 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
                                       .bias = w->b_qkv,
                                       .positions = d->positions,
                                       .slots = d->slots,
-                                      .inv_freq = c->inv_freq,
+                                      .inv_freq = w->window && c->inv_freq_local ? c->inv_freq_local
+                                                                                 : c->inv_freq,
                                       .inv_freq_long = c->inv_freq_long,
                                       .long_from = cfg->rope_orig_ctx,
                                       .mscale = cfg->rope_scaling == PLLM_ROPE_SCALING_LONGROPE
@@ -313,7 +318,9 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
                                   .n_head_kv = cfg->n_head_kv,
                                   .head_dim = hd,
                                   .block_size = c->kv.block_size,
-                                  .scale = 1.0f / sqrtf((float)hd)};
+                                  .scale = cfg->attn_scale > 0 ? cfg->attn_scale
+                                                               : 1.0f / sqrtf((float)hd),
+                                  .window = w->window};
         if (d->fi_indptr) {
             const pllm_fi_paged_kv pk = {.k_cache = kc,
                                          .v_cache = vc,
@@ -332,16 +339,27 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
         }
         PLLM_TRY(pllm_cuda_attn_prefill(c->dev, &aa, d->tiles, d->n_tiles));
         PLLM_TRY(proj(c, c->proj, PLLM_DTYPE_F32, c->att, w->w_o, T, E, qd));
-        PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x, c->proj, w->ffn_norm, T, E,
+        if (w->attn_post_norm) /* Gemma 3: x += norm(attention out) first */
+            PLLM_TRY(pllm_cuda_post_norm_add(c->dev, c->x, c->proj, w->attn_post_norm, T, E, eps));
+        PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x,
+                                            w->attn_post_norm ? NULL : c->proj, w->ffn_norm, T, E,
                                             eps));
         PLLM_TRY(proj(c, c->gu, c->wdt, c->xb, w->w_gu, T, 2 * F, E));
-        PLLM_TRY(pllm_cuda_swiglu(c->dev, c->h, c->gu, c->wdt, T, F));
+        if (cfg->ffn_gelu)
+            PLLM_TRY(pllm_cuda_geglu(c->dev, c->h, c->gu, c->wdt, T, F));
+        else
+            PLLM_TRY(pllm_cuda_swiglu(c->dev, c->h, c->gu, c->wdt, T, F));
         PLLM_TRY(proj(c, c->proj, PLLM_DTYPE_F32, c->h, w->w_down, T, E, F));
+        pending = c->proj;
+        if (w->ffn_post_norm) {
+            PLLM_TRY(pllm_cuda_post_norm_add(c->dev, c->x, c->proj, w->ffn_post_norm, T, E, eps));
+            pending = NULL;
+        }
     }
     if (d->n_samples == 0) return PLLM_OK;
     /* the last residual and the final norm, for the sampled rows only; then their logits */
-    PLLM_TRY(pllm_cuda_rmsnorm_rows(c->dev, c->xs, c->wdt, c->x, cfg->n_layer ? c->proj : NULL,
-                                    d->rows, c->output_norm, d->n_samples, E, eps));
+    PLLM_TRY(pllm_cuda_rmsnorm_rows(c->dev, c->xs, c->wdt, c->x, pending, d->rows, c->output_norm,
+                                    d->n_samples, E, eps));
     PLLM_TRY(proj(c, c->logits, PLLM_DTYPE_F32, c->xs, c->output, d->n_samples, V, E));
     pllm_cuda_sample_args sa = {.logits = c->logits,
                                 .work = c->work,

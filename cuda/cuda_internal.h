@@ -21,6 +21,8 @@ typedef struct cuda_layer {
     float *b_qkv;     /* [QD + 2 KVD] or NULL */
     float *q_norm;    /* [head_dim] or NULL (Qwen3) */
     float *k_norm;    /* [head_dim] or NULL */
+    float *attn_post_norm, *ffn_post_norm; /* [n_embd] or NULL (Gemma 3) */
+    int32_t window; /* sliding-window layer: the window (model.h); 0: global */
 } cuda_layer;
 
 /* Where a packed plan's arrays live, as byte offsets from its start; a step's counts decide
@@ -65,7 +67,8 @@ typedef struct cuda_ctx {
     void *output;       /* [n_vocab][n_embd] wdt (== tok_embd when tied) */
     float *output_norm; /* [n_embd] */
     double *inv_freq;   /* [rope_dim / 2] device memory */
-    double *inv_freq_long; /* [rope_dim / 2] device memory: LongRoPE's long factors, or NULL */
+    double *inv_freq_long;  /* [rope_dim / 2] device memory: LongRoPE's long factors, or NULL */
+    double *inv_freq_local; /* [rope_dim / 2] device memory: sliding layers' base, or NULL */
     size_t weight_bytes;
     double load_seconds;
 

@@ -203,6 +203,18 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
             (st = upload_vec(c, &d->attn_norm, w->attn_norm, E, "attn norm")) ||
             (st = upload_vec(c, &d->ffn_norm, w->ffn_norm, E, "ffn norm")))
             goto done;
+        d->window = w->window;
+        if (cfg->has_post_norms) {
+            if (!w->attn_post_norm || !w->ffn_post_norm) {
+                st = pllm_errorf(
+                    PLLM_ERR_FORMAT,
+                    "cuda backend: layer %d has no post-norms but the model says it has", l);
+                goto done;
+            }
+            if ((st = upload_vec(c, &d->attn_post_norm, w->attn_post_norm, E, "attn post norm")) ||
+                (st = upload_vec(c, &d->ffn_post_norm, w->ffn_post_norm, E, "ffn post norm")))
+                goto done;
+        }
         if (cfg->has_qk_norm) {
             if (!w->q_norm || !w->k_norm) {
                 st = pllm_errorf(PLLM_ERR_FORMAT,
@@ -249,6 +261,14 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
             (st = pllm_cuda_upload(c->dev, c->inv_freq_long, freq, freq_bytes)))
             goto done;
     }
+    if (cfg->sliding_window > 0) {
+        if ((st = pllm_cuda_sync(c->dev))) goto done;
+        pllm_backend_rope_freqs_local(freq, cfg);
+        if ((st = alloc_track(c, (void **)&c->inv_freq_local, freq_bytes,
+                              "rope local frequencies")) ||
+            (st = pllm_cuda_upload(c->dev, c->inv_freq_local, freq, freq_bytes)))
+            goto done;
+    }
     st = pllm_cuda_sync(c->dev);
 done:
     stager_free(&s);
@@ -268,6 +288,7 @@ void pllm_cuda_weights_free(cuda_ctx *c)
             pllm_cuda_free(c->dev, d->w_down), pllm_cuda_free(c->dev, d->attn_norm);
             pllm_cuda_free(c->dev, d->ffn_norm), pllm_cuda_free(c->dev, d->b_qkv);
             pllm_cuda_free(c->dev, d->q_norm), pllm_cuda_free(c->dev, d->k_norm);
+            pllm_cuda_free(c->dev, d->attn_post_norm), pllm_cuda_free(c->dev, d->ffn_post_norm);
         }
         free(c->layers);
         c->layers = NULL;
@@ -279,5 +300,6 @@ void pllm_cuda_weights_free(cuda_ctx *c)
     c->output_norm = NULL;
     pllm_cuda_free(c->dev, c->inv_freq);
     pllm_cuda_free(c->dev, c->inv_freq_long);
-    c->inv_freq = c->inv_freq_long = NULL;
+    pllm_cuda_free(c->dev, c->inv_freq_local);
+    c->inv_freq = c->inv_freq_long = c->inv_freq_local = NULL;
 }

@@ -23,22 +23,23 @@ namespace
 template <typename T>
 __global__ void __launch_bounds__(256)
     embedding_kernel(float *__restrict__ out, const T *__restrict__ table,
-                     const int32_t *__restrict__ tokens, int dim, int n_vocab)
+                     const int32_t *__restrict__ tokens, int dim, int n_vocab, float scale)
 {
     const int32_t id = tokens[blockIdx.x];
     if (id < 0 || id >= n_vocab) __trap();
     const T *row = table + (size_t)id * (size_t)dim;
     float *o = out + (size_t)blockIdx.x * (size_t)dim;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = pllm_cuda::to_float(row[i]);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        o[i] = __fmul_rn(pllm_cuda::to_float(row[i]), scale); /* scale 1: exact */
 }
 
 template <typename T>
 pllm_status launch(pllm_cuda_dev *dev, float *out, const T *table, const int32_t *tokens,
-                   int32_t n_tokens, int32_t dim, int32_t n_vocab)
+                   int32_t n_tokens, int32_t dim, int32_t n_vocab, float scale)
 {
     PLLM_LAUNCH(embedding_kernel<T>, dim3((unsigned)n_tokens), dim3(256), 0,
                 pllm_cuda_dev_stream(dev))
-    (out, table, tokens, (int)dim, (int)n_vocab);
+    (out, table, tokens, (int)dim, (int)n_vocab, scale);
     return PLLM_CUDA_LAUNCHED("embedding_kernel");
 }
 
@@ -48,17 +49,27 @@ extern "C" pllm_status pllm_cuda_embedding(pllm_cuda_dev *dev, float *out, const
                                            pllm_dtype table_dtype, const int32_t *tokens,
                                            int32_t n_tokens, int32_t dim, int32_t n_vocab)
 {
+    return pllm_cuda_embedding_scaled(dev, out, table, table_dtype, tokens, n_tokens, dim, n_vocab,
+                                      1.0f);
+}
+
+extern "C" pllm_status pllm_cuda_embedding_scaled(pllm_cuda_dev *dev, float *out, const void *table,
+                                                  pllm_dtype table_dtype, const int32_t *tokens,
+                                                  int32_t n_tokens, int32_t dim, int32_t n_vocab,
+                                                  float scale)
+{
     if (n_tokens < 0 || dim < 1 || n_vocab < 1)
         return pllm_errorf(PLLM_ERR_INVALID, "embedding: bad shape n_tokens=%d dim=%d n_vocab=%d",
                            n_tokens, dim, n_vocab);
     if (n_tokens == 0) return PLLM_OK;
     switch (table_dtype) {
     case PLLM_DTYPE_F32:
-        return launch(dev, out, (const float *)table, tokens, n_tokens, dim, n_vocab);
+        return launch(dev, out, (const float *)table, tokens, n_tokens, dim, n_vocab, scale);
     case PLLM_DTYPE_F16:
-        return launch(dev, out, (const __half *)table, tokens, n_tokens, dim, n_vocab);
+        return launch(dev, out, (const __half *)table, tokens, n_tokens, dim, n_vocab, scale);
     case PLLM_DTYPE_BF16:
-        return launch(dev, out, (const __nv_bfloat16 *)table, tokens, n_tokens, dim, n_vocab);
+        return launch(dev, out, (const __nv_bfloat16 *)table, tokens, n_tokens, dim, n_vocab,
+                      scale);
     default:
         return pllm_errorf(PLLM_ERR_UNSUPPORTED, "embedding: table type %s (need F32, F16 or BF16)",
                            pllm_dtype_name(table_dtype));

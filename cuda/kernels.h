@@ -61,6 +61,18 @@ pllm_status pllm_cuda_head_rmsnorm(pllm_cuda_dev *dev, float *qkv, int64_t ld,
 pllm_status pllm_cuda_embedding(pllm_cuda_dev *dev, float *out, const void *table,
                                 pllm_dtype table_dtype, const int32_t *tokens, int32_t n_tokens,
                                 int32_t dim, int32_t n_vocab);
+/* The same, each element times scale in float (Gemma: sqrt(n_embd); 1 is the gather above). */
+pllm_status pllm_cuda_embedding_scaled(pllm_cuda_dev *dev, float *out, const void *table,
+                                       pllm_dtype table_dtype, const int32_t *tokens,
+                                       int32_t n_tokens, int32_t dim, int32_t n_vocab, float scale);
+
+/*
+ * Gemma 3's post-norms (cuda/rmsnorm.cu): residual[r] += RMSNorm(x[r]) * weight for r < n_rows,
+ * the norm as head_rmsnorm computes it. residual, x: [n_rows][dim] F32 (x read only, not
+ * aliasing residual); weight [dim] F32.
+ */
+pllm_status pllm_cuda_post_norm_add(pllm_cuda_dev *dev, float *residual, const float *x,
+                                    const float *weight, int32_t n_rows, int32_t dim, float eps);
 
 /*
  * QKV bias + RoPE + K/V store (cuda/qkv_rope.cu), one kernel per layer. For each token t:
@@ -110,6 +122,9 @@ typedef struct pllm_cuda_attn_args {
     const int32_t *block_tables;
     int32_t n_head, n_head_kv, head_dim, block_size;
     float scale;
+    /* > 0: a sliding-window layer (model.h): a query at position p attends to positions
+     * [max(0, p + 1 - window), p + 1) only; 0: all of [0, p + 1) */
+    int32_t window;
 } pllm_cuda_attn_args;
 
 /* A decode query: one token attending to positions [0, n_ctx). n_ctx == 0 (padding) writes
@@ -162,6 +177,10 @@ pllm_status pllm_cuda_attn_prefill(pllm_cuda_dev *dev, const pllm_cuda_attn_args
  */
 pllm_status pllm_cuda_swiglu(pllm_cuda_dev *dev, void *out, const void *gu, pllm_dtype dtype,
                              int32_t n_tokens, int32_t n_ff);
+/* The same with gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) for silu (Gemma's
+ * GeGLU, as PyTorch's gelu(approximate="tanh") and the CPU's pllm_cpu_geglu). */
+pllm_status pllm_cuda_geglu(pllm_cuda_dev *dev, void *out, const void *gu, pllm_dtype dtype,
+                            int32_t n_tokens, int32_t n_ff);
 
 /*
  * Sampling (cuda/sample.cu): the device twin of pllm_sample (model/sampling.h), one block per

@@ -142,6 +142,52 @@ __global__ void __launch_bounds__(1024)
 
 } /* namespace */
 
+namespace
+{
+
+/*
+ * post_norm_add_kernel (Gemma 3's post-attention / post-FFN norms)
+ *   residual [n_rows][dim] F32, in/out: residual += RMSNorm(x) * w
+ *   x        [n_rows][dim] F32 (a projection's output), read only; w [dim] F32
+ * Launch: one block per row, blockDim.x = min(1024, dim rounded up to 32). Shared memory: 256
+ *   bytes static. Numerics: as head_rmsnorm_kernel (sum of squares in double, (x * r) * w in
+ *   float), then one float add: what the CPU backend computes.
+ * Per row: reads 8 dim, writes 4 dim bytes. Memory bound.
+ */
+__global__ void __launch_bounds__(1024)
+    post_norm_add_kernel(float *__restrict__ residual, const float *__restrict__ x,
+                         const float *__restrict__ w, int dim, float eps)
+{
+    PLLM_SHARED(double, partial, 32);
+    const float *xr = x + (int64_t)blockIdx.x * dim;
+    float *res = residual + (int64_t)blockIdx.x * dim;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
+    ss = pllm_cuda::block_reduce(ss, &partial[0], 0.0, pllm_cuda::warp_sum_op{});
+    const float r = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        res[i] = __fadd_rn(res[i], __fmul_rn(__fmul_rn(xr[i], r), w[i]));
+}
+
+} /* namespace */
+
+extern "C" pllm_status pllm_cuda_post_norm_add(pllm_cuda_dev *dev, float *residual, const float *x,
+                                               const float *weight, int32_t n_rows, int32_t dim,
+                                               float eps)
+{
+    if (n_rows < 0 || dim < 1 || !weight)
+        return pllm_errorf(PLLM_ERR_INVALID, "post_norm_add: bad shape n_rows=%d dim=%d", n_rows,
+                           dim);
+    if (!(eps >= 0.0f)) return pllm_errorf(PLLM_ERR_INVALID, "post_norm_add: eps %g", (double)eps);
+    if (n_rows == 0) return PLLM_OK;
+    unsigned threads = ((unsigned)dim + 31) / 32 * 32;
+    if (threads > 1024) threads = 1024;
+    PLLM_LAUNCH(post_norm_add_kernel, dim3((unsigned)n_rows), dim3(threads), 0,
+                pllm_cuda_dev_stream(dev))
+    (residual, x, weight, (int)dim, eps);
+    return PLLM_CUDA_LAUNCHED("post_norm_add_kernel");
+}
+
 extern "C" pllm_status pllm_cuda_head_rmsnorm(pllm_cuda_dev *dev, float *qkv, int64_t ld,
                                               const float *q_weight, const float *k_weight,
                                               int32_t n_tokens, int32_t n_head, int32_t n_head_kv,

@@ -57,7 +57,19 @@ __device__ __forceinline__ float silu_mul(float g, float u)
  *   64-token decode step, 1.8 us at 3.0 TB/s, in 1792 blocks.
  * Numerics: silu(g) * u computed as the CPU backend does, g / (1 + expf(-g)) * u in F32.
  */
-template <typename T>
+/* Gemma's GeGLU: PyTorch's gelu(g, approximate="tanh") * u, as the CPU's pllm_cpu_geglu */
+__device__ __forceinline__ float gelu_mul(float g, float u)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * u;
+}
+
+template <bool GELU> __device__ __forceinline__ float act_mul(float g, float u)
+{
+    return GELU ? gelu_mul(g, u) : silu_mul(g, u);
+}
+
+template <typename T, bool GELU>
 __global__ void __launch_bounds__(kThreads)
     swiglu_kernel(T *__restrict__ out, const T *__restrict__ gu, int n_ff, int n_tokens)
 {
@@ -71,29 +83,29 @@ __global__ void __launch_bounds__(kThreads)
             const float2 gv = PT::f(*reinterpret_cast<const typename PT::P *>(g + c));
             const float2 uv = PT::f(*reinterpret_cast<const typename PT::P *>(u + c));
             *reinterpret_cast<typename PT::P *>(o + c) =
-                PT::make(silu_mul(gv.x, uv.x), silu_mul(gv.y, uv.y));
+                PT::make(act_mul<GELU>(gv.x, uv.x), act_mul<GELU>(gv.y, uv.y));
         } else {
             for (int k = c; k < min(c + 2, n_ff); k++)
                 o[k] = pllm_cuda::from_float<T>(
-                    silu_mul(pllm_cuda::to_float(g[k]), pllm_cuda::to_float(u[k])));
+                    act_mul<GELU>(pllm_cuda::to_float(g[k]), pllm_cuda::to_float(u[k])));
         }
     }
 }
 
-template <typename T>
+template <typename T, bool GELU>
 pllm_status launch(pllm_cuda_dev *dev, void *out, const void *gu, int32_t n_tokens, int32_t n_ff)
 {
     const unsigned bx = (unsigned)(((int64_t)n_ff + 2 * kThreads - 1) / (2 * kThreads));
     const unsigned by = (unsigned)(n_tokens < 65535 ? n_tokens : 65535);
-    PLLM_LAUNCH(swiglu_kernel<T>, dim3(bx, by), dim3(kThreads), 0, pllm_cuda_dev_stream(dev))
+    PLLM_LAUNCH((swiglu_kernel<T, GELU>), dim3(bx, by), dim3(kThreads), 0,
+                pllm_cuda_dev_stream(dev))
     (static_cast<T *>(out), static_cast<const T *>(gu), (int)n_ff, (int)n_tokens);
     return PLLM_CUDA_LAUNCHED("swiglu_kernel");
 }
 
-} /* namespace */
-
-extern "C" pllm_status pllm_cuda_swiglu(pllm_cuda_dev *dev, void *out, const void *gu,
-                                        pllm_dtype dtype, int32_t n_tokens, int32_t n_ff)
+template <bool GELU>
+pllm_status dispatch(pllm_cuda_dev *dev, void *out, const void *gu, pllm_dtype dtype,
+                     int32_t n_tokens, int32_t n_ff)
 {
     if (n_tokens < 0 || n_ff < 1)
         return pllm_errorf(PLLM_ERR_INVALID, "swiglu: bad shape n_tokens=%d n_ff=%d", n_tokens,
@@ -101,13 +113,27 @@ extern "C" pllm_status pllm_cuda_swiglu(pllm_cuda_dev *dev, void *out, const voi
     if (n_tokens == 0) return PLLM_OK;
     switch (dtype) {
     case PLLM_DTYPE_F32:
-        return launch<float>(dev, out, gu, n_tokens, n_ff);
+        return launch<float, GELU>(dev, out, gu, n_tokens, n_ff);
     case PLLM_DTYPE_F16:
-        return launch<__half>(dev, out, gu, n_tokens, n_ff);
+        return launch<__half, GELU>(dev, out, gu, n_tokens, n_ff);
     case PLLM_DTYPE_BF16:
-        return launch<__nv_bfloat16>(dev, out, gu, n_tokens, n_ff);
+        return launch<__nv_bfloat16, GELU>(dev, out, gu, n_tokens, n_ff);
     default:
         return pllm_errorf(PLLM_ERR_UNSUPPORTED, "swiglu: type %s (need F32, F16 or BF16)",
                            pllm_dtype_name(dtype));
     }
+}
+
+} /* namespace */
+
+extern "C" pllm_status pllm_cuda_swiglu(pllm_cuda_dev *dev, void *out, const void *gu,
+                                        pllm_dtype dtype, int32_t n_tokens, int32_t n_ff)
+{
+    return dispatch<false>(dev, out, gu, dtype, n_tokens, n_ff);
+}
+
+extern "C" pllm_status pllm_cuda_geglu(pllm_cuda_dev *dev, void *out, const void *gu,
+                                       pllm_dtype dtype, int32_t n_tokens, int32_t n_ff)
+{
+    return dispatch<true>(dev, out, gu, dtype, n_tokens, n_ff);
 }

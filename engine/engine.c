@@ -386,8 +386,8 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     e->out_top_ids = pllm_malloc(nsm * PLLM_MAX_LOGPROBS * sizeof *e->out_top_ids);
     e->out_top_logprobs = pllm_malloc(nsm * PLLM_MAX_LOGPROBS * sizeof *e->out_top_logprobs);
     if (!e->tokens || !e->positions || !e->slots || !e->seqs || !e->samples || !e->sample_entry ||
-        !e->entry_sample || !e->done || !e->done_why || !e->out_tokens || !e->out_logprobs || !e->out_top_ids ||
-        !e->out_top_logprobs) {
+        !e->entry_sample || !e->done || !e->done_why || !e->out_tokens || !e->out_logprobs ||
+        !e->out_top_ids || !e->out_top_logprobs) {
         st = PLLM_ERR_NOMEM;
         goto fail;
     }

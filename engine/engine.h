@@ -63,10 +63,10 @@ typedef struct pllm_engine_params {
                                               into the cache's namespace; may be NULL */
     pllm_prefix_warn_fn prefix_cache_warn; /* corrupt entries, failed saves; NULL: stderr */
     void *prefix_cache_warn_arg;
-    pllm_spec_mode speculate;   /* speculative decoding without a draft model
-                                   (engine/speculate.h); PLLM_SPEC_OFF (0) by default. Output
-                                   is the same with any mode. */
-    int32_t spec_max_draft;     /* drafts per sequence per step, at most; 0: 8 */
+    pllm_spec_mode speculate; /* speculative decoding without a draft model
+                                 (engine/speculate.h); PLLM_SPEC_OFF (0) by default. Output
+                                 is the same with any mode. */
+    int32_t spec_max_draft;   /* drafts per sequence per step, at most; 0: 8 */
 } pllm_engine_params;
 
 void pllm_engine_params_defaults(pllm_engine_params *p);

@@ -173,3 +173,9 @@ void pllm_backend_rope_freqs(double *inv_freq, const pllm_model_config *cfg,
         inv_freq[i] = f;
     }
 }
+
+void pllm_backend_rope_freqs_local(double *inv_freq, const pllm_model_config *cfg)
+{
+    for (int32_t i = 0; i < cfg->rope_dim / 2; i++)
+        inv_freq[i] = pow((double)cfg->rope_theta_local, -2.0 * i / (double)cfg->rope_dim);
+}

@@ -60,7 +60,7 @@ typedef struct pllm_kv_layout {
     int32_t n_layer;
     int32_t n_head_kv;
     int32_t head_dim;
-    int32_t block_size;   /* tokens per block */
+    int32_t block_size; /* tokens per block */
     int32_t n_blocks;
     pllm_dtype dtype; /* F32, F16 or PLLM_KV_DTYPE_I8 (backend's choice) */
 } pllm_kv_layout;
@@ -90,26 +90,26 @@ static inline size_t pllm_kv_block_bytes(const pllm_kv_layout *l)
 }
 
 typedef struct pllm_seq_plan {
-    int32_t token_start;  /* first new token in plan->tokens */
-    int32_t n_new;        /* new tokens this step, >= 1 */
-    int32_t n_ctx;        /* context length after this step */
-    int32_t block_start;  /* first entry of this sequence's block table in plan->block_tables */
-    int32_t n_blocks;     /* entries in the block table; >= ceil(n_ctx / block_size) */
+    int32_t token_start; /* first new token in plan->tokens */
+    int32_t n_new;       /* new tokens this step, >= 1 */
+    int32_t n_ctx;       /* context length after this step */
+    int32_t block_start; /* first entry of this sequence's block table in plan->block_tables */
+    int32_t n_blocks;    /* entries in the block table; >= ceil(n_ctx / block_size) */
 } pllm_seq_plan;
 
 typedef struct pllm_sample_req {
-    int32_t seq;                         /* index into plan->seqs */
-    int32_t back;                        /* row: new token n_new - 1 - back of the sequence;
-                                            in [0, n_new); 0 (the last) unless speculating */
+    int32_t seq;  /* index into plan->seqs */
+    int32_t back; /* row: new token n_new - 1 - back of the sequence;
+                     in [0, n_new); 0 (the last) unless speculating */
     const pllm_sampling_params *params;
-    pllm_sample_ctx ctx;                 /* prompt/output history, banned ids */
+    pllm_sample_ctx ctx; /* prompt/output history, banned ids */
 } pllm_sample_req;
 
 typedef struct pllm_batch_plan {
     int32_t n_tokens;
-    const int32_t *tokens;       /* [n_tokens] */
-    const int32_t *positions;    /* [n_tokens] */
-    const int32_t *slots;        /* [n_tokens] */
+    const int32_t *tokens;    /* [n_tokens] */
+    const int32_t *positions; /* [n_tokens] */
+    const int32_t *slots;     /* [n_tokens] */
     int32_t n_seqs;
     const pllm_seq_plan *seqs;   /* [n_seqs] */
     const int32_t *block_tables; /* flattened; see pllm_seq_plan */
@@ -118,16 +118,16 @@ typedef struct pllm_batch_plan {
 } pllm_batch_plan;
 
 typedef struct pllm_step_out {
-    int32_t *tokens;        /* [n_samples] sampled ids (required) */
-    float *logprobs;        /* [n_samples] log-prob of the sampled id; optional (NULL) */
-    int32_t top_n;          /* top logprobs per sample held by the arrays below */
-    int32_t *top_ids;       /* [n_samples][top_n]; optional */
-    float *top_logprobs;    /* [n_samples][top_n]; optional */
-    float *logits;          /* [n_samples][n_vocab] raw logits before sampling; optional (tests) */
+    int32_t *tokens;     /* [n_samples] sampled ids (required) */
+    float *logprobs;     /* [n_samples] log-prob of the sampled id; optional (NULL) */
+    int32_t top_n;       /* top logprobs per sample held by the arrays below */
+    int32_t *top_ids;    /* [n_samples][top_n]; optional */
+    float *top_logprobs; /* [n_samples][top_n]; optional */
+    float *logits;       /* [n_samples][n_vocab] raw logits before sampling; optional (tests) */
 } pllm_step_out;
 
 typedef struct pllm_backend_iface {
-    const char *name;     /* "cpu", "cuda" */
+    const char *name; /* "cpu", "cuda" */
     /* The layout this backend would use for block_size-token blocks (dtype and dims; n_blocks
      * is left 0). The engine sizes its pool from pllm_kv_block_bytes of it. */
     pllm_status (*kv_layout)(void *ctx, int32_t block_size, pllm_kv_layout *out);
@@ -159,7 +159,10 @@ typedef struct pllm_backend {
 static inline void pllm_backend_free(pllm_backend *b)
 {
     if (b && b->iface) b->iface->destroy(b->ctx);
-    if (b) { b->iface = NULL; b->ctx = NULL; }
+    if (b) {
+        b->iface = NULL;
+        b->ctx = NULL;
+    }
 }
 
 /* ---- shared by the backends (model/backend.c): the contract's checks and the RoPE rule ---- */
@@ -188,3 +191,5 @@ pllm_status pllm_backend_check_copy_blocks(const char *who, const pllm_kv_layout
  * rope_factor under linear scaling, else 1. Computed in double; every backend uses this table. */
 void pllm_backend_rope_freqs(double *inv_freq, const pllm_model_config *cfg,
                              const float *freq_factors);
+/* The sliding-window layers' table (Gemma 3): rope_theta_local^(-2i/rope_dim), no scaling. */
+void pllm_backend_rope_freqs_local(double *inv_freq, const pllm_model_config *cfg);

@@ -15,17 +15,18 @@
 static const struct {
     const char *name;
     pllm_arch arch;
-} g_gguf_archs[] = {
-    {"llama", PLLM_ARCH_LLAMA},
-    {"mistral", PLLM_ARCH_LLAMA},
-    {"qwen2", PLLM_ARCH_QWEN2},
-    {"qwen3", PLLM_ARCH_QWEN3},
-    {"phi3", PLLM_ARCH_LLAMA}}; /* the llama graph on fused attn_qkv / ffn_up rows, NEOX */
+} g_gguf_archs[] = {{"llama", PLLM_ARCH_LLAMA},  {"mistral", PLLM_ARCH_LLAMA},
+                    {"qwen2", PLLM_ARCH_QWEN2},  {"qwen3", PLLM_ARCH_QWEN3},
+                    {"phi3", PLLM_ARCH_LLAMA}, /* the llama graph on fused attn_qkv / ffn_up rows,
+                                                  NEOX */
+                    {"gemma3", PLLM_ARCH_GEMMA3}};
 
 typedef struct loader {
     pllm_model *m;
     const pllm_gguf *g;
     const char *prefix; /* metadata prefix: the architecture name */
+    uint32_t swa_pattern;     /* gemma3: layer i is global when (i + 1) % pattern == 0 */
+    const uint8_t *swa_flags; /* gemma3: or one bool per layer (true: sliding), or NULL */
     size_t f32_used, f32_cap;
 } loader;
 
@@ -117,6 +118,52 @@ static pllm_status load_vector(loader *L, const char *name, int64_t n, bool requ
     return PLLM_OK;
 }
 
+/* Gemma 3's keys, with llama.cpp's defaults where a file has none: the sliding window
+ * (required), every sliding_window_pattern-th layer global (6), the sliding layers' RoPE base
+ * rope.freq_base_swa (10000), attention.scale (1/sqrt(key_length); n_embd/n_head for the 62-layer
+ * 27B, as llama.cpp has it), embeddings times sqrt(n_embd). The norm weights hold 1 + w already. */
+static pllm_status read_gemma3(loader *L)
+{
+    pllm_model_config *c = &L->m->cfg;
+    const pllm_gguf *g = L->g;
+    uint32_t win = 0, pattern = 6;
+    PLLM_TRY(get_hp(L, "attention.sliding_window", &win, true));
+    if (win < 1 || win > INT32_MAX)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: '%s.attention.sliding_window' = %u is invalid",
+                           g->path, L->prefix, win);
+    char key[256];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", L->prefix);
+    const pllm_gguf_kv *pk = pllm_gguf_find(g, key);
+    if (pk && pk->type == PLLM_GGUF_ARRAY) {
+        if (pk->arr_type != PLLM_GGUF_BOOL || pk->arr_n != (uint64_t)c->n_layer)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: key '%s' at byte offset %zu must be %d booleans (one per "
+                               "layer)",
+                               g->path, key, pk->offset, c->n_layer);
+    } else {
+        PLLM_TRY(get_hp(L, "attention.sliding_window_pattern", &pattern, false));
+        if (pattern < 1)
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: '%s' = %u is invalid", g->path, key, pattern);
+        pk = NULL;
+    }
+    c->sliding_window = (int32_t)win;
+    L->swa_pattern = pattern;
+    L->swa_flags = pk ? pk->arr_data : NULL;
+    c->rope_theta_local = 10000.0f;
+    PLLM_TRY(get_hp_f(L, "rope.freq_base_swa", &c->rope_theta_local));
+    c->attn_scale = 1.0f / sqrtf((float)(c->n_layer == 62 ? c->n_embd / c->n_head : c->head_dim));
+    PLLM_TRY(get_hp_f(L, "attention.scale", &c->attn_scale));
+    if (!(c->rope_theta_local > 1) || !(c->attn_scale > 0 && isfinite(c->attn_scale)))
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: '%s.rope.freq_base_swa' = %g or '%s.attention.scale' = %g is "
+                           "invalid",
+                           g->path, L->prefix, c->rope_theta_local, L->prefix, c->attn_scale);
+    c->embd_scale = sqrtf((float)c->n_embd);
+    c->ffn_gelu = true;
+    c->has_post_norms = true;
+    return PLLM_OK;
+}
+
 static pllm_status read_config(loader *L)
 {
     pllm_model_config *c = &L->m->cfg;
@@ -177,12 +224,14 @@ static pllm_status read_config(loader *L)
     /* llama.cpp's converter permutes llama/mistral Q/K rows (NORM pairs); qwen2/qwen3 keep the
      * Hugging Face order (NEOX) */
     const bool phi3 = strcmp(L->prefix, "phi3") == 0;
-    c->rope_mode = c->arch == PLLM_ARCH_QWEN2 || c->arch == PLLM_ARCH_QWEN3 || phi3
+    c->rope_mode = c->arch == PLLM_ARCH_QWEN2 || c->arch == PLLM_ARCH_QWEN3 || phi3 ||
+                           c->arch == PLLM_ARCH_GEMMA3
                        ? PLLM_ROPE_NEOX
                        : PLLM_ROPE_NORM;
     c->rope_attn_factor = 1.0f;
     c->has_qkv_bias = c->arch == PLLM_ARCH_QWEN2;
-    c->has_qk_norm = c->arch == PLLM_ARCH_QWEN3;
+    c->has_qk_norm = c->arch == PLLM_ARCH_QWEN3 || c->arch == PLLM_ARCH_GEMMA3;
+    if (c->arch == PLLM_ARCH_GEMMA3) PLLM_TRY(read_gemma3(L));
 
     /* RoPE scaling: rope.scaling.type "linear" (factor), or Llama-3 style via rope_freqs. */
     char key[256];
@@ -270,7 +319,8 @@ static pllm_status load_weights(loader *L)
     /* Owned float store: 2 norms per layer + output norm (+ biases) (+ rope factors: 2 sets). */
     L->f32_cap = (size_t)c->n_layer *
                      (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
-                      (c->has_qk_norm ? 2 * (size_t)c->head_dim : 0)) +
+                      (c->has_qk_norm ? 2 * (size_t)c->head_dim : 0) +
+                      (c->has_post_norms ? 2 * (size_t)c->n_embd : 0)) +
                  (size_t)c->n_embd + (size_t)c->rope_dim;
     /* the vectors are in the file at 2 bytes or more per element: no allocation beyond that */
     if (L->f32_cap > L->g->size / 2)
@@ -317,6 +367,17 @@ static pllm_status load_weights(loader *L)
             PLLM_TRY(load_vector(L, NAME("attn_k_norm.weight"), c->head_dim, true, &l->k_norm));
         }
         PLLM_TRY(load_vector(L, NAME("ffn_norm.weight"), c->n_embd, true, &l->ffn_norm));
+        if (c->has_post_norms) {
+            PLLM_TRY(load_vector(L, NAME("post_attention_norm.weight"), c->n_embd, true,
+                                 &l->attn_post_norm));
+            PLLM_TRY(
+                load_vector(L, NAME("post_ffw_norm.weight"), c->n_embd, true, &l->ffn_post_norm));
+        }
+        if (c->sliding_window)
+            l->window =
+                (L->swa_flags ? L->swa_flags[i] != 0 : (uint32_t)(i + 1) % L->swa_pattern != 0)
+                    ? c->sliding_window
+                    : 0;
         if (!pllm_gguf_find_tensor(L->g, NAME("ffn_gate.weight")) &&
             strcmp(m->source_arch, "phi3") == 0) { /* phi3: ffn_up holds gate rows, then up */
             pllm_tensor gu;
@@ -413,7 +474,7 @@ pllm_status pllm_gguf_model_init(pllm_model *m, const char *path)
     if (!found)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "%s: unsupported architecture '%.*s' (general.architecture at byte "
-                           "offset %zu); supported: llama, mistral, qwen2, qwen3, phi3",
+                           "offset %zu); supported: llama, mistral, qwen2, qwen3, phi3, gemma3",
                            path, (int)(arch.len > 64 ? 64 : arch.len), arch.s,
                            pllm_gguf_find(m->gguf, "general.architecture")->offset);
     if ((st = read_config(&L)) != PLLM_OK) return st;

@@ -182,12 +182,14 @@ static pllm_status jids(const jfile *j, const char *key, int32_t *ids, int32_t c
 static const struct {
     const char *model_type;
     pllm_arch arch;
-} g_hf_archs[] = {
-    {"llama", PLLM_ARCH_LLAMA},
-    {"mistral", PLLM_ARCH_LLAMA},
-    {"qwen2", PLLM_ARCH_QWEN2},
-    {"qwen3", PLLM_ARCH_QWEN3},
-    {"phi3", PLLM_ARCH_LLAMA}}; /* the llama graph on fused qkv_proj / gate_up_proj rows */
+} g_hf_archs[] = {{"llama", PLLM_ARCH_LLAMA},
+                  {"mistral", PLLM_ARCH_LLAMA},
+                  {"qwen2", PLLM_ARCH_QWEN2},
+                  {"qwen3", PLLM_ARCH_QWEN3},
+                  {"phi3", PLLM_ARCH_LLAMA}, /* the llama graph on fused qkv_proj / gate_up_proj
+                                                rows */
+                  {"gemma3_text", PLLM_ARCH_GEMMA3},
+                  {"gemma3", PLLM_ARCH_GEMMA3}}; /* the text model of text_config */
 
 /* A list of n positive factors (LongRoPE's short_factor / long_factor). */
 static pllm_status jfactors(const jfile *j, const char *key, int32_t n, float *out)
@@ -312,6 +314,16 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
 
     const char *mt = NULL;
     PLLM_TRY(jstr(&j, "model_type", true, &mt));
+    if (strcmp(mt, "gemma3") == 0) { /* Gemma3ForConditionalGeneration: the text model only */
+        const json_t *tc = json_object_get(root, "text_config");
+        if (!json_is_object(tc))
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: field 'text_config' must be an object for model_type gemma3",
+                               path);
+        root = tc;
+        j = (jfile){path, root, "text_config."};
+        out->multimodal = true;
+    }
     bool found = false;
     for (size_t i = 0; i < PLLM_ARRAY_LEN(g_hf_archs) && !found; i++) {
         if (strcmp(mt, g_hf_archs[i].model_type) == 0) {
@@ -324,7 +336,7 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     if (!found)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "%s: field 'model_type' = '%.64s': architecture not supported "
-                           "(supported: llama, mistral, qwen2, qwen3, phi3)",
+                           "(supported: llama, mistral, qwen2, qwen3, phi3, gemma3_text, gemma3)",
                            path, mt);
     const json_t *qc = json_object_get(root, "quantization_config");
     if (qc && !json_is_null(qc))
@@ -334,7 +346,10 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
                            "safetensors, or a GGUF file)",
                            path);
 
-    int64_t hidden, n_layer, n_head, n_head_kv = 0, n_ff, n_vocab, head_dim = 0, n_ctx = 2048;
+    const bool gemma = c->arch == PLLM_ARCH_GEMMA3;
+    /* Gemma3TextConfig's defaults */
+    int64_t hidden, n_layer, n_head, n_head_kv = 0, n_ff, n_vocab, head_dim = 0,
+                                     n_ctx = gemma ? 131072 : 2048;
     bool has_kv = false, has_hd = false;
     PLLM_TRY(jint(&j, "hidden_size", true, 1, 65536, &hidden, NULL));
     PLLM_TRY(jint(&j, "num_hidden_layers", true, 1, 1024, &n_layer, NULL));
@@ -351,8 +366,8 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
             PLLM_ERR_FORMAT,
             "%s: field 'num_key_value_heads' = %lld does not divide num_attention_heads = %lld",
             path, (long long)n_head_kv, (long long)n_head);
-    if (!has_hd && c->arch == PLLM_ARCH_QWEN3) {
-        head_dim = 128; /* Qwen3Config's default, not hidden / heads */
+    if (!has_hd && (c->arch == PLLM_ARCH_QWEN3 || gemma)) {
+        head_dim = gemma ? 256 : 128; /* Qwen3Config's / Gemma3TextConfig's default */
         has_hd = true;
     }
     if (!has_hd) {
@@ -368,7 +383,7 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
             PLLM_ERR_FORMAT, "%s: head dimension %lld (field '%s') must be even and at most 1024",
             path, (long long)head_dim, has_hd ? "head_dim" : "hidden_size / num_attention_heads");
 
-    double eps = 1e-6, theta = 10000, prf = 1;
+    double eps = 1e-6, theta = gemma ? 1e6 : 10000, prf = 1;
     PLLM_TRY(jnum(&j, "rms_norm_eps", false, 0, true, 0.5, &eps, NULL));
     PLLM_TRY(jnum(&j, "rope_theta", false, 1, true, 1e12, &theta, NULL));
     bool has_prf = false;
@@ -385,7 +400,7 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
             mt);
     /* Qwen2 and Qwen3 (transformers' Qwen2Config / Qwen3Config) default use_sliding_window to
      * false; Llama and Mistral have no such switch (Mistral's sliding_window applies when set) */
-    bool tied = false, attn_bias = false, mlp_bias = false,
+    bool tied = gemma, attn_bias = false, mlp_bias = false,
          use_sw = c->arch != PLLM_ARCH_QWEN2 && c->arch != PLLM_ARCH_QWEN3, has_use_sw = false;
     PLLM_TRY(jbool(&j, "tie_word_embeddings", &tied, NULL));
     PLLM_TRY(jbool(&j, "attention_bias", &attn_bias, NULL));
@@ -404,8 +419,58 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
         return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: field 'mlp_bias' = true is not supported",
                            path);
     const char *act = "silu";
-    PLLM_TRY(jstr(&j, "hidden_act", false, &act));
-    if (strcmp(act, "silu") != 0)
+    if (gemma) { /* Gemma3TextConfig: hidden_activation, gelu_pytorch_tanh */
+        act = "gelu_pytorch_tanh";
+        PLLM_TRY(jstr(&j, "hidden_activation", false, &act));
+        if (strcmp(act, "gelu_pytorch_tanh") != 0)
+            return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                               "%s: field '%shidden_activation' = '%.32s' is not supported (only "
+                               "gelu_pytorch_tanh)",
+                               path, j.pre, act);
+        static const char *const caps[] = {"final_logit_softcapping", "attn_logit_softcapping"};
+        for (size_t i = 0; i < PLLM_ARRAY_LEN(caps); i++) {
+            const json_t *v = json_object_get(root, caps[i]);
+            if (v && !json_is_null(v))
+                return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                                   "%s: field '%s%s' is set: logit soft-capping is not supported "
+                                   "(Gemma 3 has none)",
+                                   path, j.pre, caps[i]);
+        }
+        double qpas = 256, local = 10000;
+        int64_t win = 4096, pattern = 6;
+        PLLM_TRY(jnum(&j, "query_pre_attn_scalar", false, 0, true, 1e9, &qpas, NULL));
+        PLLM_TRY(jnum(&j, "rope_local_base_freq", false, 1, true, 1e12, &local, NULL));
+        PLLM_TRY(jint(&j, "sliding_window", false, 1, INT32_MAX, &win, NULL));
+        PLLM_TRY(jint(&j, "sliding_window_pattern", false, 1, 1024, &pattern, NULL));
+        c->attn_scale = (float)(1.0 / sqrt(qpas));
+        c->rope_theta_local = (float)local;
+        c->sliding_window = (int32_t)win;
+        c->ffn_gelu = true;
+        c->has_post_norms = true;
+        /* layer_types when given (transformers >= 4.53), else every pattern-th layer is global */
+        const json_t *lt = json_object_get(root, "layer_types");
+        if (lt && !json_is_null(lt)) {
+            if (!json_is_array(lt) || json_array_size(lt) != (size_t)n_layer)
+                return pllm_errorf(PLLM_ERR_FORMAT,
+                                   "%s: field '%slayer_types' must be a list of %lld layer types",
+                                   path, j.pre, (long long)n_layer);
+            for (size_t i = 0; i < (size_t)n_layer; i++) {
+                const char *s = json_string_value(json_array_get(lt, i));
+                if (s && strcmp(s, "sliding_attention") == 0)
+                    out->layer_sliding[i] = 1;
+                else if (!s || strcmp(s, "full_attention") != 0)
+                    return pllm_errorf(PLLM_ERR_FORMAT,
+                                       "%s: field '%slayer_types[%zu]' must be "
+                                       "\"sliding_attention\" or \"full_attention\"",
+                                       path, j.pre, i);
+            }
+        } else {
+            for (int64_t i = 0; i < n_layer; i++) out->layer_sliding[i] = (i + 1) % pattern != 0;
+        }
+    } else {
+        PLLM_TRY(jstr(&j, "hidden_act", false, &act));
+    }
+    if (!gemma && strcmp(act, "silu") != 0)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "%s: field 'hidden_act' = '%.32s' is not supported (only silu)", path,
                            act);
@@ -414,8 +479,10 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     int64_t window = 0;
     bool has_window = false;
     PLLM_TRY(jbool(&j, "use_sliding_window", &use_sw, &has_use_sw));
-    PLLM_TRY(jint(&j, "sliding_window", false, 1, INT64_MAX, &window, &has_window));
-    if (has_window && use_sw && window < n_ctx) n_ctx = window;
+    if (!gemma) { /* gemma3's sliding layers are enforced (above) */
+        PLLM_TRY(jint(&j, "sliding_window", false, 1, INT64_MAX, &window, &has_window));
+        if (has_window && use_sw && window < n_ctx) n_ctx = window;
+    }
 
     c->n_vocab = (int32_t)n_vocab;
     c->n_embd = (int32_t)hidden;
@@ -440,12 +507,27 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     c->rope_mode = PLLM_ROPE_NEOX;
     c->tied_embeddings = tied;
     c->has_qkv_bias = c->arch == PLLM_ARCH_QWEN2;
-    c->has_qk_norm = c->arch == PLLM_ARCH_QWEN3;
+    c->has_qk_norm = c->arch == PLLM_ARCH_QWEN3 || gemma;
 
     const json_t *rs = json_object_get(root, "rope_scaling");
     if (rs && !json_is_null(rs))
         PLLM_TRY(parse_rope_scaling(path, rs, "rope_scaling", root, max_pos, out));
     const json_t *rp = json_object_get(root, "rope_parameters"); /* transformers >= 5 */
+    if (gemma && json_is_object(rp) && json_is_object(json_object_get(rp, "full_attention"))) {
+        /* per layer type: {"full_attention": {...}, "sliding_attention": {...}} */
+        jfile jf = {path, json_object_get(rp, "full_attention"), "rope_parameters.full_attention."};
+        jfile jl = {path, json_object_get(rp, "sliding_attention"),
+                    "rope_parameters.sliding_attention."};
+        double th = c->rope_theta, lo = c->rope_theta_local;
+        PLLM_TRY(jnum(&jf, "rope_theta", false, 1, true, 1e12, &th, NULL));
+        if (jl.obj) PLLM_TRY(jnum(&jl, "rope_theta", false, 1, true, 1e12, &lo, NULL));
+        c->rope_theta = (float)th;
+        c->rope_theta_local = (float)lo;
+        rp = jf.obj;
+        const char *ty = NULL;
+        PLLM_TRY(jstr(&jf, "rope_type", false, &ty));
+        if (!ty || strcmp(ty, "default") == 0) rp = NULL;
+    }
     if (rp && !json_is_null(rp) && !(rs && !json_is_null(rs)))
         PLLM_TRY(parse_rope_scaling(path, rp, "rope_parameters", root, max_pos, out));
 

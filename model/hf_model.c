@@ -202,6 +202,14 @@ static pllm_status load_vector(hf_loader *L, const char *name, int64_t n, const 
     return PLLM_OK;
 }
 
+/* x rounded to dtype's precision (F16, BF16), as a torch scalar cast to it */
+static float round_to(float x, pllm_dtype dt)
+{
+    if (dt == PLLM_DTYPE_BF16) return pllm_bf16_to_fp32(pllm_fp32_to_bf16(x));
+    if (dt == PLLM_DTYPE_F16) return pllm_fp16_to_fp32(pllm_fp32_to_fp16(x));
+    return x;
+}
+
 static pllm_status load_weights(hf_loader *L)
 {
     pllm_model *m = L->m;
@@ -212,7 +220,8 @@ static pllm_status load_weights(hf_loader *L)
 
     L->f32_cap = (size_t)c->n_layer *
                      (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
-                      (c->has_qk_norm ? 2 * (size_t)c->head_dim : 0)) +
+                      (c->has_qk_norm ? 2 * (size_t)c->head_dim : 0) +
+                      (c->has_post_norms ? 2 * (size_t)c->n_embd : 0)) +
                  (size_t)c->n_embd + (size_t)c->rope_dim; /* + rope factors (2 sets) */
     /* the vectors are in the files at 2 bytes or more per element: no allocation beyond that */
     size_t data_bytes = 0;
@@ -227,8 +236,22 @@ static pllm_status load_weights(hf_loader *L)
     m->layers = pllm_calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->owned_f32 || !m->layers) return PLLM_ERR_NOMEM;
 
-    PLLM_TRY(load_matrix(L, "model.embed_tokens.weight", c->n_vocab, c->n_embd, &m->tok_embd));
-    PLLM_TRY(load_vector(L, "model.norm.weight", c->n_embd, &m->output_norm));
+    /* gemma3 (multimodal): the text model's tensors, under the prefix of the transformers
+     * version that saved them */
+    const char *pre = "model.";
+    if (L->hc->multimodal) {
+        const pllm_st_tensor *t;
+        const pllm_safetensors *s;
+        pre = "model.language_model.";
+        PLLM_TRY(find(L, "model.language_model.embed_tokens.weight", false, &t, &s));
+        if (!t) pre = "language_model.model.";
+    }
+#define PNAME(s) (snprintf(name, sizeof name, "%s" s, pre), name)
+    PLLM_TRY(load_matrix(L, PNAME("embed_tokens.weight"), c->n_vocab, c->n_embd, &m->tok_embd));
+    PLLM_TRY(load_vector(L, PNAME("norm.weight"), c->n_embd, &m->output_norm));
+#undef PNAME
+    if (c->arch == PLLM_ARCH_GEMMA3) /* transformers: sqrt(hidden) in the embedding's dtype */
+        m->cfg.embd_scale = round_to(sqrtf((float)c->n_embd), m->tok_embd.dtype);
     if (c->tied_embeddings) {
         m->output =
             m->tok_embd; /* transformers ties lm_head to the embeddings, whatever the file holds */
@@ -245,7 +268,7 @@ static pllm_status load_weights(hf_loader *L)
     }
     for (int32_t i = 0; i < c->n_layer; i++) {
         pllm_layer_weights *l = &m->layers[i];
-#define NAME(s) (snprintf(name, sizeof name, "model.layers.%d." s, (int)i), name)
+#define NAME(s) (snprintf(name, sizeof name, "%slayers.%d." s, pre, (int)i), name)
         PLLM_TRY(load_vector(L, NAME("input_layernorm.weight"), c->n_embd, &l->attn_norm));
         if (L->hc->fused_proj) { /* phi3: q, k, v rows of one matrix */
             pllm_tensor qkv;
@@ -269,7 +292,18 @@ static pllm_status load_weights(hf_loader *L)
             PLLM_TRY(load_vector(L, NAME("self_attn.q_norm.weight"), c->head_dim, &l->q_norm));
             PLLM_TRY(load_vector(L, NAME("self_attn.k_norm.weight"), c->head_dim, &l->k_norm));
         }
-        PLLM_TRY(load_vector(L, NAME("post_attention_layernorm.weight"), c->n_embd, &l->ffn_norm));
+        if (c->has_post_norms) { /* gemma3: post_attention_layernorm is the post-norm */
+            PLLM_TRY(load_vector(L, NAME("post_attention_layernorm.weight"), c->n_embd,
+                                 &l->attn_post_norm));
+            PLLM_TRY(
+                load_vector(L, NAME("pre_feedforward_layernorm.weight"), c->n_embd, &l->ffn_norm));
+            PLLM_TRY(load_vector(L, NAME("post_feedforward_layernorm.weight"), c->n_embd,
+                                 &l->ffn_post_norm));
+        } else {
+            PLLM_TRY(
+                load_vector(L, NAME("post_attention_layernorm.weight"), c->n_embd, &l->ffn_norm));
+        }
+        l->window = L->hc->layer_sliding[i] ? c->sliding_window : 0;
         if (L->hc->fused_proj) { /* phi3: gate rows, then up rows (Phi3MLP's chunk(2)) */
             pllm_tensor gu;
             PLLM_TRY(load_matrix(L, NAME("mlp.gate_up_proj.weight"), 2 * (int64_t)c->n_ff,
@@ -283,6 +317,8 @@ static pllm_status load_weights(hf_loader *L)
         PLLM_TRY(load_matrix(L, NAME("mlp.down_proj.weight"), c->n_embd, c->n_ff, &l->w_down));
 #undef NAME
     }
+    if (c->arch == PLLM_ARCH_GEMMA3) /* Gemma3RMSNorm multiplies by (1 + w): every norm vector */
+        for (size_t i = 0; i < L->f32_used; i++) m->owned_f32[i] += 1.0f;
     if (c->rope_scaling == PLLM_ROPE_SCALING_LLAMA3) {
         float *ff = m->owned_f32 + L->f32_used;
         pllm_rope_llama3_factors(ff, c);

@@ -42,6 +42,10 @@ typedef struct pllm_hf_config {
     pllm_model_config cfg;       /* every field set; rope_mode NEOX */
     const char *source_arch;     /* static: "llama", "mistral", "qwen2", "qwen3", "phi3" */
     bool fused_proj;             /* phi3: qkv_proj and gate_up_proj hold the fused rows */
+    bool multimodal;             /* gemma3 (Gemma3ForConditionalGeneration): the text model's
+                                  * fields are in text_config, its tensors under
+                                  * model.language_model. or language_model.model. */
+    uint8_t layer_sliding[1024]; /* gemma3: 1 for the sliding-window layers */
     float rope_short[512];       /* LONGROPE: short_factor, long_factor ([rope_dim / 2]) */
     float rope_long[512];
     bool has_bos;                /* config.json's own bos/eos, the fallback when there is no */

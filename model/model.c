@@ -10,7 +10,7 @@
 #include "model/gguf_model.h"
 #include "model/hf_model.h"
 
-static const char *g_arch_names[PLLM_ARCH_COUNT] = {"llama", "qwen2", "qwen3"};
+static const char *g_arch_names[PLLM_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3"};
 
 const char *pllm_arch_name(pllm_arch a)
 {
@@ -183,6 +183,20 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
         ok = jset(rope, "low_freq_factor", jfloat(c->rope_low_freq_factor)) &&
              jset(rope, "high_freq_factor", jfloat(c->rope_high_freq_factor)) &&
              jset(rope, "original_max_position_embeddings", json_integer(c->rope_orig_ctx));
+    if (ok && c->arch == PLLM_ARCH_GEMMA3) { /* layer types, window, the Gemma specifics */
+        json_t *lt = json_array();
+        ok = lt != NULL;
+        for (int32_t i = 0; ok && i < c->n_layer; i++)
+            ok = json_array_append_new(
+                     lt, json_string(m->layers[i].window ? "sliding" : "global")) == 0;
+        jattach(o, "layer_types", &lt, &ok);
+        ok = ok && jset(o, "sliding_window", json_integer(c->sliding_window)) &&
+             jset(o, "attn_scale", jfloat(c->attn_scale)) &&
+             jset(o, "embd_scale", jfloat(c->embd_scale)) &&
+             jset(o, "ffn_act", json_string(c->ffn_gelu ? "gelu_tanh" : "silu")) &&
+             jset(o, "post_norms", json_boolean(c->has_post_norms)) &&
+             jset(rope, "theta_local", jfloat(c->rope_theta_local));
+    }
     if (ok && m->rope_freq_factors) {
         json_t *ff = json_array();
         ok = ff != NULL;

@@ -51,6 +51,9 @@ typedef enum pllm_arch {
     PLLM_ARCH_QWEN2,     /* llama graph + Q/K/V biases */
     PLLM_ARCH_QWEN3,     /* llama graph + per-head RMSNorm of q and k before RoPE (q_norm,
                           * k_norm over head_dim, shared by all heads), no Q/K/V bias */
+    PLLM_ARCH_GEMMA3,    /* Gemma 3 (text): q/k head norms, GeGLU (tanh GELU), post-attention and
+                          * post-FFN norms, embeddings times embd_scale, attn_scale, sliding-window
+                          * layers with their own RoPE base (see pllm_model_config) */
     PLLM_ARCH_COUNT
 } pllm_arch;
 
@@ -97,7 +100,26 @@ typedef struct pllm_model_config {
     float rope_attn_factor;        /* LONGROPE: cos and sin are multiplied by it (1: none) */
     bool tied_embeddings;  /* output projection reuses tok_embd */
     bool has_qkv_bias;
-    bool has_qk_norm; /* QWEN3: q_norm, k_norm per layer */
+    bool has_qk_norm; /* QWEN3, GEMMA3: q_norm, k_norm per layer */
+    /* Gemma 3 (zero / false for the other families):
+     *   embd_scale: the embedding rows are multiplied by it (sqrt(n_embd), rounded to the
+     *     embedding's dtype as transformers does); 0: no scaling.
+     *   attn_scale: attention scores are q.k * attn_scale (query_pre_attn_scalar^-0.5); 0:
+     *     1/sqrt(head_dim).
+     *   ffn_gelu: the MLP is gelu_tanh(gate) * up (GeGLU) instead of silu(gate) * up.
+     *   has_post_norms: x += RMSNorm(attn_out) * attn_post_norm, and likewise after the MLP.
+     *   sliding_window: W > 0 on models with sliding-window layers (pllm_layer_weights.window):
+     *     on those layers query position q attends to key positions k with q - W < k <= q.
+     *   rope_theta_local: the RoPE base of the sliding layers (no rope scaling there; the
+     *     global layers use rope_theta and rope_scaling).
+     * Norm weights are stored as the factor they multiply by: Gemma's (1 + w) is formed at load
+     * (GGUF files already hold 1 + w, as llama.cpp's converter writes them). */
+    float embd_scale;
+    float attn_scale;
+    bool ffn_gelu;
+    bool has_post_norms;
+    int32_t sliding_window;
+    float rope_theta_local;
 } pllm_model_config;
 
 /* A 2-D weight view into the mapping. */
@@ -121,6 +143,11 @@ typedef struct pllm_layer_weights {
      * RMSNorm(k_h) * k_norm, before RoPE */
     const float *q_norm, *k_norm;
     const float *ffn_norm;     /* [n_embd] */
+    /* [n_embd] each; NULL unless has_post_norms: the attention output and the MLP output are
+     * normed (RMSNorm * weight) before they are added to the residual */
+    const float *attn_post_norm, *ffn_post_norm;
+    /* sliding-window layer: cfg.sliding_window, and RoPE with rope_theta_local; 0: global */
+    int32_t window;
     pllm_tensor w_gate;        /* [n_ff][n_embd] */
     pllm_tensor w_up;          /* [n_ff][n_embd] */
     pllm_tensor w_down;        /* [n_embd][n_ff] */
@@ -181,7 +208,7 @@ typedef struct pllm_model {
 /*
  * Load a model from a GGUF file or a Hugging Face directory (path is a directory). Errors name
  * the file, the key/field or tensor, and a byte offset where the format has one.
- * Supported architectures: llama, mistral, qwen2, qwen3, phi3 (GGUF general.architecture or
+ * Supported architectures: llama, mistral, qwen2, qwen3, phi3, gemma3 (GGUF general.architecture or
  * config.json model_type); anything else is PLLM_ERR_UNSUPPORTED with that list.
  */
 pllm_status pllm_model_load(pllm_model **out, const char *path);

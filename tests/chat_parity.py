@@ -566,6 +566,15 @@ def main():
     print(f"chat_parity: seed {seed} (PLLM_CHAT_SEED={seed} replays this run)")
 
     real = real_templates()
+    # pllm's built-in Gemma 3 template (for Gemma 3 GGUFs that carry none) is the real one, byte
+    # for byte, so the renders of the real one below cover it
+    builtin = subprocess.run([tool, "--builtin", "gemma3"], capture_output=True).stdout.decode("utf-8")
+    gemma3 = dict(real).get("ollama/gemma3-instruct-1.jinja")
+    if builtin != gemma3:
+        print("chat_parity: the built-in gemma3 template differs from the shared data's gemma3-instruct-1.jinja",
+              file=sys.stderr)
+        return 1
+    print("chat_parity: the built-in gemma3 template equals ollama/gemma3-instruct-1.jinja")
     extra = extra_templates()
     convs = fixed_conversations() + [random_conversation(rng) for _ in range(12)]
 

@@ -8,7 +8,7 @@
  *
  * With --lines, every stdin line is a request and every output line a result (one process for
  * thousands of renders). A missing bos_token/eos_token or null leaves it undefined; content
- * null renders as None.
+ * null renders as None. chat_tool --builtin ARCH prints pllm_chat_template_builtin(ARCH).
  */
 #include "tokenizer/chat_template.h"
 
@@ -111,6 +111,12 @@ static int emit(json_t *res)
 
 int main(int argc, char **argv)
 {
+    if (argc > 2 && strcmp(argv[1], "--builtin") == 0) { /* the built-in template of a family */
+        const char *t = pllm_chat_template_builtin(argv[2]);
+        if (!t) return 1;
+        fputs(t, stdout);
+        return 0;
+    }
     bool lines = argc > 1 && strcmp(argv[1], "--lines") == 0;
     json_error_t err;
     if (!lines) {

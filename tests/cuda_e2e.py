@@ -9,11 +9,13 @@
                                 KV), attention split over the context, a run without graphs,
                                 three Hugging Face directories (tests/gen_hf_models.py: BF16
                                 shards as they are, mistral head_dim 48, Llama-3 rope scaling),
-                                Qwen3 (q/k head norms) and Phi-3 (fused projections, LongRoPE)
-                                as HF and GGUF,
+                                Qwen3 (q/k head norms), Phi-3 (fused projections, LongRoPE)
+                                and Gemma 3 (sliding-window layers, GeGLU, post-norms) as HF
+                                and GGUF,
                                 and sampled runs (same tokens, logprobs and top logprobs)
     cuda_e2e.py TOOL model      the default model ($PLLM_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf):
-                                3 short text prompts, 3 greedy tokens each, production setting
+                                3 short text prompts, 3 greedy tokens each, production setting;
+                                and Gemma 3 270M (gemma-3-270m-q4_k_m.gguf): 2 prompts x 3 tokens
 
 TOOL is cuda_vs_cpu (the emulated build) or cuda_vs_cpu_gpu (the real one; it exits 77 when no
 GPU answers, and so does this script). Runs go two at a time (the machine's cores).
@@ -107,6 +109,17 @@ def random_runs(tmp):
                  + ([] if SANITIZE else ["--engine"])))
     runs.append((os.path.join(hf, "phi3-f32.gguf"), ["--weights", "f32", "--kv", "f32", "--seed", "59"]))
     runs.append((os.path.join(hf, "phi3-bf16.gguf"), ["--kv", "f16", "--seed", "61"]))
+    # Gemma 3 (GeGLU, post-norms, scaled embeddings, query_pre_attn_scalar, a window of 8 on
+    # layers 0 and 2 with their own RoPE base): HF F32 through the engine, GGUF F32 with contexts
+    # of 30..90 and decode attention split into 64-position ranges (a range wholly before the
+    # window takes no position), HF BF16 shards and the F16 GGUF in the production setting
+    runs.append((os.path.join(hf, "gemma3-hf-f32"), ["--weights", "f32", "--kv", "f32", "--seed", "67"]
+                 + ([] if SANITIZE else ["--engine"])))
+    runs.append((os.path.join(hf, "gemma3-f32.gguf"), ["--weights", "f32", "--kv", "f32", "--split", "64", "--len",
+                                                       "30:90", "--gen", "4", "--budget", "64", "--seed", "71"]
+                 + (["--prompts", "2"] if SANITIZE else [])))
+    runs.append((os.path.join(hf, "gemma3-hf-bf16-sharded"), ["--kv", "f16", "--seed", "73"]))
+    runs.append((os.path.join(hf, "gemma3-f16.gguf"), ["--kv", "f16", "--seed", "79"]))
     # sampling (temperature, top-k/p, min-p, penalties, bans, logprobs) through graphs and eager steps
     for m in (models[0], next(m for m in models if m["shape"] == "qwen2" and m["dtype"] == "Q4_1")):
         runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--sample", "--prompts", "6", "--gen", "8",
@@ -121,7 +134,16 @@ def model_runs():
         print(f"FAIL: the default model is missing: {path} (run scripts/setup.sh or set PLLM_HOME)")
         sys.exit(1)
     n = ["--prompts", "1", "--gen", "2"] if SANITIZE else ["--prompts", "3", "--gen", "3", "--engine"]
-    return [(path, ["--text"] + n + ["--block-size", "16", "--budget", "48"])]
+    runs = [(path, ["--text"] + n + ["--block-size", "16", "--budget", "48"])]
+    # Gemma 3 270M (scripts/setup.sh fetches it; model_gemma3_real says how when it is missing):
+    # head_dim 256, GeGLU, post-norms, a 262144-token LM head, Q5_0/Q4_K/Q6_K/Q8_0 -> F16
+    gemma = os.path.join(home, "models", "gemma-3-270m-q4_k_m.gguf")
+    if not os.path.exists(gemma):
+        print(f"FAIL: the third model is missing: {gemma} (run scripts/setup.sh or set PLLM_HOME)")
+        sys.exit(1)
+    if not SANITIZE:
+        runs.append((gemma, ["--text", "--prompts", "2", "--gen", "3", "--block-size", "16", "--budget", "48"]))
+    return runs
 
 
 def main():

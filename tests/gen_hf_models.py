@@ -30,6 +30,11 @@ Specs:
              tied
   phi3       phi3 (Phi-4-mini-like): fused qkv_proj / gate_up_proj (GGUF attn_qkv, ffn_up of 2 n_ff
              rows), partial rotary 0.75, LongRoPE (original context 16, max 512), 4/2 heads
+  gemma3     gemma3_text (GGUF gemma3): GeGLU, pre/post norms stored as w (1 + w applied; GGUF holds
+             1 + w as llama.cpp's converter writes it), q/k norms, embeddings times sqrt(hidden),
+             query_pre_attn_scalar 40 != head_dim 48, 3 layers sliding/global/sliding (layer_types;
+             GGUF sliding_window_pattern as one bool per layer) with a window of 8 (prompts of 13
+             and 45 cross it), rope 1e6 global / 10000 local, 4/2 heads, tied
   llama3     llama with Llama-3 rope scaling (factor 8, low 1, high 4, original context 64,
              rope base 500000: head_dim 32 has high, medium and low frequency pairs)
 Deterministic per seed; weights std 1/sqrt(fan_in), embeddings std 1, norms 1 +- 0.1.
@@ -61,6 +66,10 @@ SPECS = {
                  rope_scaling=dict(type="longrope", short_factor=[1.0 + 0.25 * i for i in range(12)],
                                    long_factor=[1.5 + 1.5 * i for i in range(12)]),
                  original_max_position_embeddings=16, gen=dict(bos_token_id=1, eos_token_id=[2, 7])),
+    "gemma3": dict(arch="gemma3", V=320, E=128, L=3, H=4, HKV=2, F=256, tied=True, theta=1e6, eps=1e-6, head_dim=48,
+                   qk_norm=True, query_pre_attn_scalar=40, sliding_window=8, layer_types=["sliding_attention",
+                   "full_attention", "sliding_attention"], rope_local_base_freq=10000.0,
+                   gen=dict(bos_token_id=2, eos_token_id=[1, 106])),
     "llama3": dict(arch="llama", V=256, E=128, L=2, H=4, HKV=2, F=256, tied=False, theta=500000.0, eps=1e-5,
                    rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                      original_max_position_embeddings=64)),
@@ -96,6 +105,10 @@ OUTPUTS = [
     ("phi3", "hf", dict(dtype="BF16", shards=2)),
     ("phi3", "gguf", dict(dtype="F32")),
     ("phi3", "gguf", dict(dtype="BF16")),
+    ("gemma3", "hf", dict(dtype="F32")),
+    ("gemma3", "hf", dict(dtype="BF16", shards=2)),
+    ("gemma3", "gguf", dict(dtype="F32")),
+    ("gemma3", "gguf", dict(dtype="F16")),
     ("llama3", "hf", dict(dtype="F32")),
     ("llama3", "gguf", dict(dtype="F32")),
 ]
@@ -158,7 +171,15 @@ def make_weights(spec, seed):
             w[p + "self_attn.q_norm.weight"] = vec(hd, 1.0, 0.3)
             w[p + "self_attn.k_norm.weight"] = vec(hd, 1.0, 0.3)
         w[p + "self_attn.o_proj.weight"] = mat(E, H * hd, 1 / math.sqrt(H * hd))
-        w[p + "post_attention_layernorm.weight"] = vec(E, 1.0, 0.1)
+        if s["arch"] == "gemma3":  # Gemma3RMSNorm's w of (1 + w), around 0; two more norms
+            w[p + "input_layernorm.weight"] = vec(E, 0.0, 0.1)
+            w[p + "post_attention_layernorm.weight"] = vec(E, 0.0, 0.1)
+            w[p + "pre_feedforward_layernorm.weight"] = vec(E, 0.0, 0.1)
+            w[p + "post_feedforward_layernorm.weight"] = vec(E, 0.0, 0.1)
+            w[p + "self_attn.q_norm.weight"] = vec(hd, 0.0, 0.3)
+            w[p + "self_attn.k_norm.weight"] = vec(hd, 0.0, 0.3)
+        else:
+            w[p + "post_attention_layernorm.weight"] = vec(E, 1.0, 0.1)
         w[p + "mlp.gate_proj.weight"] = mat(F, E, 1 / math.sqrt(E))
         w[p + "mlp.up_proj.weight"] = mat(F, E, 1 / math.sqrt(E))
         w[p + "mlp.down_proj.weight"] = mat(E, F, 1 / math.sqrt(F))
@@ -167,6 +188,8 @@ def make_weights(spec, seed):
                 [w.pop(p + "self_attn." + n + "_proj.weight") for n in "qkv"])
             w[p + "mlp.gate_up_proj.weight"] = np.concatenate(
                 [w.pop(p + "mlp.gate_proj.weight"), w.pop(p + "mlp.up_proj.weight")])
+    if s["arch"] == "gemma3":
+        w["model.norm.weight"] = vec(E, 0.0, 0.1)
     return w
 
 
@@ -219,6 +242,16 @@ def write_safetensors(path, tensors, metadata=None, align=8):
 
 def hf_config(spec):
     s = SPECS[spec]
+    if s["arch"] == "gemma3":  # Gemma3TextConfig's fields (hidden_activation, not hidden_act)
+        return {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": s["E"],
+                "intermediate_size": s["F"], "num_hidden_layers": s["L"], "num_attention_heads": s["H"],
+                "num_key_value_heads": s["HKV"], "head_dim": s["head_dim"], "vocab_size": s["V"],
+                "rms_norm_eps": s["eps"], "rope_theta": s["theta"], "rope_local_base_freq": s["rope_local_base_freq"],
+                "max_position_embeddings": 512, "query_pre_attn_scalar": s["query_pre_attn_scalar"],
+                "sliding_window": s["sliding_window"], "layer_types": s["layer_types"],
+                "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": None,
+                "attn_logit_softcapping": None, "rope_scaling": None, "attention_bias": False,
+                "tie_word_embeddings": True, "torch_dtype": "float32"}
     c = {"architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
                                    "qwen3": "Qwen3ForCausalLM",
                                    "phi3": "Phi3ForCausalLM"}[s["arch"]]],
@@ -426,7 +459,14 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None):
             raise ValueError(dtype)
 
     def put_vec(name, x):
+        if arch == "gemma3" and name.endswith("norm.weight"):  # llama.cpp's converter: 1 + w
+            x = round_to(x, dtype if not mix else "F32") + np.float32(1)
         g.add_tensor(name, round_to(x, dtype if not mix else "F32"))
+
+    if arch == "gemma3":  # llama.cpp's gemma3 keys (the pattern as one bool per layer: true = sliding)
+        g.add_sliding_window(s["sliding_window"])
+        g.add_sliding_window_pattern([t == "sliding_attention" for t in s["layer_types"]])
+        g.add_attention_scale(s["query_pre_attn_scalar"] ** -0.5)
 
     if kind == "llama3":
         import ref_forward_hf as R  # the reference's factor formula (transformers' definition)
@@ -462,7 +502,12 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None):
             put_vec(p + "attn_k.bias", w[h + "self_attn.k_proj.bias"])
             put_vec(p + "attn_v.bias", w[h + "self_attn.v_proj.bias"])
         put_mat(p + "attn_output.weight", w[h + "self_attn.o_proj.weight"])
-        put_vec(p + "ffn_norm.weight", w[h + "post_attention_layernorm.weight"])
+        if arch == "gemma3":
+            put_vec(p + "post_attention_norm.weight", w[h + "post_attention_layernorm.weight"])
+            put_vec(p + "ffn_norm.weight", w[h + "pre_feedforward_layernorm.weight"])
+            put_vec(p + "post_ffw_norm.weight", w[h + "post_feedforward_layernorm.weight"])
+        else:
+            put_vec(p + "ffn_norm.weight", w[h + "post_attention_layernorm.weight"])
         put_mat(p + "ffn_gate.weight", w[h + "mlp.gate_proj.weight"])
         put_mat(p + "ffn_up.weight", w[h + "mlp.up_proj.weight"])
         put_mat(p + "ffn_down.weight", w[h + "mlp.down_proj.weight"], special=True)

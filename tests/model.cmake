@@ -11,5 +11,10 @@ pllm_add_c_test(model_st_fuzz SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/model_st_fuzz.
 pllm_add_py_test(model_qwen2_real model_qwen2_real.py LABELS model)
 pllm_add_py_test(model_hf_real model_hf_real.py LABELS model)
 set_tests_properties(model_qwen2_real PROPERTIES TIMEOUT 900)
+# Gemma 3 270M (scripts/setup.sh fetches it): logits within 1e-4 of a float reference, so the
+# CPU's float32 path
+pllm_add_py_test(model_gemma3_real model_gemma3_real.py LABELS model)
+set_tests_properties(model_gemma3_real PROPERTIES TIMEOUT 900)
+set_property(TEST model_gemma3_real APPEND PROPERTY ENVIRONMENT PLLM_CPU_MATH=f32)
 # `pllm info` on every random-weight test model (and a GGUF with general.sampling.* keys)
 pllm_add_py_test(model_info model_info.py LABELS unit)

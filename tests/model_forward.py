@@ -113,6 +113,21 @@ def main():
         if not ok:
             failures.append(f"{tag}: rel err {mx:.2e} >= {TOL_REF:.0e}")
 
+    # Gemma 3: its window (8) matters on the 45-token prompt: the reference without it is far
+    # from the one with it (so the rows above, within 1e-4 of the windowed reference, would fail
+    # with the window ignored)
+    for tag, ref in refs.items():
+        if tag.startswith("gemma3"):
+            p = prompts["gemma3"][2]
+            with_w = ref.forward(p)
+            ref.no_window = True
+            without = ref.forward(p)
+            ref.no_window = False
+            d = rel(without, with_w)
+            print(f"{tag:34s} window off in the reference: rel diff {d:.2e} (must be > 1e-2) {'ok' if d > 1e-2 else 'FAIL'}")
+            if not d > 1e-2:
+                failures.append(f"{tag}: the sliding window does not change the reference ({d:.2e})")
+
     # the same weights in both formats
     pairs = []
     by = {(m["spec"], m["kind"], m["dtype"]): os.path.basename(m["path"]) for m in manifest}

@@ -255,6 +255,38 @@ def main():
     d = fresh(base3, "qwen3 no k_norm")
     mutate_st(d, lambda h, data: (h.pop("model.layers.1.self_attn.k_norm.weight"), (h, data))[1])
     check("qwen3: missing k_norm", d, "not found", "model.layers.1.self_attn.k_norm.weight")
+    # Gemma 3: loads (text model, and the multimodal layout with text_config under either
+    # transformers prefix, described the same); soft-capping, another activation, a layer_types
+    # list of the wrong length and a missing post-norm are refused, naming what
+    w5 = G.make_weights("gemma3", seed=5)
+    base5 = G.write_hf(os.path.join(WORK, "base-gemma3"), "gemma3", w5, "F32")
+    rc, out = load(base5)
+    d5 = json.loads(out.splitlines()[0]) if rc == 0 else {}
+    ok = rc == 0 and d5.get("layer_types") == ["sliding", "global", "sliding"] and d5.get("sliding_window") == 8
+    RESULTS.append(("gemma3: a valid directory loads with its layer types", ok, out[:300]))
+    print(f"{'ok  ' if ok else 'FAIL'} gemma3: a valid directory loads with its layer types")
+    for pre in ("model.language_model.", "language_model.model."):
+        wm = {(pre + n[len("model."):]) if n.startswith("model.") else n: v for n, v in w5.items()}
+        dm = G.write_hf(os.path.join(WORK, "gemma3-mm-" + pre.split(".")[0]), "gemma3", wm, "F32")
+        edit_json(cfgp(dm), lambda j: (j.update(text_config=dict(j)), j.update(model_type="gemma3")))
+        rc, out = load(dm)
+        dd = json.loads(out.splitlines()[0]) if rc == 0 else {}
+        keys = ("n_layer", "n_embd", "layer_types", "sliding_window", "attn_scale", "embd_scale", "rope", "weight_bytes")
+        ok = rc == 0 and all(dd.get(k) == d5.get(k) for k in keys) and dd.get("source_arch") == "gemma3"
+        RESULTS.append((f"gemma3 multimodal ({pre}*): loads as the text model", ok, out[:300]))
+        print(f"{'ok  ' if ok else 'FAIL'} gemma3 multimodal ({pre}*): loads as the text model")
+    d = fresh(base5, "gemma3 softcap")
+    edit_json(cfgp(d), lambda j: j.update(final_logit_softcapping=30.0))
+    check("config.json: gemma3 final_logit_softcapping", d, "unsupported", "config.json", "final_logit_softcapping")
+    d = fresh(base5, "gemma3 act")
+    edit_json(cfgp(d), lambda j: j.update(hidden_activation="gelu"))
+    check("config.json: gemma3 hidden_activation gelu", d, "unsupported", "hidden_activation", "gelu_pytorch_tanh")
+    d = fresh(base5, "gemma3 layer types")
+    edit_json(cfgp(d), lambda j: j.update(layer_types=["sliding_attention"]))
+    check("config.json: gemma3 layer_types of 1 for 3 layers", d, "format error", "layer_types", "3 layer types")
+    d = fresh(base5, "gemma3 no post norm")
+    mutate_st(d, lambda h, data: (h.pop("model.layers.2.post_feedforward_layernorm.weight"), (h, data))[1])
+    check("gemma3: missing post_feedforward_layernorm", d, "not found", "model.layers.2.post_feedforward_layernorm.weight")
     # Phi-3: fused tensors required, LongRoPE factor lists of rotary dims / 2, partial rotary even
     w4 = G.make_weights("phi3", seed=4)
     base4 = G.write_hf(os.path.join(WORK, "base-phi3"), "phi3", w4, "F32")

@@ -83,7 +83,7 @@ def main():
         check(close(m.get("norm_eps"), s["eps"], 1e-6) and close(m["rope"].get("theta"), s["theta"], 1e-6),
               f"{name}: norm eps {m.get('norm_eps')} / rope theta {m['rope'].get('theta')}")
         # rotation pairing: HF checkpoints rotate halves; GGUF llama/mistral adjacent pairs, qwen2 halves
-        mode = "neox" if kind == "hf" or s["arch"] in ("qwen2", "qwen3", "phi3") else "norm"
+        mode = "neox" if kind == "hf" or s["arch"] in ("qwen2", "qwen3", "phi3", "gemma3") else "norm"
         check(m["rope"].get("mode") == mode and m["rope"].get("dim") == G.rope_dim(s),
               f"{name}: rope mode {m['rope']} (want {mode}, dim {G.rope_dim(s)})")
         rs = s.get("rope_scaling") or {}
@@ -114,7 +114,8 @@ def main():
             check(m.get("weight_bytes") == n_params * size, f"{name}: weight bytes {m.get('weight_bytes')} (want {n_params * size})")
             files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
             check(sorted(m.get("files", [])) == files and len(files) == e["shards"], f"{name}: files {m.get('files')} (want {files})")
-            check(m.get("source_arch") == s["arch"], f"{name}: source arch {m.get('source_arch')} (want {s['arch']})")
+            want_src = "gemma3_text" if s["arch"] == "gemma3" else s["arch"]
+            check(m.get("source_arch") == want_src, f"{name}: source arch {m.get('source_arch')} (want {want_src})")
         else:
             import gguf
             r = gguf.GGUFReader(path)
@@ -132,7 +133,15 @@ def main():
             arch = bytes(f.parts[f.data[0]]).decode()
             check(m.get("source_arch") == arch and m.get("files") == [path], f"{name}: source arch {m.get('source_arch')} "
                   f"(the file: {arch}), files {m.get('files')}")
-        check(m.get("arch") == (s["arch"] if s["arch"] in ("qwen2", "qwen3") else "llama"), f"{name}: graph {m.get('arch')}")
+        check(m.get("arch") == (s["arch"] if s["arch"] in ("qwen2", "qwen3", "gemma3") else "llama"), f"{name}: graph {m.get('arch')}")
+        if s["arch"] == "gemma3":  # layer types, window, scales, local rope base
+            lt = ["sliding" if t == "sliding_attention" else "global" for t in s["layer_types"]]
+            got = (m.get("layer_types"), m.get("sliding_window"), m.get("ffn_act"), m.get("post_norms"),
+                   m.get("rope", {}).get("theta_local"))
+            want = (lt, s["sliding_window"], "gelu_tanh", True, s["rope_local_base_freq"])
+            check(got == want and close(m.get("attn_scale", 0), s["query_pre_attn_scalar"] ** -0.5, 1e-6)
+                  and close(m.get("embd_scale", 0), s["E"] ** 0.5, 1e-2), f"{name}: gemma3 fields {got} (want {want}), "
+                  f"attn_scale {m.get('attn_scale')}, embd_scale {m.get('embd_scale')}")
         gd, wg = m.get("generation_defaults", {}), expected_gen(spec, kind)
         same = set(gd) == set(wg) and all(close(gd[k], v, 1e-6) if isinstance(v, float) else gd[k] == v for k, v in wg.items())
         check(same, f"{name}: generation defaults {gd} (want {wg})")

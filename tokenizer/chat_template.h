@@ -87,3 +87,7 @@ void pllm_chat_template_free(pllm_chat_template *t);
  * PLLM_ERR_RANGE or PLLM_ERR_NOMEM. */
 pllm_status pllm_chat_template_render(const pllm_chat_template *t, const pllm_chat_render_params *p,
                                       pllm_buf *out);
+
+/* The chat template of a model family whose files may carry none (GGUF general.architecture
+ * "gemma3": Gemma 3's), or NULL. A template the file carries always comes first. */
+const char *pllm_chat_template_builtin(const char *arch);

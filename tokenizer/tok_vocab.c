@@ -406,6 +406,9 @@ static pllm_status build_score_merges(pllm_tokenizer *t, const tok_spec *sp)
         size_t len;
         const char *s = tok_str(t, id, &len);
         if (tok_vocab_find(t, s, len) != id) continue; /* a duplicate string: the map's id wins */
+        /* a user-defined piece is an added token, matched whole in the text before the model
+         * runs (set_added), never a merge result (Gemma's runs of spaces, "<table>", ...) */
+        if (t->type[id] == TOK_TYPE_USER_DEFINED) continue;
         size_t first_len = 0;
         for (size_t k = 0; k < len;) {
             uint32_t cp;

@@ -44,6 +44,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             pllm_rope_llama3_factors(ff, c);
             for (int i = 0; i < c->rope_dim / 2; i++) FUZZ_CHECK(ff[i] > 0, "llama3 factor %d = %g", i, ff[i]);
         }
+        if (c->arch == PLLM_ARCH_GEMMA3) /* Gemma 3: a window, a scale, a local base */
+            FUZZ_CHECK(c->sliding_window > 0 && c->attn_scale > 0 && c->rope_theta_local > 0 &&
+                           c->has_post_norms && c->ffn_gelu,
+                       "gemma3 window %d scale %g local %g", c->sliding_window, c->attn_scale,
+                       c->rope_theta_local);
         if (c->rope_scaling == PLLM_ROPE_SCALING_LONGROPE) {
             FUZZ_CHECK(c->rope_dim / 2 <= (int32_t)PLLM_ARRAY_LEN(hc.rope_short), "rope_dim %d",
                        c->rope_dim);

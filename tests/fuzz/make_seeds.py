@@ -325,6 +325,10 @@ def hf_seeds(outdir, committed):
         "phi3_longrope": dict(hf_model()[0], model_type="phi3", partial_rotary_factor=0.5,
                               original_max_position_embeddings=32,
                               rope_scaling={"type": "longrope", "short_factor": [1.0, 1.5], "long_factor": [2.0, 8.0]}),
+        "gemma3": dict(hf_model()[0], model_type="gemma3_text", head_dim=8, query_pre_attn_scalar=8, sliding_window=4,
+                       sliding_window_pattern=2, rope_local_base_freq=10000.0, hidden_activation="gelu_pytorch_tanh"),
+        "gemma3_mm": {"model_type": "gemma3", "text_config": dict(hf_model()[0], model_type="gemma3_text", head_dim=8,
+                                                                  layer_types=["sliding_attention"])},
     }
     for name, c in cfgs.items():
         put(outdir, "hf_config", name + ".json", json.dumps(c, indent=1))

@@ -30,6 +30,16 @@ Written from the models' math and the two formats' conventions, not from pllm's 
     original_max_position_embeddings / high_freq_factor: 1; above .../low_freq_factor: factor;
     between: 1 / ((1 - s) / factor + s), s = (orig / wavelength - low) / (high - low).
 
+  - gemma3 (transformers' Gemma3ForCausalLM / Gemma3TextModel; GGUF gemma3 as llama.cpp's converter
+    and llama-model.cpp define it): x = embed[ids] * sqrt(E) (the scale rounded to the embedding's
+    dtype in HF; float32 in GGUF); every RMSNorm multiplies by (1 + w) (HF; GGUF stores 1 + w);
+    h = RMSNorm(x) * in_norm; q/k head norms; RoPE base rope_local_base_freq on sliding layers,
+    rope_theta on global ones; scores q.k * query_pre_attn_scalar^-0.5 (GGUF attention.scale, else
+    1/sqrt(head_dim)); a sliding layer's query at p sees keys k with p - W < k <= p; x += RMSNorm(att
+    W_o^T) * post_attention_norm; h = RMSNorm(x) * pre_feedforward_norm; x += RMSNorm((gelu_tanh(h
+    W_gate^T) * h W_up^T) W_down^T) * post_feedforward_norm. Layer types from layer_types or
+    sliding_window_pattern (HF; default 6) / sliding_window_pattern (GGUF: bools or a period; 6).
+
     m = Ref(path); logits = m.forward(ids)       # [len(ids)][n_vocab], float64
 """
 import json
@@ -40,6 +50,9 @@ import struct
 import numpy as np
 
 ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": "bf16"}
+
+
+ST_DTYPE_OF = {}  # tensor name -> its safetensors dtype string, of the files read
 
 
 def read_safetensors(path):
@@ -55,6 +68,7 @@ def read_safetensors(path):
         b, end = e["data_offsets"]
         raw = buf[8 + n + b: 8 + n + end]
         dt = ST_DTYPES[e["dtype"]]
+        ST_DTYPE_OF[name] = e["dtype"]
         if dt == "bf16":
             a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
         else:
@@ -90,6 +104,14 @@ class Ref:
     def _load_hf(self, d):
         cfg = json.load(open(os.path.join(d, "config.json")))
         self.arch = cfg["model_type"]
+        pre = "model."
+        if self.arch == "gemma3":
+            cfg, pre = cfg["text_config"], None
+        if self.arch in ("gemma3", "gemma3_text"):
+            self.arch = "gemma3"
+            cfg.setdefault("head_dim", 256)
+            cfg.setdefault("rope_theta", 1e6)
+            cfg.setdefault("tie_word_embeddings", True)
         E, H = cfg["hidden_size"], cfg["num_attention_heads"]
         self.n_layer = cfg["num_hidden_layers"]
         self.n_head = H
@@ -128,9 +150,37 @@ class Ref:
                 t.update(read_safetensors(os.path.join(d, shard)))
         else:
             t = read_safetensors(os.path.join(d, "model.safetensors"))
-        g = lambda n: np.asarray(t[n], dtype=self.dtype)  # noqa: E731
+        if pre is None:  # gemma3 multimodal: the text model's prefix
+            pre = "model.language_model." if "model.language_model.embed_tokens.weight" in t else "language_model.model."
+        gemma = self.arch == "gemma3"
+        t = {(("model." + n[len(pre):]) if n.startswith(pre) else n): v for n, v in t.items()}
+        ST_DTYPE_OF.update({"model." + n[len(pre):]: v for n, v in ST_DTYPE_OF.items() if n.startswith(pre)})
+
+        def g(n):
+            if gemma and n.endswith("norm.weight"):  # Gemma3RMSNorm: (1.0 + w.float()), in float32
+                return np.asarray(np.asarray(t[n], np.float32) + np.float32(1), dtype=self.dtype)
+            return np.asarray(t[n], dtype=self.dtype)
         self.embed = g("model.embed_tokens.weight")
         self.norm = g("model.norm.weight")
+        self.gemma_setup(gemma, cfg)
+        if gemma:
+            E = cfg["hidden_size"]
+            sc = np.float32(math.sqrt(E))  # transformers: the scale cast to the embedding's dtype
+            edt = ST_DTYPE_OF.get("model.embed_tokens.weight")
+            if edt == "BF16":
+                b = int(np.array([sc], dtype=np.float32).view(np.uint32)[0])  # round to nearest even
+                b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+                sc = np.array([b], dtype=np.uint32).view(np.float32)[0]
+            elif edt == "F16":
+                sc = np.float32(np.float16(sc))
+            self.embd_scale = float(sc)
+            # a Python float times a float32 tensor: applied in float32 by torch
+            self.attn_scale = float(np.float32(float(cfg.get("query_pre_attn_scalar", 256)) ** -0.5))
+            self.base_local = cfg.get("rope_local_base_freq", 10000.0)
+            self.window = cfg.get("sliding_window", 4096)
+            lt = cfg.get("layer_types")
+            pat = cfg.get("sliding_window_pattern", 6)
+            self.sliding = [x == "sliding_attention" for x in lt] if lt else [(i + 1) % pat != 0 for i in range(self.n_layer)]
         self.out = self.embed if cfg.get("tie_word_embeddings", False) else g("lm_head.weight")
         self.layers = []
         for i in range(self.n_layer):
@@ -146,9 +196,12 @@ class Ref:
                          wu=g(p + "mlp.up_proj.weight"))
             L.update(attn_norm=g(p + "input_layernorm.weight"), wo=g(p + "self_attn.o_proj.weight"),
                      ffn_norm=g(p + "post_attention_layernorm.weight"), wd=g(p + "mlp.down_proj.weight"))
+            if gemma:
+                L.update(post_attn_norm=L["ffn_norm"], ffn_norm=g(p + "pre_feedforward_layernorm.weight"),
+                         post_ffn_norm=g(p + "post_feedforward_layernorm.weight"))
             if self.arch == "qwen2":
                 L.update(bq=g(p + "self_attn.q_proj.bias"), bk=g(p + "self_attn.k_proj.bias"), bv=g(p + "self_attn.v_proj.bias"))
-            if self.arch == "qwen3":
+            if self.arch in ("qwen3", "gemma3"):
                 L.update(q_norm=g(p + "self_attn.q_norm.weight"), k_norm=g(p + "self_attn.k_norm.weight"))
             self.layers.append(L)
         self.n_vocab = self.embed.shape[0]
@@ -177,7 +230,19 @@ class Ref:
         self.rope_dim = field(f"{a}.rope.dimension_count", self.head_dim)
         self.eps = field(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
         self.base = field(f"{a}.rope.freq_base", 10000.0)
-        self.neox = a in ("qwen2", "qwen3", "phi3")
+        self.neox = a in ("qwen2", "qwen3", "phi3", "gemma3")
+        self.gemma_setup(a == "gemma3", {})
+        if a == "gemma3":  # llama-model.cpp's gemma3 defaults where a key is absent
+            self.embd_scale = float(np.float32(math.sqrt(E)))
+            self.attn_scale = field(f"{a}.attention.scale", 1.0 / math.sqrt(self.head_dim))
+            self.base_local = field(f"{a}.rope.freq_base_swa", 10000.0)
+            self.window = field(f"{a}.attention.sliding_window")
+            f = r.fields.get(f"{a}.attention.sliding_window_pattern")
+            if f is not None and len(f.data) == self.n_layer and f.types[0] == gguf.GGUFValueType.ARRAY:
+                self.sliding = [bool(f.parts[i][0]) for i in f.data]
+            else:
+                pat = field(f"{a}.attention.sliding_window_pattern", 6)
+                self.sliding = [(i + 1) % pat != 0 for i in range(self.n_layer)]
         self.ff = np.ones(self.rope_dim // 2)
         self.long_ff, self.long_from, self.mscale = None, None, 1.0
         if field(f"{a}.rope.scaling.type", "none") == "linear":
@@ -220,8 +285,10 @@ class Ref:
                      wd=w[p + "ffn_down.weight"])
             if p + "attn_q.bias" in w:
                 L.update(bq=w[p + "attn_q.bias"], bk=w[p + "attn_k.bias"], bv=w[p + "attn_v.bias"])
-            if a == "qwen3":
+            if a in ("qwen3", "gemma3"):
                 L.update(q_norm=w[p + "attn_q_norm.weight"], k_norm=w[p + "attn_k_norm.weight"])
+            if a == "gemma3":
+                L.update(post_attn_norm=w[p + "post_attention_norm.weight"], post_ffn_norm=w[p + "post_ffw_norm.weight"])
             self.layers.append(L)
         self.n_vocab = self.out.shape[0]
 
@@ -239,11 +306,17 @@ class Ref:
     def _rms(self, x, g):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * g
 
-    def _rope(self, x, pos):
+    def gemma_setup(self, gemma, cfg):
+        """Defaults for the non-Gemma families (no scale, no window)."""
+        self.embd_scale, self.attn_scale, self.window, self.sliding = None, None, None, None
+        self.base_local = None
+        self.no_window = False  # tests: disable the sliding window (to show it matters)
+
+    def _rope(self, x, pos, local=False):
         """x: [n][heads][head_dim]; rotates the first rope_dim dims of each head."""
         rd, half = self.rope_dim, self.rope_dim // 2
-        base = self.base ** (-2.0 * np.arange(half) / rd)
-        theta = np.broadcast_to(base / self.ff, (len(pos), half))
+        base = (self.base_local if local else self.base) ** (-2.0 * np.arange(half) / rd)
+        theta = np.broadcast_to(base / (1.0 if local else self.ff), (len(pos), half))
         if self.long_ff is not None:  # LongRoPE: long factors from the original context on
             theta = np.where((pos >= self.long_from)[:, None], base / self.long_ff, theta)
         rot = (np.exp(1j * pos[:, None].astype(np.float64) * theta) * self.mscale)[:, None, :]
@@ -269,7 +342,14 @@ class Ref:
         n = len(ids)
         allowed = (seq_of[:, None] == seq_of[None, :]) & (pos[None, :] <= pos[:, None])
         x = self._embed(ids)
-        for L in self.layers:
+        if self.embd_scale is not None:
+            x = x * self.embd_scale
+        scale = self.attn_scale if self.attn_scale is not None else 1.0 / np.sqrt(hd)
+        for li, L in enumerate(self.layers):
+            local = bool(self.sliding and self.sliding[li])
+            mask = allowed
+            if local and not self.no_window:
+                mask = allowed & (pos[None, :] > pos[:, None] - self.window)
             h = self._rms(x, L["attn_norm"])
             q, k, v = h @ L["wq"].T, h @ L["wk"].T, h @ L["wv"].T
             if "bq" in L:
@@ -277,21 +357,26 @@ class Ref:
             q, k = q.reshape(n, H, hd), k.reshape(n, HKV, hd)
             if "q_norm" in L:
                 q, k = self._rms(q, L["q_norm"]), self._rms(k, L["k_norm"])
-            q = self._rope(q, pos)
-            k = self._rope(k, pos)
+            q = self._rope(q, pos, local)
+            k = self._rope(k, pos, local)
             v = v.reshape(n, HKV, hd)
             att = np.empty((n, H, hd), dtype=x.dtype)
             for j in range(H):
                 g = j // (H // HKV)
-                s = (q[:, j, :] @ k[:, g, :].T) / np.sqrt(hd)
-                s = np.where(allowed, s, -np.inf)
+                s = (q[:, j, :] @ k[:, g, :].T) * scale
+                s = np.where(mask, s, -np.inf)
                 s = np.exp(s - s.max(axis=1, keepdims=True))
                 s /= s.sum(axis=1, keepdims=True)
                 att[:, j, :] = s @ v[:, g, :]
-            x = x + att.reshape(n, H * hd) @ L["wo"].T
+            a = att.reshape(n, H * hd) @ L["wo"].T
+            x = x + (self._rms(a, L["post_attn_norm"]) if "post_attn_norm" in L else a)
             h = self._rms(x, L["ffn_norm"])
             gate, up = h @ L["wg"].T, h @ L["wu"].T
-            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ L["wd"].T
+            if "post_ffn_norm" in L:  # GeGLU: PyTorch's gelu(approximate="tanh")
+                act = 0.5 * gate * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (gate + 0.044715 * gate ** 3)))
+                x = x + self._rms((act * up) @ L["wd"].T, L["post_ffn_norm"])
+            else:
+                x = x + (gate / (1.0 + np.exp(-gate)) * up) @ L["wd"].T
         h = self._rms(x, self.norm)
         hs = [h[seq_of == i] for i in range(len(seqs))]
         if at is not None:
