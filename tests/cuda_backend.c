@@ -12,6 +12,7 @@
  * naming it; with a GPU it runs the same checks as the emulated build.
  */
 #include "cuda/cuda_backend.h"
+#include "tests/test_model.h"
 #include "tests/testutil.h"
 
 #include <math.h>
@@ -19,75 +20,26 @@
 
 enum { E = 48, H = 4, HKV = 2, HD = 24, F = 64, V = 97, NL = 2 };
 
-typedef struct mem_model {
-    pllm_model m;
-    pllm_layer_weights layers[NL];
-    float *store;
-} mem_model;
+typedef pllm_test_model mem_model;
 
 static uint64_t g_rng = 12345;
 
-static pllm_tensor mat(float **at, int64_t rows, int64_t cols, float scale, const char *name)
-{
-    float *p = *at;
-    for (int64_t i = 0; i < rows * cols; i++) p[i] = scale * pllm_test_randf(&g_rng);
-    *at += rows * cols;
-    return (pllm_tensor){.data = p,
-                         .dtype = PLLM_DTYPE_F32,
-                         .n_rows = rows,
-                         .n_cols = cols,
-                         .row_bytes = (size_t)cols * 4,
-                         .name = name};
-}
-
-static const float *vec(float **at, int64_t n)
-{
-    float *p = *at;
-    for (int64_t i = 0; i < n; i++) p[i] = 1.0f + 0.1f * pllm_test_randf(&g_rng);
-    *at += n;
-    return p;
-}
-
 static void build_model(mem_model *mm, int32_t head_dim)
 {
-    memset(mm, 0, sizeof *mm);
-    const int64_t qd = (int64_t)H * head_dim, kvd = (int64_t)HKV * head_dim;
-    size_t n =
-        (size_t)(V * E + E + NL * (2 * E + qd * E + 2 * kvd * E + E * qd + 2 * F * E + E * F));
-    mm->store = malloc(sizeof(float) * n);
-    float *at = mm->store;
-    pllm_model_config *c = &mm->m.cfg;
-    *c = (pllm_model_config){.arch = PLLM_ARCH_LLAMA,
-                             .n_vocab = V,
-                             .n_embd = E,
-                             .n_layer = NL,
-                             .n_head = H,
-                             .n_head_kv = HKV,
-                             .head_dim = head_dim,
-                             .n_ff = F,
-                             .n_ctx_train = 256,
-                             .norm_eps = 1e-5f,
-                             .rope_theta = 10000.0f,
-                             .rope_dim = head_dim,
-                             .rope_mode = PLLM_ROPE_NORM,
-                             .tied_embeddings = true};
-    mm->m.name = "mem-model";
-    mm->m.tok_embd = mat(&at, V, E, 1.0f, "token_embd");
-    mm->m.output = mm->m.tok_embd;
-    mm->m.output_norm = vec(&at, E);
-    for (int l = 0; l < NL; l++) {
-        pllm_layer_weights *w = &mm->layers[l];
-        w->attn_norm = vec(&at, E);
-        w->ffn_norm = vec(&at, E);
-        w->wq = mat(&at, qd, E, 0.15f, "wq");
-        w->wk = mat(&at, kvd, E, 0.15f, "wk");
-        w->wv = mat(&at, kvd, E, 0.15f, "wv");
-        w->wo = mat(&at, E, qd, 0.15f, "wo");
-        w->w_gate = mat(&at, F, E, 0.15f, "w_gate");
-        w->w_up = mat(&at, F, E, 0.15f, "w_up");
-        w->w_down = mat(&at, E, F, 0.15f, "w_down");
-    }
-    mm->m.layers = mm->layers;
+    const pllm_test_model_shape s = {.n_vocab = V,
+                                     .n_embd = E,
+                                     .n_layer = NL,
+                                     .n_head = H,
+                                     .n_head_kv = HKV,
+                                     .head_dim = head_dim,
+                                     .n_ff = F,
+                                     .n_ctx_train = 256,
+                                     .s_qk = 0.15f,
+                                     .s_v = 0.15f,
+                                     .s_o = 0.15f,
+                                     .s_ffn = 0.15f,
+                                     .name = "mem-model"};
+    pllm_test_model_build(mm, &s, &g_rng);
 }
 
 static bool msg_has(const char *s)
@@ -368,7 +320,7 @@ int main(void)
         CHECK(msg_has("cuda backend: CUDA device 0: "));
         CHECK(msg_has(why));
         CHECK(be.iface == NULL);
-        free(mm.store);
+        pllm_test_model_free(&mm);
         if (pllm_test_failures) return pllm_test_finish("cuda_backend");
         /* the no-device path passed; the device checks did not run: say so (exit 77) */
         pllm_test_skip("no GPU here: only the no-device error path was checked; the rest of the "
@@ -447,13 +399,13 @@ int main(void)
     cp.weights = PLLM_CUDA_WEIGHTS_BF16;
     CHECK_OK(pllm_cuda_backend_create(&be, &mm.m, &cp));
     pllm_backend_free(&be);
-    free(mm.store);
+    pllm_test_model_free(&mm);
 
     /* head shapes the kernels do not take */
     build_model(&mm, 258);
     st = pllm_cuda_backend_create(&be, &mm.m, NULL);
     CHECK(st == PLLM_ERR_UNSUPPORTED);
     CHECK(msg_has("head_dim 258"));
-    free(mm.store);
+    pllm_test_model_free(&mm);
     return pllm_test_finish("cuda_backend");
 }

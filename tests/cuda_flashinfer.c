@@ -18,6 +18,7 @@
  * or when the build has no FlashInfer.
  */
 #include "cuda/cuda_backend.h"
+#include "tests/test_model.h"
 #include "tests/testutil.h"
 
 #include <math.h>
@@ -25,75 +26,27 @@
 
 enum { E = 64, F = 96, V = 101, NL = 2, MAXS = 12 };
 
-typedef struct mem_model {
-    pllm_model m;
-    pllm_layer_weights layers[NL];
-    float *store;
-} mem_model;
+typedef pllm_test_model mem_model;
 
 static uint64_t g_rng = 777;
 
-static pllm_tensor mat(float **at, int64_t rows, int64_t cols, float scale, const char *name)
-{
-    float *p = *at;
-    for (int64_t i = 0; i < rows * cols; i++) p[i] = scale * pllm_test_randf(&g_rng);
-    *at += rows * cols;
-    return (pllm_tensor){.data = p,
-                         .dtype = PLLM_DTYPE_F32,
-                         .n_rows = rows,
-                         .n_cols = cols,
-                         .row_bytes = (size_t)cols * 4,
-                         .name = name};
-}
-
-static const float *vec(float **at, int64_t n)
-{
-    float *p = *at;
-    for (int64_t i = 0; i < n; i++) p[i] = 1.0f + 0.1f * pllm_test_randf(&g_rng);
-    *at += n;
-    return p;
-}
-
+/* query/key weights large enough that the softmax is far from uniform */
 static void build_model(mem_model *mm, int32_t n_head, int32_t n_head_kv, int32_t head_dim)
 {
-    memset(mm, 0, sizeof *mm);
-    const int64_t qd = (int64_t)n_head * head_dim, kvd = (int64_t)n_head_kv * head_dim;
-    size_t n =
-        (size_t)(V * E + E + NL * (2 * E + qd * E + 2 * kvd * E + E * qd + 2 * F * E + E * F));
-    mm->store = malloc(sizeof(float) * n);
-    float *at = mm->store;
-    mm->m.cfg = (pllm_model_config){.arch = PLLM_ARCH_LLAMA,
-                                    .n_vocab = V,
-                                    .n_embd = E,
-                                    .n_layer = NL,
-                                    .n_head = n_head,
-                                    .n_head_kv = n_head_kv,
-                                    .head_dim = head_dim,
-                                    .n_ff = F,
-                                    .n_ctx_train = 256,
-                                    .norm_eps = 1e-5f,
-                                    .rope_theta = 10000.0f,
-                                    .rope_dim = head_dim,
-                                    .rope_mode = PLLM_ROPE_NORM,
-                                    .tied_embeddings = true};
-    mm->m.name = "mem-model";
-    mm->m.tok_embd = mat(&at, V, E, 1.0f, "token_embd");
-    mm->m.output = mm->m.tok_embd;
-    mm->m.output_norm = vec(&at, E);
-    for (int l = 0; l < NL; l++) {
-        pllm_layer_weights *w = &mm->layers[l];
-        w->attn_norm = vec(&at, E);
-        w->ffn_norm = vec(&at, E);
-        /* large enough query/key weights that the softmax is far from uniform */
-        w->wq = mat(&at, qd, E, 0.4f, "wq");
-        w->wk = mat(&at, kvd, E, 0.4f, "wk");
-        w->wv = mat(&at, kvd, E, 0.15f, "wv");
-        w->wo = mat(&at, E, qd, 0.15f, "wo");
-        w->w_gate = mat(&at, F, E, 0.15f, "w_gate");
-        w->w_up = mat(&at, F, E, 0.15f, "w_up");
-        w->w_down = mat(&at, E, F, 0.15f, "w_down");
-    }
-    mm->m.layers = mm->layers;
+    const pllm_test_model_shape s = {.n_vocab = V,
+                                     .n_embd = E,
+                                     .n_layer = NL,
+                                     .n_head = n_head,
+                                     .n_head_kv = n_head_kv,
+                                     .head_dim = head_dim,
+                                     .n_ff = F,
+                                     .n_ctx_train = 256,
+                                     .s_qk = 0.4f,
+                                     .s_v = 0.15f,
+                                     .s_o = 0.15f,
+                                     .s_ffn = 0.15f,
+                                     .name = "mem-model"};
+    pllm_test_model_build(mm, &s, &g_rng);
 }
 
 static bool msg_has(const char *s)
@@ -309,7 +262,7 @@ static void check_model(int32_t n_head, int32_t n_head_kv, int32_t head_dim, int
     for (int k = 0; k < N_BE; k++) free(r.lg[k]);
 out:
     for (int k = 0; k < N_BE; k++) pllm_backend_free(&be[k]);
-    free(mm.store);
+    pllm_test_model_free(&mm);
 }
 
 /* What FlashInfer does not take is refused at create, naming it. */
@@ -329,7 +282,7 @@ static void check_refusals(void)
     cp.weights = PLLM_CUDA_WEIGHTS_F32;
     CHECK(pllm_cuda_backend_create(&be, &mm.m, &cp) == PLLM_ERR_UNSUPPORTED);
     CHECK(msg_has("are not F16"));
-    free(mm.store);
+    pllm_test_model_free(&mm);
     build_model(&mm, 5, 1, 32); /* head_dim 32, group 5 */
     cp.weights = PLLM_CUDA_WEIGHTS_F16;
     CHECK(pllm_cuda_backend_create(&be, &mm.m, &cp) == PLLM_ERR_UNSUPPORTED);
@@ -340,7 +293,7 @@ static void check_refusals(void)
     CHECK(pllm_cuda_attention_parse("flashinfer", &a) && a == PLLM_CUDA_ATTN_FLASHINFER);
     CHECK(pllm_cuda_attention_parse("own", &a) && a == PLLM_CUDA_ATTN_OWN);
     CHECK(!pllm_cuda_attention_parse("flash", &a));
-    free(mm.store);
+    pllm_test_model_free(&mm);
 }
 
 int main(void)
@@ -359,11 +312,11 @@ int main(void)
         cp.reserve_tokens = 64, cp.reserve_seqs = 8;
         pllm_backend be = {0};
         pllm_status st = pllm_cuda_backend_create(&be, &mm.m, &cp);
-        free(mm.store);
         if (st != PLLM_OK && strstr(pllm_errmsg(), "this build has no FlashInfer"))
             pllm_test_skip("this build has no FlashInfer (scripts/setup.sh fetches its headers)");
         CHECK_OK(st);
-        pllm_backend_free(&be);
+        pllm_backend_free(&be); /* the backend borrows the model: it goes first */
+        pllm_test_model_free(&mm);
     }
     check_refusals();
     check_model(4, 2, 64, 4);   /* GQA 2, the last page 1..4 long */

@@ -34,6 +34,7 @@
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
 #include "engine/speculate.h"
+#include "tests/test_model.h"
 #include "tests/testutil.h"
 #ifdef PLLM_TEST_CUDA
 #include "cuda/cuda_backend.h"
@@ -44,74 +45,27 @@
 
 enum { E = 32, H = 4, HKV = 2, HD = 8, F = 48, V = 12, NL = 2 };
 
-typedef struct mem_model {
-    pllm_model m;
-    pllm_layer_weights layers[NL];
-    float *store;
-} mem_model;
+typedef pllm_test_model mem_model;
 
 static uint64_t g_rng = 4242;
 
-static pllm_tensor mat(float **at, int64_t rows, int64_t cols, float scale, const char *name)
-{
-    float *p = *at;
-    for (int64_t i = 0; i < rows * cols; i++) p[i] = scale * pllm_test_randf(&g_rng);
-    *at += rows * cols;
-    return (pllm_tensor){.data = p,
-                         .dtype = PLLM_DTYPE_F32,
-                         .n_rows = rows,
-                         .n_cols = cols,
-                         .row_bytes = (size_t)cols * 4,
-                         .name = name};
-}
-
-static const float *vec(float **at, int64_t n)
-{
-    float *p = *at;
-    for (int64_t i = 0; i < n; i++) p[i] = 1.0f + 0.1f * pllm_test_randf(&g_rng);
-    *at += n;
-    return p;
-}
-
 static void build_model(mem_model *mm)
 {
-    memset(mm, 0, sizeof *mm);
-    const int64_t qd = (int64_t)H * HD, kvd = (int64_t)HKV * HD;
-    size_t n = (size_t)(V * E + E + NL * (2 * E + qd * E + 2 * kvd * E + E * qd + 3 * F * E));
-    mm->store = malloc(sizeof(float) * n);
-    float *at = mm->store;
-    mm->m.cfg = (pllm_model_config){.arch = PLLM_ARCH_LLAMA,
-                                    .n_vocab = V,
-                                    .n_embd = E,
-                                    .n_layer = NL,
-                                    .n_head = H,
-                                    .n_head_kv = HKV,
-                                    .head_dim = HD,
-                                    .n_ff = F,
-                                    .n_ctx_train = 512,
-                                    .norm_eps = 1e-5f,
-                                    .rope_theta = 10000.0f,
-                                    .rope_dim = HD,
-                                    .rope_mode = PLLM_ROPE_NORM,
-                                    .tied_embeddings = true};
-    mm->m.name = "spec-mem-model";
+    const pllm_test_model_shape s = {.n_vocab = V,
+                                     .n_embd = E,
+                                     .n_layer = NL,
+                                     .n_head = H,
+                                     .n_head_kv = HKV,
+                                     .head_dim = HD,
+                                     .n_ff = F,
+                                     .n_ctx_train = 512,
+                                     .s_qk = 0.4f,
+                                     .s_v = 0.4f,
+                                     .s_o = 0.3f,
+                                     .s_ffn = 0.3f,
+                                     .name = "spec-mem-model"};
+    pllm_test_model_build(mm, &s, &g_rng);
     mm->m.identity = 0x5bec;
-    mm->m.tok_embd = mat(&at, V, E, 1.0f, "token_embd");
-    mm->m.output = mm->m.tok_embd;
-    mm->m.output_norm = vec(&at, E);
-    for (int l = 0; l < NL; l++) {
-        pllm_layer_weights *w = &mm->layers[l];
-        w->attn_norm = vec(&at, E);
-        w->ffn_norm = vec(&at, E);
-        w->wq = mat(&at, qd, E, 0.4f, "wq");
-        w->wk = mat(&at, kvd, E, 0.4f, "wk");
-        w->wv = mat(&at, kvd, E, 0.4f, "wv");
-        w->wo = mat(&at, E, qd, 0.3f, "wo");
-        w->w_gate = mat(&at, F, E, 0.3f, "w_gate");
-        w->w_up = mat(&at, F, E, 0.3f, "w_up");
-        w->w_down = mat(&at, E, F, 0.3f, "w_down");
-    }
-    mm->m.layers = mm->layers;
 }
 
 /* ---- backends ---- */
@@ -657,7 +611,7 @@ int main(void)
     test_distribution(&mm.m);
 #endif
     fprintf(stderr, "  engine runs: %.1f s\n", pllm_now() - t0);
-    free(mm.store);
+    pllm_test_model_free(&mm);
 #ifdef PLLM_TEST_CUDA
     return pllm_test_finish("engine_spec_cuda");
 #else
