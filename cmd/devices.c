@@ -195,16 +195,24 @@ int cmd_devices_generate(int argc, char **argv, const cmd_devices_run *r,
     }
     exe[el] = 0;
     char *stem = stem_of(r->out_path);
-    char *outs[MAX_DEVICES] = {0}, *stats[MAX_DEVICES] = {0}, *logs[MAX_DEVICES] = {0};
+    char *outs[MAX_DEVICES] = {0}, *stats[MAX_DEVICES] = {0}, *logs[MAX_DEVICES] = {0},
+         *plots[MAX_DEVICES] = {0};
+    /* --plot P.svg: each worker draws its own run, P.dev<k>.svg */
+    char *plot_stem = r->plot ? strdup(r->plot) : NULL;
+    if (plot_stem) {
+        size_t pn = strlen(plot_stem);
+        if (pn > 4 && !strcmp(plot_stem + pn - 4, ".svg")) plot_stem[pn - 4] = 0;
+    }
     char shard[MAX_DEVICES][32], dev[MAX_DEVICES][32];
     pid_t pids[MAX_DEVICES] = {0};
     int rcs[MAX_DEVICES];
     char **args = calloc((size_t)argc + 16, sizeof *args);
     rc = 3;
-    if (!stem || !args) goto out;
+    if (!stem || !args || (r->plot && !plot_stem)) goto out;
     for (int k = 0; k < n; k++) {
         if (!(outs[k] = fmt(stem, k, ".jsonl")) || !(stats[k] = fmt(stem, k, ".stats.json")) ||
-            !(logs[k] = fmt(stem, k, ".log")))
+            !(logs[k] = fmt(stem, k, ".log")) ||
+            (plot_stem && !(plots[k] = fmt(plot_stem, k, ".svg"))))
             goto out;
         snprintf(shard[k], sizeof shard[k], "%d/%d", k, n);
         snprintf(dev[k], sizeof dev[k], "cuda:%d", ord[k]);
@@ -220,6 +228,7 @@ int cmd_devices_generate(int argc, char **argv, const cmd_devices_run *r,
         char *extra[] = {"--device", dev[k],  "--shard",      shard[k],
                          "-o",       outs[k], "--stats-json", stats[k]};
         for (size_t i = 0; i < sizeof extra / sizeof *extra; i++) args[a++] = extra[i];
+        if (plots[k]) args[a++] = "--plot", args[a++] = plots[k];
         args[a] = NULL;
         rcs[k] = -1;
         pids[k] = spawn(exe, args, logs[k], r->resume);
@@ -227,7 +236,8 @@ int cmd_devices_generate(int argc, char **argv, const cmd_devices_run *r,
             pids[k] = 0;
             rcs[k] = 3;
         } else if (!r->quiet) {
-            fprintf(stderr, "pllm:   worker %d: %s -> %s\n", k, dev[k], outs[k]);
+            fprintf(stderr, "pllm:   worker %d: %s -> %s%s%s\n", k, dev[k], outs[k],
+                    plots[k] ? ", drawn in " : "", plots[k] ? plots[k] : "");
         }
     }
     wait_all(pids, rcs, n, stop);
@@ -307,8 +317,9 @@ int cmd_devices_generate(int argc, char **argv, const cmd_devices_run *r,
     }
     json_decref(shares);
 out:
-    for (int k = 0; k < n; k++) free(outs[k]), free(stats[k]), free(logs[k]);
+    for (int k = 0; k < n; k++) free(outs[k]), free(stats[k]), free(logs[k]), free(plots[k]);
     free(stem);
+    free(plot_stem);
     free(args);
     return rc;
 }

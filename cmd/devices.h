@@ -6,11 +6,12 @@
  * --shard k/N --device cuda:D` process (this binary re-executed: a process per device keeps the
  * devices' contexts, memory and failures apart, and is what the Slurm and parallel recipes run
  * anyway). Worker k writes OUT.dev<k>.jsonl (+ its .shard.json sidecar and run record),
- * OUT.dev<k>.stats.json and its log OUT.dev<k>.log, beside OUT; when every worker has finished,
- * `pllm merge` joins them into OUT (and --stats-json), and each device's share (requests,
- * output tokens, tokens/s) is reported. --resume resumes every worker from its own files.
- * A worker that fails is named with the tail of its log; the others' files stay, so the same
- * command with --resume finishes the job. SIGINT/SIGTERM are passed on to the workers.
+ * OUT.dev<k>.stats.json, its log OUT.dev<k>.log (and with --plot P.svg, P.dev<k>.svg), beside OUT;
+ * when every worker has finished, `pllm merge` joins them into OUT (and --stats-json), and each
+ * device's share (requests, output tokens, tokens/s) is reported. --resume resumes every worker
+ * from its own files. A worker that fails is named with the tail of its log; the others' files
+ * stay, so the same command with --resume finishes the job. SIGINT/SIGTERM are passed on to the
+ * workers.
  */
 #pragma once
 
@@ -21,6 +22,7 @@ typedef struct cmd_devices_run {
     const char *devices;    /* the --device value: "cuda:0,1", "cuda:0,cuda:2", ... */
     const char *out_path;   /* -o: required */
     const char *stats_json; /* --stats-json or NULL */
+    const char *plot;       /* --plot P.svg or NULL: worker k draws P.dev<k>.svg */
     bool order_input;       /* --order input */
     bool overwrite, resume, quiet, shard_given;
 } cmd_devices_run;

@@ -581,6 +581,7 @@ int cmd_generate(int argc, char **argv)
         const cmd_devices_run dr = {.devices = eo.rt.device,
                                     .out_path = out_path,
                                     .stats_json = stats_json,
+                                    .plot = plot,
                                     .order_input = order == GEN_ORDER_INPUT,
                                     .overwrite = overwrite,
                                     .resume = resume,

@@ -74,7 +74,8 @@ def main():
     two = os.path.join(TMP, "two.jsonl")
     sj = os.path.join(TMP, "two.stats.json")
     t0 = time.time()
-    rc, _, err = run(common + ["--device", "cuda:0,1", "-o", two, "--stats-json", sj])
+    plot = os.path.join(TMP, "two.svg")
+    rc, _, err = run(common + ["--device", "cuda:0,1", "-o", two, "--stats-json", sj, "--plot", plot])
     print(f"  two devices: exit {rc} in {time.time() - t0:.1f} s")
     if not check(rc == 0, f"two-device run: exit {rc}: {err[-2500:]}"):
         return 1
@@ -92,6 +93,9 @@ def main():
           f"the workers' split: {[sorted(x) for x in w]}")
     for k in range(2):
         check(f"cuda:{k} " in err and "of the output" in err, f"the report lacks device cuda:{k}'s share: {err[-1500:]}")
+    for k in range(2):  # --plot: each worker draws its own run
+        p = os.path.join(TMP, f"two.dev{k}.svg")
+        check(os.path.exists(p) and open(p).read().lstrip().startswith("<"), f"worker {k} drew no {p}")
     st = json.load(open(sj))
     devs = st.get("devices", [])
     check(len(devs) == 2 and [d["device"] for d in devs] == ["cuda:0", "cuda:1"],
