@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # bench/gpu/check.sh: the one-command check of the CUDA path on a machine with a GPU: a verdict
-# and the figures, in under 5 minutes.
+# and the figures, in under 7 minutes (the 7B bench runs twice: own and FlashInfer attention).
 #
 #     bench/gpu/pack.sh                      here: build for the GPU machine, pack into .gpu/
 #     bench/gpu/check.sh [PACK]              there, from the checkout's root (PACK: .gpu/pllm-gpu.tar.xz)
 #
-# With the device tool: run(command="bench/gpu/check.sh", carry=[".gpu"], timeout_s=420).
+# With the device tool: run(command="bench/gpu/check.sh", carry=[".gpu"], timeout_s=540).
 # It needs the CUDA driver, compute-sanitizer, python3 with numpy, PyTorch and transformers (the
 # GPU image has them); pllm's libraries, the gguf package and the tokenizer come in the pack.
 #
