@@ -39,6 +39,7 @@
 #include "cmd/shared.h"
 #include "datasets/idset.h"
 #include "datasets/io.h"
+#include "datasets/ordered_writer.h"
 #include "datasets/records.h"
 #include "datasets/source.h"
 #include "engine/engine.h"
@@ -49,8 +50,6 @@
 #include <string.h>
 
 #define GEN_MAX_LOGGED_ERRORS 10
-
-typedef enum gen_order { GEN_ORDER_COMPLETION, GEN_ORDER_INPUT } gen_order;
 
 /* A request in flight. */
 typedef struct gen_req {
@@ -71,33 +70,13 @@ typedef struct gen_req {
     struct gen_req *prev, *next; /* the list of live requests */
 } gen_req;
 
-/* A request's output lines while they wait for earlier ones (--order input). */
-typedef struct gen_slot {
-    int64_t seq;  /* -1: free */
-    char **lines; /* [n_lines] */
-    int32_t n_lines, n_got;
-} gen_slot;
-
-/* An output line computed in the current step, written once the step's weights are known to
- * have been intact (pllm_model_check_files). */
-typedef struct gen_pending {
-    int64_t seq;
-    int32_t k;
-    char *line;
-} gen_pending;
-
 typedef struct gen_ctx {
-    pllm_writer *w;
-    gen_pending *pending; /* [n_pending] lines of the current step */
-    size_t n_pending, cap_pending;
-    pllm_status write_st;
+    pllm_ordered_writer ow; /* the output, in completion or input order */
     bool openai_out;
     pllm_output_opts oo;
     const pllm_tokenizer *tok;
     const char *model_name;
-    gen_order order;
-    gen_slot *slots;       /* [n_slots] ring, --order input */
-    int64_t n_slots, head; /* head: the next seq to write */
+    pllm_output_order order;
     int64_t in_flight;
     gen_req *live; /* requests in the engine (freed at the end if a run stops early) */
     pllm_report rep;
@@ -105,7 +84,6 @@ typedef struct gen_ctx {
     cmd_progress prog;
     cmd_progress_state ps;
     int64_t n_logged;
-    int64_t n_lines; /* output lines written */
     bool quiet;
     const cmd_shard *shard; /* --shard: output lines carry input_index */
     int64_t cur_index;      /* --shard: the input_index of the record being read */
@@ -185,114 +163,6 @@ static char *tag_metadata(char *line, const json_t *metadata)
     return b.s;
 }
 
-/* Write an output line (owned); "" is the place of a completion written by an earlier run. */
-static void write_now(gen_ctx *g, char *line)
-{
-    if (!line[0]) {
-        free(line);
-        return;
-    }
-    if (g->write_st == PLLM_OK) g->write_st = pllm_writer_line(g->w, line, strlen(line));
-    if (g->write_st == PLLM_OK) g->n_lines++;
-    free(line);
-}
-
-static void flush_slot(gen_ctx *g, gen_slot *s)
-{
-    for (int32_t i = 0; i < s->n_lines; i++)
-        if (s->lines[i]) write_now(g, s->lines[i]);
-    free(s->lines);
-    s->lines = NULL;
-    s->seq = -1;
-    s->n_lines = s->n_got = 0;
-}
-
-/* Write the complete requests at the head of the reorder buffer. */
-static void flush_head(gen_ctx *g)
-{
-    for (;;) {
-        gen_slot *s = &g->slots[g->head % g->n_slots];
-        if (s->seq != g->head || s->n_got < s->n_lines) return;
-        flush_slot(g, s);
-        g->head++;
-    }
-}
-
-/* Register seq with n_lines output lines (--order input). */
-static pllm_status slot_open(gen_ctx *g, int64_t seq, int32_t n_lines)
-{
-    if (g->order != GEN_ORDER_INPUT) return PLLM_OK;
-    gen_slot *s = &g->slots[seq % g->n_slots];
-    PLLM_ASSERT(s->seq == -1);
-    s->lines = pllm_calloc((size_t)n_lines, sizeof *s->lines);
-    if (!s->lines) return PLLM_ERR_NOMEM;
-    s->seq = seq;
-    s->n_lines = n_lines;
-    return PLLM_OK;
-}
-
-/* An output line (owned) for line k of request seq. */
-static void put_line(gen_ctx *g, int64_t seq, int32_t k, char *line)
-{
-    if (!line) {
-        if (g->write_st == PLLM_OK)
-            g->write_st = pllm_errorf(PLLM_ERR_NOMEM, "out of memory serialising an output line");
-        return;
-    }
-    if (g->order == GEN_ORDER_COMPLETION) {
-        write_now(g, line);
-        return;
-    }
-    gen_slot *s = &g->slots[seq % g->n_slots];
-    PLLM_ASSERT(s->seq == seq && k < s->n_lines && !s->lines[k]);
-    s->lines[k] = line;
-    s->n_got++;
-    flush_head(g);
-}
-
-/* Interrupted or failed: write every finished line still held, in input order. */
-static void flush_all(gen_ctx *g)
-{
-    if (g->order != GEN_ORDER_INPUT) return;
-    for (int64_t i = 0; i < g->n_slots; i++) {
-        gen_slot *s = &g->slots[(g->head + i) % g->n_slots];
-        if (s->seq >= 0) flush_slot(g, s);
-    }
-}
-
-/* A line computed in this step: kept until the step is known good. */
-static void hold_line(gen_ctx *g, int64_t seq, int32_t k, char *line)
-{
-    if (!line) {
-        put_line(g, seq, k, NULL);
-        return;
-    }
-    if (g->n_pending == g->cap_pending) {
-        size_t cap = g->cap_pending ? 2 * g->cap_pending : 64;
-        gen_pending *p = pllm_realloc(g->pending, cap * sizeof *p);
-        if (!p) {
-            free(line);
-            put_line(g, seq, k, NULL);
-            return;
-        }
-        g->pending = p;
-        g->cap_pending = cap;
-    }
-    g->pending[g->n_pending++] = (gen_pending){seq, k, line};
-}
-
-/* The step's weights were intact: write its lines (write = false: drop them). */
-static void release_pending(gen_ctx *g, bool write)
-{
-    for (size_t i = 0; i < g->n_pending; i++) {
-        if (write)
-            put_line(g, g->pending[i].seq, g->pending[i].k, g->pending[i].line);
-        else
-            free(g->pending[i].line);
-    }
-    g->n_pending = 0;
-}
-
 static void on_done(const pllm_completion *c, void *arg)
 {
     gen_ctx *g = arg;
@@ -317,17 +187,18 @@ static void on_done(const pllm_completion *c, void *arg)
                 line = NULL;
             line = tag_metadata(line, r->metadata);
             if (g->shard->on) line = cmd_shard_tag(line, r->input_index);
-            hold_line(g, r->seq, 0, line);
+            pllm_ordered_writer_hold(&g->ow, r->seq, 0, line);
         }
     } else if (r->written && r->written[c->index]) {
         /* written by the run this one resumes: the slot still expects a line, which is empty */
-        if (g->order == GEN_ORDER_INPUT) put_line(g, r->seq, c->index, pllm_strdup(""));
+        if (g->order == PLLM_ORDER_INPUT)
+            pllm_ordered_writer_put(&g->ow, r->seq, c->index, pllm_strdup(""));
     } else {
         if (pllm_output_completion(&line, r->id, r->prompt, r->n, c, -1, &g->oo) != PLLM_OK)
             line = NULL;
         line = tag_metadata(line, r->metadata);
         if (g->shard->on) line = cmd_shard_tag(line, r->input_index);
-        hold_line(g, r->seq, c->index, line);
+        pllm_ordered_writer_hold(&g->ow, r->seq, c->index, line);
     }
     g->ps.output_tokens += c->n_tokens;
     g->ps.prompt_tokens += c->prompt_tokens;
@@ -378,7 +249,7 @@ static void reject(gen_ctx *g, int64_t seq, const pllm_record *rec, const char *
     json_decref(null_id);
     if (st == PLLM_OK) line = tag_metadata(line, rec->metadata);
     if (st == PLLM_OK && g->shard->on) line = cmd_shard_tag(line, g->cur_index);
-    put_line(g, seq, 0, st == PLLM_OK ? line : NULL);
+    pllm_ordered_writer_put(&g->ow, seq, 0, st == PLLM_OK ? line : NULL);
     g->ps.done++;
     g->ps.failed++;
     if (!g->quiet && !quietly && g->n_logged < GEN_MAX_LOGGED_ERRORS) {
@@ -514,11 +385,11 @@ int cmd_generate(int argc, char **argv)
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         return 2;
     }
-    gen_order order;
+    pllm_output_order order;
     if (!strcmp(order_s, "completion"))
-        order = GEN_ORDER_COMPLETION;
+        order = PLLM_ORDER_COMPLETION;
     else if (!strcmp(order_s, "input"))
-        order = GEN_ORDER_INPUT;
+        order = PLLM_ORDER_INPUT;
     else {
         fprintf(stderr, "pllm: --order '%s' is not one of completion, input\n", order_s);
         return 2;
@@ -582,7 +453,7 @@ int cmd_generate(int argc, char **argv)
                                     .out_path = out_path,
                                     .stats_json = stats_json,
                                     .plot = plot,
-                                    .order_input = order == GEN_ORDER_INPUT,
+                                    .order_input = order == PLLM_ORDER_INPUT,
                                     .overwrite = overwrite,
                                     .resume = resume,
                                     .quiet = quiet,
@@ -684,17 +555,12 @@ int cmd_generate(int argc, char **argv)
         rc = 3;
         goto out;
     }
-    if (order == GEN_ORDER_INPUT) {
-        g.n_slots = reorder;
-        g.slots = pllm_calloc((size_t)reorder, sizeof *g.slots);
-        if (!g.slots) {
-            fprintf(stderr, "pllm: out of memory for --reorder-buffer %d\n", reorder);
-            rc = 3;
-            goto out;
-        }
-        for (int64_t i = 0; i < g.n_slots; i++) g.slots[i].seq = -1;
+    if (pllm_ordered_writer_init(&g.ow, NULL, order, reorder) != PLLM_OK) {
+        fprintf(stderr, "pllm: out of memory for --reorder-buffer %d\n", reorder);
+        rc = 3;
+        goto out;
     }
-    if (pllm_writer_open(&g.w, out_path, resume) != PLLM_OK) {
+    if (pllm_writer_open(&g.ow.w, out_path, resume) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         rc = 3;
         goto out;
@@ -713,13 +579,13 @@ int cmd_generate(int argc, char **argv)
     int64_t n_skipped = 0, next_seq = 0, n_read = 0;
     pllm_tokens ids = {0};
     pllm_buf rendered = {0};
-    while (!interrupted && g.write_st == PLLM_OK && !input_error) {
+    while (!interrupted && g.ow.write_st == PLLM_OK && !input_error) {
         /* At most `window` records are read between two engine steps, bad and skipped ones
          * included: in an input that is mostly rejected records, filling the window with valid
          * ones could otherwise read hundreds of thousands of lines before the first step. */
         int32_t n_round = 0;
-        while (!eof && g.in_flight < window && n_round < window && g.write_st == PLLM_OK &&
-               !interrupted && (order == GEN_ORDER_COMPLETION || next_seq - g.head < g.n_slots)) {
+        while (!eof && g.in_flight < window && n_round < window && g.ow.write_st == PLLM_OK &&
+               !interrupted && pllm_ordered_writer_has_room(&g.ow, next_seq)) {
             n_round++;
             pllm_record rec;
             pllm_status st = pllm_source_next(src, &defaults, &rec, &eof);
@@ -750,7 +616,7 @@ int cmd_generate(int argc, char **argv)
             }
             if (!key) {
                 pllm_record_free(&rec);
-                g.write_st = pllm_errorf(PLLM_ERR_NOMEM, "out of memory");
+                g.ow.write_st = pllm_errorf(PLLM_ERR_NOMEM, "out of memory");
                 break;
             }
             if (done) {
@@ -820,7 +686,7 @@ int cmd_generate(int argc, char **argv)
                     for (int32_t i = 0; i < r->n; i++)
                         json_array_append_new(r->choices, json_null());
                 }
-                if (slot_open(&g, seq, g.openai_out ? 1 : r->n) != PLLM_OK) {
+                if (pllm_ordered_writer_open(&g.ow, seq, g.openai_out ? 1 : r->n) != PLLM_OK) {
                     snprintf(msg, sizeof msg, "out of memory");
                 } else {
                     uint64_t req_id;
@@ -833,20 +699,16 @@ int cmd_generate(int argc, char **argv)
                                  : rec.format == PLLM_FORMAT_SHAREGPT ? "conversations"
                                                                       : "messages",
                                  pllm_errmsg());
-                        if (order == GEN_ORDER_INPUT) { /* reopen the slot for the one error line */
-                            gen_slot *s = &g.slots[seq % g.n_slots];
-                            free(s->lines);
-                            s->lines = NULL;
-                            s->seq = -1;
-                        }
+                        /* reopen the slot for the one error line */
+                        pllm_ordered_writer_cancel(&g.ow, seq);
                     }
                 }
             }
             free(written);
             if (msg[0]) {
                 gen_req_free(r);
-                if (slot_open(&g, seq, 1) != PLLM_OK)
-                    g.write_st = PLLM_ERR_NOMEM;
+                if (pllm_ordered_writer_open(&g.ow, seq, 1) != PLLM_OK)
+                    g.ow.write_st = PLLM_ERR_NOMEM;
                 else
                     reject(&g, seq, &rec, msg, strict, dup);
                 pllm_record_free(&rec);
@@ -894,7 +756,7 @@ int cmd_generate(int argc, char **argv)
         if (sst == PLLM_OK && (sst = pllm_model_check_files(rt.model)) != PLLM_OK) {
             /* the weights changed on disk under the run: nothing computed in this step is written
              */
-            release_pending(&g, false);
+            pllm_ordered_writer_release(&g.ow, false);
             cmd_progress_clear(&g.prog);
             fprintf(
                 stderr,
@@ -903,7 +765,7 @@ int cmd_generate(int argc, char **argv)
             engine_error = true;
             break;
         }
-        release_pending(&g, true);
+        pllm_ordered_writer_release(&g.ow, true);
         if (plot) {
             pllm_engine_stats now;
             pllm_engine_get_stats(eng, &now);
@@ -922,7 +784,8 @@ int cmd_generate(int argc, char **argv)
      * of a .zst frame is still to be written): a signal from now on only sets the flag, which
      * is no longer read, so a finished run still exits 0 with its output whole. */
     const bool stopped = interrupted;
-    if (stopped || engine_error || input_error || g.write_st != PLLM_OK) flush_all(&g);
+    if (stopped || engine_error || input_error || g.ow.write_st != PLLM_OK)
+        pllm_ordered_writer_flush_all(&g.ow);
     cmd_progress_finish(&g.prog, &g.ps);
 
     pllm_engine_stats es;
@@ -941,7 +804,7 @@ int cmd_generate(int argc, char **argv)
                  (long long)plan.prompt_tokens);
         snprintf(blocks, sizeof blocks, "%lld computed, %lld of them recomputed",
                  (long long)plan.blocks_computed, (long long)plan.blocks_recomputed);
-        bool cut = stopped || engine_error || input_error || g.write_st != PLLM_OK;
+        bool cut = stopped || engine_error || input_error || g.ow.write_st != PLLM_OK;
         unfinished(&g, unf, sizeof unf, NULL);
         pllm_report_note notes[] = {{"Unfinished requests", unf},
                                     {"Device", device},
@@ -969,7 +832,7 @@ int cmd_generate(int argc, char **argv)
         json_object_set_new(j, "skipped_by_resume", json_integer(n_skipped));
         json_object_set_new(j, "interrupted", json_boolean(stopped));
         json_object_set_new(j, "stopped",
-                            json_boolean(engine_error || input_error || g.write_st != PLLM_OK));
+                            json_boolean(engine_error || input_error || g.ow.write_st != PLLM_OK));
         json_t *uids = json_array();
         char unf[640];
         int64_t n_unf = unfinished(&g, unf, sizeof unf, uids);
@@ -995,7 +858,7 @@ int cmd_generate(int argc, char **argv)
             fprintf(stderr, "pllm: the run is drawn in %s\n", plot);
     }
     const char *where = strcmp(out_path, "-") ? out_path : "the output";
-    if (g.write_st != PLLM_OK) {
+    if (g.ow.write_st != PLLM_OK) {
         fprintf(stderr,
                 "pllm: writing the output failed: %s\n       the lines written before it are "
                 "intact; rerun with --resume\n",
@@ -1007,7 +870,7 @@ int cmd_generate(int argc, char **argv)
         fprintf(stderr,
                 "pllm: interrupted: %lld output lines are in %s; %lld requests in flight did "
                 "not finish%s%s; rerun the same command with --resume to continue\n",
-                (long long)g.n_lines, where, (long long)n_unf, strchr(unf, '(') ? " " : "",
+                (long long)g.ow.n_lines, where, (long long)n_unf, strchr(unf, '(') ? " " : "",
                 strchr(unf, '(') ? strchr(unf, '(') : "");
         rc = 130;
     } else if (engine_error) {
@@ -1016,43 +879,35 @@ int cmd_generate(int argc, char **argv)
         fprintf(stderr,
                 "pllm: the run stopped: %lld output lines are in %s; %lld requests in flight did "
                 "not finish%s%s; rerun the same command with --resume to continue\n",
-                (long long)g.n_lines, where, (long long)n_unf, strchr(unf, '(') ? " " : "",
+                (long long)g.ow.n_lines, where, (long long)n_unf, strchr(unf, '(') ? " " : "",
                 strchr(unf, '(') ? strchr(unf, '(') : "");
         rc = 3;
     } else if (input_error) {
         fprintf(stderr, "pllm: the input cannot be read further; %lld output lines are in %s\n",
-                (long long)g.n_lines, where);
+                (long long)g.ow.n_lines, where);
         rc = 3;
     } else if (strict_stop) {
         fprintf(stderr,
                 "pllm: --strict: stopped at a bad record; %lld output lines (every request read "
                 "before it, and its error line) are in %s\n",
-                (long long)g.n_lines, where);
+                (long long)g.ow.n_lines, where);
         rc = 3;
     } else if (g.rep.n_failed > 0) {
         rc = 1;
     }
     if (stats_failed && (rc == 0 || rc == 1)) rc = 3;
     cmd_shard_end(&sh, rc, eof && !input_error,
-                  eof && !input_error && !stopped && !engine_error && g.write_st == PLLM_OK,
-                  g.n_lines, n_skipped, &es, &g.rep);
+                  eof && !input_error && !stopped && !engine_error && g.ow.write_st == PLLM_OK,
+                  g.ow.n_lines, n_skipped, &es, &g.rep);
 out:
-    if (g.w) {
-        pllm_status cst = pllm_writer_close(g.w);
+    if (g.ow.w) {
+        pllm_status cst = pllm_writer_close(g.ow.w);
         if (cst != PLLM_OK && (rc == 0 || rc == 1)) {
             fprintf(stderr, "pllm: %s\n", pllm_errmsg());
             rc = 3;
         }
     }
-    release_pending(&g, false);
-    free(g.pending);
-    if (g.slots) {
-        for (int64_t i = 0; i < g.n_slots; i++) {
-            for (int32_t k = 0; k < g.slots[i].n_lines; k++) free(g.slots[i].lines[k]);
-            free(g.slots[i].lines);
-        }
-        free(g.slots);
-    }
+    pllm_ordered_writer_free(&g.ow);
     pllm_source_close(src);
     pllm_engine_free(eng); /* drops the requests still queued; their gen_req are freed here: */
     while (g.live) {
