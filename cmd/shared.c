@@ -1,6 +1,7 @@
 #include "cmd/shared.h"
 
 #include "cpu/cpu_backend.h"
+#include "engine/kv_size.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -346,9 +347,9 @@ int cmd_size_kv(const cmd_runtime *rt, cmd_engine_opts *o)
     }
     /* no more than max_seqs sequences of the longest context can use */
     int32_t len = o->ep.max_model_len > 0 ? o->ep.max_model_len : rt->model->cfg.n_ctx_train;
-    size_t full = (size_t)o->ep.max_seqs *
-                  (((size_t)len + (size_t)o->ep.block_size - 1) / (size_t)o->ep.block_size);
-    o->ep.kv_bytes = PLLM_MIN(avail / per_block, full) * per_block;
+    o->ep.kv_bytes =
+        pllm_kv_blocks_for_budget(avail, per_block, o->ep.block_size, o->ep.max_seqs, len) *
+        per_block;
     return 0;
 }
 

@@ -27,6 +27,7 @@
 #include "engine/engine.h"
 
 #include "engine/engine_internal.h"
+#include "engine/kv_size.h"
 #include "engine/prefix_tier.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -203,10 +204,8 @@ static pllm_status choose_n_blocks(pllm_engine *e, int32_t *n_blocks)
         size_t avail = 0;
         PLLM_TRY(e->backend->iface->kv_available(e->backend->ctx, &avail));
         size_t budget = PLLM_MIN(avail / 2, PLLM_KV_DEFAULT_CAP);
-        size_t full =
-            (size_t)p->max_seqs *
-            (((size_t)p->max_model_len + (size_t)p->block_size - 1) / (size_t)p->block_size);
-        n = PLLM_MIN(budget / block_bytes, full);
+        n = pllm_kv_blocks_for_budget(budget, block_bytes, p->block_size, p->max_seqs,
+                                      p->max_model_len);
         if (n == 0)
             return pllm_errorf(
                 PLLM_ERR_NOMEM,
