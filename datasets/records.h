@@ -143,7 +143,7 @@ char *pllm_output_key(const json_t *out_line);
  * record whose id repeats an earlier record's (its error line carries a null id). */
 char *pllm_record_loc_key(const pllm_record *rec);
 
-/* ---------------------------------------------------------------- output */
+/* ---------------------------------------------------------------- output (record_output.c) */
 
 typedef struct pllm_output_opts {
     bool echo_prompt; /* include "prompt" */
