@@ -223,3 +223,34 @@ int cmd_gate(const json_t *base, const json_t *cur, double max_reg, const char *
     fprintf(stderr, "========================================================\n");
     return fails ? 1 : 0;
 }
+
+bool cmd_gate_parse_percent(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s) return false;
+    if (*end == '%') end++;
+    if (*end || !(v >= 0) || !isfinite(v)) return false;
+    *out = v;
+    return true;
+}
+
+int cmd_gate_files(const char *baseline, const char *current, double max_reg)
+{
+    if (!baseline) {
+        fprintf(stderr, "pllm: --current FILE is judged against --baseline FILE: give both\n");
+        return 2;
+    }
+    json_error_t e1, e2;
+    json_t *b = json_load_file(baseline, 0, &e1), *c = json_load_file(current, 0, &e2);
+    int g = 3;
+    if (!b)
+        fprintf(stderr, "pllm: --baseline %s:%d: %s\n", baseline, e1.line, e1.text);
+    else if (!c)
+        fprintf(stderr, "pllm: --current %s:%d: %s\n", current, e2.line, e2.text);
+    else
+        g = cmd_gate(b, c, max_reg, baseline);
+    json_decref(b);
+    json_decref(c);
+    return g;
+}

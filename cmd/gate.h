@@ -43,3 +43,10 @@ void cmd_gate_judge(const double *base, int nb, const double *cur, int nc, doubl
 
 /* The whole gate: the table on stderr and the verdict: 0 pass, 1 fail, 3 not comparable. */
 int cmd_gate(const json_t *base, const json_t *cur, double max_reg, const char *base_path);
+
+/* `pllm bench --baseline B --current C`: the gate on two saved --stats-json files (nothing is
+ * measured); 2 when baseline is NULL, 3 when a file does not parse (message printed). */
+int cmd_gate_files(const char *baseline, const char *current, double max_reg);
+
+/* --max-regression: a percentage ("5" or "5%"), >= 0 and finite. */
+bool cmd_gate_parse_percent(const char *s, double *out);
