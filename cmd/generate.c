@@ -397,6 +397,14 @@ static int gen_parse(gen_cmd *c, int argc, char **argv)
     int rc = cmd_parse(&spec, argc, argv, pos, &n_pos);
     if (rc) return rc == 1 ? -1 : 2;
     c->input = pos[0];
+    return 0;
+}
+
+/* The options against each other, and the outputs (never the input, never an existing file
+ * unless --overwrite or --resume says so): 0, 2 or 3 (message printed). */
+static int gen_check(gen_cmd *c)
+{
+    int rc;
     c->out_format = PLLM_FORMAT_AUTO;
     if (pllm_format_parse(c->format_s, &c->format) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
@@ -996,6 +1004,7 @@ int cmd_generate(int argc, char **argv)
     c->interrupted = &interrupted;
     int rc = gen_parse(c, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
+    if ((rc = gen_check(c)) != 0) return rc;
     if (cmd_devices_is_list(c->eo.rt.device)) {
         /* several GPUs: a worker process per device over the same partition, then a merge */
         const cmd_devices_run dr = {.devices = c->eo.rt.device,
