@@ -95,6 +95,13 @@ typedef struct cpu_ctx {
     /* The step being run (set by step(), read by the region). */
     const pllm_batch_plan *plan;
     pllm_step_out *out;
+
+    /* submit / wait: the work runs in submit; wait completes it (at most 2 in flight) */
+    int32_t in_flight;
+    int32_t *prev_tok; /* [n_prev] the last step's sampled ids (token_src resolves to them) */
+    int32_t n_prev, cap_prev;
+    int32_t *tok_buf; /* [cap_tok_buf] a plan's tokens with token_src resolved */
+    int32_t cap_tok_buf;
 } cpu_ctx;
 
 #define MAX_TOP 20 /* sampling.h: logprobs <= 20 */
@@ -530,9 +537,19 @@ static pllm_status cpu_kv_init(void *vctx, const pllm_kv_layout *L)
     return PLLM_OK;
 }
 
-static pllm_status cpu_step(void *vctx, const pllm_batch_plan *plan, pllm_step_out *out)
+static pllm_status grow_i32(int32_t **p, int32_t *cap, int32_t need)
 {
-    cpu_ctx *c = vctx;
+    if (need <= *cap) return PLLM_OK;
+    int32_t n = PLLM_MAX(need, 2 * *cap);
+    int32_t *q = pllm_realloc(*p, (size_t)n * sizeof *q);
+    if (!q) return PLLM_ERR_NOMEM;
+    *p = q;
+    *cap = n;
+    return PLLM_OK;
+}
+
+static pllm_status run_step(cpu_ctx *c, const pllm_batch_plan *plan, pllm_step_out *out)
+{
     if (c->kv_ready && plan && plan->n_tokens > 0) PLLM_TRY(reserve(c, plan->n_tokens, plan->n_samples));
     PLLM_TRY(pllm_backend_check_plan("cpu", c->kv_ready ? &c->kv : NULL, c->model->cfg.n_vocab,
                                      c->slot_bits, c->tok_seq, plan, out));
@@ -543,6 +560,45 @@ static pllm_status cpu_step(void *vctx, const pllm_batch_plan *plan, pllm_step_o
     c->plan = NULL;
     c->out = NULL;
     return PLLM_OK;
+}
+
+/* The work runs here: a plan's token_src is resolved from the previous step's samples. */
+static pllm_status cpu_submit(void *vctx, const pllm_batch_plan *plan, pllm_step_out *out)
+{
+    cpu_ctx *c = vctx;
+    if (c->in_flight >= 2)
+        return pllm_errorf(
+            PLLM_ERR_INVALID,
+            "cpu backend: 2 steps are in flight; wait for one before submitting another");
+    pllm_batch_plan p = *plan;
+    if (plan->token_src) {
+        PLLM_TRY(grow_i32(&c->tok_buf, &c->cap_tok_buf, plan->n_tokens));
+        PLLM_TRY(pllm_backend_resolve_tokens("cpu", plan, c->prev_tok, c->n_prev, c->tok_buf));
+        p.tokens = c->tok_buf;
+        p.token_src = NULL;
+    }
+    PLLM_TRY(run_step(c, &p, out));
+    PLLM_TRY(grow_i32(&c->prev_tok, &c->cap_prev, plan->n_samples));
+    if (plan->n_samples > 0)
+        memcpy(c->prev_tok, out->tokens, (size_t)plan->n_samples * sizeof *c->prev_tok);
+    c->n_prev = plan->n_tokens > 0 ? plan->n_samples : 0;
+    c->in_flight++;
+    return PLLM_OK;
+}
+
+static pllm_status cpu_wait(void *vctx)
+{
+    cpu_ctx *c = vctx;
+    if (c->in_flight == 0)
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: wait without a submitted step");
+    c->in_flight--;
+    return PLLM_OK;
+}
+
+static pllm_status cpu_step(void *vctx, const pllm_batch_plan *plan, pllm_step_out *out)
+{
+    PLLM_TRY(cpu_submit(vctx, plan, out));
+    return cpu_wait(vctx);
 }
 
 static pllm_status cpu_copy_blocks(void *vctx, const int32_t *src, const int32_t *dst, int32_t n)
@@ -624,6 +680,8 @@ static void cpu_destroy(void *vctx)
     pllm_aligned_free(c->scratch);
     pllm_aligned_free(c->sample_scratch);
     free(c->slot_bits);
+    free(c->prev_tok);
+    free(c->tok_buf);
     free(c->top_ids);
     free(c->top_lps);
     free(c->inv_freq);
@@ -638,6 +696,8 @@ static const pllm_backend_iface g_cpu_iface = {
     .kv_available = cpu_kv_available,
     .kv_init = cpu_kv_init,
     .step = cpu_step,
+    .submit = cpu_submit,
+    .wait = cpu_wait,
     .copy_blocks = cpu_copy_blocks,
     .kv_read_block = cpu_kv_read_block,
     .kv_write_block = cpu_kv_write_block,
