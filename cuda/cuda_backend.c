@@ -52,7 +52,7 @@ static size_t align_up(size_t x, size_t a)
  * tables, so the kernels address it from the block tables' start.) */
 
 static void layout_init(cuda_plan_layout *L, int32_t T, int32_t S, int32_t n_items, int32_t n_tiles,
-                        int32_t n_fi, int32_t n_bt, int32_t n_ids)
+                        int32_t n_fi, int32_t n_bt, int32_t n_ids, int32_t n_fix)
 {
     size_t o = 0;
     L->n_tokens = T, L->n_samples = S, L->n_items = n_items, L->n_tiles = n_tiles;
@@ -69,6 +69,9 @@ static void layout_init(cuda_plan_layout *L, int32_t T, int32_t S, int32_t n_ite
     L->fi_last = o, o = align_up(o + sizeof(int32_t) * (size_t)n_fi, 16);
     L->block_tables = o, o = align_up(o + sizeof(int32_t) * (size_t)n_bt, 16);
     L->ids = o, o = align_up(o + sizeof(int32_t) * (size_t)n_ids, 16);
+    /* pending history entries to patch on the device (pairs), last: the offsets before do not
+     * move with them */
+    L->fix = o, o = align_up(o + 2 * sizeof(int32_t) * (size_t)n_fix, 16);
     L->bytes = o;
 }
 
@@ -437,10 +440,19 @@ typedef struct step_shape {
     int32_t max_ctx; /* longest decode context */
     int32_t n_splits, split_len;
     int32_t n_src;    /* tokens that name a sample of the previous step (backend.h token_src) */
+    int32_t n_fix;    /* penalty histories ending with such a token (patched on the device) */
     bool fi;          /* FlashInfer runs the decode attention */
     bool src_on_host; /* the previous results move (workspace growth): resolve on the host */
     cuda_plan_layout L;
 } step_shape;
+
+/* Whether a sample's packed record holds its output ids (penalties; sample_pack.c's rule). */
+static bool reads_history(const pllm_sample_req *r)
+{
+    const pllm_sampling_params *p = r->params;
+    return r->ctx.n_output > 0 && (p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
+                                   p->presence_penalty != 0.0f);
+}
 
 /* Work-list counts, the split, FlashInfer's eligibility and the layout of plan p. */
 static pllm_status shape_step(cuda_ctx *c, const pllm_batch_plan *p, step_shape *k)
@@ -477,12 +489,14 @@ static pllm_status shape_step(cuda_ctx *c, const pllm_batch_plan *p, step_shape 
     k->n_real = k->n_items;
     if (k->B) k->n_items = k->B;                  /* padded */
     if (k->fi) k->n_bt += k->n_items - k->n_real; /* one block-0 page per padding request */
-    for (int32_t s = 0; s < p->n_samples; s++)
+    for (int32_t s = 0; s < p->n_samples; s++) {
         k->n_ids += pllm_cuda_sample_n_ids(p->samples[s].params, &p->samples[s].ctx);
+        k->n_fix += reads_history(&p->samples[s]) && pllm_backend_pending_history(p, s) >= 0;
+    }
     choose_split(c, k->n_items, k->max_ctx, &k->n_splits, &k->split_len);
     if (k->fi) k->n_splits = 1, k->split_len = c->params.attn_split_len; /* it splits itself */
     layout_init(&k->L, k->T, k->S, k->n_items, k->n_tiles, k->fi ? k->n_items : 0, k->n_bt,
-                k->n_ids);
+                k->n_ids, k->src_on_host ? 0 : k->n_fix);
     return PLLM_OK;
 }
 
@@ -563,6 +577,8 @@ static void pack_samples(const cuda_ctx *c, const pllm_batch_plan *p, const step
 {
     const int32_t V = c->model->cfg.n_vocab;
     int32_t *rows = (int32_t *)(h + k->L.rows), *ids = (int32_t *)(h + k->L.ids);
+    const int32_t *tokens = (const int32_t *)(h + k->L.tokens); /* resolved when src_on_host */
+    int32_t *fix = (int32_t *)(h + k->L.fix), n_fix = 0;
     pllm_cuda_sample_params *rec = (pllm_cuda_sample_params *)(h + k->L.params);
     pllm_sampling_params greedy;
     pllm_sampling_defaults(&greedy);
@@ -577,6 +593,14 @@ static void pack_samples(const cuda_ctx *c, const pllm_batch_plan *p, const step
             pllm_cuda_sample_fill(&rec[s], r->params, &r->ctx, V, ids + at, ids_base + at);
             at += pllm_cuda_sample_n_ids(r->params, &r->ctx);
             pd->req_top[s] = rec[s].n_top;
+            const int32_t i = reads_history(r) ? pllm_backend_pending_history(p, s) : -1;
+            if (i >= 0) { /* the last output id is the sequence's token i, once resolved */
+                const int32_t dst = rec[s].output_off + rec[s].n_output - 1;
+                if (k->src_on_host)
+                    ids[dst - ids_base] = tokens[i];
+                else
+                    fix[2 * n_fix] = dst, fix[2 * n_fix + 1] = i, n_fix++;
+            }
         } else {
             rows[s] = s;
             pllm_cuda_sample_fill(&rec[s], &greedy, NULL, V, ids, 0);
@@ -601,6 +625,9 @@ static pllm_status upload_plan(cuda_ctx *c, const step_shape *k, const uint8_t *
         PLLM_TRY(pllm_cuda_resolve_tokens(c->dev, (int32_t *)(dp + k->L.tokens),
                                           (const int32_t *)(dp + k->L.token_src),
                                           (const int32_t *)c->d_res, k->T));
+        PLLM_TRY(pllm_cuda_resolve_history(c->dev, (int32_t *)(dp + k->L.block_tables),
+                                           (const int32_t *)(dp + k->L.fix),
+                                           (const int32_t *)(dp + k->L.tokens), k->n_fix));
         c->src_steps++;
     }
     return PLLM_OK;

@@ -32,7 +32,7 @@ typedef struct cuda_layer {
 typedef struct cuda_plan_layout {
     int32_t n_tokens, n_samples, n_items, n_tiles; /* as packed (graphs: padded) */
     size_t tokens, positions, slots, token_src, rows, items, tiles, params, fi_indptr, fi_last,
-        block_tables, ids;
+        block_tables, ids, fix;
     size_t bytes; /* total, with the block tables and ids that follow */
 } cuda_plan_layout;
 

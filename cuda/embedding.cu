@@ -60,7 +60,33 @@ __global__ void __launch_bounds__(256)
     if (r >= 0) tokens[i] = prev[r];
 }
 
+/*
+ * resolve_history_kernel: base[pairs[2i]] = tokens[pairs[2i + 1]], for i < n: a sample's pending
+ * last history entry (in the packed id lists, addressed from base) gets its sequence's resolved
+ * token. Launch: ceil(n / 256) blocks of 256 threads. Shared memory: none.
+ */
+__global__ void __launch_bounds__(256)
+    resolve_history_kernel(int32_t *__restrict__ base, const int32_t *__restrict__ pairs,
+                           const int32_t *__restrict__ tokens, int n)
+{
+    const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= n) return;
+    base[pairs[2 * i]] = tokens[pairs[2 * i + 1]];
+}
+
 } /* namespace */
+
+extern "C" pllm_status pllm_cuda_resolve_history(pllm_cuda_dev *dev, int32_t *base,
+                                                 const int32_t *pairs, const int32_t *tokens,
+                                                 int32_t n)
+{
+    if (n < 0) return pllm_errorf(PLLM_ERR_INVALID, "resolve_history: n = %d", n);
+    if (n == 0) return PLLM_OK;
+    PLLM_LAUNCH(resolve_history_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0,
+                pllm_cuda_dev_stream(dev))
+    (base, pairs, tokens, (int)n);
+    return PLLM_CUDA_LAUNCHED("resolve_history_kernel");
+}
 
 extern "C" pllm_status pllm_cuda_resolve_tokens(pllm_cuda_dev *dev, int32_t *tokens,
                                                 const int32_t *src, const int32_t *prev, int32_t n)

@@ -74,6 +74,11 @@ pllm_status pllm_cuda_embedding_scaled(pllm_cuda_dev *dev, float *out, const voi
  */
 pllm_status pllm_cuda_resolve_tokens(pllm_cuda_dev *dev, int32_t *tokens, const int32_t *src,
                                      const int32_t *prev, int32_t n);
+/* The same for penalty histories: base[pairs[2i]] = tokens[pairs[2i + 1]] for i < n (the pending
+ * last entry of a sample's packed output ids, addressed from the id lists' base, gets its
+ * sequence's resolved token); device memory; queued after pllm_cuda_resolve_tokens. */
+pllm_status pllm_cuda_resolve_history(pllm_cuda_dev *dev, int32_t *base, const int32_t *pairs,
+                                      const int32_t *tokens, int32_t n);
 
 /*
  * Gemma 3's post-norms (cuda/rmsnorm.cu): residual[r] += RMSNorm(x[r]) * weight for r < n_rows,

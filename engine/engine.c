@@ -660,8 +660,8 @@ void pllm_engine_get_plan_stats(const pllm_engine *e, pllm_engine_plan_stats *ou
 
 /* ---- one step ---- */
 
-/* Whether sampling with p reads the token history (penalties): such a sample cannot be queued
- * while the step producing its last token is in flight (backend.h: PLLM_TOKEN_PENDING). */
+/* Whether sampling with p reads the token history (penalties): the backend resolves a pending
+ * last entry (backend.h: PLLM_TOKEN_PENDING), or, where it cannot, the step waits. */
 static bool reads_history(const pllm_sampling_params *p)
 {
     return p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
@@ -717,7 +717,10 @@ static pllm_status build_plan(pllm_engine *e, eng_step *s, pllm_batch_plan *plan
                 int32_t n_out = pllm_req_n_output(r) + j;
                 bool ban = n_out < r->params.min_tokens;
                 PLLM_ASSERT(ns < e->cap_samples);
-                PLLM_ASSERT(!(r->pending && reads_history(&r->sampling)));
+                if (r->pending && reads_history(&r->sampling)) {
+                    PLLM_ASSERT(!e->backend->iface->no_pending_history);
+                    e->stats.pending_penalty_samples++;
+                }
                 e->samples[ns] = (pllm_sample_req){
                     .seq = nq,
                     .back = en->n_draft - j,
@@ -1028,10 +1031,10 @@ static pllm_status drain(pllm_engine *e, pllm_engine_emit_fn emit, void *arg)
 }
 
 /* Whether step s must wait for the step in flight before it is built: a sample whose penalties
- * read the pending token (its history is on the host). */
+ * read the pending token, on a backend that cannot resolve it (backend.h no_pending_history). */
 static bool needs_history(const pllm_engine *e, const eng_step *s)
 {
-    if (e->fly < 0) return false;
+    if (e->fly < 0 || !e->backend->iface->no_pending_history) return false;
     for (int32_t i = 0; i < s->o.n_entries; i++) {
         const pllm_sched_entry *en = &s->o.entries[i];
         if (en->sample && en->req && en->req->pending && reads_history(&en->req->sampling))
@@ -1066,8 +1069,9 @@ static pllm_status leave_in_flight(pllm_engine *e, eng_step *s)
  *   3. wait for N and complete it (stop checks, detokenization, output) while N + 1 runs; a
  *      request that finished at N had a row of N + 1 computed in vain (its entry becomes NULL);
  *   4. placeholders for N + 1's samples; the scheduler's update; N + 1 stays in flight.
- * Steps fall back to synchronous (counted) when a sample's penalties read a placeholder (the
- * step in flight completes before the plan is built) and with speculative decoding.
+ * A sample whose penalties read a placeholder gets it resolved by the backend (on a GPU, on the
+ * device); a backend that cannot (no_pending_history) makes such a step wait for the one in
+ * flight first (counted). Speculative decoding steps are synchronous (counted).
  */
 pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg)
 {

@@ -160,16 +160,18 @@ typedef struct pllm_engine_stats {
                                tokens per sequence per step (1 without speculation) */
     double spec_cost_a, spec_cost_b; /* the policy's fitted step time a + b T (auto), seconds */
     /* overlap (pllm_overlap_mode) */
-    bool overlap;             /* the engine overlaps steps */
-    int64_t steps_overlapped; /* steps queued while the previous one was still running */
-    int64_t steps_sync;       /* steps queued with nothing in flight (the first, and ...) */
-    int64_t sync_penalties;   /* ... those that waited because a sample's penalties read the
-                                 token in flight (its history is on the host) */
-    int64_t sync_speculation; /* ... speculative decoding steps (always synchronous) */
-    int64_t wasted_slots;     /* sequences computed in a step after they had finished */
-    double device_seconds;    /* the backend's device time of the steps (CUDA events); < 0:
-                                 not measured (a host backend) */
-    double step_wall_seconds; /* from the first submit to the last wait */
+    bool overlap;                    /* the engine overlaps steps */
+    int64_t steps_overlapped;        /* steps queued while the previous one was still running */
+    int64_t steps_sync;              /* steps queued with nothing in flight (the first, and ...) */
+    int64_t sync_penalties;          /* ... those that waited because a sample's penalties read the
+                                        token in flight, on a backend that cannot resolve it */
+    int64_t sync_speculation;        /* ... speculative decoding steps (always synchronous) */
+    int64_t wasted_slots;            /* sequences computed in a step after they had finished */
+    int64_t pending_penalty_samples; /* samples whose penalties read the token in flight, resolved
+                                        by the backend (backend.h PLLM_TOKEN_PENDING) */
+    double device_seconds;           /* the backend's device time of the steps (CUDA events); < 0:
+                                        not measured (a host backend) */
+    double step_wall_seconds;        /* from the first submit to the last wait */
 } pllm_engine_stats;
 
 /*

@@ -531,6 +531,8 @@ json_t *pllm_report_json(const pllm_report *r, const pllm_engine_stats *es)
         json_object_set_new(c, "steps_overlapped", json_integer(es->steps_overlapped));
         json_object_set_new(c, "steps_sync", json_integer(es->steps_sync));
         json_object_set_new(c, "steps_sync_penalties", json_integer(es->sync_penalties));
+        json_object_set_new(c, "pending_penalty_samples",
+                            json_integer(es->pending_penalty_samples));
         json_object_set_new(c, "steps_sync_speculation", json_integer(es->sync_speculation));
         json_object_set_new(c, "wasted_rows", json_integer(es->wasted_slots));
         json_object_set_new(c, "device_busy_seconds",

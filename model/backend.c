@@ -7,14 +7,26 @@
 
 #include <math.h>
 
+int32_t pllm_backend_pending_history(const pllm_batch_plan *p, int32_t s)
+{
+    const pllm_sample_req *r = &p->samples[s];
+    if (!p->token_src || r->back != 0 || r->ctx.n_output < 1 || !r->ctx.output ||
+        r->ctx.output[r->ctx.n_output - 1] != PLLM_TOKEN_PENDING || r->seq < 0 ||
+        r->seq >= p->n_seqs)
+        return -1;
+    const pllm_seq_plan *sp = &p->seqs[r->seq];
+    const int32_t i = sp->token_start + sp->n_new - 1;
+    return i >= 0 && i < p->n_tokens && p->token_src[i] >= 0 ? i : -1;
+}
+
 static pllm_status check_ids(const char *who, const int32_t *ids, int32_t n, int32_t n_vocab,
-                             int32_t s, const char *what, bool pending_ok)
+                             int32_t s, const char *what)
 {
     if (n < 0 || (n > 0 && !ids))
         return pllm_errorf(PLLM_ERR_INVALID, "%s step: samples[%d].ctx.%s: count %d with %s array",
                            who, s, what, n, ids ? "an" : "a NULL");
     for (int32_t i = 0; i < n; i++)
-        if ((ids[i] < 0 || ids[i] >= n_vocab) && !(pending_ok && ids[i] == PLLM_TOKEN_PENDING))
+        if (ids[i] < 0 || ids[i] >= n_vocab)
             return pllm_errorf(
                 PLLM_ERR_RANGE,
                 "%s step: samples[%d].ctx.%s[%d] = %d is outside the vocabulary [0, %d)", who, s,
@@ -144,13 +156,11 @@ pllm_status pllm_backend_check_plan(const char *who, const pllm_kv_layout *kv, i
             return pllm_errorf(PLLM_ERR_INVALID,
                                "%s step: samples[%d] asks for %d top logprobs but out->top_n = %d",
                                who, s, r->params->logprobs, out->top_n);
-        /* a history a sample does not read (no penalties) may hold tokens still being sampled */
-        const pllm_sampling_params *sp = r->params;
-        const bool unread = sp && sp->repetition_penalty == 1.0f && sp->frequency_penalty == 0.0f &&
-                            sp->presence_penalty == 0.0f;
-        PLLM_TRY(check_ids(who, r->ctx.prompt, r->ctx.n_prompt, n_vocab, s, "prompt", false));
-        PLLM_TRY(check_ids(who, r->ctx.output, r->ctx.n_output, n_vocab, s, "output", unread));
-        PLLM_TRY(check_ids(who, r->ctx.banned, r->ctx.n_banned, n_vocab, s, "banned", false));
+        /* the last history entry may be the token the previous step samples (backend.h) */
+        const bool pend = pllm_backend_pending_history(p, s) >= 0;
+        PLLM_TRY(check_ids(who, r->ctx.prompt, r->ctx.n_prompt, n_vocab, s, "prompt"));
+        PLLM_TRY(check_ids(who, r->ctx.output, r->ctx.n_output - pend, n_vocab, s, "output"));
+        PLLM_TRY(check_ids(who, r->ctx.banned, r->ctx.n_banned, n_vocab, s, "banned"));
     }
     return PLLM_OK;
 }

@@ -58,8 +58,10 @@
  * after). A plan submitted right after another may name, instead of an id, "the token the
  * previous step samples for its sample row r": token_src[i] = r (tokens[i] is then ignored),
  * resolved by the backend where that result lives (on a GPU, on the device: no round trip).
- * Such a token's sample histories (pllm_sample_ctx.output) may hold PLLM_TOKEN_PENDING in its
- * place: the engine uses it only for samples whose parameters read no history (no penalties).
+ * Such a token's sample histories hold PLLM_TOKEN_PENDING in its place: a sample (back 0) whose
+ * sequence's last new token has token_src >= 0 may end its history (pllm_sample_ctx.output[
+ * n_output - 1]) with it, and the backend uses the resolved token there too (penalties read it;
+ * on a GPU it is patched into the packed history on the device). No other entry is pending.
  */
 #pragma once
 
@@ -148,6 +150,9 @@ typedef struct pllm_backend_iface {
     const char *name; /* "cpu", "cuda" */
     bool async;       /* submit returns before the step is done (a device): the engine overlaps
                          its host work with the step by default (pllm_engine_params.overlap) */
+    bool no_pending_history; /* submit cannot resolve a pending history entry (above): the engine
+                                completes the step in flight before queueing a sample whose
+                                penalties read one (a fallback; every backend here resolves it) */
     /* The layout this backend would use for block_size-token blocks (dtype and dims; n_blocks
      * is left 0). The engine sizes its pool from pllm_kv_block_bytes of it. */
     pllm_status (*kv_layout)(void *ctx, int32_t block_size, pllm_kv_layout *out);
@@ -212,6 +217,11 @@ pllm_status pllm_backend_check_plan(const char *who, const pllm_kv_layout *kv, i
  * [0, n_prev) or below -1 is PLLM_ERR_RANGE "<who> step: token_src[i] = ...". */
 pllm_status pllm_backend_resolve_tokens(const char *who, const pllm_batch_plan *p,
                                         const int32_t *prev, int32_t n_prev, int32_t *dst);
+
+/* The plan token that sample s's pending last history entry is (backend.h: PLLM_TOKEN_PENDING
+ * at output[n_output - 1] of a back-0 sample whose sequence's last new token has token_src >= 0),
+ * or -1 when its history holds no pending entry. */
+int32_t pllm_backend_pending_history(const pllm_batch_plan *p, int32_t s);
 
 /* Check copy_blocks' arguments: kv NULL (before kv_init), n < 0, NULL arrays, or a block id
  * outside [0, kv->n_blocks) is an error "<who> copy_blocks: ...". */

@@ -326,7 +326,8 @@ int main(void)
             compare(&w, &ref, &got, what);
             overlapped += ro.st.steps_overlapped;
             wasted += ro.st.wasted_slots;
-            penal += ro.st.sync_penalties;
+            penal += ro.st.pending_penalty_samples;
+            CHECK(ro.st.sync_penalties == 0);
             preempt += ro.st.preemptions;
             cached += ro.st.prompt_tokens_cached;
             src += ro.src_steps;
@@ -334,7 +335,8 @@ int main(void)
     }
     fprintf(stderr,
             "%s: %d workloads x %d shapes identical with and without overlap: %lld steps "
-            "overlapped, %lld wasted rows, %lld steps waited for penalties, %lld preemptions, "
+            "overlapped, %lld wasted rows, %lld penalty samples read a pending token, %lld "
+            "preemptions, "
             "%lld cached prompt tokens, %lld device-resolved steps; %.1f s\n",
             name, n_workloads, (int)PLLM_ARRAY_LEN(shapes), (long long)overlapped,
             (long long)wasted, (long long)penal, (long long)preempt, (long long)cached,

@@ -87,7 +87,7 @@ typedef struct totals {
         max_overtaken, grouped, best_checked, future_runs, relabels, sorted_runs, sorted_beyond;
     int64_t finish_stop, finish_length;
     int64_t spec_runs, spec_drafted, spec_accepted;
-    int64_t overlap_runs, overlapped_steps, wasted_slots, sync_penalties;
+    int64_t overlap_runs, overlapped_steps, wasted_slots, sync_penalties, pending_penalty;
 } totals;
 
 static void on_done(const pllm_completion *c, void *arg)
@@ -268,6 +268,7 @@ typedef struct variant {
     bool oracle; /* speculation's proposals from the oracle below */
     int32_t spec_max_draft;
     bool overlap; /* one step in flight (engine.h pllm_overlap_mode), on the fake's submit/wait */
+    bool no_pending_history; /* the fake declares it cannot resolve pending penalty histories */
 } variant;
 
 /* The oracle proposer (speculation): the fake model's true continuation, with each draft
@@ -346,8 +347,10 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     model.cfg.n_vocab = VOCAB;
     model.cfg.n_ctx_train = 1000;
     model.identity = 0xabcdef;
-    fake_backend_params fp = {
-        .n_vocab = VOCAB, .max_batched_tokens = v->max_batched_tokens, .max_seqs = v->max_seqs};
+    fake_backend_params fp = {.n_vocab = VOCAB,
+                              .max_batched_tokens = v->max_batched_tokens,
+                              .max_seqs = v->max_seqs,
+                              .no_pending_history = v->no_pending_history};
     pllm_backend be = {0};
     CHECK_OK(fake_backend_create(&be, &fp));
     pllm_engine_params ep;
@@ -592,6 +595,9 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
         tot->overlapped_steps += es.steps_overlapped;
         tot->wasted_slots += es.wasted_slots;
         tot->sync_penalties += es.sync_penalties;
+        tot->pending_penalty += es.pending_penalty_samples;
+        if (v->no_pending_history) CHECK(es.pending_penalty_samples == 0);
+        if (!v->no_pending_history) CHECK(es.sync_penalties == 0);
     }
     if (pllm_test_failures)
         fprintf(stderr,
@@ -703,6 +709,7 @@ int main(int argc, char **argv)
             if (v.speculate != PLLM_SPEC_OFF) tot.spec_runs++;
             /* half the runs keep one step in flight (speculating ones fall back to sync) */
             v.overlap = (seed + (uint64_t)pass) % 2 == 1;
+            v.no_pending_history = seed % 4 < 2;
             tot.overlap_runs += v.overlap && v.speculate == PLLM_SPEC_OFF;
             run_variant(&w, &v, seed, &tot);
             if (pllm_test_failures) break;
@@ -732,11 +739,13 @@ int main(int argc, char **argv)
     CHECK(tot.finish_stop > 0 && tot.finish_length > 0);
     fprintf(stderr,
             "engine_sched_random: %lld runs overlapped: %lld steps queued while another ran, "
-            "%lld rows computed for sequences already finished, %lld steps waited for penalties\n",
+            "%lld rows computed for sequences already finished, %lld penalty samples read a "
+            "pending token, %lld steps waited for one (no_pending_history)\n",
             (long long)tot.overlap_runs, (long long)tot.overlapped_steps,
-            (long long)tot.wasted_slots, (long long)tot.sync_penalties);
+            (long long)tot.wasted_slots, (long long)tot.pending_penalty,
+            (long long)tot.sync_penalties);
     CHECK(tot.overlap_runs > 0 && tot.overlapped_steps > 0 && tot.wasted_slots > 0 &&
-          tot.sync_penalties > 0);
+          tot.sync_penalties > 0 && tot.pending_penalty > 0);
     fprintf(stderr, "engine_sched_random: %lld runs speculating: %lld drafts, %lld accepted\n",
             (long long)tot.spec_runs, (long long)tot.spec_drafted, (long long)tot.spec_accepted);
     CHECK(tot.spec_runs > 0 && tot.spec_accepted > 0 && tot.spec_accepted < tot.spec_drafted);
