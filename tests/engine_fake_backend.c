@@ -256,7 +256,8 @@ static pllm_status fake_submit(void *vctx, const pllm_batch_plan *pl, pllm_step_
         c->prev_tok = b;
         c->cap_prev = pl->n_samples * 2;
     }
-    memcpy(c->prev_tok, res.tokens, (size_t)pl->n_samples * sizeof *c->prev_tok);
+    if (pl->n_samples > 0)
+        memcpy(c->prev_tok, res.tokens, (size_t)pl->n_samples * sizeof *c->prev_tok);
     c->n_prev = pl->n_samples;
     /* the caller sees nothing before wait: poison its arrays */
     for (int32_t k = 0; k < pl->n_samples; k++) out->tokens[k] = -7;
@@ -276,6 +277,7 @@ static pllm_status fake_wait(void *vctx)
     c->q_n--;
     pllm_step_out *o = q->out;
     size_t n = (size_t)q->n_samples, nt = n * (size_t)(o->top_n > 0 ? o->top_n : 0);
+    if (n == 0) return PLLM_OK;
     memcpy(o->tokens, q->res.tokens, n * sizeof *o->tokens);
     if (o->logprobs) memcpy(o->logprobs, q->res.logprobs, n * sizeof *o->logprobs);
     if (o->top_ids) memcpy(o->top_ids, q->res.top_ids, nt * sizeof *o->top_ids);
