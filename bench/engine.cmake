@@ -14,3 +14,8 @@ target_compile_definitions(engine_model_bench PRIVATE PLLM_DEFAULT_SHARED_DATA="
 add_executable(kv_quality ${CMAKE_CURRENT_SOURCE_DIR}/kv_quality.c)
 target_link_libraries(kv_quality PRIVATE pllm_cpu pllm_core)
 target_compile_definitions(kv_quality PRIVATE PLLM_DEFAULT_SHARED_DATA="${PLLM_SHARED_DATA}")
+
+# overlap_bench: the host side of a decode step at 256 sequences, synchronous vs one step in
+# flight, on a null device of a given step time. Run: build/bench/overlap_bench [n_seqs] [device_us]
+add_executable(overlap_bench ${CMAKE_CURRENT_SOURCE_DIR}/overlap_bench.c)
+target_link_libraries(overlap_bench PRIVATE pllm_core)

@@ -29,6 +29,7 @@ void cmd_engine_opts_init(cmd_engine_opts *o)
     o->thinking = "auto";
     o->eviction = "lru";
     o->speculate = "off";
+    o->overlap = "auto";
     pllm_engine_params_defaults(&o->ep);
     snprintf(o->defs[0], sizeof o->defs[0], "%d", o->ep.block_size);
     snprintf(o->defs[1], sizeof o->defs[1], "%d", o->ep.max_batched_tokens);
@@ -126,6 +127,11 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
          (cmd_opt){"eviction", 0, CMD_OPT_STR, &o->eviction, "POLICY", "lru",
                    "which cached block to evict: lru, or future (the one needed farthest ahead by "
                    "queued requests)",
+                   NULL});
+    push(opts, n, cap,
+         (cmd_opt){"overlap", 0, CMD_OPT_STR, &o->overlap, "MODE", "auto",
+                   "keep one step in flight, the host's work for step N - 1 and N + 1 hidden "
+                   "behind step N: on, off, or auto (on for cuda); the output is the same",
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"speculate", 0, CMD_OPT_STR, &o->speculate, "MODE", "off",
@@ -255,6 +261,10 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
     }
     if (pllm_evict_policy_parse(o->eviction, &o->ep.eviction) != PLLM_OK) {
         fprintf(stderr, "pllm: --eviction: %s\n", pllm_errmsg());
+        return 2;
+    }
+    if (pllm_overlap_mode_parse(o->overlap, &o->ep.overlap) != PLLM_OK) {
+        fprintf(stderr, "pllm: --overlap: %s\n", pllm_errmsg());
         return 2;
     }
     if (pllm_spec_mode_parse(o->speculate, &o->ep.speculate) != PLLM_OK) {

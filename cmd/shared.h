@@ -26,6 +26,7 @@ typedef struct cmd_engine_opts {
     bool no_prefix_cache;
     const char *eviction;
     const char *speculate;        /* --speculate */
+    const char *overlap;          /* --overlap */
     const char *dtype, *kv_dtype; /* --dtype, --kv-cache-dtype */
     const char *cpu_math;         /* --cpu-math */
     const char *attention;        /* --attention-backend */

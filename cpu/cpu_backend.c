@@ -95,6 +95,17 @@ typedef struct cpu_ctx {
     /* The step being run (set by step(), read by the region). */
     const pllm_batch_plan *plan;
     pllm_step_out *out;
+
+    /* submit / wait: the work runs in submit; wait completes it (at most 2 in flight) */
+    int32_t in_flight;
+    int32_t *prev_tok; /* [n_prev] the last step's sampled ids (token_src resolves to them) */
+    int32_t n_prev, cap_prev;
+    int32_t *tok_buf; /* [cap_tok_buf] a plan's tokens with token_src resolved */
+    int32_t cap_tok_buf;
+    pllm_sample_req *samp_buf; /* a plan's samples with pending history entries resolved */
+    int32_t cap_samp_buf;
+    int32_t *hist_buf; /* [cap_hist_buf] those samples' histories */
+    int32_t cap_hist_buf;
 } cpu_ctx;
 
 #define MAX_TOP 20 /* sampling.h: logprobs <= 20 */
@@ -530,9 +541,19 @@ static pllm_status cpu_kv_init(void *vctx, const pllm_kv_layout *L)
     return PLLM_OK;
 }
 
-static pllm_status cpu_step(void *vctx, const pllm_batch_plan *plan, pllm_step_out *out)
+static pllm_status grow_i32(int32_t **p, int32_t *cap, int32_t need)
 {
-    cpu_ctx *c = vctx;
+    if (need <= *cap) return PLLM_OK;
+    int32_t n = PLLM_MAX(need, 2 * *cap);
+    int32_t *q = pllm_realloc(*p, (size_t)n * sizeof *q);
+    if (!q) return PLLM_ERR_NOMEM;
+    *p = q;
+    *cap = n;
+    return PLLM_OK;
+}
+
+static pllm_status run_step(cpu_ctx *c, const pllm_batch_plan *plan, pllm_step_out *out)
+{
     if (c->kv_ready && plan && plan->n_tokens > 0) PLLM_TRY(reserve(c, plan->n_tokens, plan->n_samples));
     PLLM_TRY(pllm_backend_check_plan("cpu", c->kv_ready ? &c->kv : NULL, c->model->cfg.n_vocab,
                                      c->slot_bits, c->tok_seq, plan, out));
@@ -543,6 +564,87 @@ static pllm_status cpu_step(void *vctx, const pllm_batch_plan *plan, pllm_step_o
     c->plan = NULL;
     c->out = NULL;
     return PLLM_OK;
+}
+
+/* Histories read by penalties whose last entry is pending (backend.h): copies with the token
+ * (already resolved into p->tokens) in its place. */
+static pllm_status resolve_histories(cpu_ctx *c, const pllm_batch_plan *plan, pllm_batch_plan *p)
+{
+    int32_t need = 0;
+    bool any = false;
+    for (int32_t s = 0; s < plan->n_samples; s++) {
+        const pllm_sample_req *r = &plan->samples[s];
+        const pllm_sampling_params *sp = r->params;
+        const bool reads = sp && (sp->repetition_penalty != 1.0f || sp->frequency_penalty != 0.0f ||
+                                  sp->presence_penalty != 0.0f);
+        if (reads && pllm_backend_pending_history(plan, s) >= 0) {
+            need += r->ctx.n_output;
+            any = true;
+        }
+    }
+    if (!any) return PLLM_OK;
+    if (plan->n_samples > c->cap_samp_buf) {
+        pllm_sample_req *b = pllm_realloc(c->samp_buf, (size_t)plan->n_samples * 2 * sizeof *b);
+        if (!b) return PLLM_ERR_NOMEM;
+        c->samp_buf = b;
+        c->cap_samp_buf = plan->n_samples * 2;
+    }
+    PLLM_TRY(grow_i32(&c->hist_buf, &c->cap_hist_buf, need));
+    memcpy(c->samp_buf, plan->samples, (size_t)plan->n_samples * sizeof *c->samp_buf);
+    for (int32_t s = 0, at = 0; s < plan->n_samples; s++) {
+        pllm_sample_req *r = &c->samp_buf[s];
+        const pllm_sampling_params *sp = r->params;
+        const bool reads = sp && (sp->repetition_penalty != 1.0f || sp->frequency_penalty != 0.0f ||
+                                  sp->presence_penalty != 0.0f);
+        const int32_t i = reads ? pllm_backend_pending_history(plan, s) : -1;
+        if (i < 0) continue;
+        int32_t *h = c->hist_buf + at;
+        memcpy(h, r->ctx.output, (size_t)r->ctx.n_output * sizeof *h);
+        h[r->ctx.n_output - 1] = p->tokens[i];
+        r->ctx.output = h;
+        at += r->ctx.n_output;
+    }
+    p->samples = c->samp_buf;
+    return PLLM_OK;
+}
+
+/* The work runs here: a plan's token_src is resolved from the previous step's samples. */
+static pllm_status cpu_submit(void *vctx, const pllm_batch_plan *plan, pllm_step_out *out)
+{
+    cpu_ctx *c = vctx;
+    if (c->in_flight >= 2)
+        return pllm_errorf(
+            PLLM_ERR_INVALID,
+            "cpu backend: 2 steps are in flight; wait for one before submitting another");
+    pllm_batch_plan p = *plan;
+    if (plan->token_src) {
+        PLLM_TRY(grow_i32(&c->tok_buf, &c->cap_tok_buf, plan->n_tokens));
+        PLLM_TRY(pllm_backend_resolve_tokens("cpu", plan, c->prev_tok, c->n_prev, c->tok_buf));
+        p.tokens = c->tok_buf; /* token_src stays: the plan check allows pending histories */
+        PLLM_TRY(resolve_histories(c, plan, &p));
+    }
+    PLLM_TRY(run_step(c, &p, out));
+    PLLM_TRY(grow_i32(&c->prev_tok, &c->cap_prev, plan->n_samples));
+    if (plan->n_samples > 0)
+        memcpy(c->prev_tok, out->tokens, (size_t)plan->n_samples * sizeof *c->prev_tok);
+    c->n_prev = plan->n_tokens > 0 ? plan->n_samples : 0;
+    c->in_flight++;
+    return PLLM_OK;
+}
+
+static pllm_status cpu_wait(void *vctx)
+{
+    cpu_ctx *c = vctx;
+    if (c->in_flight == 0)
+        return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: wait without a submitted step");
+    c->in_flight--;
+    return PLLM_OK;
+}
+
+static pllm_status cpu_step(void *vctx, const pllm_batch_plan *plan, pllm_step_out *out)
+{
+    PLLM_TRY(cpu_submit(vctx, plan, out));
+    return cpu_wait(vctx);
 }
 
 static pllm_status cpu_copy_blocks(void *vctx, const int32_t *src, const int32_t *dst, int32_t n)
@@ -624,6 +726,10 @@ static void cpu_destroy(void *vctx)
     pllm_aligned_free(c->scratch);
     pllm_aligned_free(c->sample_scratch);
     free(c->slot_bits);
+    free(c->prev_tok);
+    free(c->tok_buf);
+    free(c->samp_buf);
+    free(c->hist_buf);
     free(c->top_ids);
     free(c->top_lps);
     free(c->inv_freq);
@@ -638,6 +744,8 @@ static const pllm_backend_iface g_cpu_iface = {
     .kv_available = cpu_kv_available,
     .kv_init = cpu_kv_init,
     .step = cpu_step,
+    .submit = cpu_submit,
+    .wait = cpu_wait,
     .copy_blocks = cpu_copy_blocks,
     .kv_read_block = cpu_kv_read_block,
     .kv_write_block = cpu_kv_write_block,

@@ -12,7 +12,10 @@
  *      replay for decode steps), the results' download, an event;
  *   4. (wait) sync on that event and unpack the results into the caller's arrays.
  * Two pinned plan buffers and two result buffers alternate, so step N + 1 can be packed and
- * queued while step N runs (pllm_cuda_backend_submit / _wait).
+ * queued while step N runs (the vtable's submit / wait); a token of step N + 1 that step N is
+ * still sampling (backend.h's token_src) is read on the device from N's results (d_res) by one
+ * small kernel before N + 1's forward pass. CUDA events around each step add up its device time
+ * (pllm_cuda_backend_info.device_seconds).
  *
  * The forward pass per step: embedding gather; per layer: rmsnorm (+ the previous layer's
  * residual), QKV GEMM, (Qwen3: head_rmsnorm of q and k,) qkv_rope (bias, RoPE, K/V into their
@@ -49,13 +52,14 @@ static size_t align_up(size_t x, size_t a)
  * tables, so the kernels address it from the block tables' start.) */
 
 static void layout_init(cuda_plan_layout *L, int32_t T, int32_t S, int32_t n_items, int32_t n_tiles,
-                        int32_t n_fi, int32_t n_bt, int32_t n_ids)
+                        int32_t n_fi, int32_t n_bt, int32_t n_ids, int32_t n_fix)
 {
     size_t o = 0;
     L->n_tokens = T, L->n_samples = S, L->n_items = n_items, L->n_tiles = n_tiles;
     L->tokens = o, o = align_up(o + sizeof(int32_t) * (size_t)T, 16);
     L->positions = o, o = align_up(o + sizeof(int32_t) * (size_t)T, 16);
     L->slots = o, o = align_up(o + sizeof(int32_t) * (size_t)T, 16);
+    L->token_src = o, o = align_up(o + sizeof(int32_t) * (size_t)T, 16);
     L->rows = o, o = align_up(o + sizeof(int32_t) * (size_t)S, 16);
     L->items = o, o = align_up(o + sizeof(pllm_cuda_attn_item) * (size_t)n_items, 16);
     L->tiles = o, o = align_up(o + sizeof(pllm_cuda_attn_tile) * (size_t)n_tiles, 16);
@@ -65,6 +69,9 @@ static void layout_init(cuda_plan_layout *L, int32_t T, int32_t S, int32_t n_ite
     L->fi_last = o, o = align_up(o + sizeof(int32_t) * (size_t)n_fi, 16);
     L->block_tables = o, o = align_up(o + sizeof(int32_t) * (size_t)n_bt, 16);
     L->ids = o, o = align_up(o + sizeof(int32_t) * (size_t)n_ids, 16);
+    /* pending history entries to patch on the device (pairs), last: the offsets before do not
+     * move with them */
+    L->fix = o, o = align_up(o + 2 * sizeof(int32_t) * (size_t)n_fix, 16);
     L->bytes = o;
 }
 
@@ -420,77 +427,115 @@ static int32_t graph_batch(const cuda_ctx *c, const pllm_batch_plan *p)
     return 0;
 }
 
-static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *out)
+/* What a step needs, decided before packing: its padded counts, work lists, split, layout. */
+typedef struct step_shape {
+    int32_t slot;    /* pinned buffers and events of this step */
+    int32_t B;       /* padded decode batch of its graph, or 0: eager */
+    int32_t T, S;    /* tokens and samples as packed (B when a graph runs) */
+    int32_t n_items; /* decode attention items (padded to B) */
+    int32_t n_real;  /* of them, the plan's */
+    int32_t n_tiles; /* prefill attention tiles */
+    int32_t n_bt;    /* block-table entries packed */
+    int32_t n_ids;   /* sampling id-list entries */
+    int32_t max_ctx; /* longest decode context */
+    int32_t n_splits, split_len;
+    int32_t n_src;    /* tokens that name a sample of the previous step (backend.h token_src) */
+    int32_t n_fix;    /* penalty histories ending with such a token (patched on the device) */
+    bool fi;          /* FlashInfer runs the decode attention */
+    bool src_on_host; /* the previous results move (workspace growth): resolve on the host */
+    cuda_plan_layout L;
+} step_shape;
+
+/* Whether a sample's packed record holds its output ids (penalties; sample_pack.c's rule). */
+static bool reads_history(const pllm_sample_req *r)
 {
-    const int32_t slot = c->next_slot;
-    cuda_pending *pd = &c->pend[slot];
-    if (pd->busy)
-        return pllm_errorf(
-            PLLM_ERR_INVALID,
-            "cuda backend: 2 steps are in flight; wait for one before submitting another");
-    PLLM_TRY(pllm_backend_check_plan("cuda", c->kv_ready ? &c->kv : NULL, c->model->cfg.n_vocab,
-                                     c->slot_bits, NULL, p, out));
+    const pllm_sampling_params *p = r->params;
+    return r->ctx.n_output > 0 && (p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
+                                   p->presence_penalty != 0.0f);
+}
+
+/* Work-list counts, the split, FlashInfer's eligibility and the layout of plan p. */
+static pllm_status shape_step(cuda_ctx *c, const pllm_batch_plan *p, step_shape *k)
+{
     const pllm_model_config *cfg = &c->model->cfg;
-    const int32_t bs = c->kv.block_size, V = cfg->n_vocab;
-
-    const int32_t B = graph_batch(c, p);
-    const int32_t T = B ? B : p->n_tokens, S = B ? B : p->n_samples;
-    if (p->n_tokens > 0) PLLM_TRY(reserve(c, T, S));
-
-    /* work lists */
-    int32_t n_items = 0, n_tiles = 0, n_bt = 0, n_ids = 0, max_ctx = 0;
+    const int32_t bs = c->kv.block_size;
+    *k = (step_shape){.slot = c->next_slot, .B = graph_batch(c, p)};
+    k->T = k->B ? k->B : p->n_tokens;
+    k->S = k->B ? k->B : p->n_samples;
+    for (int32_t i = 0; p->token_src && i < p->n_tokens; i++) {
+        const int32_t r = p->token_src[i];
+        if (r >= c->prev_samples)
+            return pllm_errorf(
+                PLLM_ERR_RANGE,
+                "cuda step: token_src[%d] = %d but the previous step sampled %d rows", i, r,
+                c->prev_samples);
+        k->n_src += r >= 0;
+    }
+    k->src_on_host = k->n_src > 0 && k->S > c->cap_samples; /* reserve() reallocates d_res */
     bool rows_in_order = true;
     const int32_t qt = pllm_cuda_attn_prefill_tile_tokens(cfg->n_head, cfg->n_head_kv);
     for (int32_t s = 0; s < p->n_seqs; s++) {
         const pllm_seq_plan *sp = &p->seqs[s];
-        n_bt += (sp->n_ctx + bs - 1) / bs;
+        k->n_bt += (sp->n_ctx + bs - 1) / bs;
         if (sp->n_new == 1)
-            n_items++, max_ctx = PLLM_MAX(max_ctx, sp->n_ctx);
+            k->n_items++, k->max_ctx = PLLM_MAX(k->max_ctx, sp->n_ctx);
         else
-            n_tiles += (sp->n_new + qt - 1) / qt;
+            k->n_tiles += (sp->n_new + qt - 1) / qt;
         rows_in_order &= sp->token_start == s;
     }
     /* FlashInfer takes a decode step whose token rows are its requests in order (every sequence
      * one new token); its padding requests read one position of block 0 (outputs unused) */
-    const bool fi =
-        c->fi && p->n_tokens > 0 && n_tiles == 0 && n_items == p->n_seqs && rows_in_order;
-    const int32_t n_real_items = n_items;
-    if (B) n_items = B; /* padded */
-    if (fi) n_bt += n_items - n_real_items; /* one block-0 page per padding request */
-    for (int32_t s = 0; s < p->n_samples; s++)
-        n_ids += pllm_cuda_sample_n_ids(p->samples[s].params, &p->samples[s].ctx);
-    int32_t n_splits, split_len;
-    choose_split(c, n_items, max_ctx, &n_splits, &split_len);
-    if (fi) n_splits = 1, split_len = c->params.attn_split_len; /* FlashInfer splits itself */
-
-    cuda_plan_layout L;
-    layout_init(&L, T, S, n_items, n_tiles, fi ? n_items : 0, n_bt, n_ids);
-    if (c->pend[slot].req_top_cap < S) {
-        free(pd->req_top);
-        pd->req_top_cap = 0;
-        if (!(pd->req_top = pllm_malloc(sizeof(int32_t) * (size_t)PLLM_MAX(S, 1))))
-            return PLLM_ERR_NOMEM;
-        pd->req_top_cap = S;
+    k->fi = c->fi && p->n_tokens > 0 && k->n_tiles == 0 && k->n_items == p->n_seqs && rows_in_order;
+    k->n_real = k->n_items;
+    if (k->B) k->n_items = k->B;                  /* padded */
+    if (k->fi) k->n_bt += k->n_items - k->n_real; /* one block-0 page per padding request */
+    for (int32_t s = 0; s < p->n_samples; s++) {
+        k->n_ids += pllm_cuda_sample_n_ids(p->samples[s].params, &p->samples[s].ctx);
+        k->n_fix += reads_history(&p->samples[s]) && pllm_backend_pending_history(p, s) >= 0;
     }
+    choose_split(c, k->n_items, k->max_ctx, &k->n_splits, &k->split_len);
+    if (k->fi) k->n_splits = 1, k->split_len = c->params.attn_split_len; /* it splits itself */
+    layout_init(&k->L, k->T, k->S, k->n_items, k->n_tiles, k->fi ? k->n_items : 0, k->n_bt,
+                k->n_ids, k->src_on_host ? 0 : k->n_fix);
+    return PLLM_OK;
+}
 
-    /* pack into this slot's pinned buffer (its previous upload must be done) */
-    if (c->h_plan_bytes[slot]) PLLM_TRY(pllm_cuda_event_sync(c->ev_uploaded[slot]));
-    PLLM_TRY(grow_host(c, &c->h_plan[slot], &c->h_plan_bytes[slot], L.bytes));
-    uint8_t *h = c->h_plan[slot];
-    int32_t *tokens = (int32_t *)(h + L.tokens), *positions = (int32_t *)(h + L.positions);
-    int32_t *slots = (int32_t *)(h + L.slots), *rows = (int32_t *)(h + L.rows),
-            *bt = (int32_t *)(h + L.block_tables);
-    int32_t *ids = (int32_t *)(h + L.ids);
-    pllm_cuda_attn_item *items = (pllm_cuda_attn_item *)(h + L.items);
-    pllm_cuda_attn_tile *tiles = (pllm_cuda_attn_tile *)(h + L.tiles);
-    pllm_cuda_sample_params *rec = (pllm_cuda_sample_params *)(h + L.params);
+/* Tokens, their sources, positions and slots (padding rows: token 0 into no slot). With the
+ * sources resolved on the host, the previous step's results are waited for here. */
+static pllm_status pack_tokens(cuda_ctx *c, const pllm_batch_plan *p, const step_shape *k,
+                               uint8_t *h)
+{
+    int32_t *tokens = (int32_t *)(h + k->L.tokens), *src = (int32_t *)(h + k->L.token_src);
+    int32_t *positions = (int32_t *)(h + k->L.positions), *slots = (int32_t *)(h + k->L.slots);
     if (p->n_tokens) {
         memcpy(tokens, p->tokens, sizeof(int32_t) * (size_t)p->n_tokens);
         memcpy(positions, p->positions, sizeof(int32_t) * (size_t)p->n_tokens);
         memcpy(slots, p->slots, sizeof(int32_t) * (size_t)p->n_tokens);
     }
-    for (int32_t t = p->n_tokens; t < T; t++)
+    for (int32_t t = p->n_tokens; t < k->T; t++)
         tokens[t] = 0, positions[t] = 0, slots[t] = -1; /* padding */
+    if (k->n_src == 0) return PLLM_OK;
+    if (k->src_on_host) { /* the previous step's ids, downloaded into its pinned results */
+        const int32_t prev = k->slot ^ 1;
+        PLLM_TRY(pllm_cuda_event_sync(c->ev_done[prev]));
+        c->src_host_steps++;
+        return pllm_backend_resolve_tokens("cuda", p, (const int32_t *)c->h_res[prev],
+                                           c->prev_samples, tokens);
+    }
+    for (int32_t t = 0; t < k->T; t++) src[t] = t < p->n_tokens ? p->token_src[t] : -1;
+    return PLLM_OK;
+}
+
+/* The attention work lists, block tables and FlashInfer's paged description. */
+static void pack_attention(const cuda_ctx *c, const pllm_batch_plan *p, const step_shape *k,
+                           uint8_t *h)
+{
+    const int32_t bs = c->kv.block_size;
+    const int32_t qt =
+        pllm_cuda_attn_prefill_tile_tokens(c->model->cfg.n_head, c->model->cfg.n_head_kv);
+    int32_t *bt = (int32_t *)(h + k->L.block_tables);
+    pllm_cuda_attn_item *items = (pllm_cuda_attn_item *)(h + k->L.items);
+    pllm_cuda_attn_tile *tiles = (pllm_cuda_attn_tile *)(h + k->L.tiles);
     int32_t bt_at = 0, it = 0, ti = 0;
     for (int32_t s = 0; s < p->n_seqs; s++) {
         const pllm_seq_plan *sp = &p->seqs[s];
@@ -508,29 +553,39 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
         }
         bt_at += nb;
     }
-    for (; it < n_items; it++)
+    for (; it < k->n_items; it++)
         items[it] = (pllm_cuda_attn_item){.tok = it, .n_ctx = 0, .bt = 0}; /* padding */
-    if (fi) {
-        int32_t *ip = (int32_t *)(h + L.fi_indptr), *last = (int32_t *)(h + L.fi_last);
-        for (int32_t i = 0; i < n_items; i++) {
-            if (i < n_real_items) {
-                const int32_t n_ctx = items[i].n_ctx;
-                ip[i] = items[i].bt;
-                last[i] = n_ctx - ((n_ctx + bs - 1) / bs - 1) * bs;
-            } else {
-                ip[i] = bt_at;
-                bt[bt_at++] = 0;
-                last[i] = 1;
-            }
+    if (!k->fi) return;
+    int32_t *ip = (int32_t *)(h + k->L.fi_indptr), *last = (int32_t *)(h + k->L.fi_last);
+    for (int32_t i = 0; i < k->n_items; i++) {
+        if (i < k->n_real) {
+            const int32_t n_ctx = items[i].n_ctx;
+            ip[i] = items[i].bt;
+            last[i] = n_ctx - ((n_ctx + bs - 1) / bs - 1) * bs;
+        } else {
+            ip[i] = bt_at;
+            bt[bt_at++] = 0;
+            last[i] = 1;
         }
-        ip[n_items] = bt_at;
     }
+    ip[k->n_items] = bt_at;
+}
+
+/* The sampled rows and sampling records (padding: greedy samples of padding rows). */
+static void pack_samples(const cuda_ctx *c, const pllm_batch_plan *p, const step_shape *k,
+                         uint8_t *h, cuda_pending *pd)
+{
+    const int32_t V = c->model->cfg.n_vocab;
+    int32_t *rows = (int32_t *)(h + k->L.rows), *ids = (int32_t *)(h + k->L.ids);
+    const int32_t *tokens = (const int32_t *)(h + k->L.tokens); /* resolved when src_on_host */
+    int32_t *fix = (int32_t *)(h + k->L.fix), n_fix = 0;
+    pllm_cuda_sample_params *rec = (pllm_cuda_sample_params *)(h + k->L.params);
     pllm_sampling_params greedy;
     pllm_sampling_defaults(&greedy);
     /* the kernels see the id lists through the block tables' base, which sits at the same place
      * for every plan of a graph's counts (the lists' own start moves with the tables' length) */
-    const int32_t ids_base = (int32_t)((L.ids - L.block_tables) / sizeof(int32_t));
-    for (int32_t s = 0, at = 0; s < S; s++) {
+    const int32_t ids_base = (int32_t)((k->L.ids - k->L.block_tables) / sizeof(int32_t));
+    for (int32_t s = 0, at = 0; s < k->S; s++) {
         if (s < p->n_samples) {
             const pllm_sample_req *r = &p->samples[s];
             const pllm_seq_plan *sp = &p->seqs[r->seq];
@@ -538,127 +593,207 @@ static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *
             pllm_cuda_sample_fill(&rec[s], r->params, &r->ctx, V, ids + at, ids_base + at);
             at += pllm_cuda_sample_n_ids(r->params, &r->ctx);
             pd->req_top[s] = rec[s].n_top;
-        } else { /* padding: a greedy sample of a padding row */
+            const int32_t i = reads_history(r) ? pllm_backend_pending_history(p, s) : -1;
+            if (i >= 0) { /* the last output id is the sequence's token i, once resolved */
+                const int32_t dst = rec[s].output_off + rec[s].n_output - 1;
+                if (k->src_on_host)
+                    ids[dst - ids_base] = tokens[i];
+                else
+                    fix[2 * n_fix] = dst, fix[2 * n_fix + 1] = i, n_fix++;
+            }
+        } else {
             rows[s] = s;
             pllm_cuda_sample_fill(&rec[s], &greedy, NULL, V, ids, 0);
         }
     }
+}
 
-    /* the device side */
-    if (L.bytes > c->d_plan_bytes) {
-        graphs_drop(c);
-        pllm_cuda_free(c->dev, c->d_plan);
-        c->d_plan = NULL;
-        c->d_plan_bytes = 0;
-        const size_t n = align_up(L.bytes + L.bytes / 2, 4096);
-        PLLM_TRY(dalloc(c, &c->d_plan, n, "plan", T));
-        c->d_plan_bytes = n;
+/* Queue the plan's upload (growing the device buffer), FlashInfer's plan, and the device-side
+ * token feed: the sources read the previous step's sampled ids where its sampling left them
+ * (d_res), which the stream orders before this step's forward pass. */
+static pllm_status upload_plan(cuda_ctx *c, const step_shape *k, const uint8_t *h)
+{
+    const pllm_model_config *cfg = &c->model->cfg;
+    PLLM_TRY(pllm_cuda_upload(c->dev, c->d_plan, h, k->L.bytes));
+    if (k->fi) /* the plan reads the host indptr and queues its schedule's copy (slot's buffer) */
+        PLLM_TRY(pllm_cuda_fi_plan(c->fi, c->dev, k->slot, (const int32_t *)(h + k->L.fi_indptr),
+                                   k->n_items, cfg->n_head, cfg->n_head_kv, c->kv.block_size,
+                                   cfg->head_dim, k->B != 0));
+    PLLM_TRY(pllm_cuda_event_record(c->dev, c->ev_uploaded[k->slot]));
+    if (k->n_src > 0 && !k->src_on_host) {
+        uint8_t *dp = c->d_plan;
+        PLLM_TRY(pllm_cuda_resolve_tokens(c->dev, (int32_t *)(dp + k->L.tokens),
+                                          (const int32_t *)(dp + k->L.token_src),
+                                          (const int32_t *)c->d_res, k->T));
+        PLLM_TRY(pllm_cuda_resolve_history(c->dev, (int32_t *)(dp + k->L.block_tables),
+                                           (const int32_t *)(dp + k->L.fix),
+                                           (const int32_t *)(dp + k->L.tokens), k->n_fix));
+        c->src_steps++;
     }
-    if (p->n_tokens == 0) { /* nothing to run: an empty step still pairs with a wait */
-        *pd = (cuda_pending){.busy = true,
-                             .out = out,
-                             .n_samples = 0,
-                             .s_cap = 0,
-                             .req_top = pd->req_top,
-                             .req_top_cap = pd->req_top_cap};
-        PLLM_TRY(pllm_cuda_event_record(c->dev, c->ev_done[slot]));
-        c->next_slot ^= 1;
-        return PLLM_OK;
+    return PLLM_OK;
+}
+
+/* The forward pass and sampling: a decode step replays (capturing first) its batch's graph. */
+static pllm_status run_forward(cuda_ctx *c, const step_shape *k, const step_dev *d)
+{
+    if (!k->B) return enqueue_forward(c, d);
+    cuda_graph *g = NULL;
+    for (int32_t i = 0; i < c->n_graphs && !g; i++)
+        if (c->graphs[i].batch == k->B && c->graphs[i].n_splits == k->n_splits &&
+            c->graphs[i].split_len == k->split_len && c->graphs[i].fi == k->fi)
+            g = &c->graphs[i];
+    if (!g && c->n_graphs < CUDA_MAX_GRAPHS && !c->graphs_failed) {
+        pllm_status st = pllm_cuda_graph_begin(c->dev);
+        if (st == PLLM_OK) {
+            st = enqueue_forward(c, d);
+            pllm_cuda_graph *made = NULL;
+            pllm_status st2 = pllm_cuda_graph_end(c->dev, &made);
+            if (st == PLLM_OK) st = st2;
+            if (st == PLLM_OK) {
+                g = &c->graphs[c->n_graphs++];
+                *g = (cuda_graph){.batch = k->B,
+                                  .n_splits = k->n_splits,
+                                  .split_len = k->split_len,
+                                  .fi = k->fi,
+                                  .g = made};
+            } else {
+                pllm_cuda_graph_free(made);
+            }
+        }
+        if (st != PLLM_OK) {
+            /* a capture the driver refuses leaves nothing queued: run eagerly from now on,
+             * and keep the reason for pllm_cuda_backend_get_info */
+            snprintf(c->graph_error, sizeof c->graph_error, "%s", pllm_errmsg());
+            c->graphs_failed = true;
+            pllm_error_clear();
+        }
     }
-    PLLM_TRY(pllm_cuda_upload(c->dev, c->d_plan, h, L.bytes));
-    if (fi) /* the plan reads the host indptr and queues its schedule's copy (slot's buffer) */
-        PLLM_TRY(pllm_cuda_fi_plan(c->fi, c->dev, slot, (const int32_t *)(h + L.fi_indptr), n_items,
-                                   cfg->n_head, cfg->n_head_kv, bs, cfg->head_dim, B != 0));
-    PLLM_TRY(pllm_cuda_event_record(c->dev, c->ev_uploaded[slot]));
+    if (!g) return enqueue_forward(c, d);
+    PLLM_TRY(pllm_cuda_graph_launch(c->dev, g->g));
+    c->graph_steps++;
+    return PLLM_OK;
+}
+
+/* The device's view of the packed plan at d_plan. */
+static step_dev device_view(const cuda_ctx *c, const step_shape *k)
+{
     const uint8_t *dp = c->d_plan;
     uint8_t *dr = c->d_res;
-    step_dev d = {.tokens = (const int32_t *)(dp + L.tokens),
-                  .positions = (const int32_t *)(dp + L.positions),
-                  .slots = (const int32_t *)(dp + L.slots),
-                  .rows = (const int32_t *)(dp + L.rows),
-                  .block_tables = (const int32_t *)(dp + L.block_tables),
-                  .ids = (const int32_t *)(dp + L.block_tables), /* see ids_base */
-                  .items = (const pllm_cuda_attn_item *)(dp + L.items),
-                  .tiles = (const pllm_cuda_attn_tile *)(dp + L.tiles),
-                  .params = (const pllm_cuda_sample_params *)(dp + L.params),
-                  .fi_indptr = fi ? (const int32_t *)(dp + L.fi_indptr) : NULL,
-                  .fi_last = fi ? (const int32_t *)(dp + L.fi_last) : NULL,
-                  .n_tokens = T,
-                  .n_samples = S,
-                  .n_items = n_items,
-                  .n_tiles = n_tiles,
-                  .n_splits = n_splits,
-                  .split_len = split_len,
-                  .res_tok = (int32_t *)dr,
-                  .res_lp = (float *)(dr + 4 * (size_t)S),
-                  .res_top = (pllm_cuda_sample_top *)(dr + res_top_offset(S))};
-    if (B) {
-        cuda_graph *g = NULL;
-        for (int32_t i = 0; i < c->n_graphs && !g; i++)
-            if (c->graphs[i].batch == B && c->graphs[i].n_splits == n_splits &&
-                c->graphs[i].split_len == split_len && c->graphs[i].fi == fi)
-                g = &c->graphs[i];
-        if (!g && c->n_graphs < CUDA_MAX_GRAPHS && !c->graphs_failed) {
-            pllm_status st = pllm_cuda_graph_begin(c->dev);
-            if (st == PLLM_OK) {
-                st = enqueue_forward(c, &d);
-                pllm_cuda_graph *made = NULL;
-                pllm_status st2 = pllm_cuda_graph_end(c->dev, &made);
-                if (st == PLLM_OK) st = st2;
-                if (st == PLLM_OK) {
-                    g = &c->graphs[c->n_graphs++];
-                    *g = (cuda_graph){.batch = B,
-                                      .n_splits = n_splits,
-                                      .split_len = split_len,
-                                      .fi = fi,
-                                      .g = made};
-                } else {
-                    pllm_cuda_graph_free(made);
-                }
-            }
-            if (st != PLLM_OK) {
-                /* a capture the driver refuses leaves nothing queued: run eagerly from now on,
-                 * and keep the reason for pllm_cuda_backend_get_info */
-                snprintf(c->graph_error, sizeof c->graph_error, "%s", pllm_errmsg());
-                c->graphs_failed = true;
-                pllm_error_clear();
-            }
-        }
-        if (g) {
-            PLLM_TRY(pllm_cuda_graph_launch(c->dev, g->g));
-            c->graph_steps++;
-        } else {
-            PLLM_TRY(enqueue_forward(c, &d));
-        }
-    } else {
-        PLLM_TRY(enqueue_forward(c, &d));
-    }
+    const cuda_plan_layout *L = &k->L;
+    return (step_dev){.tokens = (const int32_t *)(dp + L->tokens),
+                      .positions = (const int32_t *)(dp + L->positions),
+                      .slots = (const int32_t *)(dp + L->slots),
+                      .rows = (const int32_t *)(dp + L->rows),
+                      .block_tables = (const int32_t *)(dp + L->block_tables),
+                      .ids = (const int32_t *)(dp + L->block_tables), /* see pack_samples */
+                      .items = (const pllm_cuda_attn_item *)(dp + L->items),
+                      .tiles = (const pllm_cuda_attn_tile *)(dp + L->tiles),
+                      .params = (const pllm_cuda_sample_params *)(dp + L->params),
+                      .fi_indptr = k->fi ? (const int32_t *)(dp + L->fi_indptr) : NULL,
+                      .fi_last = k->fi ? (const int32_t *)(dp + L->fi_last) : NULL,
+                      .n_tokens = k->T,
+                      .n_samples = k->S,
+                      .n_items = k->n_items,
+                      .n_tiles = k->n_tiles,
+                      .n_splits = k->n_splits,
+                      .split_len = k->split_len,
+                      .res_tok = (int32_t *)dr,
+                      .res_lp = (float *)(dr + 4 * (size_t)k->S),
+                      .res_top = (pllm_cuda_sample_top *)(dr + res_top_offset(k->S))};
+}
 
-    /* results: one download of what the caller asked for */
+/* One download of what the caller asked for, then the step's done event. */
+static pllm_status queue_results(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *out,
+                                 const step_shape *k, cuda_pending *pd)
+{
     bool want_top = false;
     if (out->top_ids && out->top_n > 0)
         for (int32_t s = 0; s < p->n_samples && !want_top; s++) want_top = pd->req_top[s] > 0;
+    const int32_t S = k->S;
     size_t bytes = want_top
                        ? res_top_offset(S) + sizeof(pllm_cuda_sample_top) * (size_t)p->n_samples
                    : out->logprobs ? 4 * (size_t)S + 4 * (size_t)p->n_samples
                                    : 4 * (size_t)p->n_samples;
     if (p->n_samples > 0) {
-        PLLM_TRY(grow_host(c, &c->h_res[slot], &c->h_res_bytes[slot], res_bytes(S)));
-        PLLM_TRY(pllm_cuda_download(c->dev, c->h_res[slot], c->d_res, bytes));
+        PLLM_TRY(grow_host(c, &c->h_res[k->slot], &c->h_res_bytes[k->slot], res_bytes(S)));
+        PLLM_TRY(pllm_cuda_download(c->dev, c->h_res[k->slot], c->d_res, bytes));
         if (out->logits)
             PLLM_TRY(pllm_cuda_download(c->dev, out->logits, c->logits,
-                                        sizeof(float) * (size_t)V * (size_t)p->n_samples));
+                                        sizeof(float) * (size_t)c->model->cfg.n_vocab *
+                                            (size_t)p->n_samples));
     }
-    PLLM_TRY(pllm_cuda_event_record(c->dev, c->ev_done[slot]));
-    pd->busy = true;
-    pd->out = out;
-    pd->n_samples = p->n_samples;
-    pd->s_cap = S;
+    PLLM_TRY(pllm_cuda_event_record(c->dev, c->ev_done[k->slot]));
     pd->res_bytes = bytes;
-    c->steps++;
-    c->split_steps += n_splits > 1;
-    c->fi_steps += fi;
+    return PLLM_OK;
+}
+
+/* This slot's per-sample host array (the n_top each sample asked for). */
+static pllm_status grow_req_top(cuda_pending *pd, int32_t S)
+{
+    if (pd->req_top_cap >= S) return PLLM_OK;
+    free(pd->req_top);
+    pd->req_top_cap = 0;
+    if (!(pd->req_top = pllm_malloc(sizeof(int32_t) * (size_t)PLLM_MAX(S, 1))))
+        return PLLM_ERR_NOMEM;
+    pd->req_top_cap = S;
+    return PLLM_OK;
+}
+
+/* Grow the device plan buffer to bytes (dropping the graphs that read the old one). */
+static pllm_status grow_device_plan(cuda_ctx *c, size_t bytes, int32_t T)
+{
+    if (bytes <= c->d_plan_bytes) return PLLM_OK;
+    graphs_drop(c);
+    pllm_cuda_free(c->dev, c->d_plan);
+    c->d_plan = NULL;
+    c->d_plan_bytes = 0;
+    const size_t n = align_up(bytes + bytes / 2, 4096);
+    PLLM_TRY(dalloc(c, &c->d_plan, n, "plan", T));
+    c->d_plan_bytes = n;
+    return PLLM_OK;
+}
+
+/* Queue one step: validate, shape, pack into this slot's pinned buffer (its previous upload
+ * must be done), upload, resolve token sources on the device, forward, sample, download. */
+static pllm_status submit(cuda_ctx *c, const pllm_batch_plan *p, pllm_step_out *out)
+{
+    cuda_pending *pd = &c->pend[c->next_slot];
+    if (pd->busy)
+        return pllm_errorf(
+            PLLM_ERR_INVALID,
+            "cuda backend: 2 steps are in flight; wait for one before submitting another");
+    PLLM_TRY(pllm_backend_check_plan("cuda", c->kv_ready ? &c->kv : NULL, c->model->cfg.n_vocab,
+                                     c->slot_bits, NULL, p, out));
+    step_shape k;
+    PLLM_TRY(shape_step(c, p, &k));
+    PLLM_TRY(grow_req_top(pd, k.S));
+    if (c->h_plan_bytes[k.slot]) PLLM_TRY(pllm_cuda_event_sync(c->ev_uploaded[k.slot]));
+    PLLM_TRY(grow_host(c, &c->h_plan[k.slot], &c->h_plan_bytes[k.slot], k.L.bytes));
+    uint8_t *h = c->h_plan[k.slot];
+    PLLM_TRY(pack_tokens(c, p, &k, h)); /* before reserve(): it may move the previous results */
+    if (p->n_tokens > 0) PLLM_TRY(reserve(c, k.T, k.S));
+    pack_attention(c, p, &k, h);
+    pack_samples(c, p, &k, h, pd);
+    PLLM_TRY(grow_device_plan(c, k.L.bytes, k.T));
+    PLLM_TRY(pllm_cuda_event_record(c->dev, c->ev_start[k.slot]));
+    *pd = (cuda_pending){.busy = true,
+                         .out = out,
+                         .n_samples = p->n_samples,
+                         .s_cap = k.S,
+                         .req_top = pd->req_top,
+                         .req_top_cap = pd->req_top_cap};
     c->next_slot ^= 1;
+    c->prev_samples = p->n_tokens > 0 ? p->n_samples : 0;
+    if (p->n_tokens == 0) /* nothing to run: an empty step still pairs with a wait */
+        return pllm_cuda_event_record(c->dev, c->ev_done[k.slot]);
+    pd->timed = true;
+    const step_dev d = device_view(c, &k);
+    PLLM_TRY(upload_plan(c, &k, h));
+    PLLM_TRY(run_forward(c, &k, &d));
+    PLLM_TRY(queue_results(c, p, out, &k, pd));
+    c->steps++;
+    c->split_steps += k.n_splits > 1;
+    c->fi_steps += k.fi;
     return PLLM_OK;
 }
 
@@ -671,6 +806,13 @@ static pllm_status wait_oldest(cuda_ctx *c)
     pd->busy = false;
     c->oldest ^= 1;
     PLLM_TRY(pllm_cuda_event_sync(c->ev_done[slot]));
+    if (pd->timed) {
+        float ms = 0.0f;
+        if (pllm_cuda_event_elapsed(c->ev_start[slot], c->ev_done[slot], &ms) == PLLM_OK)
+            c->device_seconds += (double)ms * 1e-3;
+        else
+            pllm_error_clear();
+    }
     pllm_step_out *out = pd->out;
     const uint8_t *h = c->h_res[slot];
     const int32_t S = pd->s_cap;
@@ -817,6 +959,22 @@ static pllm_status cuda_step(void *vctx, const pllm_batch_plan *plan, pllm_step_
     return wait_oldest(c);
 }
 
+static pllm_status cuda_submit(void *vctx, const pllm_batch_plan *plan, pllm_step_out *out)
+{
+    return submit(vctx, plan, out);
+}
+
+static pllm_status cuda_wait(void *vctx)
+{
+    return wait_oldest(vctx);
+}
+
+static bool cuda_device_seconds(void *vctx, double *seconds)
+{
+    *seconds = ((const cuda_ctx *)vctx)->device_seconds;
+    return true;
+}
+
 static pllm_status cuda_copy_blocks(void *vctx, const int32_t *src, const int32_t *dst, int32_t n)
 {
     cuda_ctx *c = vctx;
@@ -881,6 +1039,7 @@ static void cuda_destroy(void *vctx)
             pllm_cuda_host_free(c->dev, c->h_res[i]);
             pllm_cuda_event_free(c->ev_uploaded[i]);
             pllm_cuda_event_free(c->ev_done[i]);
+            pllm_cuda_event_free(c->ev_start[i]);
             free(c->pend[i].req_top);
         }
         pllm_cuda_weights_free(c);
@@ -891,10 +1050,14 @@ static void cuda_destroy(void *vctx)
 
 static const pllm_backend_iface g_cuda_iface = {
     .name = "cuda",
+    .async = true,
     .kv_layout = cuda_kv_layout,
     .kv_available = cuda_kv_available,
     .kv_init = cuda_kv_init,
     .step = cuda_step,
+    .submit = cuda_submit,
+    .wait = cuda_wait,
+    .device_seconds = cuda_device_seconds,
     .copy_blocks = cuda_copy_blocks,
     .kv_read_block = cuda_kv_read_block,
     .kv_write_block = cuda_kv_write_block,
@@ -1039,7 +1202,8 @@ pllm_status pllm_cuda_backend_create(pllm_backend *out, const pllm_model *model,
     c->wsz = pllm_dtype_block_bytes(c->wdt);
     for (int i = 0; i < 2; i++)
         if ((st = pllm_cuda_event_create(c->dev, &c->ev_uploaded[i])) ||
-            (st = pllm_cuda_event_create(c->dev, &c->ev_done[i])))
+            (st = pllm_cuda_event_create(c->dev, &c->ev_done[i])) ||
+            (st = pllm_cuda_event_create(c->dev, &c->ev_start[i])))
             goto fail;
     if (params.attention == PLLM_CUDA_ATTN_FLASHINFER) {
         char why[256];
@@ -1087,15 +1251,7 @@ void pllm_cuda_backend_get_info(const pllm_backend *b, pllm_cuda_backend_info *o
     snprintf(out->attention, sizeof out->attention, "%s", c->fi ? pllm_cuda_fi_build() : "own");
     out->fi_steps = c->fi_steps;
     out->graphs = c->n_graphs;
-}
-
-pllm_status pllm_cuda_backend_submit(pllm_backend *b, const pllm_batch_plan *plan,
-                                     pllm_step_out *out)
-{
-    return submit(b->ctx, plan, out);
-}
-
-pllm_status pllm_cuda_backend_wait(pllm_backend *b)
-{
-    return wait_oldest(b->ctx);
+    out->src_steps = c->src_steps;
+    out->src_host_steps = c->src_host_steps;
+    out->device_seconds = c->device_seconds;
 }

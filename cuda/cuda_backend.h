@@ -18,8 +18,8 @@
  *   - decode steps (every sequence one new token, every sequence sampled) of up to
  *     max_graph_batch sequences run as CUDA graphs, captured lazily per padded batch size and
  *     attention split (padding tokens store nothing and are not returned).
- *   - pllm_cuda_backend_submit/wait split a step so the host can prepare the next plan while
- *     the device runs this one (at most 2 steps in flight); the vtable's step is submit + wait.
+ *   - the vtable's submit/wait split a step so the host can prepare the next plan while the
+ *     device runs this one (at most 2 steps in flight); its step is submit + wait.
  *
  * The vtable:
  *   kv_layout     F16 (default) or F32 K/V, the model's n_layer / n_head_kv / head_dim.
@@ -122,21 +122,13 @@ typedef struct pllm_cuda_backend_info {
     char attention[96];         /* the decode attention path: "own", or the FlashInfer build
                                    ("flashinfer 0.7.2.post1", the emulated contract reference) */
     int64_t fi_steps;           /* steps whose decode attention FlashInfer ran */
+    int64_t src_steps;          /* steps whose token_src (backend.h) was resolved on the device */
+    int64_t src_host_steps;     /* ... on the host: the results buffer grew, the step waited */
+    double device_seconds;      /* CUDA-event time of the completed steps (device busy) */
 } pllm_cuda_backend_info;
 
 /* Describe a backend made by pllm_cuda_backend_create. */
 void pllm_cuda_backend_get_info(const pllm_backend *b, pllm_cuda_backend_info *out);
-
-/*
- * The two halves of a step. submit validates the plan, packs it, and queues the step's copies,
- * kernels and GEMMs without waiting for them; the plan is no longer needed when it returns, but
- * out must stay valid until the matching wait. wait blocks until the oldest submitted step is
- * done and fills its out. At most 2 steps may be in flight (a third submit is refused). A plan
- * may not depend on the tokens of a step that was not waited for.
- */
-pllm_status pllm_cuda_backend_submit(pllm_backend *b, const pllm_batch_plan *plan,
-                                     pllm_step_out *out);
-pllm_status pllm_cuda_backend_wait(pllm_backend *b);
 
 #ifdef __cplusplus
 }

@@ -31,8 +31,8 @@ typedef struct cuda_layer {
  * plan of the same counts. */
 typedef struct cuda_plan_layout {
     int32_t n_tokens, n_samples, n_items, n_tiles; /* as packed (graphs: padded) */
-    size_t tokens, positions, slots, rows, items, tiles, params, fi_indptr, fi_last, block_tables,
-        ids;
+    size_t tokens, positions, slots, token_src, rows, items, tiles, params, fi_indptr, fi_last,
+        block_tables, ids, fix;
     size_t bytes; /* total, with the block tables and ids that follow */
 } cuda_plan_layout;
 
@@ -51,6 +51,7 @@ typedef struct cuda_pending {
     int32_t *req_top;         /* [n_samples] n_top of each sample (host copy) */
     int32_t req_top_cap;
     size_t res_bytes; /* bytes downloaded */
+    bool timed;       /* ev_start .. ev_done bracket its device work */
 } cuda_pending;
 
 typedef struct cuda_ctx {
@@ -105,10 +106,14 @@ typedef struct cuda_ctx {
     /* pinned host buffers and events, one pair per step in flight */
     void *h_plan[2], *h_res[2];
     size_t h_plan_bytes[2], h_res_bytes[2];
-    pllm_cuda_event *ev_uploaded[2], *ev_done[2];
+    pllm_cuda_event *ev_uploaded[2], *ev_done[2], *ev_start[2];
     cuda_pending pend[2];
     int32_t next_slot; /* slot of the next submit */
     int32_t oldest;    /* slot of the oldest pending step */
+    int32_t prev_samples;   /* samples of the last submitted step: token_src reads them (d_res) */
+    int64_t src_steps;      /* steps whose token sources were resolved on the device */
+    int64_t src_host_steps; /* ... on the host (the results buffer grew: waited for them) */
+    double device_seconds;  /* ev_start .. ev_done of the completed steps */
 
     /* host scratch of the packing */
     pllm_cuda_attn_item *items;

@@ -43,7 +43,61 @@ pllm_status launch(pllm_cuda_dev *dev, float *out, const T *table, const int32_t
     return PLLM_CUDA_LAUNCHED("embedding_kernel");
 }
 
+/*
+ * resolve_tokens_kernel: tokens[i] = src[i] >= 0 ? prev[src[i]] : tokens[i], for i < n
+ *   tokens [n] int32 (in place: a packed plan's ids), src [n] int32 (-1: keep), prev [*] int32:
+ *   the previous step's sampled ids (its results buffer); src was range-checked on the host.
+ * Launch: ceil(n / 256) blocks of 256 threads, one token each. Shared memory: none.
+ * Per token: 8-12 bytes. A handful of microseconds at any batch: one launch.
+ */
+__global__ void __launch_bounds__(256)
+    resolve_tokens_kernel(int32_t *__restrict__ tokens, const int32_t *__restrict__ src,
+                          const int32_t *__restrict__ prev, int n)
+{
+    const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= n) return;
+    const int32_t r = src[i];
+    if (r >= 0) tokens[i] = prev[r];
+}
+
+/*
+ * resolve_history_kernel: base[pairs[2i]] = tokens[pairs[2i + 1]], for i < n: a sample's pending
+ * last history entry (in the packed id lists, addressed from base) gets its sequence's resolved
+ * token. Launch: ceil(n / 256) blocks of 256 threads. Shared memory: none.
+ */
+__global__ void __launch_bounds__(256)
+    resolve_history_kernel(int32_t *__restrict__ base, const int32_t *__restrict__ pairs,
+                           const int32_t *__restrict__ tokens, int n)
+{
+    const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= n) return;
+    base[pairs[2 * i]] = tokens[pairs[2 * i + 1]];
+}
+
 } /* namespace */
+
+extern "C" pllm_status pllm_cuda_resolve_history(pllm_cuda_dev *dev, int32_t *base,
+                                                 const int32_t *pairs, const int32_t *tokens,
+                                                 int32_t n)
+{
+    if (n < 0) return pllm_errorf(PLLM_ERR_INVALID, "resolve_history: n = %d", n);
+    if (n == 0) return PLLM_OK;
+    PLLM_LAUNCH(resolve_history_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0,
+                pllm_cuda_dev_stream(dev))
+    (base, pairs, tokens, (int)n);
+    return PLLM_CUDA_LAUNCHED("resolve_history_kernel");
+}
+
+extern "C" pllm_status pllm_cuda_resolve_tokens(pllm_cuda_dev *dev, int32_t *tokens,
+                                                const int32_t *src, const int32_t *prev, int32_t n)
+{
+    if (n < 0) return pllm_errorf(PLLM_ERR_INVALID, "resolve_tokens: n = %d", n);
+    if (n == 0) return PLLM_OK;
+    PLLM_LAUNCH(resolve_tokens_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0,
+                pllm_cuda_dev_stream(dev))
+    (tokens, src, prev, (int)n);
+    return PLLM_CUDA_LAUNCHED("resolve_tokens_kernel");
+}
 
 extern "C" pllm_status pllm_cuda_embedding(pllm_cuda_dev *dev, float *out, const void *table,
                                            pllm_dtype table_dtype, const int32_t *tokens,

@@ -67,6 +67,20 @@ pllm_status pllm_cuda_embedding_scaled(pllm_cuda_dev *dev, float *out, const voi
                                        int32_t n_tokens, int32_t dim, int32_t n_vocab, float scale);
 
 /*
+ * The device-side token feed of an overlapped step (cuda/embedding.cu, backend.h's token_src):
+ * tokens[i] = prev[src[i]] where src[i] >= 0, for i < n; tokens, src [n] int32 device memory;
+ * prev: the previous step's sampled ids on the device (src[i] < their count: checked by the
+ * caller). Queued before the step's forward pass, after the previous step's sampling.
+ */
+pllm_status pllm_cuda_resolve_tokens(pllm_cuda_dev *dev, int32_t *tokens, const int32_t *src,
+                                     const int32_t *prev, int32_t n);
+/* The same for penalty histories: base[pairs[2i]] = tokens[pairs[2i + 1]] for i < n (the pending
+ * last entry of a sample's packed output ids, addressed from the id lists' base, gets its
+ * sequence's resolved token); device memory; queued after pllm_cuda_resolve_tokens. */
+pllm_status pllm_cuda_resolve_history(pllm_cuda_dev *dev, int32_t *base, const int32_t *pairs,
+                                      const int32_t *tokens, int32_t n);
+
+/*
  * Gemma 3's post-norms (cuda/rmsnorm.cu): residual[r] += RMSNorm(x[r]) * weight for r < n_rows,
  * the norm as head_rmsnorm computes it. residual, x: [n_rows][dim] F32 (x read only, not
  * aliasing residual); weight [dim] F32.

@@ -42,6 +42,19 @@
 #define PLLM_MAX_N          1024
 #define PLLM_MAX_LOGPROBS   20
 
+/* One step from scheduling to completion: the plan's entries and the backend's results. */
+typedef struct eng_step {
+    pllm_sched_out o;
+    int32_t *entry_sample;   /* [max_seqs]: first sample of each sampled plan entry */
+    int32_t *out_tokens;     /* [cap_samples] */
+    float *out_logprobs;     /* [cap_samples] */
+    int32_t *out_top_ids;    /* [cap_samples][PLLM_MAX_LOGPROBS] */
+    float *out_top_logprobs; /* [cap_samples][PLLM_MAX_LOGPROBS] */
+    pllm_step_out so;
+    int32_t n_tokens, n_samples, n_drafts;
+    double t0; /* submitted */
+} eng_step;
+
 struct pllm_engine {
     pllm_engine_params p;
     const pllm_model *model;
@@ -58,7 +71,6 @@ struct pllm_engine {
     pllm_prefix_tier *tier; /* the persistent prefix cache; NULL: none */
     pllm_plan *plan;
     pllm_sched *sched;
-    pllm_sched_out plan_out;
     uint64_t next_id, next_arrival;
     pllm_status broken; /* a failed backend step leaves the engine unusable */
 
@@ -72,13 +84,14 @@ struct pllm_engine {
     int32_t cap_samples;      /* max_seqs + (speculating ? max_batched_tokens : 0) */
     pllm_sample_req *samples; /* [cap_samples] */
     int32_t *sample_entry;    /* [cap_samples]: plan entry of each sample */
-    int32_t *entry_sample;    /* [max_seqs]: first sample of each sampled plan entry */
-    int32_t *out_tokens;      /* [cap_samples] */
-    float *out_logprobs;      /* [cap_samples] */
-    int32_t *out_top_ids;     /* [cap_samples][PLLM_MAX_LOGPROBS] */
-    float *out_top_logprobs;  /* [cap_samples][PLLM_MAX_LOGPROBS] */
-    pllm_req **done;          /* [max_seqs]: requests finished in this step, in sample order */
-    char **done_why;          /* [max_seqs]: done[i]'s own failure (NULL: it finished well) */
+    int32_t *token_src;       /* [max_batched_tokens]: backend.h's token_src of the plan */
+    eng_step st[2];           /* a step being built and the one in flight (overlap) */
+    int32_t cur;              /* st[cur]: the step scheduled last (pllm_engine_last_plan) */
+    int32_t fly;              /* st[fly] is in flight (submitted, not yet waited); -1: none */
+    bool overlap;             /* params.overlap resolved against the backend */
+    double t_first_submit, t_last_wait;
+    pllm_req **done; /* [max_seqs]: requests finished in this step, in sample order */
+    char **done_why; /* [max_seqs]: done[i]'s own failure (NULL: it finished well) */
     int32_t n_done_why;
 
     /* speculation (NULL when off) */
@@ -142,6 +155,31 @@ pllm_status pllm_request_params_validate(const pllm_request_params *p)
         if (!p->stop[i] || !p->stop[i][0])
             return pllm_errorf(PLLM_ERR_INVALID, "stop[%d] must be a non-empty string", i);
     return PLLM_OK;
+}
+
+const char *pllm_overlap_mode_str(pllm_overlap_mode m)
+{
+    switch (m) {
+    case PLLM_OVERLAP_AUTO:
+        return "auto";
+    case PLLM_OVERLAP_ON:
+        return "on";
+    case PLLM_OVERLAP_OFF:
+        return "off";
+    }
+    return "unknown";
+}
+
+pllm_status pllm_overlap_mode_parse(const char *s, pllm_overlap_mode *out)
+{
+    static const pllm_overlap_mode modes[] = {PLLM_OVERLAP_AUTO, PLLM_OVERLAP_ON, PLLM_OVERLAP_OFF};
+    for (size_t i = 0; s && i < PLLM_ARRAY_LEN(modes); i++)
+        if (!strcmp(s, pllm_overlap_mode_str(modes[i]))) {
+            *out = modes[i];
+            return PLLM_OK;
+        }
+    return pllm_errorf(PLLM_ERR_INVALID, "overlap must be auto, on or off, got '%s'",
+                       s ? s : "(null)");
 }
 
 const char *pllm_evict_policy_str(pllm_evict_policy p)
@@ -273,6 +311,9 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
         return pllm_errorf(PLLM_ERR_INVALID, "eviction must be PLLM_EVICT_LRU or _FUTURE, got %d",
                            (int)p.eviction);
     if (p.spec_max_draft == 0) p.spec_max_draft = 10;
+    if (p.overlap != PLLM_OVERLAP_AUTO && p.overlap != PLLM_OVERLAP_ON &&
+        p.overlap != PLLM_OVERLAP_OFF)
+        return pllm_errorf(PLLM_ERR_INVALID, "overlap: unknown mode %d", (int)p.overlap);
     if (p.speculate != PLLM_SPEC_OFF && p.speculate != PLLM_SPEC_AUTO &&
         p.speculate != PLLM_SPEC_PROMPT_LOOKUP)
         return pllm_errorf(PLLM_ERR_INVALID, "speculate: unknown mode %d", (int)p.speculate);
@@ -289,6 +330,7 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     pllm_engine *e = pllm_calloc(1, sizeof *e);
     if (!e) return PLLM_ERR_NOMEM;
     e->p = p;
+    e->fly = -1;
     e->model = model;
     e->backend = backend;
     e->tok = tok;
@@ -376,17 +418,27 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     e->seqs = pllm_malloc(ns * sizeof *e->seqs);
     e->samples = pllm_malloc(nsm * sizeof *e->samples);
     e->sample_entry = pllm_malloc(nsm * sizeof *e->sample_entry);
-    e->entry_sample = pllm_malloc(ns * sizeof *e->entry_sample);
+    e->token_src = pllm_malloc(nt * sizeof *e->token_src);
+    bool steps_ok = true;
+    for (int k = 0; k < 2; k++) {
+        eng_step *s = &e->st[k];
+        s->entry_sample = pllm_malloc(ns * sizeof *s->entry_sample);
+        s->out_tokens = pllm_malloc(nsm * sizeof *s->out_tokens);
+        s->out_logprobs = pllm_malloc(nsm * sizeof *s->out_logprobs);
+        s->out_top_ids = pllm_malloc(nsm * PLLM_MAX_LOGPROBS * sizeof *s->out_top_ids);
+        s->out_top_logprobs = pllm_malloc(nsm * PLLM_MAX_LOGPROBS * sizeof *s->out_top_logprobs);
+        steps_ok &= s->entry_sample && s->out_tokens && s->out_logprobs && s->out_top_ids &&
+                    s->out_top_logprobs;
+    }
+    e->overlap =
+        backend->iface->submit && backend->iface->wait &&
+        (p.overlap == PLLM_OVERLAP_ON || (p.overlap == PLLM_OVERLAP_AUTO && backend->iface->async));
+    e->stats.overlap = e->overlap;
     e->done = pllm_malloc(ns * sizeof *e->done);
     e->done_why = pllm_calloc(ns, sizeof *e->done_why);
     e->n_done_why = (int32_t)ns;
-    e->out_tokens = pllm_malloc(nsm * sizeof *e->out_tokens);
-    e->out_logprobs = pllm_malloc(nsm * sizeof *e->out_logprobs);
-    e->out_top_ids = pllm_malloc(nsm * PLLM_MAX_LOGPROBS * sizeof *e->out_top_ids);
-    e->out_top_logprobs = pllm_malloc(nsm * PLLM_MAX_LOGPROBS * sizeof *e->out_top_logprobs);
     if (!e->tokens || !e->positions || !e->slots || !e->seqs || !e->samples || !e->sample_entry ||
-        !e->entry_sample || !e->done || !e->done_why || !e->out_tokens || !e->out_logprobs ||
-        !e->out_top_ids || !e->out_top_logprobs) {
+        !e->token_src || !steps_ok || !e->done || !e->done_why) {
         st = PLLM_ERR_NOMEM;
         goto fail;
     }
@@ -402,6 +454,9 @@ fail:
 void pllm_engine_free(pllm_engine *e)
 {
     if (!e) return;
+    if (e->fly >= 0 && e->backend->iface->wait(e->backend->ctx) != PLLM_OK)
+        pllm_error_clear(); /* its results are dropped with everything else */
+    e->fly = -1;
     if (e->sched) {
         pllm_req *r;
         while ((r = pllm_sched_waiting_head(e->sched))) {
@@ -421,7 +476,16 @@ void pllm_engine_free(pllm_engine *e)
     pllm_plan_free(e->plan);
     pllm_kv_manager_free(e->kv);
     pllm_prefix_tier_free(e->tier);
-    pllm_sched_out_free(&e->plan_out);
+    for (int k = 0; k < 2; k++) {
+        eng_step *s = &e->st[k];
+        pllm_sched_out_free(&s->o);
+        free(s->entry_sample);
+        free(s->out_tokens);
+        free(s->out_logprobs);
+        free(s->out_top_ids);
+        free(s->out_top_logprobs);
+    }
+    free(e->token_src);
     free(e->tokens);
     free(e->positions);
     free(e->slots);
@@ -429,17 +493,12 @@ void pllm_engine_free(pllm_engine *e)
     free(e->tables);
     free(e->samples);
     free(e->sample_entry);
-    free(e->entry_sample);
     free(e->done);
     for (int32_t i = 0; e->done_why && i < e->n_done_why; i++) free(e->done_why[i]);
     free(e->done_why);
     free(e->cands);
     free(e->cand_req);
     pllm_spec_free(e->spec);
-    free(e->out_tokens);
-    free(e->out_logprobs);
-    free(e->out_top_ids);
-    free(e->out_top_logprobs);
     free(e->eos_ids);
     free(e);
 }
@@ -527,12 +586,18 @@ pllm_status pllm_engine_add(pllm_engine *e, const int32_t *prompt, int32_t n_pro
 
 bool pllm_engine_has_work(const pllm_engine *e)
 {
-    return pllm_sched_n_waiting(e->sched) + pllm_sched_n_running(e->sched) > 0;
+    return e->fly >= 0 || pllm_sched_n_waiting(e->sched) + pllm_sched_n_running(e->sched) > 0;
 }
 
 void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out)
 {
     *out = e->stats;
+    out->step_wall_seconds =
+        e->t_last_wait > e->t_first_submit ? e->t_last_wait - e->t_first_submit : 0.0;
+    out->device_seconds = -1.0;
+    const pllm_backend_iface *b = e->backend->iface;
+    if (b->device_seconds && !b->device_seconds(e->backend->ctx, &out->device_seconds))
+        out->device_seconds = -1.0;
     out->blocks_used = e->stats.n_blocks - pllm_block_pool_n_free(pllm_kv_pool_c(e->kv));
     if (e->spec && e->p.speculate == PLLM_SPEC_AUTO) { /* the policy's (timing) figures */
         pllm_spec_stats ss;
@@ -594,12 +659,23 @@ void pllm_engine_get_plan_stats(const pllm_engine *e, pllm_engine_plan_stats *ou
 
 /* ---- one step ---- */
 
-static pllm_status build_plan(pllm_engine *e, pllm_batch_plan *plan, int32_t *top_n)
+/* Whether sampling with p reads the token history (penalties): the backend resolves a pending
+ * last entry (backend.h: PLLM_TOKEN_PENDING), or, where it cannot, the step waits. */
+static bool reads_history(const pllm_sampling_params *p)
 {
-    const pllm_sched_out *o = &e->plan_out;
-    int32_t bs = e->p.block_size, nt = 0, ntab = 0, ns = 0;
+    return p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
+           p->presence_penalty != 0.0f;
+}
+
+/* The flat plan of step s's entries (entries whose request finished meanwhile are left out). A
+ * request's placeholder (r->pending) becomes a token_src naming the in-flight step's row. */
+static pllm_status build_plan(pllm_engine *e, eng_step *s, pllm_batch_plan *plan, int32_t *top_n)
+{
+    const pllm_sched_out *o = &s->o;
+    int32_t bs = e->p.block_size, nt = 0, ntab = 0, ns = 0, nq = 0, n_src = 0;
     int32_t need = 0;
-    for (int32_t i = 0; i < o->n_entries; i++) need += o->entries[i].req->table.n;
+    for (int32_t i = 0; i < o->n_entries; i++)
+        if (o->entries[i].req) need += o->entries[i].req->table.n;
     if (need > e->tables_cap) {
         int32_t cap = PLLM_MAX(need, 2 * e->tables_cap);
         int32_t *t = pllm_realloc(e->tables, (size_t)cap * sizeof *t);
@@ -611,9 +687,10 @@ static pllm_status build_plan(pllm_engine *e, pllm_batch_plan *plan, int32_t *to
     for (int32_t i = 0; i < o->n_entries; i++) {
         const pllm_sched_entry *en = &o->entries[i];
         pllm_req *r = en->req;
+        if (!r) continue;
         int32_t n_ctx = en->n_computed + en->n_new;
         PLLM_ASSERT(r->table.n * bs >= n_ctx);
-        e->seqs[i] = (pllm_seq_plan){
+        e->seqs[nq] = (pllm_seq_plan){
             .token_start = nt,
             .n_new = en->n_new,
             .n_ctx = n_ctx,
@@ -623,47 +700,57 @@ static pllm_status build_plan(pllm_engine *e, pllm_batch_plan *plan, int32_t *to
         memcpy(e->tables + ntab, r->table.ids, (size_t)r->table.n * sizeof *e->tables);
         ntab += r->table.n;
         for (int32_t pos = en->n_computed; pos < n_ctx; pos++, nt++) {
-            e->tokens[nt] = r->tokens.ids[pos];
+            bool pend = r->pending && pos == (int32_t)r->tokens.n - 1;
+            e->tokens[nt] = pend ? 0 : r->tokens.ids[pos];
+            e->token_src[nt] = pend ? r->pending_row : -1;
+            n_src += pend;
             e->positions[nt] = pos;
             e->slots[nt] = r->table.ids[pos / bs] * bs + pos % bs;
         }
         if (en->n_computed < r->n_prompt)
             e->stats.prompt_tokens_computed += PLLM_MIN(n_ctx, r->n_prompt) - en->n_computed;
-        if (!en->sample) continue;
-        /* row j (0 .. n_draft) samples the token after the history and drafts 1..j */
-        e->entry_sample[i] = ns;
-        for (int32_t j = 0; j <= en->n_draft; j++) {
-            int32_t n_out = pllm_req_n_output(r) + j;
-            bool ban = n_out < r->params.min_tokens;
-            PLLM_ASSERT(ns < e->cap_samples);
-            e->samples[ns] = (pllm_sample_req){
-                .seq = i,
-                .back = en->n_draft - j,
-                .params = &r->sampling,
-                .ctx =
-                    {
-                        .prompt = r->tokens.ids,
-                        .n_prompt = r->n_prompt,
-                        .output = r->tokens.ids + r->n_prompt,
-                        .n_output = n_out,
-                        .banned = ban ? r->stop_ids : NULL,
-                        .n_banned = ban ? r->n_stop_ids : 0,
-                        .n_valid = e->n_valid,
-                    },
-            };
-            e->sample_entry[ns] = i;
-            ns++;
+        if (en->sample) {
+            /* row j (0 .. n_draft) samples the token after the history and drafts 1..j */
+            s->entry_sample[i] = ns;
+            for (int32_t j = 0; j <= en->n_draft; j++) {
+                int32_t n_out = pllm_req_n_output(r) + j;
+                bool ban = n_out < r->params.min_tokens;
+                PLLM_ASSERT(ns < e->cap_samples);
+                if (r->pending && reads_history(&r->sampling)) {
+                    PLLM_ASSERT(!e->backend->iface->no_pending_history);
+                    e->stats.pending_penalty_samples++;
+                }
+                e->samples[ns] = (pllm_sample_req){
+                    .seq = nq,
+                    .back = en->n_draft - j,
+                    .params = &r->sampling,
+                    .ctx =
+                        {
+                            .prompt = r->tokens.ids,
+                            .n_prompt = r->n_prompt,
+                            .output = r->tokens.ids + r->n_prompt,
+                            .n_output = n_out,
+                            .banned = ban ? r->stop_ids : NULL,
+                            .n_banned = ban ? r->n_stop_ids : 0,
+                            .n_valid = e->n_valid,
+                        },
+                };
+                e->sample_entry[ns] = i;
+                ns++;
+            }
+            *top_n = PLLM_MAX(*top_n, r->sampling.logprobs);
         }
-        *top_n = PLLM_MAX(*top_n, r->sampling.logprobs);
+        nq++;
     }
-    PLLM_ASSERT(nt == o->n_tokens && nt <= e->p.max_batched_tokens &&
+    PLLM_ASSERT(nt <= o->n_tokens && nt <= e->p.max_batched_tokens &&
                 o->n_entries <= e->p.max_seqs);
     *plan = (pllm_batch_plan){
         .n_tokens = nt,
         .tokens = e->tokens,
+        .token_src = n_src > 0 ? e->token_src : NULL,
         .positions = e->positions,
         .slots = e->slots,
-        .n_seqs = o->n_entries,
+        .n_seqs = nq,
         .seqs = e->seqs,
         .block_tables = e->tables,
         .n_samples = ns,
@@ -783,55 +870,29 @@ static pllm_status propose_drafts(pllm_engine *e)
     return PLLM_OK;
 }
 
-pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg)
+/* Step s's results, once the backend filled them: per sampled entry, its rows in order while
+ * they reproduce the drafts; a request's placeholder gives way to its token. The requests that
+ * finish go to e->done (n_done). */
+static pllm_status accept_step(pllm_engine *e, eng_step *s, double now, int32_t *n_done)
 {
-    if (e->broken != PLLM_OK)
-        return pllm_errorf(e->broken, "engine: a previous step failed; the engine cannot continue");
-    pllm_sched_out *o = &e->plan_out;
-    pllm_status st = PLLM_OK;
-    if (e->spec && (st = propose_drafts(e)) != PLLM_OK) goto broken;
-    if ((st = pllm_sched_schedule(e->sched, o)) != PLLM_OK) goto broken;
-    e->stats.preemptions += o->n_preempted;
-    if (o->n_entries == 0) {
-        if (!pllm_engine_has_work(e)) return PLLM_OK;
-        st = pllm_errorf(PLLM_ERR_INTERNAL,
-                         "engine: %d waiting, %d running, but nothing could be scheduled",
-                         pllm_sched_n_waiting(e->sched), pllm_sched_n_running(e->sched));
-        goto broken;
-    }
-    int32_t used = e->stats.n_blocks - pllm_block_pool_n_free(pllm_kv_pool(e->kv));
-    e->stats.peak_blocks_used = PLLM_MAX(e->stats.peak_blocks_used, used);
-
-    pllm_batch_plan plan;
-    int32_t top_n = 0;
-    if ((st = build_plan(e, &plan, &top_n)) != PLLM_OK) goto broken;
-    pllm_step_out so = {
-        .tokens = e->out_tokens,
-        .logprobs = top_n > 0 ? e->out_logprobs : NULL,
-        .top_n = top_n,
-        .top_ids = top_n > 0 ? e->out_top_ids : NULL,
-        .top_logprobs = top_n > 0 ? e->out_top_logprobs : NULL,
-    };
-    double t0 = pllm_now();
-    st = e->backend->iface->step(e->backend->ctx, &plan, &so);
-    if (st != PLLM_OK) {
-        pllm_error_prefix(st, "backend %s step: ", e->backend->iface->name);
-        goto broken;
-    }
-    e->stats.steps++;
-    double now = pllm_now(); /* the sampled tokens' time (pllm_completion.token_times) */
-    int32_t n_drafts = 0;
-    for (int32_t i = 0; i < o->n_entries; i++) n_drafts += o->entries[i].n_draft;
-    if (e->spec) pllm_spec_observe_step(e->spec, plan.n_tokens, plan.n_samples, n_drafts, now - t0);
-    if (n_drafts > 0) e->stats.spec_steps++;
-
-    /* accept: per sampled entry, its rows in order while they reproduce the drafts */
-    int32_t n_done = 0;
+    pllm_sched_out *o = &s->o;
+    const pllm_step_out *so = &s->so;
+    const int32_t top_n = so->top_n;
+    *n_done = 0;
     for (int32_t i = 0; i < o->n_entries; i++) {
         pllm_sched_entry *en = &o->entries[i];
-        if (!en->sample) continue;
         pllm_req *r = en->req;
-        int32_t first = e->entry_sample[i], nd = en->n_draft, T = (int32_t)r->tokens.n;
+        if (!en->sample) continue;
+        if (!r) { /* finished in the step before: its row was computed in vain */
+            e->stats.wasted_slots++;
+            continue;
+        }
+        if (r->pending) { /* the placeholder gives way to the token */
+            PLLM_ASSERT(r->pending_row == s->entry_sample[i]);
+            r->tokens.n--;
+            r->pending = false;
+        }
+        int32_t first = s->entry_sample[i], nd = en->n_draft, T = (int32_t)r->tokens.n;
         int32_t drafts[PLLM_SPEC_MAX_DRAFT];
         PLLM_ASSERT(nd <= PLLM_SPEC_MAX_DRAFT);
         memcpy(drafts, r->tokens.ids + T, (size_t)nd * sizeof *drafts);
@@ -839,17 +900,20 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
         bool done = false;
         char *why = NULL;
         for (;;) {
-            int32_t k = first + j, tok = so.tokens[k];
+            int32_t k = first + j, tok = so->tokens[k];
             if (tok < 0 || tok >= e->n_vocab) {
-                st = pllm_errorf(PLLM_ERR_INTERNAL, "backend %s sampled token %d outside [0, %d)",
-                                 e->backend->iface->name, tok, e->n_vocab);
-                goto broken;
+                free(why);
+                return pllm_errorf(PLLM_ERR_INTERNAL, "backend %s sampled token %d outside [0, %d)",
+                                   e->backend->iface->name, tok, e->n_vocab);
             }
-            st = accept_token(e, r, tok, so.logprobs ? so.logprobs[k] : 0.0f,
-                              so.top_ids ? so.top_ids + (size_t)k * (size_t)top_n : NULL,
-                              so.top_logprobs ? so.top_logprobs + (size_t)k * (size_t)top_n : NULL,
-                              now, &done);
-            if (st == PLLM_ERR_NOMEM) goto broken;
+            pllm_status st = accept_token(
+                e, r, tok, so->logprobs ? so->logprobs[k] : 0.0f,
+                so->top_ids ? so->top_ids + (size_t)k * (size_t)top_n : NULL,
+                so->top_logprobs ? so->top_logprobs + (size_t)k * (size_t)top_n : NULL, now, &done);
+            if (st == PLLM_ERR_NOMEM) {
+                free(why);
+                return st;
+            }
             if (st != PLLM_OK) {
                 /* this request's own failure (a sampled id its tokenizer has no token for, a
                  * text its stop strings cannot be matched in): it alone fails, the step goes on */
@@ -857,7 +921,6 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
                 why = pllm_strdup(pllm_errmsg());
                 r->finish = PLLM_FINISH_ERROR;
                 done = true;
-                st = PLLM_OK;
             }
             if (done || j == nd || tok != drafts[j]) break;
             j++;
@@ -879,25 +942,186 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
             pllm_spec_ngram_add(e->spec, r->tokens.ids, PLLM_MAX(T, r->n_prompt),
                                 (int32_t)r->tokens.n);
         if (done) {
-            e->done_why[n_done] = why;
-            e->done[n_done++] = r;
+            e->done_why[*n_done] = why;
+            e->done[(*n_done)++] = r;
         } else {
             free(why);
         }
     }
-    if ((st = pllm_sched_update(e->sched, o)) != PLLM_OK) goto broken;
-    if (e->tier && (st = save_prefix_blocks(e, o)) != PLLM_OK) goto broken;
+    return PLLM_OK;
+}
 
+/* Emit and free the finished requests; their entries in both steps become NULL (a step in
+ * flight computed their row in vain: it is skipped when that step completes). */
+static void retire_done(pllm_engine *e, int32_t n_done, pllm_engine_emit_fn emit, void *arg)
+{
     for (int32_t d = 0; d < n_done; d++) {
         pllm_req *r = e->done[d];
-        for (int32_t i = 0; i < o->n_entries; i++)
-            if (o->entries[i].req == r) o->entries[i].req = NULL; /* freed below */
+        for (int k = 0; k < 2; k++) {
+            pllm_sched_out *o = &e->st[k].o;
+            for (int32_t i = 0; i < o->n_entries; i++)
+                if (o->entries[i].req == r) o->entries[i].req = NULL; /* freed below */
+        }
         emit_completion(e, r, e->done_why[d], emit, arg);
         free(e->done_why[d]);
         e->done_why[d] = NULL;
         pllm_sched_remove(e->sched, r);
         pllm_req_free(r);
     }
+}
+
+/* Queue step s (its plan built from its entries). */
+static pllm_status submit_step(pllm_engine *e, eng_step *s)
+{
+    pllm_batch_plan plan;
+    int32_t top_n = 0;
+    PLLM_TRY(build_plan(e, s, &plan, &top_n));
+    s->so = (pllm_step_out){
+        .tokens = s->out_tokens,
+        .logprobs = top_n > 0 ? s->out_logprobs : NULL,
+        .top_n = top_n,
+        .top_ids = top_n > 0 ? s->out_top_ids : NULL,
+        .top_logprobs = top_n > 0 ? s->out_top_logprobs : NULL,
+    };
+    s->n_tokens = plan.n_tokens;
+    s->n_samples = plan.n_samples;
+    s->n_drafts = 0;
+    for (int32_t i = 0; i < s->o.n_entries; i++) s->n_drafts += s->o.entries[i].n_draft;
+    s->t0 = pllm_now();
+    if (e->stats.steps == 0 && e->fly < 0) e->t_first_submit = s->t0;
+    const pllm_backend_iface *b = e->backend->iface;
+    pllm_status st = e->overlap ? b->submit(e->backend->ctx, &plan, &s->so)
+                                : b->step(e->backend->ctx, &plan, &s->so);
+    if (st != PLLM_OK) pllm_error_prefix(st, "backend %s step: ", b->name);
+    return st;
+}
+
+/* Wait for step s (overlap) and take its results: accept, stop checks, detokenization; then,
+ * synchronous, the scheduler's update; the prefix tier's saves; emit and free what finished. */
+static pllm_status complete_step(pllm_engine *e, eng_step *s, bool updated,
+                                 pllm_engine_emit_fn emit, void *arg)
+{
+    if (e->overlap) {
+        pllm_status st = e->backend->iface->wait(e->backend->ctx);
+        if (st != PLLM_OK)
+            return pllm_error_prefix(st, "backend %s wait: ", e->backend->iface->name);
+    }
+    e->stats.steps++;
+    double now = pllm_now(); /* the sampled tokens' time (pllm_completion.token_times) */
+    e->t_last_wait = now;
+    if (e->spec)
+        pllm_spec_observe_step(e->spec, s->n_tokens, s->n_samples, s->n_drafts, now - s->t0);
+    if (s->n_drafts > 0) e->stats.spec_steps++;
+    int32_t n_done = 0;
+    PLLM_TRY(accept_step(e, s, now, &n_done));
+    if (!updated) PLLM_TRY(pllm_sched_update(e->sched, &s->o));
+    if (e->tier) PLLM_TRY(save_prefix_blocks(e, &s->o));
+    retire_done(e, n_done, emit, arg);
+    return PLLM_OK;
+}
+
+/* Complete the step in flight, if any. */
+static pllm_status drain(pllm_engine *e, pllm_engine_emit_fn emit, void *arg)
+{
+    if (e->fly < 0) return PLLM_OK;
+    eng_step *s = &e->st[e->fly];
+    e->fly = -1;
+    return complete_step(e, s, true, emit, arg);
+}
+
+/* Whether step s must wait for the step in flight before it is built: a sample whose penalties
+ * read the pending token, on a backend that cannot resolve it (backend.h no_pending_history). */
+static bool needs_history(const pllm_engine *e, const eng_step *s)
+{
+    if (e->fly < 0 || !e->backend->iface->no_pending_history) return false;
+    for (int32_t i = 0; i < s->o.n_entries; i++) {
+        const pllm_sched_entry *en = &s->o.entries[i];
+        if (en->sample && en->req && en->req->pending && reads_history(&en->req->sampling))
+            return true;
+    }
+    return false;
+}
+
+/* Step s is queued and will run on: each sampled request gets a placeholder for its token (the
+ * next plan names it by row), and the scheduler counts the step as computed. */
+static pllm_status leave_in_flight(pllm_engine *e, eng_step *s)
+{
+    for (int32_t i = 0; i < s->o.n_entries; i++) {
+        const pllm_sched_entry *en = &s->o.entries[i];
+        pllm_req *r = en->req;
+        if (!r || !en->sample) continue;
+        PLLM_ASSERT(!r->pending && en->n_draft == 0);
+        PLLM_TRY(pllm_tokens_reserve(&r->tokens, r->tokens.n + 1));
+        r->tokens.ids[r->tokens.n++] = PLLM_TOKEN_PENDING;
+        r->pending = true;
+        r->pending_row = s->entry_sample[i];
+    }
+    PLLM_TRY(pllm_sched_update(e->sched, &s->o));
+    e->fly = (int32_t)(s - e->st);
+    return PLLM_OK;
+}
+
+/*
+ * One step. Synchronous: schedule, build, step, complete. With overlap (one step in flight):
+ *   1. schedule step N + 1 as if step N (in flight) produced its tokens (placeholders);
+ *   2. build and submit it: a placeholder becomes token_src, resolved by the backend;
+ *   3. wait for N and complete it (stop checks, detokenization, output) while N + 1 runs; a
+ *      request that finished at N had a row of N + 1 computed in vain (its entry becomes NULL);
+ *   4. placeholders for N + 1's samples; the scheduler's update; N + 1 stays in flight.
+ * A sample whose penalties read a placeholder gets it resolved by the backend (on a GPU, on the
+ * device); a backend that cannot (no_pending_history) makes such a step wait for the one in
+ * flight first (counted). Speculative decoding steps are synchronous (counted).
+ */
+pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg)
+{
+    if (e->broken != PLLM_OK)
+        return pllm_errorf(e->broken, "engine: a previous step failed; the engine cannot continue");
+    pllm_status st = PLLM_OK;
+    /* speculation proposes from the exact tokens, so it runs synchronously */
+    if (e->spec && (st = drain(e, emit, arg)) != PLLM_OK) goto broken;
+    if (e->spec && (st = propose_drafts(e)) != PLLM_OK) goto broken;
+    const int32_t k = e->fly >= 0 ? 1 - e->fly : e->cur;
+    eng_step *s = &e->st[k];
+    if ((st = pllm_sched_schedule(e->sched, &s->o)) != PLLM_OK) goto broken;
+    e->cur = k;
+    e->stats.preemptions += s->o.n_preempted;
+    if (s->o.n_entries == 0) {
+        if (e->fly >= 0) { /* nothing new to run: finish the step in flight */
+            if ((st = drain(e, emit, arg)) != PLLM_OK) goto broken;
+            return PLLM_OK;
+        }
+        if (!pllm_engine_has_work(e)) return PLLM_OK;
+        st = pllm_errorf(PLLM_ERR_INTERNAL,
+                         "engine: %d waiting, %d running, but nothing could be scheduled",
+                         pllm_sched_n_waiting(e->sched), pllm_sched_n_running(e->sched));
+        goto broken;
+    }
+    int32_t used = e->stats.n_blocks - pllm_block_pool_n_free(pllm_kv_pool(e->kv));
+    e->stats.peak_blocks_used = PLLM_MAX(e->stats.peak_blocks_used, used);
+
+    if (needs_history(e, s)) {
+        e->stats.sync_penalties++;
+        if ((st = drain(e, emit, arg)) != PLLM_OK) goto broken;
+        bool any = false;
+        for (int32_t i = 0; i < s->o.n_entries && !any; i++) any = s->o.entries[i].req != NULL;
+        if (!any) { /* everything it planned finished meanwhile: nothing to run */
+            s->o.n_entries = 0;
+            s->o.n_tokens = 0;
+            return PLLM_OK;
+        }
+    }
+    if (e->fly >= 0)
+        e->stats.steps_overlapped++;
+    else
+        e->stats.steps_sync++;
+    if (e->spec) e->stats.sync_speculation++;
+    if ((st = submit_step(e, s)) != PLLM_OK) goto broken;
+    if ((st = drain(e, emit, arg)) != PLLM_OK) goto broken; /* step N, while N + 1 runs */
+    if (e->overlap && !e->spec)
+        st = leave_in_flight(e, s);
+    else
+        st = complete_step(e, s, false, emit, arg);
+    if (st != PLLM_OK) goto broken;
     return PLLM_OK;
 broken:
     e->broken = st;
@@ -908,7 +1132,7 @@ broken:
 
 const pllm_sched_out *pllm_engine_last_plan(const pllm_engine *e)
 {
-    return &e->plan_out;
+    return &e->st[e->cur].o;
 }
 pllm_kv_manager *pllm_engine_kv(pllm_engine *e)
 {

@@ -28,6 +28,18 @@
 
 typedef struct pllm_tokenizer pllm_tokenizer;
 
+/* Overlap of the host's work with the backend's (docs/cuda.md section 3): the engine keeps one
+ * step in flight, planning step N + 1 while N runs and finishing N - 1 (stop checks,
+ * detokenization, output) meanwhile. Output is identical either way. */
+typedef enum pllm_overlap_mode {
+    PLLM_OVERLAP_AUTO = 0, /* on for an asynchronous backend (backend.h: async, e.g. cuda) */
+    PLLM_OVERLAP_ON,       /* on whenever the backend has submit / wait */
+    PLLM_OVERLAP_OFF,      /* every step synchronous */
+} pllm_overlap_mode;
+
+const char *pllm_overlap_mode_str(pllm_overlap_mode m); /* "auto", "on", "off" */
+pllm_status pllm_overlap_mode_parse(const char *s, pllm_overlap_mode *out);
+
 typedef struct pllm_engine_params {
     int32_t block_size;         /* tokens per KV block; default 16 (0: default) */
     int32_t n_blocks;           /* KV blocks; 0: from kv_bytes */
@@ -63,10 +75,11 @@ typedef struct pllm_engine_params {
                                               into the cache's namespace; may be NULL */
     pllm_prefix_warn_fn prefix_cache_warn; /* corrupt entries, failed saves; NULL: stderr */
     void *prefix_cache_warn_arg;
-    pllm_spec_mode speculate; /* speculative decoding without a draft model
-                                 (engine/speculate.h); PLLM_SPEC_OFF (0) by default. Output
-                                 is the same with any mode. */
-    int32_t spec_max_draft;   /* drafts per sequence per step, at most; 0: 8 */
+    pllm_spec_mode speculate;  /* speculative decoding without a draft model
+                                  (engine/speculate.h); PLLM_SPEC_OFF (0) by default. Output
+                                  is the same with any mode. */
+    int32_t spec_max_draft;    /* drafts per sequence per step, at most; 0: 8 */
+    pllm_overlap_mode overlap; /* one step in flight (above); PLLM_OVERLAP_AUTO by default */
 } pllm_engine_params;
 
 void pllm_engine_params_defaults(pllm_engine_params *p);
@@ -146,6 +159,19 @@ typedef struct pllm_engine_stats {
     int64_t decode_tokens;  /* tokens those appended: decode_tokens / decode_samples is the
                                tokens per sequence per step (1 without speculation) */
     double spec_cost_a, spec_cost_b; /* the policy's fitted step time a + b T (auto), seconds */
+    /* overlap (pllm_overlap_mode) */
+    bool overlap;                    /* the engine overlaps steps */
+    int64_t steps_overlapped;        /* steps queued while the previous one was still running */
+    int64_t steps_sync;              /* steps queued with nothing in flight (the first, and ...) */
+    int64_t sync_penalties;          /* ... those that waited because a sample's penalties read the
+                                        token in flight, on a backend that cannot resolve it */
+    int64_t sync_speculation;        /* ... speculative decoding steps (always synchronous) */
+    int64_t wasted_slots;            /* sequences computed in a step after they had finished */
+    int64_t pending_penalty_samples; /* samples whose penalties read the token in flight, resolved
+                                        by the backend (backend.h PLLM_TOKEN_PENDING) */
+    double device_seconds;           /* the backend's device time of the steps (CUDA events); < 0:
+                                        not measured (a host backend) */
+    double step_wall_seconds;        /* from the first submit to the last wait */
 } pllm_engine_stats;
 
 /*

@@ -421,6 +421,19 @@ void pllm_report_print(const pllm_report *r, const pllm_engine_stats *es, const 
         if (es->decode_samples > 0)
             fprintf(f, "%-40s %.3f\n", "Tokens per sequence step:",
                     (double)es->decode_tokens / (double)es->decode_samples);
+        fprintf(f,
+                "%-40s %lld overlapped, %lld synchronous (%lld for penalties, %lld speculative)\n",
+                "Steps in flight:", (long long)es->steps_overlapped, (long long)es->steps_sync,
+                (long long)es->sync_penalties, (long long)es->sync_speculation);
+        if (es->steps_overlapped > 0)
+            fprintf(f, "%-40s %lld\n",
+                    "Rows computed after their sequence ended:", (long long)es->wasted_slots);
+        if (es->device_seconds >= 0 && es->step_wall_seconds > 0)
+            fprintf(f, "%-40s %.1f%% (%.3f of %.3f s, CUDA events)\n",
+                    "Device busy:", 100.0 * es->device_seconds / es->step_wall_seconds,
+                    es->device_seconds, es->step_wall_seconds);
+        else
+            fprintf(f, "%-40s n/a (host backend)\n", "Device busy:");
     }
     for (int i = 0; i < n_notes; i++) {
         char l[80];
@@ -515,6 +528,19 @@ json_t *pllm_report_json(const pllm_report *r, const pllm_engine_stats *es)
                             json_real(es->spec_drafted
                                           ? (double)es->spec_accepted / (double)es->spec_drafted
                                           : 0.0));
+        json_object_set_new(c, "steps_overlapped", json_integer(es->steps_overlapped));
+        json_object_set_new(c, "steps_sync", json_integer(es->steps_sync));
+        json_object_set_new(c, "steps_sync_penalties", json_integer(es->sync_penalties));
+        json_object_set_new(c, "pending_penalty_samples",
+                            json_integer(es->pending_penalty_samples));
+        json_object_set_new(c, "steps_sync_speculation", json_integer(es->sync_speculation));
+        json_object_set_new(c, "wasted_rows", json_integer(es->wasted_slots));
+        json_object_set_new(c, "device_busy_seconds",
+                            es->device_seconds >= 0 ? json_real(es->device_seconds) : json_null());
+        json_object_set_new(c, "device_busy_fraction",
+                            es->device_seconds >= 0 && es->step_wall_seconds > 0
+                                ? json_real(es->device_seconds / es->step_wall_seconds)
+                                : json_null());
         json_object_set_new(c, "decode_samples", json_integer(es->decode_samples));
         json_object_set_new(c, "decode_tokens", json_integer(es->decode_tokens));
         json_object_set_new(c, "tokens_per_seq_step",

@@ -103,6 +103,11 @@ struct pllm_req {
                                       ids); also the ids banned while output < min_tokens */
     int32_t n_stop_ids;
 
+    /* overlap (engine.c): tokens.ids[tokens.n - 1] is a placeholder for the token that the step
+     * in flight samples for its row pending_row */
+    bool pending;
+    int32_t pending_row;
+
     /* output */
     const pllm_tokenizer *tok; /* NULL: no text, no stop strings */
     pllm_detok detok;

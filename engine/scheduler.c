@@ -534,6 +534,7 @@ pllm_status pllm_sched_update(pllm_sched *s, const pllm_sched_out *o)
 {
     for (int32_t i = 0; i < o->n_entries; i++) {
         pllm_req *r = o->entries[i].req;
+        if (!r) continue; /* finished while the step was in flight (engine.c, overlap) */
         int32_t before = r->n_computed, committed = r->table.n_committed;
         r->n_computed += o->entries[i].n_new;
         PLLM_ASSERT(r->n_computed <= (int32_t)r->tokens.n);

@@ -122,7 +122,10 @@ pllm_status pllm_sched_add(pllm_sched *s, pllm_req *r);
 /* Plan one step: allocates blocks, may preempt, admits. */
 pllm_status pllm_sched_schedule(pllm_sched *s, pllm_sched_out *out);
 /* After the backend ran the plan: n_computed += n_new (the engine first lowers an entry's
- * n_new by its rejected drafts), and full computed blocks are indexed. */
+ * n_new by its rejected drafts), and full computed blocks are indexed. Entries whose req is NULL
+ * (finished and freed meanwhile) are skipped. With the engine's overlap the update comes right
+ * after the step is queued: a sampled request then carries a placeholder for the token being
+ * sampled (tokens.n counts it; it is past n_computed, so no indexed block holds it). */
 pllm_status pllm_sched_update(pllm_sched *s, const pllm_sched_out *out);
 /* Remove a request (finished or failed) from the scheduler and release its blocks. */
 void pllm_sched_remove(pllm_sched *s, pllm_req *r);

@@ -7,6 +7,18 @@
 
 #include <math.h>
 
+int32_t pllm_backend_pending_history(const pllm_batch_plan *p, int32_t s)
+{
+    const pllm_sample_req *r = &p->samples[s];
+    if (!p->token_src || r->back != 0 || r->ctx.n_output < 1 || !r->ctx.output ||
+        r->ctx.output[r->ctx.n_output - 1] != PLLM_TOKEN_PENDING || r->seq < 0 ||
+        r->seq >= p->n_seqs)
+        return -1;
+    const pllm_seq_plan *sp = &p->seqs[r->seq];
+    const int32_t i = sp->token_start + sp->n_new - 1;
+    return i >= 0 && i < p->n_tokens && p->token_src[i] >= 0 ? i : -1;
+}
+
 static pllm_status check_ids(const char *who, const int32_t *ids, int32_t n, int32_t n_vocab,
                              int32_t s, const char *what)
 {
@@ -76,7 +88,11 @@ pllm_status pllm_backend_check_plan(const char *who, const pllm_kv_layout *kv, i
             }
         for (int32_t j = 0; j < sp->n_new && st == PLLM_OK; j++) {
             int32_t i = sp->token_start + j, pos = sp->n_ctx - sp->n_new + j;
-            if (p->tokens[i] < 0 || p->tokens[i] >= n_vocab)
+            const bool src = p->token_src && p->token_src[i] >= 0; /* resolved by the backend */
+            if (p->token_src && p->token_src[i] < -1)
+                st = pllm_errorf(PLLM_ERR_RANGE, "%s step: token_src[%d] = %d (must be >= -1)", who,
+                                 i, p->token_src[i]);
+            else if (!src && (p->tokens[i] < 0 || p->tokens[i] >= n_vocab))
                 st = pllm_errorf(PLLM_ERR_RANGE,
                                  "%s step: tokens[%d] = %d is outside the vocabulary [0, %d)", who,
                                  i, p->tokens[i], n_vocab);
@@ -140,8 +156,10 @@ pllm_status pllm_backend_check_plan(const char *who, const pllm_kv_layout *kv, i
             return pllm_errorf(PLLM_ERR_INVALID,
                                "%s step: samples[%d] asks for %d top logprobs but out->top_n = %d",
                                who, s, r->params->logprobs, out->top_n);
+        /* the last history entry may be the token the previous step samples (backend.h) */
+        const bool pend = pllm_backend_pending_history(p, s) >= 0;
         PLLM_TRY(check_ids(who, r->ctx.prompt, r->ctx.n_prompt, n_vocab, s, "prompt"));
-        PLLM_TRY(check_ids(who, r->ctx.output, r->ctx.n_output, n_vocab, s, "output"));
+        PLLM_TRY(check_ids(who, r->ctx.output, r->ctx.n_output - pend, n_vocab, s, "output"));
         PLLM_TRY(check_ids(who, r->ctx.banned, r->ctx.n_banned, n_vocab, s, "banned"));
     }
     return PLLM_OK;
@@ -158,6 +176,20 @@ pllm_status pllm_backend_check_copy_blocks(const char *who, const pllm_kv_layout
             return pllm_errorf(PLLM_ERR_RANGE,
                                "%s copy_blocks: pair %d (%d -> %d) is outside the pool [0, %d)",
                                who, i, src[i], dst[i], kv->n_blocks);
+    return PLLM_OK;
+}
+
+pllm_status pllm_backend_resolve_tokens(const char *who, const pllm_batch_plan *p,
+                                        const int32_t *prev, int32_t n_prev, int32_t *dst)
+{
+    for (int32_t i = 0; i < p->n_tokens; i++) {
+        const int32_t r = p->token_src ? p->token_src[i] : -1;
+        if (r < -1 || r >= n_prev)
+            return pllm_errorf(PLLM_ERR_RANGE,
+                               "%s step: token_src[%d] = %d but the previous step sampled %d rows",
+                               who, i, r, n_prev);
+        dst[i] = r >= 0 ? prev[r] : p->tokens[i];
+    }
     return PLLM_OK;
 }
 

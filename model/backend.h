@@ -48,6 +48,20 @@
  *     reproduce. Two consecutive samples of one sequence have decreasing back.
  * The backend runs the model, writes K/V of the new tokens into their slots, and fills the
  * outputs for every sample, in samples[] order.
+ *
+ * Asynchronous stepping (submit / wait; step is their composition): submit checks and queues a
+ * step and returns; wait blocks until the oldest submitted step is done and fills its out. At
+ * most 2 steps are in flight. The plan (and all it points to) is borrowed only during submit;
+ * out until the matching wait. Submitted steps run in submission order, and so do
+ * copy_blocks / kv_read_block / kv_write_block calls against them (a block freed by the engine
+ * while a step in flight still writes it may be reused by a later step: that step's writes come
+ * after). A plan submitted right after another may name, instead of an id, "the token the
+ * previous step samples for its sample row r": token_src[i] = r (tokens[i] is then ignored),
+ * resolved by the backend where that result lives (on a GPU, on the device: no round trip).
+ * Such a token's sample histories hold PLLM_TOKEN_PENDING in its place: a sample (back 0) whose
+ * sequence's last new token has token_src >= 0 may end its history (pllm_sample_ctx.output[
+ * n_output - 1]) with it, and the backend uses the resolved token there too (penalties read it;
+ * on a GPU it is patched into the packed history on the device). No other entry is pending.
  */
 #pragma once
 
@@ -105,9 +119,15 @@ typedef struct pllm_sample_req {
     pllm_sample_ctx ctx; /* prompt/output history, banned ids */
 } pllm_sample_req;
 
+/* A history entry not known on the host yet (the token a submitted step is sampling). */
+#define PLLM_TOKEN_PENDING (-1)
+
 typedef struct pllm_batch_plan {
     int32_t n_tokens;
     const int32_t *tokens;    /* [n_tokens] */
+    const int32_t *token_src; /* [n_tokens] or NULL (all known): >= 0: token i is the id the
+                                 previously submitted step samples for its sample row
+                                 token_src[i] (tokens[i] ignored); -1: tokens[i] */
     const int32_t *positions; /* [n_tokens] */
     const int32_t *slots;     /* [n_tokens] */
     int32_t n_seqs;
@@ -128,6 +148,11 @@ typedef struct pllm_step_out {
 
 typedef struct pllm_backend_iface {
     const char *name; /* "cpu", "cuda" */
+    bool async;       /* submit returns before the step is done (a device): the engine overlaps
+                         its host work with the step by default (pllm_engine_params.overlap) */
+    bool no_pending_history; /* submit cannot resolve a pending history entry (above): the engine
+                                completes the step in flight before queueing a sample whose
+                                penalties read one (a fallback; every backend here resolves it) */
     /* The layout this backend would use for block_size-token blocks (dtype and dims; n_blocks
      * is left 0). The engine sizes its pool from pllm_kv_block_bytes of it. */
     pllm_status (*kv_layout)(void *ctx, int32_t block_size, pllm_kv_layout *out);
@@ -135,8 +160,15 @@ typedef struct pllm_backend_iface {
     pllm_status (*kv_available)(void *ctx, size_t *bytes);
     /* Allocate the KV cache; called once before the first step. */
     pllm_status (*kv_init)(void *ctx, const pllm_kv_layout *layout);
-    /* Run one step. */
+    /* Run one step: submit + wait (a plan with token_src reads the previous step's samples). */
     pllm_status (*step)(void *ctx, const pllm_batch_plan *plan, pllm_step_out *out);
+    /* Queue one step (see "Asynchronous stepping" above) / complete the oldest queued one. A
+     * backend without a device (cpu) may do the work in submit; wait then only returns. */
+    pllm_status (*submit)(void *ctx, const pllm_batch_plan *plan, pllm_step_out *out);
+    pllm_status (*wait)(void *ctx);
+    /* Optional (may be NULL): device time of the steps completed so far, in seconds (CUDA
+     * events around each step), for the report's "device busy" share; false: not measured. */
+    bool (*device_seconds)(void *ctx, double *seconds);
     /* Optional (may be NULL): copy whole blocks src[i] -> dst[i], for copy-on-write. */
     pllm_status (*copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int32_t n);
     /* Optional (may be NULL; the persistent prefix cache needs both): copy one block's K/V
@@ -179,6 +211,17 @@ static inline void pllm_backend_free(pllm_backend *b)
 pllm_status pllm_backend_check_plan(const char *who, const pllm_kv_layout *kv, int32_t n_vocab,
                                     uint64_t *slot_bits, int32_t *tok_seq, const pllm_batch_plan *p,
                                     const pllm_step_out *out);
+
+/* Resolve a plan's token_src (backend.h above) against the previous step's sampled ids prev
+ * [n_prev]: dst[i] = token_src[i] >= 0 ? prev[token_src[i]] : tokens[i]. A source outside
+ * [0, n_prev) or below -1 is PLLM_ERR_RANGE "<who> step: token_src[i] = ...". */
+pllm_status pllm_backend_resolve_tokens(const char *who, const pllm_batch_plan *p,
+                                        const int32_t *prev, int32_t n_prev, int32_t *dst);
+
+/* The plan token that sample s's pending last history entry is (backend.h: PLLM_TOKEN_PENDING
+ * at output[n_output - 1] of a back-0 sample whose sequence's last new token has token_src >= 0),
+ * or -1 when its history holds no pending entry. */
+int32_t pllm_backend_pending_history(const pllm_batch_plan *p, int32_t s);
 
 /* Check copy_blocks' arguments: kv NULL (before kv_init), n < 0, NULL arrays, or a block id
  * outside [0, kv->n_blocks) is an error "<who> copy_blocks: ...". */

@@ -234,17 +234,17 @@ static void test_copy_and_flight(pllm_backend *be, int32_t bs)
     make_plan(&b3, &s3, 1, &sp, bs);
     int32_t t1[1], t2[1], t3[1];
     pllm_step_out o1 = {.tokens = t1}, o2 = {.tokens = t2}, o3 = {.tokens = t3};
-    CHECK(pllm_cuda_backend_wait(be) == PLLM_ERR_INVALID);
-    CHECK_OK(pllm_cuda_backend_submit(be, &b1.plan, &o1));
+    CHECK(be->iface->wait(be->ctx) == PLLM_ERR_INVALID);
+    CHECK_OK(be->iface->submit(be->ctx, &b1.plan, &o1));
     CHECK(be->iface->step(be->ctx, &b2.plan, &o2) == PLLM_ERR_INVALID);
     CHECK(msg_has("in flight"));
-    CHECK_OK(pllm_cuda_backend_submit(be, &b2.plan, &o2));
-    CHECK(pllm_cuda_backend_submit(be, &b3.plan, &o3) == PLLM_ERR_INVALID);
+    CHECK_OK(be->iface->submit(be->ctx, &b2.plan, &o2));
+    CHECK(be->iface->submit(be->ctx, &b3.plan, &o3) == PLLM_ERR_INVALID);
     CHECK(msg_has("2 steps are in flight"));
-    CHECK_OK(pllm_cuda_backend_wait(be));
-    CHECK_OK(pllm_cuda_backend_wait(be));
+    CHECK_OK(be->iface->wait(be->ctx));
+    CHECK_OK(be->iface->wait(be->ctx));
     CHECK(t1[0] == t2[0]); /* the same context through copied blocks */
-    CHECK(pllm_cuda_backend_wait(be) == PLLM_ERR_INVALID);
+    CHECK(be->iface->wait(be->ctx) == PLLM_ERR_INVALID);
 }
 
 /* Decode steps of n sequences as graphs and eagerly: bitwise equal logits and tokens (sampled

@@ -234,10 +234,10 @@ static void check_model(int32_t n_head, int32_t n_head_kv, int32_t head_dim, int
         make_plan(&b2, c, 4, &sp, bs);
         int32_t t1[MAXS], t2[MAXS], s1[MAXS], s2[MAXS];
         pllm_step_out o1 = {.tokens = t1}, o2 = {.tokens = t2};
-        CHECK_OK(pllm_cuda_backend_submit(&be[FI_EAGER], &b1.plan, &o1));
-        CHECK_OK(pllm_cuda_backend_submit(&be[FI_EAGER], &b2.plan, &o2));
-        CHECK_OK(pllm_cuda_backend_wait(&be[FI_EAGER]));
-        CHECK_OK(pllm_cuda_backend_wait(&be[FI_EAGER]));
+        CHECK_OK(be[FI_EAGER].iface->submit(be[FI_EAGER].ctx, &b1.plan, &o1));
+        CHECK_OK(be[FI_EAGER].iface->submit(be[FI_EAGER].ctx, &b2.plan, &o2));
+        CHECK_OK(be[FI_EAGER].iface->wait(be[FI_EAGER].ctx));
+        CHECK_OK(be[FI_EAGER].iface->wait(be[FI_EAGER].ctx));
         pllm_step_out q1 = {.tokens = s1}, q2 = {.tokens = s2};
         CHECK_OK(be[OWN].iface->step(be[OWN].ctx, &b1.plan, &q1));
         CHECK_OK(be[OWN].iface->step(be[OWN].ctx, &b2.plan, &q2));

@@ -14,7 +14,7 @@
  * is fed to both, so the sequences stay identical. A differing token counts as ambiguous when
  * the CPU's top two logits are within --tol (relative to the largest magnitude) of each other,
  * and fails otherwise. Every other step submits two independent halves of the batch before
- * waiting for either (pllm_cuda_backend_submit/_wait).
+ * waiting for either (the vtable's submit/wait).
  * With --sample, each sequence samples instead (its own temperature, top_k, top_p, min_p,
  * repetition/presence/frequency penalties, seed, two banned ids, 3 top logprobs): the tokens,
  * their logprobs (to 1e-4) and the top-logprob ids must be the CPU's (with F32 weights the
@@ -310,10 +310,10 @@ static void part1(const pllm_model *m, pllm_backend *cpu, pllm_backend *gpu, tse
             pllm_step_out ga = go, gb = go;
             gb.tokens += h, gb.logits += (size_t)h * V;
             if (o->sample) gb.logprobs += h, gb.top_ids += 3 * h, gb.top_logprobs += 3 * h;
-            CHECK_OK(pllm_cuda_backend_submit(gpu, &a, &ga));
-            CHECK_OK(pllm_cuda_backend_submit(gpu, &b, &gb));
-            CHECK_OK(pllm_cuda_backend_wait(gpu));
-            CHECK_OK(pllm_cuda_backend_wait(gpu));
+            CHECK_OK(gpu->iface->submit(gpu->ctx, &a, &ga));
+            CHECK_OK(gpu->iface->submit(gpu->ctx, &b, &gb));
+            CHECK_OK(gpu->iface->wait(gpu->ctx));
+            CHECK_OK(gpu->iface->wait(gpu->ctx));
             free(sp2), free(sr2);
         } else {
             CHECK_OK(gpu->iface->step(gpu->ctx, &plan, &go));

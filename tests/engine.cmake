@@ -8,4 +8,6 @@ pllm_add_c_test(engine_prefix_store SOURCES engine_prefix_store.c LABELS unit)
 pllm_add_c_test(engine_prefix_tier SOURCES engine_prefix_tier.c LABELS model)
 # speculative decoding: proposers, policy, lossless greedy and sampled output, a chi-square test
 pllm_add_c_test(engine_spec SOURCES engine_spec.c LABELS unit)
+# one step in flight vs synchronous stepping (random model, the default model's tokenizer)
+pllm_add_c_test(engine_overlap SOURCES engine_overlap.c LABELS model)
 pllm_add_c_test(engine_spec_model SOURCES engine_spec_model.c LABELS model)

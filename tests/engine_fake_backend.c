@@ -15,6 +15,19 @@ typedef struct fake_ctx {
     int32_t *ctx_buf;
     int32_t ctx_cap;
     fake_backend_stats st;
+
+    /* submit / wait: results are computed at submit but reach the caller's out only at wait */
+    uint8_t *kv_src;   /* [n_slots]: written from a token_src (the previous step's sample) */
+    int32_t *prev_tok; /* the last submitted step's sampled ids */
+    int32_t n_prev, cap_prev;
+    int32_t *tok_buf; /* a plan's tokens with token_src resolved */
+    int32_t cap_tok;
+    struct fake_pending {
+        pllm_step_out *out; /* the caller's */
+        pllm_step_out res;  /* ours: tokens, logprobs, top_ids, top_logprobs */
+        int32_t n_samples, cap;
+    } q[2];
+    int32_t q_head, q_n;
 } fake_ctx;
 
 int32_t fake_next_token(const int32_t *ctx, int32_t n, uint64_t seed, const int32_t *banned,
@@ -66,7 +79,8 @@ static pllm_status fake_kv_init(void *vctx, const pllm_kv_layout *l)
     c->kv_tok = pllm_malloc((size_t)c->n_slots * sizeof *c->kv_tok);
     c->kv_pos = pllm_malloc((size_t)c->n_slots * sizeof *c->kv_pos);
     c->kv_step = pllm_calloc((size_t)c->n_slots, sizeof *c->kv_step);
-    if (!c->kv_tok || !c->kv_pos || !c->kv_step) return PLLM_ERR_NOMEM;
+    c->kv_src = pllm_calloc((size_t)c->n_slots, 1);
+    if (!c->kv_tok || !c->kv_pos || !c->kv_step || !c->kv_src) return PLLM_ERR_NOMEM;
     for (int32_t i = 0; i < c->n_slots; i++) c->kv_pos[i] = -1;
     c->st.n_blocks = l->n_blocks;
     c->st.block_size = l->block_size;
@@ -75,9 +89,8 @@ static pllm_status fake_kv_init(void *vctx, const pllm_kv_layout *l)
 
 #define FAIL(...) return pllm_errorf(PLLM_ERR_INTERNAL, "fake backend step %lld: " __VA_ARGS__)
 
-static pllm_status fake_step(void *vctx, const pllm_batch_plan *pl, pllm_step_out *out)
+static pllm_status fake_run(fake_ctx *c, const pllm_batch_plan *pl, pllm_step_out *out)
 {
-    fake_ctx *c = vctx;
     long long step = (long long)c->st.steps + 1;
     int32_t bs = c->layout.block_size;
     if (!c->kv_tok) FAIL("no kv_init", step);
@@ -116,6 +129,7 @@ static pllm_status fake_step(void *vctx, const pllm_batch_plan *pl, pllm_step_ou
                 FAIL("seq %d pos %d: token %d", step, s, pos, pl->tokens[t]);
             if (c->kv_step[want] == step) FAIL("slot %d written twice in one step", step, want);
             c->kv_step[want] = step;
+            c->kv_src[want] = pl->token_src && pl->token_src[t] >= 0;
             c->kv_tok[want] = pl->tokens[t];
             c->kv_pos[want] = pos;
         }
@@ -157,11 +171,19 @@ static pllm_status fake_step(void *vctx, const pllm_batch_plan *pl, pllm_step_ou
             c->ctx_buf = b;
             c->ctx_cap = n * 2;
         }
+        const pllm_sampling_params *spp = sr->params;
+        const bool reads = spp->repetition_penalty != 1.0f || spp->frequency_penalty != 0.0f ||
+                           spp->presence_penalty != 0.0f;
         for (int32_t pos = 0; pos < n; pos++) {
             int32_t slot = pl->block_tables[sp->block_start + pos / bs] * bs + pos % bs;
             c->ctx_buf[pos] = c->kv_tok[slot];
             int32_t truth = pos < sr->ctx.n_prompt ? sr->ctx.prompt[pos]
                                                    : sr->ctx.output[pos - sr->ctx.n_prompt];
+            /* a token still being sampled when the plan was made: the step read it from the
+             * previous step's result (token_src), in this step */
+            if (truth == PLLM_TOKEN_PENDING && c->kv_step[slot] == step && c->kv_src[slot] &&
+                pos == n - 1 && sr->back == 0 && !(c->p.no_pending_history && reads))
+                truth = c->ctx_buf[pos];
             if (c->ctx_buf[pos] != truth)
                 FAIL("sample %d (seq %d) pos %d: cache holds token %d, history says %d", step, k,
                      sr->seq, pos, c->ctx_buf[pos], truth);
@@ -190,10 +212,98 @@ static pllm_status fake_step(void *vctx, const pllm_batch_plan *pl, pllm_step_ou
     return PLLM_OK;
 }
 
+static pllm_status fake_submit(void *vctx, const pllm_batch_plan *pl, pllm_step_out *out)
+{
+    fake_ctx *c = vctx;
+    if (c->q_n >= 2) FAIL("a third step submitted before a wait", (long long)c->st.steps + 1);
+    if (!c->kv_tok) FAIL("no kv_init", (long long)c->st.steps + 1);
+    pllm_batch_plan p = *pl;
+    if (pl->token_src) { /* "the token the previous step samples for row r" */
+        if (pl->n_tokens > c->cap_tok) {
+            int32_t *b = pllm_realloc(c->tok_buf, (size_t)pl->n_tokens * 2 * sizeof *b);
+            if (!b) return PLLM_ERR_NOMEM;
+            c->tok_buf = b;
+            c->cap_tok = pl->n_tokens * 2;
+        }
+        PLLM_TRY(pllm_backend_resolve_tokens("fake", pl, c->prev_tok, c->n_prev, c->tok_buf));
+        p.tokens = c->tok_buf;
+    }
+    struct fake_pending *q = &c->q[(c->q_head + c->q_n) % 2];
+    int32_t top = out->top_n > 0 ? out->top_n : 0, n = PLLM_MAX(pl->n_samples, 1);
+    if (n * PLLM_MAX(top, 1) > q->cap) {
+        int32_t cap = n * PLLM_MAX(top, 1) * 2;
+        free(q->res.tokens);
+        free(q->res.logprobs);
+        free(q->res.top_ids);
+        free(q->res.top_logprobs);
+        q->res.tokens = pllm_malloc((size_t)cap * sizeof(int32_t));
+        q->res.logprobs = pllm_malloc((size_t)cap * sizeof(float));
+        q->res.top_ids = pllm_malloc((size_t)cap * sizeof(int32_t));
+        q->res.top_logprobs = pllm_malloc((size_t)cap * sizeof(float));
+        q->cap =
+            q->res.tokens && q->res.logprobs && q->res.top_ids && q->res.top_logprobs ? cap : 0;
+        if (!q->cap) return PLLM_ERR_NOMEM;
+    }
+    pllm_step_out res = {.tokens = q->res.tokens,
+                         .logprobs = out->logprobs ? q->res.logprobs : NULL,
+                         .top_n = out->top_n,
+                         .top_ids = out->top_ids ? q->res.top_ids : NULL,
+                         .top_logprobs = out->top_logprobs ? q->res.top_logprobs : NULL};
+    PLLM_TRY(fake_run(c, &p, &res));
+    if (pl->n_samples > c->cap_prev) {
+        int32_t *b = pllm_realloc(c->prev_tok, (size_t)pl->n_samples * 2 * sizeof *b);
+        if (!b) return PLLM_ERR_NOMEM;
+        c->prev_tok = b;
+        c->cap_prev = pl->n_samples * 2;
+    }
+    if (pl->n_samples > 0)
+        memcpy(c->prev_tok, res.tokens, (size_t)pl->n_samples * sizeof *c->prev_tok);
+    c->n_prev = pl->n_samples;
+    /* the caller sees nothing before wait: poison its arrays */
+    for (int32_t k = 0; k < pl->n_samples; k++) out->tokens[k] = -7;
+    q->out = out;
+    q->n_samples = pl->n_samples;
+    q->res.top_n = out->top_n;
+    c->q_n++;
+    return PLLM_OK;
+}
+
+static pllm_status fake_wait(void *vctx)
+{
+    fake_ctx *c = vctx;
+    if (c->q_n == 0) FAIL("wait without a submitted step", (long long)c->st.steps);
+    struct fake_pending *q = &c->q[c->q_head];
+    c->q_head = (c->q_head + 1) % 2;
+    c->q_n--;
+    pllm_step_out *o = q->out;
+    size_t n = (size_t)q->n_samples, nt = n * (size_t)(o->top_n > 0 ? o->top_n : 0);
+    if (n == 0) return PLLM_OK;
+    memcpy(o->tokens, q->res.tokens, n * sizeof *o->tokens);
+    if (o->logprobs) memcpy(o->logprobs, q->res.logprobs, n * sizeof *o->logprobs);
+    if (o->top_ids) memcpy(o->top_ids, q->res.top_ids, nt * sizeof *o->top_ids);
+    if (o->top_logprobs) memcpy(o->top_logprobs, q->res.top_logprobs, nt * sizeof(float));
+    return PLLM_OK;
+}
+
+static pllm_status fake_step(void *vctx, const pllm_batch_plan *pl, pllm_step_out *out)
+{
+    PLLM_TRY(fake_submit(vctx, pl, out));
+    return fake_wait(vctx);
+}
+
 static void fake_destroy(void *vctx)
 {
     fake_ctx *c = vctx;
     if (!c) return;
+    free(c->kv_src);
+    free(c->prev_tok);
+    free(c->tok_buf);
+    for (int k = 0; k < 2; k++) {
+        free(c->q[k].res.tokens);
+        free(c->q[k].res.logprobs);
+        free(c->q[k].res.top_ids);
+        free(c->q[k].res.top_logprobs);
+    }
     free(c->kv_tok);
     free(c->kv_pos);
     free(c->kv_step);
@@ -207,6 +317,22 @@ static const pllm_backend_iface fake_iface = {
     .kv_available = fake_kv_available,
     .kv_init = fake_kv_init,
     .step = fake_step,
+    .submit = fake_submit,
+    .wait = fake_wait,
+    .copy_blocks = NULL,
+    .destroy = fake_destroy,
+};
+
+/* The same without pending histories (backend.h no_pending_history): the engine's fallback. */
+static const pllm_backend_iface fake_iface_no_pending = {
+    .name = "fake",
+    .no_pending_history = true,
+    .kv_layout = fake_kv_layout,
+    .kv_available = fake_kv_available,
+    .kv_init = fake_kv_init,
+    .step = fake_step,
+    .submit = fake_submit,
+    .wait = fake_wait,
     .copy_blocks = NULL,
     .destroy = fake_destroy,
 };
@@ -216,7 +342,7 @@ pllm_status fake_backend_create(pllm_backend *out, const fake_backend_params *p)
     fake_ctx *c = pllm_calloc(1, sizeof *c);
     if (!c) return PLLM_ERR_NOMEM;
     c->p = *p;
-    out->iface = &fake_iface;
+    out->iface = p->no_pending_history ? &fake_iface_no_pending : &fake_iface;
     out->ctx = c;
     return PLLM_OK;
 }

@@ -87,6 +87,7 @@ typedef struct totals {
         max_overtaken, grouped, best_checked, future_runs, relabels, sorted_runs, sorted_beyond;
     int64_t finish_stop, finish_length;
     int64_t spec_runs, spec_drafted, spec_accepted;
+    int64_t overlap_runs, overlapped_steps, wasted_slots, sync_penalties, pending_penalty;
 } totals;
 
 static void on_done(const pllm_completion *c, void *arg)
@@ -196,6 +197,9 @@ static void make_workload(workload *w, uint64_t seed)
         p->has_seed = true;
         p->sampling.seed = pllm_test_rand(&s);
         p->sampling.logprobs = rnd(&s, 10) < 7 ? 0 : 1 + (int32_t)rnd(&s, 3);
+        /* penalties (the fake ignores their values): overlapped steps sampling such a request
+         * wait for its token in flight (the history is on the host) */
+        if ((seed + (uint64_t)r) % 4 == 0) p->sampling.presence_penalty = 0.5f;
         q->add_at_step = rnd(&s, 2) ? 0 : (int32_t)rnd(&s, 12);
         max_need = PLLM_MAX(max_need, q->n_prompt + p->max_tokens);
         max_prompt = PLLM_MAX(max_prompt, q->n_prompt);
@@ -230,7 +234,11 @@ static void snapshot(pllm_engine *e, run_state *rs, const bool *accepted)
     }
     for (int32_t r = 0; r < rs->w->n_req; r++)
         for (int32_t k = 0; accepted[r] && k < rs->w->reqs[r].params.n; k++)
-            CHECK(seen[r][k] == rs->waiting[r][k]);
+            if (seen[r][k] != rs->waiting[r][k]) {
+                CHECK(seen[r][k] == rs->waiting[r][k]);
+                fprintf(stderr, "  request %d.%d: %s the waiting queue, expected %s\n", r, k,
+                        seen[r][k] ? "in" : "not in", rs->waiting[r][k] ? "waiting" : "not");
+            }
     /* labels are unique among waiting and running requests (a preempted one returns to its own
      * place), and running requests are in label order */
     int32_t n_run;
@@ -259,6 +267,8 @@ typedef struct variant {
     pllm_spec_mode speculate;
     bool oracle; /* speculation's proposals from the oracle below */
     int32_t spec_max_draft;
+    bool overlap; /* one step in flight (engine.h pllm_overlap_mode), on the fake's submit/wait */
+    bool no_pending_history; /* the fake declares it cannot resolve pending penalty histories */
 } variant;
 
 /* The oracle proposer (speculation): the fake model's true continuation, with each draft
@@ -337,8 +347,10 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     model.cfg.n_vocab = VOCAB;
     model.cfg.n_ctx_train = 1000;
     model.identity = 0xabcdef;
-    fake_backend_params fp = {
-        .n_vocab = VOCAB, .max_batched_tokens = v->max_batched_tokens, .max_seqs = v->max_seqs};
+    fake_backend_params fp = {.n_vocab = VOCAB,
+                              .max_batched_tokens = v->max_batched_tokens,
+                              .max_seqs = v->max_seqs,
+                              .no_pending_history = v->no_pending_history};
     pllm_backend be = {0};
     CHECK_OK(fake_backend_create(&be, &fp));
     pllm_engine_params ep;
@@ -353,6 +365,7 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     ep.eviction = v->eviction;
     ep.speculate = v->speculate;
     ep.spec_max_draft = v->spec_max_draft;
+    ep.overlap = v->overlap ? PLLM_OVERLAP_ON : PLLM_OVERLAP_OFF;
     run_state *rs = pllm_calloc(1, sizeof *rs);
     oracle orc = {.w = w, .req_of_id = rs->req_of_id, .rng = seed ^ 0x77};
     pllm_engine *e = NULL;
@@ -433,10 +446,11 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
             CHECK(!"engine does not finish");
             break;
         }
-        /* the plan */
+        /* the plan (overlapped: the last call may only have finished the step in flight) */
         const pllm_sched_out *o = pllm_engine_last_plan(e);
-        CHECK(o->n_entries >= 1 && o->n_entries <= v->max_seqs);
-        CHECK(o->n_tokens >= 1 && o->n_tokens <= v->max_batched_tokens);
+        bool ran = !v->overlap || o->n_entries > 0;
+        CHECK(!ran || (o->n_entries >= 1 && o->n_entries <= v->max_seqs));
+        CHECK(!ran || (o->n_tokens >= 1 && o->n_tokens <= v->max_batched_tokens));
         int32_t sum = 0;
         for (int32_t i = 0; i < o->n_entries; i++) sum += o->entries[i].n_new;
         CHECK(sum == o->n_tokens);
@@ -444,14 +458,21 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
         for (int32_t i = 0; i < o->n_preempted; i++) {
             int32_t r = rs->req_of_id[o->preempted[i].req_id], k = o->preempted[i].index;
             CHECK(!rs->waiting[r][k]);
-            rs->waiting[r][k] = true;
+            /* overlapped: it may have finished in the same call (its step was in flight) */
+            rs->waiting[r][k] = rs->res[r][k].n_emitted == 0;
             rs->overtaken[r][k] = 0;
         }
         /* admissions and overtaking (independent of the scheduler's own counter) */
         for (int32_t i = 0; i < o->n_entries; i++) {
             const pllm_sched_entry *en = &o->entries[i];
             int32_t r = rs->req_of_id[en->req_id], k = en->index;
-            CHECK(rs->waiting[r][k] == en->admitted);
+            if (rs->waiting[r][k] != en->admitted) {
+                CHECK(rs->waiting[r][k] == en->admitted);
+                fprintf(stderr,
+                        "  step %d: request %d.%d admitted %d, waiting %d, req %p, emitted %d\n",
+                        step, r, k, en->admitted, rs->waiting[r][k], (void *)en->req,
+                        rs->res[r][k].n_emitted);
+            }
             if (en->admitted && !v->prefix_cache && en->n_hit > 0) tot->forks++;
         }
         /* a request still waiting is overtaken by each admitted one queued behind it */
@@ -477,6 +498,11 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
             const pllm_sched_entry *en = &o->entries[i];
             rs->waiting[rs->req_of_id[en->req_id]][en->index] = false;
         }
+        /* overlapped: a request preempted while its last step was in flight may finish from the
+         * waiting queue */
+        for (int32_t r = 0; r < w->n_req; r++)
+            for (int32_t k = 0; k < MAX_N; k++)
+                if (rs->res[r][k].n_emitted > 0) rs->waiting[r][k] = false;
         CHECK_OK(pllm_block_pool_check(pool, true));
         CHECK_OK(pllm_plan_check(pllm_engine_plan(e)));
         tot->steps++;
@@ -562,6 +588,17 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     fake_backend_get_stats(&be, &fs);
     CHECK(fs.max_step_tokens <= v->max_batched_tokens && fs.max_step_seqs <= v->max_seqs);
     CHECK(fs.steps == es.steps);
+    CHECK(es.overlap == v->overlap);
+    CHECK(es.steps_sync + es.steps_overlapped == es.steps);
+    if (!v->overlap || v->speculate != PLLM_SPEC_OFF) CHECK(es.steps_overlapped == 0);
+    if (v->overlap && v->speculate == PLLM_SPEC_OFF) {
+        tot->overlapped_steps += es.steps_overlapped;
+        tot->wasted_slots += es.wasted_slots;
+        tot->sync_penalties += es.sync_penalties;
+        tot->pending_penalty += es.pending_penalty_samples;
+        if (v->no_pending_history) CHECK(es.pending_penalty_samples == 0);
+        if (!v->no_pending_history) CHECK(es.sync_penalties == 0);
+    }
     if (pllm_test_failures)
         fprintf(stderr,
                 "  failing workload: seed %llu (bs %d, %d blocks, budget %d, seqs %d, bypass %d, "
@@ -670,6 +707,10 @@ int main(int argc, char **argv)
             v.oracle = sp >= 2 && sp < 6;
             v.spec_max_draft = 1 + (int32_t)rnd(&s, 6);
             if (v.speculate != PLLM_SPEC_OFF) tot.spec_runs++;
+            /* half the runs keep one step in flight (speculating ones fall back to sync) */
+            v.overlap = (seed + (uint64_t)pass) % 2 == 1;
+            v.no_pending_history = seed % 4 < 2;
+            tot.overlap_runs += v.overlap && v.speculate == PLLM_SPEC_OFF;
             run_variant(&w, &v, seed, &tot);
             if (pllm_test_failures) break;
         }
@@ -696,6 +737,15 @@ int main(int argc, char **argv)
           tot.grouped > 0 && tot.best_checked > 0 && tot.future_runs > 0 && tot.relabels > 0 &&
           tot.sorted_runs == tot.workloads);
     CHECK(tot.finish_stop > 0 && tot.finish_length > 0);
+    fprintf(stderr,
+            "engine_sched_random: %lld runs overlapped: %lld steps queued while another ran, "
+            "%lld rows computed for sequences already finished, %lld penalty samples read a "
+            "pending token, %lld steps waited for one (no_pending_history)\n",
+            (long long)tot.overlap_runs, (long long)tot.overlapped_steps,
+            (long long)tot.wasted_slots, (long long)tot.pending_penalty,
+            (long long)tot.sync_penalties);
+    CHECK(tot.overlap_runs > 0 && tot.overlapped_steps > 0 && tot.wasted_slots > 0 &&
+          tot.sync_penalties > 0 && tot.pending_penalty > 0);
     fprintf(stderr, "engine_sched_random: %lld runs speculating: %lld drafts, %lld accepted\n",
             (long long)tot.spec_runs, (long long)tot.spec_drafted, (long long)tot.spec_accepted);
     CHECK(tot.spec_runs > 0 && tot.spec_accepted > 0 && tot.spec_accepted < tot.spec_drafted);

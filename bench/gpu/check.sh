@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # bench/gpu/check.sh: the one-command check of the CUDA path on a machine with a GPU: a verdict
-# and the figures, in under 7 minutes (the 7B bench runs twice: own and FlashInfer attention).
+# and the figures, in about 8 minutes (the 7B bench runs three times: own attention overlapped and
+# synchronous, FlashInfer; the SmolLM2 shape twice: overlapped and synchronous).
 #
 #     bench/gpu/pack.sh                      here: build for the GPU machine, pack into .gpu/
 #     bench/gpu/check.sh [PACK]              there, from the checkout's root (PACK: .gpu/pllm-gpu.tar.xz)
 #
-# With the device tool: run(command="bench/gpu/check.sh", carry=[".gpu"], timeout_s=540).
+# With the device tool: run(command="bench/gpu/check.sh", carry=[".gpu"], timeout_s=590).
 # It needs the CUDA driver, compute-sanitizer, python3 with numpy, PyTorch and transformers (the
 # GPU image has them); pllm's libraries, the gguf package and the tokenizer come in the pack.
 #
@@ -20,9 +21,14 @@
 #     model, when $PLLM_HOME/models has it: it is too large to carry, so usually skipped, said so);
 #   - meanwhile the random-weight Llama-2-7B-shape directory is written (bench/gpu/mkmodel.py).
 # Phase 2, figures (one at a time, the GPU otherwise idle):
-#   - kernel_bench --dims llama3-8b and smollm2-135m: every kernel against the device's peaks;
+#   - kernel_bench --dims llama3-8b and smollm2-135m: every kernel against the device's peaks,
+#     and the launch overhead of a decode and of a mixed prefill/decode step (eager vs graph);
+#   - pllm bench --device cuda on the SmolLM2-135M shape (bench/gpu/mkmodel.py smollm2): 256
+#     requests x 256 prompt / 128 output tokens at 256 sequences, greedy, --overlap on and off:
+#     output tok/s and the device busy share of each (issue 16: >= 90% wanted overlapped);
 #   - pllm bench --device cuda on the 7B shape: 256 requests x 256 prompt / 128 output tokens,
-#     greedy, with pllm's own decode attention and again with --attention-backend flashinfer;
+#     greedy, with pllm's own decode attention (overlapped, then --overlap off: before/after of
+#     issue 16) and again with --attention-backend flashinfer;
 #     then Hugging Face transformers generate on the same directory and workload at its
 #     best batch (bench/gpu/hf_baseline.py); the ratio of output tokens/s.
 # Output: a PASS/FAIL line per check, the figures, the verdict last; every log in
@@ -64,6 +70,7 @@ printf '%s\n' '{"id": "a", "prompt": "The capital of France is"}' \
     '{"id": "c", "prompt": "def add(a, b):", "temperature": 1.0, "seed": 3}' \
     '{"id": "d", "prompt": "Once upon a time", "temperature": 0.8, "top_p": 0.9, "seed": 5}' >"$W/prompts.jsonl"
 python3 bench/gpu/mkmodel.py "$W/tiny" tiny "$P/tokenizer" >"$L/mkmodel-tiny.log" 2>&1
+python3 bench/gpu/mkmodel.py "$W/smol" smollm2 "$P/tokenizer" >"$L/mkmodel-smol.log" 2>&1
 python3 bench/gpu/mkmodel.py /dev/shm/pllm-7b "${PLLM_CHECK_SHAPE:-7b}" "$P/tokenizer" >"$L/mkmodel-7b.log" 2>&1 &
 mk7=$!
 (for t in cuemu_device_gpu cuemu_kernels_gpu cuda_ops_gpu cuda_sampler_gpu cuda_backend_gpu cuda_flashinfer_gpu; do
@@ -133,6 +140,17 @@ for d in llama3-8b smollm2-135m; do
     timeout 90 "$P/bin/kernel_bench" --dims $d --json "$L/kernels-$d.json" >"$L/kernels-$d.txt" 2>&1
     verdict "kernel_bench $d" $? "$(grep -c . "$L/kernels-$d.txt") lines"
     grep -iE "peak|attention|sample|qkv_rope|rmsnorm|swiglu|lm head" "$L/kernels-$d.txt" | head -14
+    grep -E "launches cost" "$L/kernels-$d.txt" # issue 16: a mixed step's launches (graphs: decode only)
+done
+# issue 16: one step in flight against synchronous stepping, SmolLM2-135M shape at 256 sequences
+# (the host's share of a step is largest there) and the 7B shape (below)
+for ov in on off; do
+    timeout 60 "$P/bin/pllm" bench --device cuda -m "$W/smol" --dataset random --input-len 256 \
+        --output-len 128 -n 256 --max-seqs 256 --max-batched-tokens 8192 --overlap $ov \
+        --stats-json "$L/pllm-smol-$ov.json" >"$L/pllm-smol-$ov.txt" 2>&1
+    verdict "pllm bench SmolLM2 shape --overlap $ov" $? \
+        "$(grep -E 'Output token throughput' "$L/pllm-smol-$ov.txt" | tr -s ' ')"
+    grep -E "Output token|Mean TPOT|Steps in flight|Device busy" "$L/pllm-smol-$ov.txt"
 done
 wait "$mk7"
 verdict "7B-shape model" $? "$(tail -1 "$L/mkmodel-7b.log")"
@@ -140,7 +158,36 @@ timeout 150 "$P/bin/pllm" bench --device cuda -m /dev/shm/pllm-7b --dataset rand
     --output-len 128 -n 256 --max-seqs 256 --max-batched-tokens 8192 --stats-json "$L/pllm-7b.json" \
     >"$L/pllm-7b.txt" 2>&1
 verdict "pllm bench 7B" $? "$(grep -E 'Output token throughput' "$L/pllm-7b.txt" | tr -s ' ')"
-grep -E "Duration|Request throughput|Output token|Total token|Mean TTFT|Mean TPOT|Device" "$L/pllm-7b.txt"
+grep -E "Duration|Request throughput|Output token|Total token|Mean TTFT|Mean TPOT|Device|Steps in flight" "$L/pllm-7b.txt"
+# before issue 16: the same run stepping synchronously
+timeout 100 "$P/bin/pllm" bench --device cuda -m /dev/shm/pllm-7b --dataset random --input-len 256 \
+    --output-len 128 -n 256 --max-seqs 256 --max-batched-tokens 8192 --overlap off \
+    --stats-json "$L/pllm-7b-sync.json" >"$L/pllm-7b-sync.txt" 2>&1
+verdict "pllm bench 7B --overlap off" $? "$(grep -E 'Output token throughput' "$L/pllm-7b-sync.txt" | tr -s ' ')"
+grep -E "Output token|Mean TPOT|Device busy" "$L/pllm-7b-sync.txt"
+python3 - "$L" <<'EOF'
+import json, os, sys
+def find(o, key):
+    if isinstance(o, dict):
+        if key in o and isinstance(o[key], (int, float)):
+            return o[key]
+        for v in o.values():
+            r = find(v, key)
+            if r is not None:
+                return r
+    return None
+for name, on, off in (("SmolLM2-135M shape", "pllm-smol-on", "pllm-smol-off"),
+                      ("7B shape", "pllm-7b", "pllm-7b-sync")):
+    try:
+        a, b = (json.load(open(os.path.join(sys.argv[1], f + ".json"))) for f in (on, off))
+        ta, tb = find(a, "output_throughput"), find(b, "output_throughput")
+        ba, bb = find(a, "device_busy_fraction"), find(b, "device_busy_fraction")
+        pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"
+        print(f"issue 16, {name}, 256 x 256/128 greedy: overlapped {ta:.0f} output tok/s "
+              f"(device busy {pct(ba)}), synchronous {tb:.0f} (busy {pct(bb)}): {ta / tb:.2f}x")
+    except Exception as e:  # the figures above still stand
+        print(f"issue 16, {name}: not computed ({e})")
+EOF
 # the same run with FlashInfer's decode attention (--attention-backend flashinfer)
 timeout 150 "$P/bin/pllm" bench --device cuda -m /dev/shm/pllm-7b --dataset random --input-len 256 \
     --output-len 128 -n 256 --max-seqs 256 --max-batched-tokens 8192 --attention-backend flashinfer \

@@ -15,6 +15,11 @@
  * peaks predict (max(bytes / bandwidth, FLOPs / rate)). Inputs are random where values matter
  * (logits, queries, caches).
  *
+ * Last, the launch overhead of a whole step (issue 16): the forward pass of a decode step and of
+ * a mixed step (B - 1 decode sequences and one 256-token prefill chunk, which the backend runs
+ * eagerly: its graphs are for decode-only steps) timed as eager launches and as one captured
+ * graph's replay; the difference is what capturing graphs for mixed steps would save.
+ *
  * Built against the real CUDA library (kernel_bench) and the emulator (kernel_bench_emu, run
  * by the cuda_kernel_bench_smoke test with --dims tiny so the code stays correct).
  */
@@ -492,6 +497,90 @@ static void run_step(bench *b, const dims *d, int32_t T, int32_t ctx, bool prefi
            S * V * 40, false);
 }
 
+/* ---- launch overhead of a whole step: eager launches against one graph replay ---- */
+
+/* One forward step as the backend launches it (cuda_backend.c enqueue_forward, own attention):
+ * per layer rmsnorm, GEMM qkv, qkv_rope, decode attention (when the step has decode items),
+ * prefill attention (when it has prefill tiles), GEMM o, rmsnorm, GEMM gate/up, swiglu, GEMM
+ * down; then the final norm of the sampled rows, the LM head and sampling. all: the step's
+ * tokens (norms, GEMMs, rope); dec / pre: its decode items and prefill tiles (NULL: none);
+ * smp: the sampled rows. */
+typedef struct fwd {
+    step *all, *dec, *pre, *smp;
+    int32_t n_layer;
+} fwd;
+
+static pllm_status k_forward(bench *b, void *a)
+{
+    const fwd *f = a;
+    PLLM_TRY(k_embedding(b, f->all));
+    for (int32_t l = 0; l < f->n_layer; l++) {
+        PLLM_TRY(k_rmsnorm(b, f->all));
+        PLLM_TRY(k_gemm_qkv(b, f->all));
+        PLLM_TRY(k_qkv_rope(b, f->all));
+        if (f->dec) PLLM_TRY(k_attn_decode(b, f->dec));
+        if (f->pre) PLLM_TRY(k_attn_prefill(b, f->pre));
+        PLLM_TRY(k_gemm_o(b, f->all));
+        PLLM_TRY(k_rmsnorm(b, f->all));
+        PLLM_TRY(k_gemm_gu(b, f->all));
+        PLLM_TRY(k_swiglu(b, f->all));
+        PLLM_TRY(k_gemm_down(b, f->all));
+    }
+    PLLM_TRY(k_final_norm(b, f->smp));
+    PLLM_TRY(k_lm_head(b, f->smp));
+    return k_sample(b, f->smp);
+}
+
+static pllm_status k_graph(bench *b, void *a)
+{
+    return pllm_cuda_graph_launch(b->dev, (pllm_cuda_graph *)a);
+}
+
+/* The step launched eagerly and replayed as one captured graph: the difference is what its
+ * launches cost (a graph pays one). */
+static void launch_overhead(bench *b, const char *what, fwd *f, int32_t n_launches)
+{
+    const int R = b->reps < 5 ? b->reps : 5;
+    const double eager = time_it(b, k_forward, f, R);
+    pllm_cuda_graph *g = NULL;
+    TRY(pllm_cuda_graph_begin(b->dev));
+    TRY(k_forward(b, f));
+    TRY(pllm_cuda_graph_end(b->dev, &g));
+    const double graph = time_it(b, k_graph, g, R);
+    pllm_cuda_graph_free(g);
+    printf("  %-44s eager %9.1f us, graph %9.1f us: %d launches cost %8.1f us (%.1f%% of the "
+           "eager step)\n",
+           what, eager * 1e6, graph * 1e6, n_launches, (eager - graph) * 1e6,
+           eager > 0 ? 100.0 * (eager - graph) / eager : 0.0);
+    if (b->json)
+        fprintf(b->json,
+                "%s{\"step\": \"launch\", \"kernel\": \"%s\", \"us\": %.3f, \"graph_us\": "
+                "%.3f, \"launches\": %d}",
+                b->n_rows++ ? ",\n  " : "\n  ", what, eager * 1e6, graph * 1e6, n_launches);
+}
+
+/* Issue 16: decode-only steps run as graphs (cuda_backend.c graph_batch); mixed prefill/decode
+ * steps run eagerly. This measures what their launches cost: a decode step of B sequences, and a
+ * mixed step of B - 1 decode sequences plus one prefill chunk of P tokens. */
+static void run_launch(bench *b, const dims *d, int32_t B, int32_t ctx, int32_t P)
+{
+    printf("\n%s: launch overhead of a whole step (%d layers), eager vs one graph replay\n",
+           d->name, d->L);
+    step dec, pre, all;
+    step_init(b, &dec, d, B, ctx, false, false);
+    fwd f = {.all = &dec, .dec = &dec, .pre = NULL, .smp = &dec, .n_layer = d->L};
+    char what[96];
+    snprintf(what, sizeof what, "decode, %d sequences x %d context", B, ctx);
+    launch_overhead(b, what, &f, 1 + 9 * d->L + 3);
+    step_init(b, &pre, d, P, 0, true, false);
+    step_init(b, &all, d, B - 1 + P, 0, true, false); /* the mixed step's tokens */
+    dec.n_items = B - 1;
+    dec.S = B; /* B - 1 decode rows and the chunk's last */
+    f = (fwd){.all = &all, .dec = &dec, .pre = &pre, .smp = &dec, .n_layer = d->L};
+    snprintf(what, sizeof what, "mixed, %d decode + a %d-token prefill chunk", B - 1, P);
+    launch_overhead(b, what, &f, 1 + 10 * d->L + 3);
+}
+
 int main(int argc, char **argv)
 {
     const dims *d = &k_dims[0];
@@ -556,6 +645,7 @@ int main(int argc, char **argv)
     measure_peaks(&b, tiny);
     run_step(&b, d, batch, ctx, false);
     run_step(&b, d, prefill, 0, true);
+    run_launch(&b, d, batch, ctx, tiny ? 8 : 256);
     if (b.json) {
         fprintf(b.json, "\n]}\n");
         fclose(b.json);

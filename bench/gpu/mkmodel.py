@@ -3,8 +3,9 @@
 
     mkmodel.py OUTDIR SHAPE TOKENIZER_DIR
 
-SHAPE: 7b (Llama-2-7B: hidden 4096, 32 layers, 32 heads, MHA, ff 11008; 13.5 GB of fp16) or tiny
-(hidden 256, 2 layers, 8 heads; for the sanitizer runs). The vocabulary is 32064 rows, Phi-3's
+SHAPE: 7b (Llama-2-7B: hidden 4096, 32 layers, 32 heads, MHA, ff 11008; 13.5 GB of fp16), smollm2
+(SmolLM2-135M: hidden 576, 30 layers, 9 heads, GQA 3, ff 1536; the step whose host time matters) or
+tiny (hidden 256, 2 layers, 8 heads; for the sanitizer runs). The vocabulary is 32064 rows, Phi-3's
 padded size, over the phi-3-mini tokenizer's 32011 tokens (Llama-2's 32000 plus specials): random
 weights sample the padding ids at once, which pllm must never draw (sampling.h, n_valid).
 Weights: normal, std 0.02 (norms 1), fp16 safetensors in shards of at most 4 GiB, written with
@@ -19,6 +20,10 @@ import time
 SHAPES = {
     "7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
                num_key_value_heads=32),
+    # SmolLM2-135M's shape (576 hidden, 30 layers, 9 heads, 3 kv heads, ff 1536) over this
+    # script's 32064-row vocabulary (SmolLM2's own is 49152): ~0.3 GB of fp16
+    "smollm2": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                    num_key_value_heads=3),
     "tiny": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=8,
                  num_key_value_heads=8),
 }
@@ -48,7 +53,7 @@ def tensors(shape):
 
 def main():
     if len(sys.argv) != 4 or sys.argv[2] not in SHAPES:
-        sys.exit("usage: mkmodel.py OUTDIR 7b|tiny TOKENIZER_DIR")
+        sys.exit("usage: mkmodel.py OUTDIR 7b|smollm2|tiny TOKENIZER_DIR")
     out, name, tok = sys.argv[1], sys.argv[2], sys.argv[3]
     shape = SHAPES[name]
     os.makedirs(out, exist_ok=True)
