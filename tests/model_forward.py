@@ -7,6 +7,9 @@ the independent numpy reference tests/pyref/ref_forward_hf.py.
       float      (default) F32/F16/BF16 HF directories and GGUF files, except the next group
       kquant     the K-quant GGUF files (Q4_K_M-, Q5_K_M-style mixes, all-Q6_K; llama and qwen2)
       ropefreqs  the Llama-3 rope scaling GGUF (factors in rope_freqs.weight) and its HF twin
+      moe        mixtures of experts: Qwen3-MoE (HF qwen3_moe, GGUF qwen3moe; with and without
+                 norm_topk_prob, a dense layer between) and Mixtral (HF mixtral, GGUF llama with
+                 experts: stacked ffn_*_exps, and the older per-expert tensors)
 The groups are separate ctests so that each names what it needs from the CPU backend.
 
 Checks and bounds (relative error ||a - b|| / ||b|| of a logits row):
@@ -65,7 +68,7 @@ def rel(a, b):
 def main():
     args = sys.argv[1:]
     group = args[args.index("--group") + 1] if "--group" in args else "float"
-    if group not in ("float", "kquant", "ropefreqs"):
+    if group not in ("float", "kquant", "ropefreqs", "moe"):
         sys.exit(f"unknown group {group}")
     tmp = os.path.join(os.environ.get("PLLM_TEST_TMP", "/tmp"), "model_forward_" + group)
     os.makedirs(tmp, exist_ok=True)
@@ -73,6 +76,8 @@ def main():
     def group_of(m):
         if m["mix"]:
             return "kquant"
+        if m.get("experts"):
+            return "moe"
         return "ropefreqs" if m["spec"] == "llama3" else "float"
     manifest = [m for m in gen_hf_models.generate(os.path.join(tmp, "models")) if group_of(m) == group]
     rng = np.random.default_rng(777)
@@ -127,6 +132,27 @@ def main():
             print(f"{tag:34s} window off in the reference: rel diff {d:.2e} (must be > 1e-2) {'ok' if d > 1e-2 else 'FAIL'}")
             if not d > 1e-2:
                 failures.append(f"{tag}: the sliding window does not change the reference ({d:.2e})")
+
+    # mixtures of experts: the routing matters (the reference with the other normalization, or
+    # with the experts' weights equal, is far from the one the rows above are within 1e-4 of)
+    for tag, ref in refs.items():
+        if getattr(ref, "moe_norm", None) is not None and any("experts" in L for L in ref.layers):
+            spec = next(m["spec"] for m in manifest if os.path.basename(m["path"]) == tag)
+            p = prompts[spec][1]
+            base = ref.forward(p)
+            ref.moe_norm = not ref.moe_norm
+            flipped = ref.forward(p)
+            ref.moe_norm = not ref.moe_norm
+            k = ref.moe_k
+            ref.moe_k = k + 1
+            more = ref.forward(p)
+            ref.moe_k = k
+            d1, d2 = rel(flipped, base), rel(more, base)
+            ok = d1 > 1e-2 and d2 > 1e-2
+            print(f"{tag:34s} routing in the reference: other normalization {d1:.2e}, top-{k + 1} {d2:.2e} "
+                  f"(must be > 1e-2) {'ok' if ok else 'FAIL'}")
+            if not ok:
+                failures.append(f"{tag}: the routing does not change the reference ({d1:.2e}, {d2:.2e})")
 
     # the same weights in both formats
     pairs = []

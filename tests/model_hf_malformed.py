@@ -192,7 +192,7 @@ def main():
     check("config.json: no model_type", d, "format error", "config.json", "missing field 'model_type'")
     d = fresh(base, "config gpt2")
     edit_json(cfgp(d), lambda j: j.update(model_type="gpt2"))
-    check("config.json: unsupported architecture", d, "unsupported", "config.json", "'gpt2'", "supported: llama, mistral, qwen2")
+    check("config.json: unsupported architecture", d, "unsupported", "config.json", "'gpt2'", "supported: llama, mistral, mixtral, qwen2")
     d = fresh(base, "config hidden string")
     edit_json(cfgp(d), lambda j: j.update(hidden_size="32"))
     check("config.json: hidden_size a string", d, "format error", "config.json", "'hidden_size' must be an integer, not a string")
