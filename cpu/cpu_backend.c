@@ -175,6 +175,18 @@ static pllm_cpu_qact qact_from(const pllm_cpu_qact *a, int64_t t0)
     return v;
 }
 
+/* Row t of a (K of b's) into row r of b. */
+static void qact_copy_row(pllm_cpu_qact *b, int64_t r, const pllm_cpu_qact *a, int64_t t)
+{
+    const int64_t nb = PLLM_MIN(a->cap_k, b->cap_k) / 32;
+    memcpy(b->qs + r * b->cap_k, a->qs + t * a->cap_k, (size_t)nb * 32);
+    memcpy(b->dx + r * (b->cap_k / 32), a->dx + t * (a->cap_k / 32), sizeof(float) * (size_t)nb);
+    memcpy(b->xs + r * (b->cap_k / 32), a->xs + t * (a->cap_k / 32), sizeof(float) * (size_t)nb);
+    memcpy(b->sx + r * (b->cap_k / 32), a->sx + t * (a->cap_k / 32), sizeof(int32_t) * (size_t)nb);
+    memcpy(b->sx16 + r * (b->cap_k / 16), a->sx16 + t * (a->cap_k / 16),
+           sizeof(int32_t) * 2 * (size_t)nb);
+}
+
 /* Router of one token (model.h): softmax of the n logits (float32), the k largest (ties: the
  * lower index), their weights renormalized when norm. */
 static void moe_route(const float *logit, int32_t n, int32_t k, bool norm, int32_t *sel, float *w)
@@ -182,16 +194,21 @@ static void moe_route(const float *logit, int32_t n, int32_t k, bool norm, int32
     float mx = -INFINITY, sum = 0;
     for (int32_t e = 0; e < n; e++) mx = fmaxf(mx, logit[e]);
     for (int32_t e = 0; e < n; e++) sum += expf(logit[e] - mx);
+    /* the k largest logits (softmax keeps the order), sorted, in one pass: insertion into the
+     * list; a tie keeps the earlier (lower) expert first */
+    int32_t m = 0;
+    for (int32_t e = 0; e < n; e++) {
+        if (m == k && !(logit[e] > logit[sel[k - 1]])) continue;
+        int32_t i = m < k ? m++ : k - 1;
+        while (i > 0 && logit[e] > logit[sel[i - 1]]) {
+            sel[i] = sel[i - 1];
+            i--;
+        }
+        sel[i] = e;
+    }
     float tot = 0;
     for (int32_t j = 0; j < k; j++) {
-        int32_t best = -1;
-        for (int32_t e = 0; e < n; e++) {
-            bool taken = false;
-            for (int32_t i = 0; i < j && !taken; i++) taken = sel[i] == e;
-            if (!taken && (best < 0 || logit[e] > logit[best])) best = e;
-        }
-        sel[j] = best;
-        w[j] = expf(logit[best] - mx) / sum;
+        w[j] = expf(logit[sel[j]] - mx) / sum;
         tot += w[j];
     }
     if (norm)
@@ -207,10 +224,17 @@ static void moe_pass(cpu_ctx *c, int ith, int nth, int32_t l, int pass)
     const pllm_model_config *cfg = &c->model->cfg;
     const int64_t E = cfg->n_embd, F = cfg->n_ff_exp, NE = cfg->n_expert;
     const struct cpu_mat *G = c->mats + c->moe_base[l] + 1, *U = G + NE, *D = U + NE;
-    const int64_t rows = pass == 0 ? F : E, chunk = pass == 0 ? 32 : 64;
+    const int64_t rows = pass == 0 ? F : E, align = pass == 0 ? 32 : 16;
     double total = 0, cum = 0;
-    for (int64_t e = 0; e < NE; e++) total += (double)(c->eoff[e + 1] - c->eoff[e]) * (double)rows;
+    int64_t n_act = 0;
+    for (int64_t e = 0; e < NE; e++) {
+        total += (double)(c->eoff[e + 1] - c->eoff[e]) * (double)rows;
+        n_act += c->eoff[e + 1] > c->eoff[e];
+    }
     if (total <= 0) return;
+    /* about 4 items per thread: whole experts when enough of them have rows, else pieces */
+    const int64_t pieces = (4 * (int64_t)nth + n_act - 1) / n_act,
+                  chunk = ((rows + pieces - 1) / pieces + align - 1) / align * align;
     for (int64_t e = 0; e < NE; e++) {
         const int64_t o = c->eoff[e], n = c->eoff[e + 1] - o;
         if (!n) continue;
@@ -265,13 +289,19 @@ static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t
         }
     }
     pllm_cpu_pool_barrier(c->pool);
-    bool need_q = false; /* any expert's gate/up on the integer path reads qg */
-    for (int64_t e = 0; e < NE && !need_q; e++) need_q = G[e].use_q || U[e].use_q;
+    /* the grouped rows: float inputs for the float matrices, the int8 activations already
+     * computed (qa, the same for every expert) for the integer path */
+    bool need_q = false, need_f = false;
+    for (int64_t e = 0; e < NE; e++) {
+        need_q = need_q || G[e].use_q || U[e].use_q;
+        need_f = need_f || !G[e].use_q || !U[e].use_q;
+    }
     int64_t g0, g1;
     pllm_cpu_split(T * K, 1, ith, nth, &g0, &g1);
     for (int64_t r = g0; r < g1; r++) {
-        memcpy(c->xg + r * E, c->xb + (int64_t)c->row_tok[r] * E, sizeof(float) * (size_t)E);
-        quant_rows(c, need_q, &c->qg, c->xg, E, r, r + 1);
+        const int64_t t = c->row_tok[r];
+        if (need_f) memcpy(c->xg + r * E, c->xb + t * E, sizeof(float) * (size_t)E);
+        if (need_q) qact_copy_row(&c->qg, r, &c->qa, t);
     }
     pllm_cpu_pool_barrier(c->pool);
     moe_pass(c, ith, nth, l, 0);
@@ -473,7 +503,7 @@ static void forward_region(void *arg, int ith, int nth)
         post_residual(c, w->attn_post_norm, T, t0, t1, r0, r1);
 
         const bool moe = pllm_layer_is_moe(w);
-        const bool ffn_q = moe ? c->mats[c->moe_base[l]].use_q : M[M_GATE].use_q || M[M_UP].use_q;
+        const bool ffn_q = moe ? c->int_math : M[M_GATE].use_q || M[M_UP].use_q;
         for (int64_t t = t0; t < t1; t++) {
             c->kern->rmsnorm(c->xb + t * E, c->x + t * E, w->ffn_norm, E, cfg->norm_eps);
             quant_rows(c, ffn_q, &c->qa, c->xb, E, t, t + 1);
