@@ -24,7 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int64_t elems(const pllm_tensor *t) { return t->data ? t->n_rows * t->n_cols : 0; }
+static int64_t elems(const pllm_tensor *t)
+{
+    return t->data ? t->n_rows * t->n_cols : 0;
+}
 
 static int64_t active_params(const pllm_model *m)
 {
@@ -35,9 +38,9 @@ static int64_t active_params(const pllm_model *m)
         n += elems(&w->wq) + elems(&w->wk) + elems(&w->wv) + elems(&w->wo) + elems(&w->w_gate) +
              elems(&w->w_up) + elems(&w->w_down);
         if (pllm_layer_is_moe(w))
-            n += elems(&w->router) + (int64_t)c->n_expert_used * (elems(&w->exp_gate[0]) +
-                                                                   elems(&w->exp_up[0]) +
-                                                                   elems(&w->exp_down[0]));
+            n += elems(&w->router) +
+                 (int64_t)c->n_expert_used *
+                     (elems(&w->exp_gate[0]) + elems(&w->exp_up[0]) + elems(&w->exp_down[0]));
     }
     return n;
 }
@@ -82,7 +85,8 @@ static double run(const pllm_model *m, int32_t threads, const int32_t *ids, int3
         pllm_request_params_defaults(&p);
         p.max_tokens = tokens;
         p.ignore_eos = true;
-        if (pllm_engine_add(e, ids + (size_t)i * (size_t)prompt, prompt, &p, NULL, NULL) != PLLM_OK) {
+        if (pllm_engine_add(e, ids + (size_t)i * (size_t)prompt, prompt, &p, NULL, NULL) !=
+            PLLM_OK) {
             fprintf(stderr, "moe_bench: add: %s\n", pllm_errmsg());
             goto out;
         }
@@ -106,13 +110,13 @@ int main(int argc, char **argv)
     const char *paths[2] = {NULL, NULL};
     int np = 0;
     for (int i = 1; i < argc; i++) {
-        int32_t *dst = strcmp(argv[i], "--seqs") == 0     ? &seqs
-                       : strcmp(argv[i], "--prompt") == 0 ? &prompt
-                       : strcmp(argv[i], "--tokens") == 0 ? &tokens
-                       : strcmp(argv[i], "--rounds") == 0 ? &rounds
-                       : strcmp(argv[i], "--threads") == 0 ? &threads
+        int32_t *dst = strcmp(argv[i], "--seqs") == 0       ? &seqs
+                       : strcmp(argv[i], "--prompt") == 0   ? &prompt
+                       : strcmp(argv[i], "--tokens") == 0   ? &tokens
+                       : strcmp(argv[i], "--rounds") == 0   ? &rounds
+                       : strcmp(argv[i], "--threads") == 0  ? &threads
                        : strcmp(argv[i], "--max-seqs") == 0 ? &max_seqs
-                                                           : NULL;
+                                                            : NULL;
         if (dst && i + 1 < argc) {
             *dst = atoi(argv[++i]);
         } else if (!dst && argv[i][0] != '-' && np < 2) {

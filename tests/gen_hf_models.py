@@ -131,6 +131,7 @@ OUTPUTS = [
     ("mixtral", "hf", dict(dtype="F32")),
     ("mixtral", "gguf", dict(dtype="F32")),
     ("mixtral", "gguf", dict(dtype="F16", per_expert=True)),
+    ("qwen3moe", "gguf", dict(dtype="Q8_0")),
     ("llama3", "hf", dict(dtype="F32")),
     ("llama3", "gguf", dict(dtype="F32")),
 ]
@@ -508,13 +509,16 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None, per_expert=F
             g.add_tensor(name, x.astype(np.float16))
         elif dtype == "BF16":
             g.add_tensor(name, bf16_bits(x).reshape(x.shape[0], -1).view(np.uint8), raw_dtype=Q.BF16)
+        elif dtype == "Q8_0":  # the int8 path's type (norms stay F32)
+            from gguf.quants import quantize
+            g.add_tensor(name, quantize(x, Q.Q8_0), raw_dtype=Q.Q8_0)
         else:
             raise ValueError(dtype)
 
     def put_vec(name, x):
         if arch == "gemma3" and name.endswith("norm.weight"):  # llama.cpp's converter: 1 + w
             x = round_to(x, dtype if not mix else "F32") + np.float32(1)
-        g.add_tensor(name, round_to(x, dtype if not mix else "F32"))
+        g.add_tensor(name, round_to(x, dtype if not mix and dtype != "Q8_0" else "F32"))
 
     if arch == "gemma3":  # llama.cpp's gemma3 keys (the pattern as one bool per layer: true = sliding)
         g.add_sliding_window(s["sliding_window"])
@@ -570,6 +574,11 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None, per_expert=F
                 if per_expert:
                     for e, m in enumerate(mats):
                         put_mat(p + f"ffn_{kind}.{e}.weight", m)
+                elif dtype == "Q8_0":
+                    from gguf.quants import quantize
+                    st = np.stack(mats)
+                    g.add_tensor(p + f"ffn_{kind}_exps.weight", quantize(st.reshape(-1, st.shape[-1]), Q.Q8_0).reshape(
+                        st.shape[0], st.shape[1], -1), raw_dtype=Q.Q8_0)
                 elif dtype == "BF16":
                     g.add_tensor(p + f"ffn_{kind}_exps.weight", bf16_bits(np.stack(mats)).view(np.uint8).reshape(
                         len(mats), mats[0].shape[0], -1), raw_dtype=Q.BF16)

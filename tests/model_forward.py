@@ -47,7 +47,7 @@ PROMPT_LENS = [1, 13, 45]
 N_GEN = 4
 
 
-def run_tool(tmp, name, spec):
+def run_tool(tmp, name, spec, env=None):
     build = os.environ.get("PLLM_BUILD")
     if not build:
         sys.exit("PLLM_BUILD is not set (run through ctest)")
@@ -55,7 +55,8 @@ def run_tool(tmp, name, spec):
     spec["out"] = os.path.join(tmp, name + ".npy")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
-    p = subprocess.run([os.path.join(build, "tests", "cpu_logits_tool"), spec_path], capture_output=True, text=True)
+    p = subprocess.run([os.path.join(build, "tests", "cpu_logits_tool"), spec_path], capture_output=True, text=True,
+                       env=dict(os.environ, **(env or {})))
     if p.returncode != 0:
         return None, None, p.stderr.strip()
     return json.loads(p.stdout), np.load(spec["out"]), None
@@ -89,7 +90,8 @@ def main():
         ps = prompts[m["spec"]]
         spec = dict(model=m["path"], threads=2, kv_dtype="f32", block_size=5, max_step_tokens=16, max_step_seqs=3, shuffle_seed=9,
                     seqs=[dict(tokens=p, logits_at=sorted({0, len(p) // 2, len(p) - 1}), generate=N_GEN) for p in ps])
-        info, rows, err = run_tool(tmp, tag, spec)
+        q8 = m.get("dtype") == "Q8_0"  # the float path here; the int8 path below
+        info, rows, err = run_tool(tmp, tag, spec, {"PLLM_CPU_MATH": "f32"} if q8 else None)
         if err:
             failures.append(f"{tag}: cpu_logits_tool failed: {err}")
             print(f"{tag:34s} FAILED: {err}")
@@ -117,6 +119,15 @@ def main():
               f"{'ok' if ok else 'FAIL'}; kernels {info['kernels']}; greedy {[s['generated'] for s in info['seqs']]}")
         if not ok:
             failures.append(f"{tag}: rel err {mx:.2e} >= {TOL_REF:.0e}")
+        if q8:  # the default int8 activations (cpu/gemm.h) through the experts: near the float run
+            i8, rows8, err = run_tool(tmp, tag + "-int8", dict(spec), {"PLLM_CPU_MATH": "int8"})
+            n = min(len(rows), len(rows8)) if not err else 0
+            e8 = [rel(rows8[i], rows[i].astype(np.float64)) for i in range(n)]
+            ok8 = not err and n > 0 and float(np.median(e8)) < 2e-2 and max(e8) < 0.2
+            print(f"{tag:34s} int8 math vs float math: {n} rows, rel err median {np.median(e8) if e8 else float('nan'):.2e} "
+                  f"max {max(e8) if e8 else float('nan'):.2e} (median < 2e-2, max < 0.2) {'ok' if ok8 else 'FAIL'} {err or ''}")
+            if not ok8:
+                failures.append(f"{tag}: int8 math far from float math")
 
     # Gemma 3: its window (8) matters on the 45-token prompt: the reference without it is far
     # from the one with it (so the rows above, within 1e-4 of the windowed reference, would fail
