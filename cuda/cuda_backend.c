@@ -727,7 +727,9 @@ static size_t reserve_missing(const cuda_ctx *c)
     const size_t S =
         align_up((size_t)PLLM_MAX(c->params.reserve_seqs, c->params.max_graph_batch), 16);
     size_t miss = 0;
-    if (T > (size_t)c->cap_tokens) miss += (T - (size_t)c->cap_tokens) * w.per_token;
+    if (T > (size_t)c->cap_tokens)
+        miss += (T - (size_t)c->cap_tokens) * w.per_token + pllm_cuda_moe_bytes(c, (int32_t)T) -
+                c->moe.bytes; /* experts' workspace */
     if (S > (size_t)c->cap_samples) miss += (S - (size_t)c->cap_samples) * w.per_sample;
     if (!c->part) miss += w.part;
     return miss;

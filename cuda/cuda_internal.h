@@ -149,5 +149,6 @@ void pllm_cuda_weights_free(cuda_ctx *c);
 /* cuda_moe.c: the MoE workspace for T tokens (no-op for dense models), its release, and one MoE
  * layer's MLP on the normed inputs c->xb of T tokens into c->proj (F32). */
 pllm_status pllm_cuda_moe_reserve(cuda_ctx *c, int32_t T);
+size_t pllm_cuda_moe_bytes(const cuda_ctx *c, int32_t T); /* what reserve allocates for T */
 void pllm_cuda_moe_free(cuda_ctx *c);
 pllm_status pllm_cuda_moe_forward(cuda_ctx *c, const cuda_layer *w, int32_t T);

@@ -30,6 +30,17 @@ static pllm_status alloc(cuda_ctx *c, void **p, size_t bytes, const char *what, 
     return PLLM_OK;
 }
 
+size_t pllm_cuda_moe_bytes(const cuda_ctx *c, int32_t T)
+{
+    const pllm_model_config *cfg = &c->model->cfg;
+    if (!cfg->n_expert) return 0;
+    const size_t NE = (size_t)cfg->n_expert, K = (size_t)cfg->n_expert_used,
+                 E = (size_t)cfg->n_embd, F = (size_t)cfg->n_ff_exp,
+                 R = (size_t)pllm_cuda_moe_rows(T, (int32_t)K, (int32_t)NE);
+    return 4 * ((size_t)T * NE + 3 * (size_t)T * K + R + R / PLLM_CUDA_MOE_TILE + NE + 1 +
+                R * (2 * E + 3 * F));
+}
+
 pllm_status pllm_cuda_moe_reserve(cuda_ctx *c, int32_t T)
 {
     const pllm_model_config *cfg = &c->model->cfg;
