@@ -68,6 +68,7 @@ typedef struct cpu_ctx {
      * gate, up and down matrices ([n_expert] each); -1 for dense layers. n_mats in all. */
     int64_t *moe_base;
     int64_t n_mats;
+    bool moe_float_in; /* some expert's gate/up takes float inputs (xg is needed) */
     int n_threads;
     double *inv_freq;            /* [rope_dim / 2] */
     double *inv_freq_long;       /* [rope_dim / 2] LONGROPE: positions >= rope_orig_ctx; or NULL */
@@ -296,6 +297,7 @@ static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t
         need_q = need_q || G[e].use_q || U[e].use_q;
         need_f = need_f || !G[e].use_q || !U[e].use_q;
     }
+    PLLM_ASSERT(!need_f || c->moe_float_in);
     int64_t g0, g1;
     pllm_cpu_split(T * K, 1, ith, nth, &g0, &g1);
     for (int64_t r = g0; r < g1; r++) {
@@ -604,8 +606,9 @@ static pllm_status reserve_moe(cpu_ctx *c, int32_t T)
     const int64_t NE = cfg->n_expert, R = (int64_t)T * cfg->n_expert_used;
     pllm_status st;
     if ((st = alloc_f32(&c->rlog, T, NE)) || (st = alloc_f32(&c->sel_w, R, 1)) ||
-        (st = alloc_f32(&c->xg, R, cfg->n_embd)) || (st = alloc_f32(&c->yg, R, cfg->n_embd)) ||
-        (st = alloc_f32(&c->hg, R, cfg->n_ff_exp)) || (st = alloc_f32(&c->hg2, R, cfg->n_ff_exp)))
+        (st = alloc_f32(&c->xg, c->moe_float_in ? R : 1, cfg->n_embd)) ||
+        (st = alloc_f32(&c->yg, R, cfg->n_embd)) || (st = alloc_f32(&c->hg, R, cfg->n_ff_exp)) ||
+        (st = alloc_f32(&c->hg2, R, cfg->n_ff_exp)))
         return st;
     if (!(c->sel_e = pllm_malloc(sizeof(int32_t) * (size_t)R)) ||
         !(c->sel_row = pllm_malloc(sizeof(int32_t) * (size_t)R)) ||
@@ -944,6 +947,9 @@ static pllm_status setup_mats(cpu_ctx *c)
             PLLM_TRY(pllm_cpu_qweight_alloc(&M->q, M->t->dtype, M->t->data, M->t->row_bytes, M->t->n_rows, M->t->n_cols,
                                             c->qkern->qpacked));
     }
+    for (int32_t l = 0; l < L; l++) /* float inputs for some expert's gate/up: xg is needed */
+        for (int64_t k = 1; c->moe_base[l] >= 0 && k <= 2 * NE; k++)
+            c->moe_float_in = c->moe_float_in || !c->mats[c->moe_base[l] + k].use_q;
     if (c->int_math && c->qkern->qpacked) pllm_cpu_pool_run(c->pool, pack_region, c);
     /* kv_dtype auto: F16 when quantized matrices take the int8 path (llama.cpp's numerics, whose
      * KV cache is F16 too; half the memory and the bandwidth of batched decode), F32 with
