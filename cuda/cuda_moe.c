@@ -27,6 +27,7 @@ static pllm_status alloc(cuda_ctx *c, void **p, size_t bytes, const char *what, 
                                  "cuda backend: MoE workspace (%s) for %d tokens: %.1f MiB: ", what,
                                  T, (double)bytes / (1 << 20));
     c->moe.bytes += bytes;
+    c->workspace_bytes += bytes; /* (pllm_cuda_moe_free takes both back) */
     return PLLM_OK;
 }
 
@@ -65,7 +66,6 @@ pllm_status pllm_cuda_moe_reserve(cuda_ctx *c, int32_t T)
         pllm_cuda_moe_free(c);
         return st;
     }
-    c->workspace_bytes += m->bytes;
     m->cap_tokens = T;
     return PLLM_OK;
 }
