@@ -242,7 +242,7 @@ extern "C" pllm_status pllm_cuda_moe_gemm(pllm_cuda_dev *dev, float *c, const fl
                                           const int32_t *tile_exp, int32_t n_rows, int32_t n,
                                           int32_t kd)
 {
-    if (n_rows < 0 || n_rows % kTile || n < 1 || kd < 1)
+    if (n_rows < 0 || n_rows % kTile || n_rows / kTile > 65535 || n < 1 || kd < 1) /* grid.y */
         return pllm_errorf(PLLM_ERR_INVALID, "moe_gemm: bad shape n_rows=%d n=%d k=%d", n_rows, n,
                            kd);
     if (n_rows == 0) return PLLM_OK;
