@@ -37,7 +37,9 @@ static int64_t count_params_of(const pllm_model *m, bool active)
         if (c->has_qk_norm) n += 2 * (int64_t)c->head_dim;
         if (c->has_post_norms) n += 2 * (int64_t)c->n_embd; /* Gemma 3 */
         if (pllm_layer_is_moe(w)) {
-            n += tensor_elems(&w->router);
+            n += tensor_elems(&w->router) + tensor_elems(&w->shexp_gate_w) +
+                 tensor_elems(&w->shexp_up) + tensor_elems(&w->shexp_down) +
+                 (w->shexp_inp ? c->n_embd : 0);
             for (int32_t e = 0; e < (active ? c->n_expert_used : c->n_expert); e++)
                 n += tensor_elems(&w->exp_gate[e]) + tensor_elems(&w->exp_up[e]) +
                      tensor_elems(&w->exp_down[e]);
@@ -176,10 +178,11 @@ static void print_human(const json_t *j, bool show_template)
     }
     const json_t *ex = G(m, "experts");
     if (json_is_object(ex)) { /* mixture of experts */
-        printf("%-20s %lld, %lld per token (softmax, top-k%s), expert FFN %lld, in %zu of %lld "
+        printf("%-20s %lld, %lld per token (softmax, top-k%s), expert FFN %lld%s, in %zu of %lld "
                "layers; %.2fM active parameters\n",
                "experts:", I(ex, "count"), I(ex, "used"),
                json_is_true(G(ex, "norm_topk_prob")) ? ", renormalized" : "", I(ex, "ff_length"),
+               I(ex, "shared_experts") ? " + a shared expert (sigmoid-gated)" : "",
                json_array_size(G(ex, "layers")), I(m, "n_layer"),
                (double)json_integer_value(G(j, "active_parameters")) / 1e6);
     }

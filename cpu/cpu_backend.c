@@ -65,7 +65,8 @@ typedef struct cpu_ctx {
     pllm_cpu_qact qa; /* [T][n_embd]: the normed inputs of wq/wk/wv, w_gate/w_up, output */
     pllm_cpu_qact qb; /* [T][max(n_head * head_dim, n_ff)]: the inputs of wo and w_down */
     /* Mixture of experts (model.h): mats[moe_base[l]] is layer l's router, then its experts'
-     * gate, up and down matrices ([n_expert] each); -1 for dense layers. n_mats in all. */
+     * gate, up and down matrices ([n_expert] each), then (n_ff_shexp > 0) the shared expert's
+     * gate, up, down; -1 for dense layers. n_mats in all. */
     int64_t *moe_base;
     int64_t n_mats;
     bool moe_float_in; /* some expert's gate/up takes float inputs (xg is needed) */
@@ -103,6 +104,10 @@ typedef struct cpu_ctx {
     int32_t *ecur;        /* [n_expert] */
     float *xg, *yg;       /* [T * n_expert_used][n_embd] grouped inputs, expert outputs */
     float *hg, *hg2;      /* [T * n_expert_used][n_ff_exp] gate, up */
+    float *shg;           /* [T] the shared expert's weight sigmoid(shexp_inp . x) */
+    float *hs, *hs2;      /* [T][n_ff_shexp] the shared expert's gate, up */
+    float *ys;            /* [T][n_embd] its output */
+    pllm_cpu_qact qs2;    /* int8 of hs (its down input) */
     pllm_cpu_qact qg;     /* int8 of xg */
     pllm_cpu_qact qg2;    /* int8 of hg (the down input) */
     float *rope_cs_local; /* [T][rope_dim] the sliding layers' (inv_freq_local), or NULL */
@@ -126,6 +131,8 @@ typedef struct cpu_ctx {
 /* ---- forward pass ------------------------------------------------------------------------ */
 
 enum { M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_PER_LAYER };
+/* matrices of a MoE layer: router, gate/up/down of each expert, the shared expert's 3 */
+#define MOE_MATS(ne, ff_shexp) (1 + 3 * (int64_t)(ne) + ((ff_shexp) > 0 ? 3 : 0))
 
 /* Y = X W^T for this thread's rows of W (contiguous, starting at multiples of align); returns
  * the rows [*r0, *r1). Matrices on the integer path read XQ, the quantized X. */
@@ -274,9 +281,16 @@ static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t
     int64_t r0, r1;
     mm(c, ith, nth, c->rlog, NE, c->xb, E, &c->qa, R, T, 16, &r0, &r1);
     pllm_cpu_pool_barrier(c->pool);
-    for (int64_t t = t0; t < t1; t++)
+    const pllm_layer_weights *lw = &c->model->layers[l];
+    for (int64_t t = t0; t < t1; t++) {
         moe_route(c->rlog + t * NE, (int32_t)NE, (int32_t)K, cfg->moe_norm_topk, c->sel_e + t * K,
                   c->sel_w + t * K);
+        if (lw->shexp_inp) { /* the shared expert's weight: sigmoid of a float32 dot */
+            float d = 0;
+            for (int64_t i = 0; i < E; i++) d += lw->shexp_inp[i] * c->xb[t * E + i];
+            c->shg[t] = 1.0f / (1.0f + expf(-d));
+        }
+    }
     pllm_cpu_pool_barrier(c->pool);
     if (ith == 0) { /* group the rows by expert, in token order within an expert */
         memset(c->eoff, 0, sizeof(int32_t) * (size_t)(NE + 1));
@@ -306,9 +320,21 @@ static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t
         if (need_q) qact_copy_row(&c->qg, r, &c->qa, t);
     }
     pllm_cpu_pool_barrier(c->pool);
+    const int64_t FS = cfg->n_ff_shexp;
+    const struct cpu_mat *S = R + 1 + 3 * NE; /* the shared expert's gate, up, down */
     moe_pass(c, ith, nth, l, 0);
+    if (FS) { /* the shared expert over all tokens: this thread's rows, as the dense MLP */
+        mm(c, ith, nth, c->hs, FS, c->xb, E, &c->qa, &S[0], T, 32, &r0, &r1);
+        mm(c, ith, nth, c->hs2, FS, c->xb, E, &c->qa, &S[1], T, 32, &r0, &r1);
+        for (int64_t t = 0; t < T && r0 < r1; t++) {
+            c->kern->swiglu(c->hs + t * FS + r0, c->hs2 + t * FS + r0, r1 - r0);
+            if (S[2].use_q)
+                c->qkern->quant(&c->qs2, t, c->hs + t * FS + r0, r0 / 32, (r1 + 31) / 32);
+        }
+    }
     pllm_cpu_pool_barrier(c->pool);
     moe_pass(c, ith, nth, l, 1);
+    if (FS) mm(c, ith, nth, c->ys, E, c->hs, FS, &c->qs2, &S[2], T, 16, &r0, &r1);
     pllm_cpu_pool_barrier(c->pool);
     for (int64_t t = t0; t < t1; t++) { /* sum over the token's experts, then the residual */
         float *acc = c->xb + t * E;
@@ -319,6 +345,8 @@ static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t
             else
                 for (int64_t i = 0; i < E; i++) acc[i] += w * y[i];
         }
+        if (FS) /* plus the shared expert's share */
+            for (int64_t i = 0; i < E; i++) acc[i] += c->shg[t] * c->ys[t * E + i];
         for (int64_t i = 0; i < E; i++) c->x[t * E + i] += acc[i];
     }
     pllm_cpu_pool_barrier(c->pool);
@@ -575,7 +603,7 @@ static void free_tokens_ws(cpu_ctx *c)
     float **bufs[] = {&c->x,    &c->xb,    &c->q,   &c->k,       &c->v,
                       &c->att,  &c->hb,    &c->hb2, &c->rope_cs, &c->rope_cs_local,
                       &c->rlog, &c->sel_w, &c->xg,  &c->yg,      &c->hg,
-                      &c->hg2};
+                      &c->hg2,  &c->shg,   &c->hs,  &c->hs2,     &c->ys};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(bufs); i++) {
         pllm_aligned_free(*bufs[i]);
         *bufs[i] = NULL;
@@ -587,6 +615,7 @@ static void free_tokens_ws(cpu_ctx *c)
     }
     pllm_cpu_qact_free(&c->qg);
     pllm_cpu_qact_free(&c->qg2);
+    pllm_cpu_qact_free(&c->qs2);
     c->cap_tokens = 0;
 }
 
@@ -609,6 +638,11 @@ static pllm_status reserve_moe(cpu_ctx *c, int32_t T)
         (st = alloc_f32(&c->xg, c->moe_float_in ? R : 1, cfg->n_embd)) ||
         (st = alloc_f32(&c->yg, R, cfg->n_embd)) || (st = alloc_f32(&c->hg, R, cfg->n_ff_exp)) ||
         (st = alloc_f32(&c->hg2, R, cfg->n_ff_exp)))
+        return st;
+    const int64_t FS = cfg->n_ff_shexp;
+    if (FS && ((st = alloc_f32(&c->shg, T, 1)) || (st = alloc_f32(&c->hs, T, FS)) ||
+               (st = alloc_f32(&c->hs2, T, FS)) || (st = alloc_f32(&c->ys, T, cfg->n_embd)) ||
+               (c->int_math && (st = pllm_cpu_qact_init(&c->qs2, T, (FS + 63) / 64 * 64)))))
         return st;
     if (!(c->sel_e = pllm_malloc(sizeof(int32_t) * (size_t)R)) ||
         !(c->sel_row = pllm_malloc(sizeof(int32_t) * (size_t)R)) ||
@@ -917,7 +951,7 @@ static pllm_status setup_mats(cpu_ctx *c)
     if (!(c->moe_base = pllm_malloc(sizeof(int64_t) * (size_t)L))) return PLLM_ERR_NOMEM;
     for (int32_t l = 0; l < L; l++) {
         c->moe_base[l] = pllm_layer_is_moe(&m->layers[l]) ? c->n_mats : -1;
-        if (c->moe_base[l] >= 0) c->n_mats += 1 + 3 * NE;
+        if (c->moe_base[l] >= 0) c->n_mats += MOE_MATS(NE, m->cfg.n_ff_shexp);
     }
     if (NE && (!(c->eoff = pllm_malloc(sizeof(int32_t) * (size_t)(NE + 1))) ||
                !(c->ecur = pllm_malloc(sizeof(int32_t) * (size_t)NE))))
@@ -934,13 +968,17 @@ static pllm_status setup_mats(cpu_ctx *c)
             M->t = &m->output;
         } else {
             int32_t l = 0;
-            while (l + 1 < L && (c->moe_base[l] < 0 || c->moe_base[l] + 1 + 3 * NE <= i)) l++;
+            while (l + 1 < L &&
+                   (c->moe_base[l] < 0 || c->moe_base[l] + MOE_MATS(NE, m->cfg.n_ff_shexp) <= i))
+                l++;
             const pllm_layer_weights *w = &m->layers[l];
             const int64_t k = i - c->moe_base[l];
+            const pllm_tensor *sh[3] = {&w->shexp_gate_w, &w->shexp_up, &w->shexp_down};
             M->t = k == 0        ? &w->router
                    : k <= NE     ? &w->exp_gate[k - 1]
                    : k <= 2 * NE ? &w->exp_up[k - 1 - NE]
-                                 : &w->exp_down[k - 1 - 2 * NE];
+                   : k <= 3 * NE ? &w->exp_down[k - 1 - 2 * NE]
+                                 : sh[k - 1 - 3 * NE];
         }
         M->use_q = c->int_math && pllm_cpu_qdtype(M->t->dtype);
         if (M->use_q)
@@ -1047,8 +1085,9 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
         }
     for (int32_t l = 0; l < cfg->n_layer; l++) {
         const pllm_layer_weights *w = &model->layers[l];
-        const pllm_tensor *lm[] = {&w->wq,     &w->wk,   &w->wv,     &w->wo,
-                                   &w->w_gate, &w->w_up, &w->w_down, &w->router};
+        const pllm_tensor *lm[] = {&w->wq,           &w->wk,       &w->wv,        &w->wo,
+                                   &w->w_gate,       &w->w_up,     &w->w_down,    &w->router,
+                                   &w->shexp_gate_w, &w->shexp_up, &w->shexp_down};
         const int64_t ne = pllm_layer_is_moe(w) ? cfg->n_expert : 0;
         for (int64_t i = 0; i < (int64_t)PLLM_ARRAY_LEN(lm) + 3 * ne; i++) {
             const int64_t k = i - (int64_t)PLLM_ARRAY_LEN(lm);

@@ -24,15 +24,19 @@ typedef struct cuda_layer {
     float *attn_post_norm, *ffn_post_norm; /* [n_embd] or NULL (Gemma 3) */
     int32_t window; /* sliding-window layer: the window (model.h); 0: global */
     /* mixture-of-experts layer (w_router != NULL; w_gu and w_down are NULL then) */
-    void *w_router; /* [n_expert][n_embd] wdt */
+    void *w_router; /* [n_expert (+ 1: the shared expert's gate row)][n_embd] wdt */
     void *w_gu_exp; /* [n_expert][2 n_ff_exp][n_embd] wdt: expert e's gate rows over its up rows */
     void *w_down_exp; /* [n_expert][n_embd][n_ff_exp] wdt */
+    void *w_gu_sh;    /* [2 n_ff_shexp][n_embd] wdt: the shared expert's gate over up, or NULL */
+    void *w_down_sh;  /* [n_embd][n_ff_shexp] wdt */
 } cuda_layer;
 
 /* The MoE workspace for cap_tokens tokens (cuda_moe.c; kernels.h gives the layout). */
 typedef struct cuda_moe_ws {
     int32_t cap_tokens, n_rows;
     float *logits, *w, *xg, *gu, *h, *y;
+    void *gs, *hs; /* [T][2 n_ff_shexp], [T][n_ff_shexp] wdt: the shared expert's gate/up, swiglu */
+    float *ys;     /* [T][n_embd]: its output */
     int32_t *sel, *row_of, *row_tok, *tile_exp, *off;
     size_t bytes;
 } cuda_moe_ws;

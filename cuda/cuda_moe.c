@@ -12,8 +12,8 @@
 void pllm_cuda_moe_free(cuda_ctx *c)
 {
     cuda_moe_ws *m = &c->moe;
-    void *bufs[] = {m->logits, m->w,      m->xg,      m->gu,       m->h,  m->y,
-                    m->sel,    m->row_of, m->row_tok, m->tile_exp, m->off};
+    void *bufs[] = {m->logits, m->w,       m->xg,       m->gu,  m->h,  m->y,  m->sel,
+                    m->row_of, m->row_tok, m->tile_exp, m->off, m->gs, m->hs, m->ys};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(bufs); i++) pllm_cuda_free(c->dev, bufs[i]);
     c->workspace_bytes -= m->bytes;
     memset(m, 0, sizeof *m);
@@ -38,8 +38,10 @@ size_t pllm_cuda_moe_bytes(const cuda_ctx *c, int32_t T)
     const size_t NE = (size_t)cfg->n_expert, K = (size_t)cfg->n_expert_used,
                  E = (size_t)cfg->n_embd, F = (size_t)cfg->n_ff_exp,
                  R = (size_t)pllm_cuda_moe_rows(T, (int32_t)K, (int32_t)NE);
-    return 4 * ((size_t)T * NE + 3 * (size_t)T * K + R + R / PLLM_CUDA_MOE_TILE + NE + 1 +
-                R * (2 * E + 3 * F));
+    const size_t FS = (size_t)cfg->n_ff_shexp, LD = NE + (FS ? 1 : 0);
+    return 4 * ((size_t)T * LD + 3 * (size_t)T * K + R + R / PLLM_CUDA_MOE_TILE + NE + 1 +
+                R * (2 * E + 3 * F) + (FS ? (size_t)T * E : 0)) +
+           (size_t)T * 3 * FS * c->wsz;
 }
 
 pllm_status pllm_cuda_moe_reserve(cuda_ctx *c, int32_t T)
@@ -52,7 +54,8 @@ pllm_status pllm_cuda_moe_reserve(cuda_ctx *c, int32_t T)
                  E = (size_t)cfg->n_embd, F = (size_t)cfg->n_ff_exp, TK = (size_t)T * K;
     const int32_t R = pllm_cuda_moe_rows(T, (int32_t)K, (int32_t)NE);
     pllm_status st;
-    if ((st = alloc(c, (void **)&m->logits, 4 * (size_t)T * NE, "router logits", T)) ||
+    const size_t FS = (size_t)cfg->n_ff_shexp, LD = NE + (FS ? 1 : 0);
+    if ((st = alloc(c, (void **)&m->logits, 4 * (size_t)T * LD, "router logits", T)) ||
         (st = alloc(c, (void **)&m->w, 4 * TK, "weights", T)) ||
         (st = alloc(c, (void **)&m->sel, 4 * TK, "choices", T)) ||
         (st = alloc(c, (void **)&m->row_of, 4 * TK, "rows", T)) ||
@@ -62,7 +65,10 @@ pllm_status pllm_cuda_moe_reserve(cuda_ctx *c, int32_t T)
         (st = alloc(c, (void **)&m->xg, 4 * (size_t)R * E, "grouped inputs", T)) ||
         (st = alloc(c, (void **)&m->gu, 4 * (size_t)R * 2 * F, "gate/up", T)) ||
         (st = alloc(c, (void **)&m->h, 4 * (size_t)R * F, "swiglu", T)) ||
-        (st = alloc(c, (void **)&m->y, 4 * (size_t)R * E, "expert outputs", T))) {
+        (st = alloc(c, (void **)&m->y, 4 * (size_t)R * E, "expert outputs", T)) ||
+        (FS && ((st = alloc(c, &m->gs, c->wsz * (size_t)T * 2 * FS, "shared gate/up", T)) ||
+                (st = alloc(c, &m->hs, c->wsz * (size_t)T * FS, "shared swiglu", T)) ||
+                (st = alloc(c, (void **)&m->ys, 4 * (size_t)T * E, "shared output", T))))) {
         pllm_cuda_moe_free(c);
         return st;
     }
@@ -81,8 +87,9 @@ pllm_status pllm_cuda_moe_forward(cuda_ctx *c, const cuda_layer *w, int32_t T)
                            "cuda backend: MoE workspace for %d tokens, step has %d", m->cap_tokens,
                            T);
     if (T == 0) return PLLM_OK;
+    const int32_t FS = cfg->n_ff_shexp, LD = NE + (FS ? 1 : 0); /* + the shared expert's gate */
     pllm_cuda_gemm_args g = {.m = T,
-                             .n = NE,
+                             .n = LD,
                              .k = E,
                              .batch = 1,
                              .a = c->xb,
@@ -94,11 +101,12 @@ pllm_status pllm_cuda_moe_forward(cuda_ctx *c, const cuda_layer *w, int32_t T)
                              .trans_b = true,
                              .c = m->logits,
                              .c_dtype = PLLM_DTYPE_F32,
-                             .ldc = NE,
+                             .ldc = LD,
                              .alpha = 1.0f,
                              .beta = 0.0f};
     PLLM_TRY(pllm_cuda_gemm(c->dev, &g));
     const pllm_cuda_moe_args a = {.logits = m->logits,
+                                  .logits_ld = LD,
                                   .x = c->xb,
                                   .x_dtype = c->wdt,
                                   .sel = m->sel,
@@ -119,5 +127,26 @@ pllm_status pllm_cuda_moe_forward(cuda_ctx *c, const cuda_layer *w, int32_t T)
         pllm_cuda_moe_gemm(c->dev, m->gu, m->xg, w->w_gu_exp, c->wdt, m->tile_exp, R, 2 * F, E));
     PLLM_TRY(pllm_cuda_swiglu(c->dev, m->h, m->gu, PLLM_DTYPE_F32, R, F));
     PLLM_TRY(pllm_cuda_moe_gemm(c->dev, m->y, m->h, w->w_down_exp, c->wdt, m->tile_exp, R, E, F));
-    return pllm_cuda_moe_combine(c->dev, c->proj, m->y, m->row_of, m->w, T, K, E);
+    if (FS) { /* the shared expert, as the dense MLP over every token */
+        pllm_cuda_gemm_args s = g;
+        s.n = 2 * FS;
+        s.b = w->w_gu_sh;
+        s.c = m->gs;
+        s.c_dtype = c->wdt;
+        s.ldc = 2 * FS;
+        PLLM_TRY(pllm_cuda_gemm(c->dev, &s));
+        PLLM_TRY(pllm_cuda_swiglu(c->dev, m->hs, m->gs, c->wdt, T, FS));
+        s.n = E;
+        s.k = FS;
+        s.a = m->hs;
+        s.lda = FS;
+        s.b = w->w_down_sh;
+        s.ldb = FS;
+        s.c = m->ys;
+        s.c_dtype = PLLM_DTYPE_F32;
+        s.ldc = E;
+        PLLM_TRY(pllm_cuda_gemm(c->dev, &s));
+    }
+    return pllm_cuda_moe_combine(c->dev, c->proj, m->y, m->row_of, m->w, T, K, E, FS ? m->ys : NULL,
+                                 m->logits + NE, LD);
 }

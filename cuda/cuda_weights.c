@@ -162,8 +162,26 @@ static pllm_status upload_experts(stager *s, cuda_layer *d, const pllm_layer_wei
     cuda_ctx *c = s->c;
     const pllm_model_config *cfg = &c->model->cfg;
     const int64_t E = cfg->n_embd, F = cfg->n_ff_exp, NE = cfg->n_expert;
-    PLLM_TRY(alloc_track(c, &d->w_router, (size_t)(NE * E) * c->wsz, "router"));
+    const int64_t FS = cfg->n_ff_shexp;
+    PLLM_TRY(alloc_track(c, &d->w_router, (size_t)((NE + (FS ? 1 : 0)) * E) * c->wsz, "router"));
     PLLM_TRY(upload_matrix(s, d->w_router, 0, &w->router, E));
+    if (FS) { /* Qwen2-MoE: the shared expert's gate as the router's last row, and its MLP */
+        if (!w->shexp_inp)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "cuda backend: a MoE layer without its shared expert");
+        const pllm_tensor gv = {.data = w->shexp_inp,
+                                .dtype = PLLM_DTYPE_F32,
+                                .n_rows = 1,
+                                .n_cols = E,
+                                .row_bytes = sizeof(float) * (size_t)E,
+                                .name = "shared expert gate"};
+        PLLM_TRY(upload_matrix(s, d->w_router, NE, &gv, E));
+        PLLM_TRY(alloc_track(c, &d->w_gu_sh, (size_t)(2 * FS * E) * c->wsz, "shared gate/up"));
+        PLLM_TRY(upload_matrix(s, d->w_gu_sh, 0, &w->shexp_gate_w, E));
+        PLLM_TRY(upload_matrix(s, d->w_gu_sh, FS, &w->shexp_up, E));
+        PLLM_TRY(alloc_track(c, &d->w_down_sh, (size_t)(E * FS) * c->wsz, "shared down"));
+        PLLM_TRY(upload_matrix(s, d->w_down_sh, 0, &w->shexp_down, FS));
+    }
     PLLM_TRY(alloc_track(c, &d->w_gu_exp, (size_t)(NE * 2 * F * E) * c->wsz, "experts' gate/up"));
     PLLM_TRY(alloc_track(c, &d->w_down_exp, (size_t)(NE * E * F) * c->wsz, "experts' down"));
     for (int64_t e = 0; e < NE; e++) {
@@ -186,7 +204,8 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
     for (int32_t l = 0; l < cfg->n_layer; l++) /* attention, and the MLP or the experts */
         need += (size_t)((qd + 2 * kvd) * E + E * qd +
                          (pllm_layer_is_moe(&m->layers[l])
-                              ? (int64_t)cfg->n_expert * (E + 3 * (int64_t)cfg->n_ff_exp * E)
+                              ? (int64_t)cfg->n_expert * (E + 3 * (int64_t)cfg->n_ff_exp * E) +
+                                    (E + 3 * (int64_t)cfg->n_ff_shexp * E)
                               : 3 * F * E)) *
                 c->wsz;
     if (need > c->info.free_bytes)
@@ -198,7 +217,8 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
                            (double)c->info.total_bytes / (1 << 30));
 
     stager s;
-    pllm_status st = stager_init(&s, c, PLLM_MAX(PLLM_MAX(PLLM_MAX(E, F), qd), cfg->n_ff_exp));
+    pllm_status st = stager_init(
+        &s, c, PLLM_MAX(PLLM_MAX(PLLM_MAX(E, F), qd), PLLM_MAX(cfg->n_ff_exp, cfg->n_ff_shexp)));
     float *bias = NULL;
     const size_t freq_bytes = sizeof(double) * (size_t)PLLM_MAX(cfg->rope_dim / 2, 1);
     double *freq = NULL; /* host copy of inv_freq: the kernel reads the device one */
@@ -321,7 +341,8 @@ void pllm_cuda_weights_free(cuda_ctx *c)
             pllm_cuda_free(c->dev, d->q_norm), pllm_cuda_free(c->dev, d->k_norm);
             pllm_cuda_free(c->dev, d->attn_post_norm), pllm_cuda_free(c->dev, d->ffn_post_norm);
             pllm_cuda_free(c->dev, d->w_router), pllm_cuda_free(c->dev, d->w_gu_exp);
-            pllm_cuda_free(c->dev, d->w_down_exp);
+            pllm_cuda_free(c->dev, d->w_down_exp), pllm_cuda_free(c->dev, d->w_gu_sh);
+            pllm_cuda_free(c->dev, d->w_down_sh);
         }
         free(c->layers);
         c->layers = NULL;

@@ -178,15 +178,17 @@ pllm_status pllm_cuda_attn_prefill(pllm_cuda_dev *dev, const pllm_cuda_attn_args
  *   into xg [n_rows][dim] F32;
  *   pllm_cuda_moe_gemm for gate/up (W [n_expert][2 n_ff_exp][dim]: expert e's gate rows over its
  *   up rows) and, after pllm_cuda_swiglu (F32), for down (W [n_expert][dim][n_ff_exp]);
- *   pllm_cuda_moe_combine: out[t] = sum_j w[t][j] y[row_of[t][j]] in choice order.
+ *   pllm_cuda_moe_combine: out[t] = sum_j w[t][j] y[row_of[t][j]] in choice order (Qwen2-MoE:
+ *   plus its shared expert's output times the sigmoid of the router's extra logit column).
  * n_rows = pllm_cuda_moe_rows(n_tokens, k, n_expert): every size depends on the token count only.
  * All arrays are device memory.
  */
 #define PLLM_CUDA_MOE_TILE 16
 int32_t pllm_cuda_moe_rows(int32_t n_tokens, int32_t k, int32_t n_expert);
 typedef struct pllm_cuda_moe_args {
-    const float *logits; /* [n_tokens][n_expert] */
-    const void *x;       /* [n_tokens][dim] x_dtype */
+    const float *logits; /* [n_tokens][logits_ld] (columns >= n_expert: not read) */
+    int32_t logits_ld;
+    const void *x; /* [n_tokens][dim] x_dtype */
     pllm_dtype x_dtype;
     int32_t *sel;      /* [n_tokens][k] out */
     float *w;          /* [n_tokens][k] out */
@@ -204,9 +206,11 @@ pllm_status pllm_cuda_moe_route(pllm_cuda_dev *dev, const pllm_cuda_moe_args *a)
 pllm_status pllm_cuda_moe_gemm(pllm_cuda_dev *dev, float *c, const float *a, const void *w,
                                pllm_dtype w_dtype, const int32_t *tile_exp, int32_t n_rows,
                                int32_t n, int32_t kd);
+/* ys (or NULL): a shared expert's output [n_tokens][dim] F32, added times sigmoid(sg[t * sg_ld]) */
 pllm_status pllm_cuda_moe_combine(pllm_cuda_dev *dev, float *out, const float *y,
                                   const int32_t *row_of, const float *w, int32_t n_tokens,
-                                  int32_t k, int32_t dim);
+                                  int32_t k, int32_t dim, const float *ys, const float *sg,
+                                  int32_t sg_ld);
 
 /*
  * SwiGLU over the fused gate/up projection (cuda/swiglu.cu):

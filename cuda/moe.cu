@@ -24,7 +24,7 @@ constexpr int kThreads = 256;
 
 /*
  * route_kernel
- *   logits [n_tokens][n_expert] F32 (the router GEMM's output)
+ *   logits [n_tokens][ld] F32 (the router GEMM's output; columns past n_expert are not read)
  *   sel    [n_tokens][k] int32: the k largest, by decreasing logit (ties: the lower expert first)
  *   w      [n_tokens][k] F32: their softmax probabilities (float32, as the CPU: max, sum of
  *          expf(l - max), expf(l - max) / sum), divided by their sum when norm
@@ -33,11 +33,11 @@ constexpr int kThreads = 256;
  */
 __global__ void __launch_bounds__(128)
     route_kernel(int32_t *__restrict__ sel, float *__restrict__ w, const float *__restrict__ logits,
-                 int n_tokens, int n_expert, int k, int norm)
+                 int ld, int n_tokens, int n_expert, int k, int norm)
 {
     const int t = blockIdx.x * 128 + threadIdx.x;
     if (t >= n_tokens) return;
-    const float *l = logits + (int64_t)t * n_expert;
+    const float *l = logits + (int64_t)t * ld;
     int32_t *s = sel + (int64_t)t * k;
     float *ww = w + (int64_t)t * k;
     float mx = -INFINITY, sum = 0.0f;
@@ -176,19 +176,23 @@ __global__ void __launch_bounds__(kThreads)
  *   out [n_tokens][dim] F32: out[t] = sum_j w[t][j] y[row_of[t][j]], j = 0 .. k-1 in order (the
  *       CPU's order)
  *   y   [n_rows][dim] F32 (the experts' down projections)
+ *   ys  [n_tokens][dim] F32 or NULL: a shared expert's output, added times sigmoid(sg[t * sg_ld])
  * Launch: one block per token, 256 threads striding over the row.
  */
 __global__ void __launch_bounds__(kThreads)
     combine_kernel(float *__restrict__ out, const float *__restrict__ y,
-                   const int32_t *__restrict__ row_of, const float *__restrict__ w, int k, int dim)
+                   const int32_t *__restrict__ row_of, const float *__restrict__ w, int k, int dim,
+                   const float *__restrict__ ys, const float *__restrict__ sg, int sg_ld)
 {
     const int t = blockIdx.x;
+    const float g = ys ? 1.0f / (1.0f + expf(-sg[(int64_t)t * sg_ld])) : 0.0f;
     for (int i = threadIdx.x; i < dim; i += kThreads) {
         float acc = 0.0f;
         for (int j = 0; j < k; j++) {
             const float v = w[t * k + j] * y[(int64_t)row_of[t * k + j] * dim + i];
             acc = j == 0 ? v : acc + v;
         }
+        if (ys) acc += g * ys[(int64_t)t * dim + i];
         out[(int64_t)t * dim + i] = acc;
     }
 }
@@ -204,6 +208,7 @@ extern "C" int32_t pllm_cuda_moe_rows(int32_t n_tokens, int32_t k, int32_t n_exp
 extern "C" pllm_status pllm_cuda_moe_route(pllm_cuda_dev *dev, const pllm_cuda_moe_args *a)
 {
     if (a->n_tokens < 0 || a->n_expert < 1 || a->k < 1 || a->k > a->n_expert || a->dim < 1 ||
+        a->logits_ld < a->n_expert ||
         a->n_rows != pllm_cuda_moe_rows(a->n_tokens, a->k, a->n_expert))
         return pllm_errorf(PLLM_ERR_INVALID,
                            "moe_route: bad shape n_tokens=%d n_expert=%d k=%d dim=%d n_rows=%d",
@@ -211,7 +216,7 @@ extern "C" pllm_status pllm_cuda_moe_route(pllm_cuda_dev *dev, const pllm_cuda_m
     if (a->n_tokens == 0) return PLLM_OK;
     cudaStream_t s = pllm_cuda_dev_stream(dev);
     PLLM_LAUNCH(route_kernel, dim3((unsigned)((a->n_tokens + 127) / 128)), dim3(128), 0, s)
-    (a->sel, a->w, a->logits, a->n_tokens, a->n_expert, a->k, a->norm ? 1 : 0);
+    (a->sel, a->w, a->logits, a->logits_ld, a->n_tokens, a->n_expert, a->k, a->norm ? 1 : 0);
     PLLM_TRY(PLLM_CUDA_LAUNCHED("route_kernel"));
     PLLM_LAUNCH(group_kernel, dim3(1), dim3(kThreads), 0, s)
     (a->row_of, a->row_tok, a->tile_exp, a->off, a->sel, a->n_tokens * a->k, a->k, a->n_expert,
@@ -270,7 +275,8 @@ extern "C" pllm_status pllm_cuda_moe_gemm(pllm_cuda_dev *dev, float *c, const fl
 
 extern "C" pllm_status pllm_cuda_moe_combine(pllm_cuda_dev *dev, float *out, const float *y,
                                              const int32_t *row_of, const float *w,
-                                             int32_t n_tokens, int32_t k, int32_t dim)
+                                             int32_t n_tokens, int32_t k, int32_t dim,
+                                             const float *ys, const float *sg, int32_t sg_ld)
 {
     if (n_tokens < 0 || k < 1 || dim < 1)
         return pllm_errorf(PLLM_ERR_INVALID, "moe_combine: bad shape n_tokens=%d k=%d dim=%d",
@@ -278,6 +284,6 @@ extern "C" pllm_status pllm_cuda_moe_combine(pllm_cuda_dev *dev, float *out, con
     if (n_tokens == 0) return PLLM_OK;
     PLLM_LAUNCH(combine_kernel, dim3((unsigned)n_tokens), dim3(kThreads), 0,
                 pllm_cuda_dev_stream(dev))
-    (out, y, row_of, w, k, dim);
+    (out, y, row_of, w, k, dim, ys, sg, sg_ld);
     return PLLM_CUDA_LAUNCHED("combine_kernel");
 }

@@ -18,6 +18,7 @@ static const struct {
 } g_gguf_archs[] = {{"llama", PLLM_ARCH_LLAMA},    {"mistral", PLLM_ARCH_LLAMA},
                     {"qwen2", PLLM_ARCH_QWEN2},    {"qwen3", PLLM_ARCH_QWEN3},
                     {"qwen3moe", PLLM_ARCH_QWEN3}, /* qwen3 with experts (expert_count) */
+                    {"qwen2moe", PLLM_ARCH_QWEN2}, /* qwen2 with experts and a shared expert */
                     {"phi3", PLLM_ARCH_LLAMA}, /* the llama graph on fused attn_qkv / ffn_up rows,
                                                   NEOX */
                     {"gemma3", PLLM_ARCH_GEMMA3}};
@@ -175,16 +176,17 @@ static pllm_status read_experts(loader *L)
     const pllm_gguf *g = L->g;
     uint32_t n_exp = 0, n_used = 0, ff = (uint32_t)c->n_ff, n_shared = 0, gating = 1;
     PLLM_TRY(get_hp(L, "expert_count", &n_exp, false));
+    const bool q2 = strcmp(L->prefix, "qwen2moe") == 0;
     const bool moe_arch = strcmp(L->prefix, "qwen3moe") == 0 || strcmp(L->prefix, "llama") == 0 ||
-                          strcmp(L->prefix, "mistral") == 0;
-    if (strcmp(L->prefix, "qwen3moe") == 0 && n_exp == 0)
+                          strcmp(L->prefix, "mistral") == 0 || q2;
+    if ((strcmp(L->prefix, "qwen3moe") == 0 || q2) && n_exp == 0)
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: architecture qwen3moe needs '%s.expert_count' > 0",
                            g->path, L->prefix);
     if (n_exp == 0) return PLLM_OK;
     if (!moe_arch)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
-                           "%s: '%s.expert_count' = %u: experts are supported for qwen3moe and "
-                           "llama (Mixtral) files only",
+                           "%s: '%s.expert_count' = %u: experts are supported for qwen3moe, "
+                           "qwen2moe and llama (Mixtral) files only",
                            g->path, L->prefix, n_exp);
     PLLM_TRY(get_hp(L, "expert_used_count", &n_used, true));
     PLLM_TRY(get_hp(L, "expert_feed_forward_length", &ff, false));
@@ -196,17 +198,26 @@ static pllm_status read_experts(loader *L)
                            "'expert_feed_forward_length' = %u are invalid (1 <= used <= count <= "
                            "4096)",
                            g->path, L->prefix, n_exp, n_used, ff);
-    if (n_shared)
+    if (n_shared && !(q2 && n_shared == 1))
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
-                           "%s: '%s.expert_shared_count' = %u: shared experts are not supported",
+                           "%s: '%s.expert_shared_count' = %u: shared experts are supported for "
+                           "qwen2moe (one) only",
                            g->path, L->prefix, n_shared);
+    uint32_t ff_sh = 0; /* qwen2moe: the shared expert's FFN (llama.cpp's key) */
+    if (q2) {
+        PLLM_TRY(get_hp(L, "expert_shared_feed_forward_length", &ff_sh, true));
+        if (ff_sh < 1 || ff_sh > 1048576)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: '%s.expert_shared_feed_forward_length' = %u is invalid",
+                               g->path, L->prefix, ff_sh);
+    }
     if (gating != 1)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "%s: '%s.expert_gating_func' = %u: only softmax gating (1) is supported",
                            g->path, L->prefix, gating);
     char key[256];
     snprintf(key, sizeof key, "%s.expert_weights_norm", L->prefix);
-    bool norm = true;
+    bool norm = !q2; /* llama.cpp: qwen2moe keeps the top-k probabilities as they are */
     const pllm_gguf_kv *kv = pllm_gguf_find(g, key);
     if (kv) {
         if (kv->type != PLLM_GGUF_BOOL)
@@ -218,6 +229,7 @@ static pllm_status read_experts(loader *L)
     c->n_expert_used = (int32_t)n_used;
     c->n_ff_exp = (int32_t)ff;
     c->moe_norm_topk = norm;
+    c->n_ff_shexp = (int32_t)ff_sh;
     return PLLM_OK;
 }
 
@@ -378,9 +390,19 @@ static pllm_status load_experts(loader *L, int32_t i, pllm_layer_weights *l)
     char name[128];
     snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", (int)i);
     PLLM_TRY(load_matrix(L, name, n, c->n_embd, &l->router));
+    if (c->n_ff_shexp) { /* qwen2moe: the shared expert and its gate vector */
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_inp_shexp.weight", (int)i);
+        PLLM_TRY(load_vector(L, name, c->n_embd, true, &l->shexp_inp));
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_shexp.weight", (int)i);
+        PLLM_TRY(load_matrix(L, name, c->n_ff_shexp, c->n_embd, &l->shexp_gate_w));
+        snprintf(name, sizeof name, "blk.%d.ffn_up_shexp.weight", (int)i);
+        PLLM_TRY(load_matrix(L, name, c->n_ff_shexp, c->n_embd, &l->shexp_up));
+        snprintf(name, sizeof name, "blk.%d.ffn_down_shexp.weight", (int)i);
+        PLLM_TRY(load_matrix(L, name, c->n_embd, c->n_ff_shexp, &l->shexp_down));
+    }
     static const char *const shexp[] = {"ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp",
                                         "ffn_down_shexp"};
-    for (size_t k = 0; k < PLLM_ARRAY_LEN(shexp); k++) {
+    for (size_t k = 0; k < PLLM_ARRAY_LEN(shexp) && !c->n_ff_shexp; k++) {
         snprintf(name, sizeof name, "blk.%d.%s.weight", (int)i, shexp[k]);
         if (pllm_gguf_find_tensor(L->g, name))
             return pllm_errorf(PLLM_ERR_UNSUPPORTED,
@@ -446,7 +468,8 @@ static pllm_status load_weights(loader *L)
     L->f32_cap = (size_t)c->n_layer *
                      (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
                       (c->has_qk_norm ? 2 * (size_t)c->head_dim : 0) +
-                      (c->has_post_norms ? 2 * (size_t)c->n_embd : 0)) +
+                      (c->has_post_norms ? 2 * (size_t)c->n_embd : 0) +
+                      (c->n_ff_shexp ? (size_t)c->n_embd : 0)) +
                  (size_t)c->n_embd + (size_t)c->rope_dim;
     /* the vectors are in the file at 2 bytes or more per element: no allocation beyond that */
     if (L->f32_cap > L->g->size / 2)
@@ -608,12 +631,12 @@ pllm_status pllm_gguf_model_init(pllm_model *m, const char *path)
         }
     }
     if (!found)
-        return pllm_errorf(
-            PLLM_ERR_UNSUPPORTED,
-            "%s: unsupported architecture '%.*s' (general.architecture at byte "
-            "offset %zu); supported: llama, mistral, qwen2, qwen3, qwen3moe, phi3, gemma3",
-            path, (int)(arch.len > 64 ? 64 : arch.len), arch.s,
-            pllm_gguf_find(m->gguf, "general.architecture")->offset);
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: unsupported architecture '%.*s' (general.architecture at byte "
+                           "offset %zu); supported: llama, mistral, qwen2, qwen2moe, qwen3, "
+                           "qwen3moe, phi3, gemma3",
+                           path, (int)(arch.len > 64 ? 64 : arch.len), arch.s,
+                           pllm_gguf_find(m->gguf, "general.architecture")->offset);
     if ((st = read_config(&L)) != PLLM_OK) return st;
     /* the vectors are read from the mapping: a file cut short meanwhile reads zeros, caught here */
     if (m->gguf->owns_map) pllm_mapped_file_set_polled(&m->gguf->file, true);

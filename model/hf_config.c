@@ -187,6 +187,7 @@ static const struct {
                   {"qwen2", PLLM_ARCH_QWEN2},
                   {"qwen3", PLLM_ARCH_QWEN3},
                   {"qwen3_moe", PLLM_ARCH_QWEN3}, /* qwen3 with experts */
+                  {"qwen2_moe", PLLM_ARCH_QWEN2}, /* qwen2 with experts and a shared expert */
                   {"mixtral", PLLM_ARCH_LLAMA},   /* mistral with experts */
                   {"phi3", PLLM_ARCH_LLAMA}, /* the llama graph on fused qkv_proj / gate_up_proj
                                                 rows */
@@ -325,18 +326,24 @@ static pllm_status parse_experts(const jfile *j, const json_t *root, const char 
         PLLM_TRY(jint(j, "num_local_experts", false, 1, 4096, &n_exp, NULL));
         PLLM_TRY(jint(j, "num_experts_per_tok", false, 1, 4096, &n_used, NULL));
     } else {
+        const bool q2 = strcmp(mt, "qwen2_moe") == 0; /* Qwen2MoeConfig: 4 per token, a shared
+                                                         expert of 5632 */
         norm = false;
-        n_used = 8;
+        n_used = q2 ? 4 : 8;
+        shared = q2 ? 5632 : 0;
         PLLM_TRY(jint(j, "num_experts", true, 1, 4096, &n_exp, NULL));
         PLLM_TRY(jint(j, "num_experts_per_tok", false, 1, 4096, &n_used, NULL));
         PLLM_TRY(jint(j, "moe_intermediate_size", true, 1, 1 << 20, &ff, NULL));
         PLLM_TRY(jbool(j, "norm_topk_prob", &norm, NULL));
         PLLM_TRY(jint(j, "decoder_sparse_step", false, 1, 1024, &step, NULL));
-        PLLM_TRY(jint(j, "shared_expert_intermediate_size", false, 0, 1 << 20, &shared, NULL));
-        if (shared > 0)
+        PLLM_TRY(
+            jint(j, "shared_expert_intermediate_size", false, q2 ? 1 : 0, 1 << 20, &shared, NULL));
+        if (q2)
+            c->n_ff_shexp = (int32_t)shared;
+        else if (shared > 0)
             return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                                "%s: field 'shared_expert_intermediate_size' = %lld: shared experts "
-                               "are not supported",
+                               "are supported for qwen2_moe only",
                                path, (long long)shared);
     }
     if (n_used > n_exp)
@@ -398,8 +405,8 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
         return pllm_errorf(
             PLLM_ERR_UNSUPPORTED,
             "%s: field 'model_type' = '%.64s': architecture not supported "
-            "(supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, phi3, gemma3_text, "
-            "gemma3)",
+            "(supported: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, phi3, "
+            "gemma3_text, gemma3)",
             path, mt);
     const json_t *qc = json_object_get(root, "quantization_config");
     if (qc && !json_is_null(qc))
@@ -594,12 +601,12 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     if (rp && !json_is_null(rp) && !(rs && !json_is_null(rs)))
         PLLM_TRY(parse_rope_scaling(path, rp, "rope_parameters", root, max_pos, out));
 
-    if (strcmp(mt, "qwen3_moe") == 0 || strcmp(mt, "mixtral") == 0)
+    if (strcmp(mt, "qwen3_moe") == 0 || strcmp(mt, "qwen2_moe") == 0 || strcmp(mt, "mixtral") == 0)
         PLLM_TRY(parse_experts(&j, root, mt, out));
     else if (json_object_get(root, "num_experts") || json_object_get(root, "num_local_experts"))
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "%s: field 'num_experts' / 'num_local_experts': experts are supported "
-                           "for model_type qwen3_moe and mixtral only, not %s",
+                           "for model_type qwen3_moe, qwen2_moe and mixtral only, not %s",
                            path, mt);
 
     int64_t bos = 0;

@@ -221,6 +221,24 @@ static pllm_status load_experts(hf_loader *L, int32_t i, pllm_layer_weights *l)
     char name[192];
     snprintf(name, sizeof name, "model.layers.%d.%s.gate.weight", (int)i, blk);
     PLLM_TRY(load_matrix(L, name, n, c->n_embd, &l->router));
+    if (c->n_ff_shexp) { /* Qwen2-MoE: the shared expert, and its gate [1, hidden] as float32 */
+        pllm_tensor g;
+        snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert_gate.weight", (int)i);
+        PLLM_TRY(load_matrix(L, name, 1, c->n_embd, &g));
+        PLLM_ASSERT(L->f32_used + (size_t)c->n_embd <= L->f32_cap);
+        float *dst = m->owned_f32 + L->f32_used;
+        pllm_dequantize_row(dst, g.data, g.dtype, c->n_embd);
+        L->f32_used += (size_t)c->n_embd;
+        l->shexp_inp = dst;
+        static const char *const sn[3] = {"gate_proj", "up_proj", "down_proj"};
+        pllm_tensor *st[3] = {&l->shexp_gate_w, &l->shexp_up, &l->shexp_down};
+        for (int k = 0; k < 3; k++) {
+            snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert.%s.weight", (int)i,
+                     sn[k]);
+            PLLM_TRY(load_matrix(L, name, k == 2 ? c->n_embd : c->n_ff_shexp,
+                                 k == 2 ? c->n_ff_shexp : c->n_embd, st[k]));
+        }
+    }
     pllm_tensor *ts = m->owned_experts + (size_t)i * 3 * (size_t)n;
     l->exp_gate = ts;
     l->exp_up = ts + n;
@@ -248,7 +266,8 @@ static pllm_status load_weights(hf_loader *L)
     L->f32_cap = (size_t)c->n_layer *
                      (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
                       (c->has_qk_norm ? 2 * (size_t)c->head_dim : 0) +
-                      (c->has_post_norms ? 2 * (size_t)c->n_embd : 0)) +
+                      (c->has_post_norms ? 2 * (size_t)c->n_embd : 0) +
+                      (c->n_ff_shexp ? (size_t)c->n_embd : 0)) +
                  (size_t)c->n_embd + (size_t)c->rope_dim; /* + rope factors (2 sets) */
     /* the vectors are in the files at 2 bytes or more per element: no allocation beyond that */
     size_t data_bytes = 0;

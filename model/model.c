@@ -209,7 +209,8 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
              jset(ex, "ff_length", json_integer(c->n_ff_exp)) &&
              jset(ex, "norm_topk_prob", json_boolean(c->moe_norm_topk)) &&
              jset(ex, "gating", json_string("softmax")) &&
-             jset(ex, "shared_experts", json_integer(0));
+             jset(ex, "shared_experts", json_integer(c->n_ff_shexp ? 1 : 0));
+        if (ok && c->n_ff_shexp) ok = jset(ex, "shared_ff_length", json_integer(c->n_ff_shexp));
         jattach(ex, "layers", &ml, &ok);
         jattach(o, "experts", &ex, &ok);
     }
@@ -244,6 +245,11 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
                 if (ts[i]->n_rows) counts[ts[i]->dtype]++;
             if (pllm_layer_is_moe(w)) {
                 counts[w->router.dtype]++;
+                if (c->n_ff_shexp) {
+                    counts[w->shexp_gate_w.dtype]++;
+                    counts[w->shexp_up.dtype]++;
+                    counts[w->shexp_down.dtype]++;
+                }
                 for (int32_t e = 0; e < c->n_expert; e++) {
                     counts[w->exp_gate[e].dtype]++;
                     counts[w->exp_up[e].dtype]++;

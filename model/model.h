@@ -128,12 +128,14 @@ typedef struct pllm_model_config {
      *   w_e = p_e, divided by sum_{S} p when moe_norm_topk (Mixtral always; Qwen3-MoE's
      *         norm_topk_prob);
      *   MLP(x) = sum_{e in S} w_e * down_e(silu(gate_e x) * up_e x).
-     * The other layers (Qwen3-MoE's mlp_only_layers / decoder_sparse_step) keep the dense MLP of
-     * n_ff. Shared experts (Qwen2-MoE) are refused at load. */
+     * The other layers (mlp_only_layers / decoder_sparse_step) keep the dense MLP of n_ff.
+     * Shared expert (Qwen2-MoE; n_ff_shexp > 0): MLP(x) += sigmoid(shexp_gate . x) *
+     * down_s(silu(gate_s x) * up_s x), a SwiGLU MLP of n_ff_shexp every token takes. */
     int32_t n_expert;
     int32_t n_expert_used;
     int32_t n_ff_exp;
     bool moe_norm_topk;
+    int32_t n_ff_shexp;
 } pllm_model_config;
 
 /* A 2-D weight view into the mapping. */
@@ -170,6 +172,10 @@ typedef struct pllm_layer_weights {
      * exp_down[e] ([n_embd][n_ff_exp]): views (GGUF's stacked ffn_*_exps are sliced per expert) */
     pllm_tensor router;
     const pllm_tensor *exp_gate, *exp_up, *exp_down;
+    /* shared expert (cfg.n_ff_shexp > 0): its gate vector [n_embd] (float32), and its SwiGLU
+     * MLP: shexp_gate_w, shexp_up ([n_ff_shexp][n_embd]), shexp_down ([n_embd][n_ff_shexp]) */
+    const float *shexp_inp;
+    pllm_tensor shexp_gate_w, shexp_up, shexp_down;
 } pllm_layer_weights;
 
 /*

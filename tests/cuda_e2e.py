@@ -130,6 +130,10 @@ def random_runs(tmp):
     runs.append((os.path.join(hf, "qwen3moe-bf16.gguf"), ["--kv", "f16", "--seed", "97"]))
     runs.append((os.path.join(hf, "qwen3moe-nonorm-f32.gguf"), ["--weights", "f32", "--kv", "f32", "--seed", "101"]))
     runs.append((os.path.join(hf, "mixtral-f32.gguf"), ["--weights", "f32", "--kv", "f32", "--seed", "103"]))
+    # Qwen2-MoE: Q/K/V biases, no renormalization, a shared expert behind a sigmoid gate
+    runs.append((os.path.join(hf, "qwen2moe-hf-f32"), ["--weights", "f32", "--kv", "f32", "--seed", "109"]
+                 + ([] if SANITIZE else ["--engine"])))
+    runs.append((os.path.join(hf, "qwen2moe-bf16.gguf"), ["--kv", "f16", "--seed", "113"]))
     runs.append((os.path.join(hf, "mixtral-f16-perexpert.gguf"), ["--kv", "f16", "--seed", "107"]))
     # sampling (temperature, top-k/p, min-p, penalties, bans, logprobs) through graphs and eager steps
     for m in (models[0], next(m for m in models if m["shape"] == "qwen2" and m["dtype"] == "Q4_1")):

@@ -39,6 +39,8 @@ Specs:
              norm_topk_prob, layer 1 dense (mlp_only_layers; ff 192); GGUF ffn_gate_inp and stacked
              ffn_{gate,up,down}_exps, expert_feed_forward_length
   qwen3moe-nonorm  the same without norm_topk_prob (GGUF expert_weights_norm false), 2 layers
+  qwen2moe   qwen2_moe (GGUF qwen2moe): qwen2 attention (biases), 8 experts top-2 of ff 64 without
+             renormalization, and a shared expert of ff 96 weighted by sigmoid(shared_expert_gate x)
   mixtral    mixtral (GGUF llama with llama.expert_count): 8 experts top-2 of ff 96, every layer;
              GGUF F32 stacked, GGUF F16 with the older per-expert ffn_{gate,up,down}.E tensors
   llama3     llama with Llama-3 rope scaling (factor 8, low 1, high 4, original context 64,
@@ -84,6 +86,8 @@ SPECS = {
                      gen=dict(bos_token_id=3, eos_token_id=[7, 9])),
     "qwen3moe-nonorm": dict(arch="qwen3moe", V=320, E=128, L=2, H=4, HKV=2, F=192, tied=False, theta=1e6, eps=1e-6,
                             head_dim=32, qk_norm=True, experts=16, top_k=4, F_exp=64, norm_topk=False, mlp_only=[]),
+    "qwen2moe": dict(arch="qwen2moe", V=320, E=128, L=2, H=4, HKV=2, F=160, tied=False, theta=1e6, eps=1e-6, bias=True,
+                     experts=8, top_k=2, F_exp=64, F_shexp=96, norm_topk=False, mlp_only=[]),
     "mixtral": dict(arch="mixtral", V=300, E=128, L=2, H=4, HKV=2, F=96, tied=False, theta=1e6, eps=1e-5, experts=8,
                     top_k=2, F_exp=96, norm_topk=True, mlp_only=[], gen=dict(bos_token_id=1, eos_token_id=2)),
     # small ones for the loader's error tests (tests/model_hf_malformed.py); not in OUTPUTS
@@ -128,6 +132,9 @@ OUTPUTS = [
     ("qwen3moe", "gguf", dict(dtype="BF16")),
     ("qwen3moe-nonorm", "hf", dict(dtype="F32")),
     ("qwen3moe-nonorm", "gguf", dict(dtype="F32")),
+    ("qwen2moe", "hf", dict(dtype="F32")),
+    ("qwen2moe", "gguf", dict(dtype="F32")),
+    ("qwen2moe", "gguf", dict(dtype="BF16")),
     ("mixtral", "hf", dict(dtype="F32")),
     ("mixtral", "gguf", dict(dtype="F32")),
     ("mixtral", "gguf", dict(dtype="F16", per_expert=True)),
@@ -210,6 +217,12 @@ def make_weights(spec, seed):
                 w[p + f"mlp.experts.{e}.gate_proj.weight"] = mat(FE, E, 1 / math.sqrt(E))
                 w[p + f"mlp.experts.{e}.up_proj.weight"] = mat(FE, E, 1 / math.sqrt(E))
                 w[p + f"mlp.experts.{e}.down_proj.weight"] = mat(E, FE, 1 / math.sqrt(FE))
+            if s.get("F_shexp"):  # Qwen2-MoE's shared expert and its gate
+                FS = s["F_shexp"]
+                w[p + "mlp.shared_expert.gate_proj.weight"] = mat(FS, E, 1 / math.sqrt(E))
+                w[p + "mlp.shared_expert.up_proj.weight"] = mat(FS, E, 1 / math.sqrt(E))
+                w[p + "mlp.shared_expert.down_proj.weight"] = mat(E, FS, 1 / math.sqrt(FS))
+                w[p + "mlp.shared_expert_gate.weight"] = mat(1, E, 1 / math.sqrt(E))
             if s["arch"] == "mixtral":
                 for n in list(w):
                     if n.startswith(p + "mlp."):
@@ -291,9 +304,10 @@ def hf_config(spec):
                 "tie_word_embeddings": True, "torch_dtype": "float32"}
     c = {"architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
                                    "qwen3": "Qwen3ForCausalLM", "qwen3moe": "Qwen3MoeForCausalLM",
+                                   "qwen2moe": "Qwen2MoeForCausalLM",
                                    "mixtral": "MixtralForCausalLM",
                                    "phi3": "Phi3ForCausalLM"}[s["arch"]]],
-         "model_type": {"qwen3moe": "qwen3_moe"}.get(s["arch"], s["arch"]), "hidden_size": s["E"], "intermediate_size": s["F"], "num_hidden_layers": s["L"],
+         "model_type": {"qwen3moe": "qwen3_moe", "qwen2moe": "qwen2_moe"}.get(s["arch"], s["arch"]), "hidden_size": s["E"], "intermediate_size": s["F"], "num_hidden_layers": s["L"],
          "num_attention_heads": s["H"], "num_key_value_heads": s["HKV"], "vocab_size": s["V"], "rms_norm_eps": s["eps"],
          "rope_theta": s["theta"], "max_position_embeddings": 512, "tie_word_embeddings": s["tied"], "hidden_act": "silu",
          "torch_dtype": "float32", "rope_scaling": s.get("rope_scaling")}
@@ -301,10 +315,14 @@ def hf_config(spec):
         c["head_dim"] = s["head_dim"]
     if "sliding_window" in s:
         c["sliding_window"] = s["sliding_window"]
-    if s["arch"] in ("qwen2", "qwen3", "qwen3moe"):
+    if s["arch"] in ("qwen2", "qwen3", "qwen3moe", "qwen2moe"):
         c.update(use_sliding_window=False, sliding_window=4096, max_window_layers=2)
     if s["arch"] in ("qwen3", "qwen3moe"):
         c["attention_bias"] = False
+    if s["arch"] == "qwen2moe":  # Qwen2MoeConfig's fields
+        c.update(num_experts=s["experts"], num_experts_per_tok=s["top_k"], moe_intermediate_size=s["F_exp"],
+                 shared_expert_intermediate_size=s["F_shexp"], norm_topk_prob=s["norm_topk"], decoder_sparse_step=1,
+                 mlp_only_layers=s["mlp_only"], qkv_bias=True)
     if s["arch"] == "qwen3moe":  # Qwen3MoeConfig's fields
         c.update(num_experts=s["experts"], num_experts_per_tok=s["top_k"], moe_intermediate_size=s["F_exp"],
                  norm_topk_prob=s["norm_topk"], decoder_sparse_step=1, mlp_only_layers=s["mlp_only"],
@@ -494,9 +512,11 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None, per_expert=F
     if s.get("experts"):  # llama.cpp's MoE keys (Mixtral: feed_forward_length is the experts')
         g.add_expert_count(s["experts"])
         g.add_expert_used_count(s["top_k"])
-        if arch == "qwen3moe":
+        if arch in ("qwen3moe", "qwen2moe"):
             g.add_expert_feed_forward_length(s["F_exp"])
-        if not s["norm_topk"]:
+        if s.get("F_shexp"):
+            g.add_expert_shared_feed_forward_length(s["F_shexp"])
+        if not s["norm_topk"] and arch != "qwen2moe":  # (llama.cpp: qwen2moe never renormalizes)
             g.add_bool(f"{arch}.expert_weights_norm", False)
 
     def put_mat(name, x, special=False):
@@ -568,6 +588,11 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None, per_expert=F
         mo = h + ("block_sparse_moe." if s["arch"] == "mixtral" else "mlp.")
         if mo + "gate.weight" in w:  # experts: the router, then stacked [n_expert, rows, cols] (or per expert)
             put_mat(p + "ffn_gate_inp.weight", w[mo + "gate.weight"])
+            if mo + "shared_expert_gate.weight" in w:  # llama.cpp: the gate as a vector [n_embd]
+                put_vec(p + "ffn_gate_inp_shexp.weight", w[mo + "shared_expert_gate.weight"].reshape(-1))
+                put_mat(p + "ffn_gate_shexp.weight", w[mo + "shared_expert.gate_proj.weight"])
+                put_mat(p + "ffn_up_shexp.weight", w[mo + "shared_expert.up_proj.weight"])
+                put_mat(p + "ffn_down_shexp.weight", w[mo + "shared_expert.down_proj.weight"])
             names = ("w1", "w3", "w2") if s["arch"] == "mixtral" else ("gate_proj", "up_proj", "down_proj")
             for kind, hn in zip(("gate", "up", "down"), names):
                 mats = [w[mo + f"experts.{e}.{hn}.weight"] for e in range(s["experts"])]

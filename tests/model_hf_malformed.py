@@ -580,7 +580,7 @@ def main():
     check("qwen3_moe: a missing expert tensor", d, "not found", "model.layers.2.mlp.experts.3.up_proj.weight")
     d = fresh(base, "llama with experts")
     edit_json(cfgp(d), lambda j: j.update(num_local_experts=8))
-    check("config.json: experts on llama", d, "unsupported", "num_local_experts", "qwen3_moe and mixtral only")
+    check("config.json: experts on llama", d, "unsupported", "num_local_experts", "qwen3_moe, qwen2_moe and mixtral only")
     check("gguf: qwen3moe shared experts", G.write_gguf(os.path.join(WORK, "moe-shared.gguf"), "qwen3moe", wm, "F32",
                                                         extra_kv={"qwen3moe.expert_shared_count": 1}),
           "unsupported", "moe-shared.gguf", "expert_shared_count", "shared experts")

@@ -106,11 +106,12 @@ class Ref:
         self.arch = cfg["model_type"]
         # mixture of experts: Qwen3-MoE is qwen3 with experts (norm_topk_prob default false),
         # Mixtral is mistral with experts (always renormalized)
-        self.moe_norm = {"qwen3_moe": cfg.get("norm_topk_prob", False), "mixtral": True}.get(self.arch)
+        self.moe_norm = {"qwen3_moe": cfg.get("norm_topk_prob", False), "qwen2_moe": cfg.get("norm_topk_prob", False),
+                         "mixtral": True}.get(self.arch)
         self.moe_k = cfg.get("num_experts_per_tok", 2)
         self.moe_block = "block_sparse_moe." if self.arch == "mixtral" else "mlp."
         self.moe_names = ("w1", "w3", "w2") if self.arch == "mixtral" else ("gate_proj", "up_proj", "down_proj")
-        self.arch = {"qwen3_moe": "qwen3", "mixtral": "mistral"}.get(self.arch, self.arch)
+        self.arch = {"qwen3_moe": "qwen3", "qwen2_moe": "qwen2", "mixtral": "mistral"}.get(self.arch, self.arch)
         pre = "model."
         if self.arch == "gemma3":
             cfg, pre = cfg["text_config"], None
@@ -208,6 +209,9 @@ class Ref:
                 ne = g(mb + "gate.weight").shape[0]
                 L.update(router=g(mb + "gate.weight"),
                          experts=[tuple(g(mb + f"experts.{e}.{n}.weight") for n in self.moe_names) for e in range(ne)])
+                if mb + "shared_expert_gate.weight" in t:  # Qwen2-MoE's shared expert
+                    L.update(shexp=tuple(g(mb + f"shared_expert.{n}.weight") for n in ("gate_proj", "up_proj", "down_proj")),
+                             shexp_gate=g(mb + "shared_expert_gate.weight").reshape(-1))
                 L.update(attn_norm=g(p + "input_layernorm.weight"), wo=g(p + "self_attn.o_proj.weight"),
                          ffn_norm=g(p + "post_attention_layernorm.weight"))
             else:
@@ -241,7 +245,7 @@ class Ref:
         self.arch = a
         # experts: llama.cpp renormalizes the top-k weights unless expert_weights_norm is false
         self.moe_k = field(f"{a}.expert_used_count")
-        self.moe_norm = bool(field(f"{a}.expert_weights_norm", True))
+        self.moe_norm = bool(field(f"{a}.expert_weights_norm", a != "qwen2moe"))
         E = field(f"{a}.embedding_length")
         self.n_layer = field(f"{a}.block_count")
         self.n_head = H = field(f"{a}.attention.head_count")
@@ -250,7 +254,7 @@ class Ref:
         self.rope_dim = field(f"{a}.rope.dimension_count", self.head_dim)
         self.eps = field(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
         self.base = field(f"{a}.rope.freq_base", 10000.0)
-        self.neox = a in ("qwen2", "qwen3", "qwen3moe", "phi3", "gemma3")
+        self.neox = a in ("qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma3")
         self.gemma_setup(a == "gemma3", {})
         if a == "gemma3":  # llama-model.cpp's gemma3 defaults where a key is absent
             self.embd_scale = float(np.float32(math.sqrt(E)))
@@ -302,6 +306,9 @@ class Ref:
                 L.update(router=w[p + "ffn_gate_inp.weight"], experts=[
                     tuple(st[i][e] if st[i] is not None else w[p + f"ffn_{k}.{e}.weight"]
                           for i, k in enumerate(("gate", "up", "down"))) for e in range(ne)])
+                if p + "ffn_gate_inp_shexp.weight" in w:
+                    L.update(shexp=tuple(w[p + f"ffn_{k}_shexp.weight"] for k in ("gate", "up", "down")),
+                             shexp_gate=w[p + "ffn_gate_inp_shexp.weight"])
             elif p + "ffn_gate.weight" in w:
                 L.update(wg=w[p + "ffn_gate.weight"], wu=w[p + "ffn_up.weight"])
             else:  # phi3: ffn_up holds gate rows, then up rows
@@ -371,6 +378,11 @@ class Ref:
                 wg, wu, wd = L["experts"][e]
                 gate, up = h[i] @ wg.T, h[i] @ wu.T
                 out[i] += we * ((gate / (1.0 + np.exp(-gate)) * up) @ wd.T)
+        if "shexp" in L:  # Qwen2MoeSparseMoeBlock: + sigmoid(shared_expert_gate(h)) * shared_expert(h)
+            wg, wu, wd = L["shexp"]
+            gate, up = h @ wg.T, h @ wu.T
+            sg = 1.0 / (1.0 + np.exp(-(h @ L["shexp_gate"])))
+            out = out + sg[:, None] * ((gate / (1.0 + np.exp(-gate)) * up) @ wd.T)
         return out
 
     def forward(self, ids):
