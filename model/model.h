@@ -240,9 +240,9 @@ static inline bool pllm_layer_is_moe(const pllm_layer_weights *l)
 /*
  * Load a model from a GGUF file or a Hugging Face directory (path is a directory). Errors name
  * the file, the key/field or tensor, and a byte offset where the format has one.
- * Supported architectures: llama (with experts: Mixtral), mistral, qwen2, qwen3, qwen3moe, phi3,
- * gemma3 (GGUF general.architecture), and as config.json model_type also qwen3_moe and mixtral;
- * anything else is PLLM_ERR_UNSUPPORTED with that list.
+ * Supported architectures: llama (with experts: Mixtral), mistral, qwen2, qwen2moe, qwen3,
+ * qwen3moe, phi3, gemma3 (GGUF general.architecture), and as config.json model_type also qwen2_moe,
+ * qwen3_moe and mixtral; anything else is PLLM_ERR_UNSUPPORTED with that list.
  */
 pllm_status pllm_model_load(pllm_model **out, const char *path);
 void pllm_model_free(pllm_model *m);
