@@ -21,8 +21,9 @@ static int64_t tensor_elems(const pllm_tensor *t)
     return t->data ? t->n_rows * t->n_cols : 0;
 }
 
-/* Parameters: every matrix plus the norm vectors (and biases). */
-static int64_t count_params(const pllm_model *m)
+/* Parameters: every matrix plus the norm vectors (and biases); with experts, active counts the
+ * n_expert_used experts a token runs through instead of all of them. */
+static int64_t count_params_of(const pllm_model *m, bool active)
 {
     const pllm_model_config *c = &m->cfg;
     int64_t n = tensor_elems(&m->tok_embd) + c->n_embd; /* + output norm */
@@ -35,8 +36,21 @@ static int64_t count_params(const pllm_model *m)
         if (c->has_qkv_bias) n += w->wq.n_rows + w->wk.n_rows + w->wv.n_rows;
         if (c->has_qk_norm) n += 2 * (int64_t)c->head_dim;
         if (c->has_post_norms) n += 2 * (int64_t)c->n_embd; /* Gemma 3 */
+        if (pllm_layer_is_moe(w)) {
+            n += tensor_elems(&w->router) + tensor_elems(&w->shexp_gate_w) +
+                 tensor_elems(&w->shexp_up) + tensor_elems(&w->shexp_down) +
+                 (w->shexp_inp ? c->n_embd : 0);
+            for (int32_t e = 0; e < (active ? c->n_expert_used : c->n_expert); e++)
+                n += tensor_elems(&w->exp_gate[e]) + tensor_elems(&w->exp_up[e]) +
+                     tensor_elems(&w->exp_down[e]);
+        }
     }
     return n;
+}
+
+static int64_t count_params(const pllm_model *m)
+{
+    return count_params_of(m, false);
 }
 
 static json_t *token_entry(const pllm_tokenizer *t, int32_t id)
@@ -162,6 +176,16 @@ static void print_human(const json_t *j, bool show_template)
                json_array_size(lt), json_number_value(G(m, "embd_scale")),
                json_number_value(G(m, "attn_scale")));
     }
+    const json_t *ex = G(m, "experts");
+    if (json_is_object(ex)) { /* mixture of experts */
+        printf("%-20s %lld, %lld per token (softmax, top-k%s), expert FFN %lld%s, in %zu of %lld "
+               "layers; %.2fM active parameters\n",
+               "experts:", I(ex, "count"), I(ex, "used"),
+               json_is_true(G(ex, "norm_topk_prob")) ? ", renormalized" : "", I(ex, "ff_length"),
+               I(ex, "shared_experts") ? " + a shared expert (sigmoid-gated)" : "",
+               json_array_size(G(ex, "layers")), I(m, "n_layer"),
+               (double)json_integer_value(G(j, "active_parameters")) / 1e6);
+    }
     const json_t *t = G(j, "tokenizer");
     if (json_is_true(G(t, "loaded"))) {
         printf("%-20s %s\n", "tokenizer:", S(G(t, "kind")));
@@ -268,6 +292,8 @@ int cmd_info(int argc, char **argv)
     json_t *j = json_object();
     json_object_set_new(j, "model", model);
     json_object_set_new(j, "parameters", json_integer(count_params(rt.model)));
+    if (rt.model->cfg.n_expert)
+        json_object_set_new(j, "active_parameters", json_integer(count_params_of(rt.model, true)));
     json_object_set_new(j, "tokenizer", tokenizer_json(&rt));
     json_object_set_new(j, "chat_template", chat_json(&rt));
     if (as_json) {

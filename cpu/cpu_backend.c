@@ -18,8 +18,14 @@
  *   - attention: (sequence, query tile, kv head) items split by their cost (attention.h);
  *   - output projection: rows of the vocabulary, for the sampled tokens only; sampling:
  *     contiguous ranges of samples.
+ *   - mixture of experts (model.h): router logits by rows, routing by tokens, then the
+ *     (token, expert) rows grouped by expert (one thread), gathered by row ranges; each
+ *     expert's matrices are multiplied over all of its rows at once, as items (expert, chunk of
+ *     rows) split by cost (tokens x rows), so every expert weight is read once per step; the
+ *     weighted sum by tokens;
  * Barriers per step: 2 + 7 per layer + 3 (+ 1 per layer on the integer path; + 2 per layer with
- * Gemma 3's post-norms, which need whole rows of the projection before the residual add).
+ * Gemma 3's post-norms, which need whole rows of the projection before the residual add; + 5
+ * per MoE layer).
  *
  * PLLM_CPU_MATH=f32 (environment, read at create) keeps every matrix on the float32 kernels (the
  * reference numerics); the default (int8) sends quantized matrices through the integer path when
@@ -58,6 +64,12 @@ typedef struct cpu_ctx {
     } *mats;
     pllm_cpu_qact qa; /* [T][n_embd]: the normed inputs of wq/wk/wv, w_gate/w_up, output */
     pllm_cpu_qact qb; /* [T][max(n_head * head_dim, n_ff)]: the inputs of wo and w_down */
+    /* Mixture of experts (model.h): mats[moe_base[l]] is layer l's router, then its experts'
+     * gate, up and down matrices ([n_expert] each), then (n_ff_shexp > 0) the shared expert's
+     * gate, up, down; -1 for dense layers. n_mats in all. */
+    int64_t *moe_base;
+    int64_t n_mats;
+    bool moe_float_in; /* some expert's gate/up takes float inputs (xg is needed) */
     int n_threads;
     double *inv_freq;            /* [rope_dim / 2] */
     double *inv_freq_long;       /* [rope_dim / 2] LONGROPE: positions >= rope_orig_ctx; or NULL */
@@ -81,6 +93,23 @@ typedef struct cpu_ctx {
     float *att;      /* [T][n_head * head_dim] attention output */
     float *hb, *hb2; /* [T][n_ff] gate, up */
     float *rope_cs;  /* [T][rope_dim] cos, sin pairs */
+    /* MoE workspace: a step's T tokens make T * n_expert_used (token, expert) rows, grouped by
+     * expert (rows eoff[e] .. eoff[e + 1] - 1 are expert e's, in token order) */
+    float *rlog;          /* [T][n_expert] router logits */
+    int32_t *sel_e;       /* [T][n_expert_used] the chosen experts, by decreasing probability */
+    float *sel_w;         /* [T][n_expert_used] their weights */
+    int32_t *sel_row;     /* [T][n_expert_used] their rows in the grouped arrays */
+    int32_t *row_tok;     /* [T * n_expert_used] the token of each grouped row */
+    int32_t *eoff;        /* [n_expert + 1] */
+    int32_t *ecur;        /* [n_expert] */
+    float *xg, *yg;       /* [T * n_expert_used][n_embd] grouped inputs, expert outputs */
+    float *hg, *hg2;      /* [T * n_expert_used][n_ff_exp] gate, up */
+    float *shg;           /* [T] the shared expert's weight sigmoid(shexp_inp . x) */
+    float *hs, *hs2;      /* [T][n_ff_shexp] the shared expert's gate, up */
+    float *ys;            /* [T][n_embd] its output */
+    pllm_cpu_qact qs2;    /* int8 of hs (its down input) */
+    pllm_cpu_qact qg;     /* int8 of xg */
+    pllm_cpu_qact qg2;    /* int8 of hg (the down input) */
     float *rope_cs_local; /* [T][rope_dim] the sliding layers' (inv_freq_local), or NULL */
     int32_t *tok_seq;  /* [T] sequence index of each token */
     float *xs;       /* [S][n_embd] final-normed hidden state of each sampled token */
@@ -113,6 +142,8 @@ typedef struct cpu_ctx {
 /* ---- forward pass ------------------------------------------------------------------------ */
 
 enum { M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_PER_LAYER };
+/* matrices of a MoE layer: router, gate/up/down of each expert, the shared expert's 3 */
+#define MOE_MATS(ne, ff_shexp) (1 + 3 * (int64_t)(ne) + ((ff_shexp) > 0 ? 3 : 0))
 
 /* Y = X W^T for this thread's rows of W (contiguous, starting at multiples of align); returns
  * the rows [*r0, *r1). Matrices on the integer path read XQ, the quantized X. */
@@ -133,6 +164,203 @@ static void quant_rows(const cpu_ctx *c, bool need, pllm_cpu_qact *A, const floa
 {
     if (!need) return;
     for (int64_t t = t0; t < t1; t++) c->qkern->quant(A, t, X + t * K, 0, K / 32);
+}
+
+/* Y = X W^T for rows [r0, r1) of W (multiples of 16 but for the end), tokens [0, n_tok). */
+static void mm_rows(cpu_ctx *c, int ith, float *Y, int64_t ldy, const float *X, int64_t ldx,
+                    const pllm_cpu_qact *XQ, const struct cpu_mat *M, int64_t n_tok, int64_t r0,
+                    int64_t r1)
+{
+    const pllm_tensor *W = M->t;
+    if (r0 >= r1 || n_tok <= 0) return;
+    if (M->use_q)
+        c->qkern->qmatmul(Y, ldy, XQ, &M->q, n_tok, r0, r1);
+    else
+        c->kern->matmul[W->dtype](Y, ldy, X, ldx, W->data, W->row_bytes, W->n_cols, n_tok, r0, r1,
+                                  c->scratch + (size_t)ith * c->scratch_floats);
+}
+
+/* The int8 activations of rows [t0, ...) of a: a view that starts at row t0. */
+static pllm_cpu_qact qact_from(const pllm_cpu_qact *a, int64_t t0)
+{
+    pllm_cpu_qact v = *a;
+    if (!a->qs) return v;
+    v.qs += t0 * a->cap_k;
+    v.dx += t0 * (a->cap_k / 32);
+    v.xs += t0 * (a->cap_k / 32);
+    v.sx += t0 * (a->cap_k / 32);
+    v.sx16 += t0 * (a->cap_k / 16);
+    v.cap_tok -= t0;
+    return v;
+}
+
+/* Row t of a (K of b's) into row r of b. */
+static void qact_copy_row(pllm_cpu_qact *b, int64_t r, const pllm_cpu_qact *a, int64_t t)
+{
+    const int64_t nb = PLLM_MIN(a->cap_k, b->cap_k) / 32;
+    memcpy(b->qs + r * b->cap_k, a->qs + t * a->cap_k, (size_t)nb * 32);
+    memcpy(b->dx + r * (b->cap_k / 32), a->dx + t * (a->cap_k / 32), sizeof(float) * (size_t)nb);
+    memcpy(b->xs + r * (b->cap_k / 32), a->xs + t * (a->cap_k / 32), sizeof(float) * (size_t)nb);
+    memcpy(b->sx + r * (b->cap_k / 32), a->sx + t * (a->cap_k / 32), sizeof(int32_t) * (size_t)nb);
+    memcpy(b->sx16 + r * (b->cap_k / 16), a->sx16 + t * (a->cap_k / 16),
+           sizeof(int32_t) * 2 * (size_t)nb);
+}
+
+/* Router of one token (model.h): softmax of the n logits (float32), the k largest (ties: the
+ * lower index), their weights renormalized when norm. */
+static void moe_route(const float *logit, int32_t n, int32_t k, bool norm, int32_t *sel, float *w)
+{
+    float mx = -INFINITY, sum = 0;
+    for (int32_t e = 0; e < n; e++) mx = fmaxf(mx, logit[e]);
+    for (int32_t e = 0; e < n; e++) sum += expf(logit[e] - mx);
+    /* the k largest logits (softmax keeps the order), sorted, in one pass: insertion into the
+     * list; a tie keeps the earlier (lower) expert first */
+    int32_t m = 0;
+    for (int32_t e = 0; e < n; e++) {
+        if (m == k && !(logit[e] > logit[sel[k - 1]])) continue;
+        int32_t i = m < k ? m++ : k - 1;
+        while (i > 0 && logit[e] > logit[sel[i - 1]]) {
+            sel[i] = sel[i - 1];
+            i--;
+        }
+        sel[i] = e;
+    }
+    float tot = 0;
+    for (int32_t j = 0; j < k; j++) {
+        w[j] = expf(logit[sel[j]] - mx) / sum;
+        tot += w[j];
+    }
+    if (norm)
+        for (int32_t j = 0; j < k; j++) w[j] /= tot;
+}
+
+/* Pass over the experts' matrices W[e] (rows of them in chunks), each chunk an item of cost
+ * (tokens x rows); thread ith takes the items whose cost midpoint falls in its share, so every
+ * weight row is read once per step whatever the number of tokens an expert got.
+ * pass 0: gate and up of the grouped inputs, SwiGLU, the int8 of the down input; pass 1: down. */
+static void moe_pass(cpu_ctx *c, int ith, int nth, int32_t l, int pass)
+{
+    const pllm_model_config *cfg = &c->model->cfg;
+    const int64_t E = cfg->n_embd, F = cfg->n_ff_exp, NE = cfg->n_expert;
+    const struct cpu_mat *G = c->mats + c->moe_base[l] + 1, *U = G + NE, *D = U + NE;
+    const int64_t rows = pass == 0 ? F : E, align = pass == 0 ? 32 : 16;
+    double total = 0, cum = 0;
+    int64_t n_act = 0;
+    for (int64_t e = 0; e < NE; e++) {
+        total += (double)(c->eoff[e + 1] - c->eoff[e]) * (double)rows;
+        n_act += c->eoff[e + 1] > c->eoff[e];
+    }
+    if (total <= 0) return;
+    /* about 4 items per thread: whole experts when enough of them have rows, else pieces */
+    const int64_t pieces = (4 * (int64_t)nth + n_act - 1) / n_act,
+                  chunk = ((rows + pieces - 1) / pieces + align - 1) / align * align;
+    for (int64_t e = 0; e < NE; e++) {
+        const int64_t o = c->eoff[e], n = c->eoff[e + 1] - o;
+        if (!n) continue;
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+            const int64_t r1 = PLLM_MIN(rows, r0 + chunk);
+            const double cost = (double)n * (double)(r1 - r0), mid = cum + 0.5 * cost;
+            cum += cost;
+            if (PLLM_MIN((int)(mid * nth / total), nth - 1) != ith) continue;
+            if (pass == 0) {
+                const pllm_cpu_qact qx = qact_from(&c->qg, o);
+                mm_rows(c, ith, c->hg + o * F, F, c->xg + o * E, E, &qx, &G[e], n, r0, r1);
+                mm_rows(c, ith, c->hg2 + o * F, F, c->xg + o * E, E, &qx, &U[e], n, r0, r1);
+                for (int64_t t = o; t < o + n; t++) {
+                    c->kern->swiglu(c->hg + t * F + r0, c->hg2 + t * F + r0, r1 - r0);
+                    if (D[e].use_q)
+                        c->qkern->quant(&c->qg2, t, c->hg + t * F + r0, r0 / 32, (r1 + 31) / 32);
+                }
+            } else {
+                const pllm_cpu_qact qh = qact_from(&c->qg2, o);
+                mm_rows(c, ith, c->yg + o * E, E, c->hg + o * F, F, &qh, &D[e], n, r0, r1);
+            }
+        }
+    }
+}
+
+/* Layer l's mixture of experts on the normed inputs xb (and their int8 activations qa), added
+ * to the residual x: router, grouping of the (token, expert) rows by expert, one matmul per
+ * expert and matrix over its rows, the weighted sum per token. Ends with the barrier after which
+ * x is complete. */
+static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t t1)
+{
+    const pllm_model_config *cfg = &c->model->cfg;
+    const int64_t T = c->plan->n_tokens, E = cfg->n_embd, NE = cfg->n_expert,
+                  K = cfg->n_expert_used;
+    const struct cpu_mat *R = c->mats + c->moe_base[l], *G = R + 1, *U = G + NE;
+    int64_t r0, r1;
+    mm(c, ith, nth, c->rlog, NE, c->xb, E, &c->qa, R, T, 16, &r0, &r1);
+    pllm_cpu_pool_barrier(c->pool);
+    const pllm_layer_weights *lw = &c->model->layers[l];
+    for (int64_t t = t0; t < t1; t++) {
+        moe_route(c->rlog + t * NE, (int32_t)NE, (int32_t)K, cfg->moe_norm_topk, c->sel_e + t * K,
+                  c->sel_w + t * K);
+        if (lw->shexp_inp) { /* the shared expert's weight: sigmoid of a float32 dot */
+            float d = 0;
+            for (int64_t i = 0; i < E; i++) d += lw->shexp_inp[i] * c->xb[t * E + i];
+            c->shg[t] = 1.0f / (1.0f + expf(-d));
+        }
+    }
+    pllm_cpu_pool_barrier(c->pool);
+    if (ith == 0) { /* group the rows by expert, in token order within an expert */
+        memset(c->eoff, 0, sizeof(int32_t) * (size_t)(NE + 1));
+        for (int64_t i = 0; i < T * K; i++) c->eoff[c->sel_e[i] + 1]++;
+        for (int64_t e = 0; e < NE; e++) c->eoff[e + 1] += c->eoff[e];
+        memcpy(c->ecur, c->eoff, sizeof(int32_t) * (size_t)NE);
+        for (int64_t i = 0; i < T * K; i++) {
+            const int32_t r = c->ecur[c->sel_e[i]]++;
+            c->sel_row[i] = r;
+            c->row_tok[r] = (int32_t)(i / K);
+        }
+    }
+    pllm_cpu_pool_barrier(c->pool);
+    /* the grouped rows: float inputs for the float matrices, the int8 activations already
+     * computed (qa, the same for every expert) for the integer path */
+    bool need_q = false, need_f = false;
+    for (int64_t e = 0; e < NE; e++) {
+        need_q = need_q || G[e].use_q || U[e].use_q;
+        need_f = need_f || !G[e].use_q || !U[e].use_q;
+    }
+    PLLM_ASSERT(!need_f || c->moe_float_in);
+    int64_t g0, g1;
+    pllm_cpu_split(T * K, 1, ith, nth, &g0, &g1);
+    for (int64_t r = g0; r < g1; r++) {
+        const int64_t t = c->row_tok[r];
+        if (need_f) memcpy(c->xg + r * E, c->xb + t * E, sizeof(float) * (size_t)E);
+        if (need_q) qact_copy_row(&c->qg, r, &c->qa, t);
+    }
+    pllm_cpu_pool_barrier(c->pool);
+    const int64_t FS = cfg->n_ff_shexp;
+    const struct cpu_mat *S = R + 1 + 3 * NE; /* the shared expert's gate, up, down */
+    moe_pass(c, ith, nth, l, 0);
+    if (FS) { /* the shared expert over all tokens: this thread's rows, as the dense MLP */
+        mm(c, ith, nth, c->hs, FS, c->xb, E, &c->qa, &S[0], T, 32, &r0, &r1);
+        mm(c, ith, nth, c->hs2, FS, c->xb, E, &c->qa, &S[1], T, 32, &r0, &r1);
+        for (int64_t t = 0; t < T && r0 < r1; t++) {
+            c->kern->swiglu(c->hs + t * FS + r0, c->hs2 + t * FS + r0, r1 - r0);
+            if (S[2].use_q)
+                c->qkern->quant(&c->qs2, t, c->hs + t * FS + r0, r0 / 32, (r1 + 31) / 32);
+        }
+    }
+    pllm_cpu_pool_barrier(c->pool);
+    moe_pass(c, ith, nth, l, 1);
+    if (FS) mm(c, ith, nth, c->ys, E, c->hs, FS, &c->qs2, &S[2], T, 16, &r0, &r1);
+    pllm_cpu_pool_barrier(c->pool);
+    for (int64_t t = t0; t < t1; t++) { /* sum over the token's experts, then the residual */
+        float *acc = c->xb + t * E;
+        for (int64_t j = 0; j < K; j++) {
+            const float w = c->sel_w[t * K + j], *y = c->yg + (int64_t)c->sel_row[t * K + j] * E;
+            if (j == 0)
+                for (int64_t i = 0; i < E; i++) acc[i] = w * y[i];
+            else
+                for (int64_t i = 0; i < E; i++) acc[i] += w * y[i];
+        }
+        if (FS) /* plus the shared expert's share */
+            for (int64_t i = 0; i < E; i++) acc[i] += c->shg[t] * c->ys[t * E + i];
+        for (int64_t i = 0; i < E; i++) c->x[t * E + i] += acc[i];
+    }
+    pllm_cpu_pool_barrier(c->pool);
 }
 
 static void add_bias(float *Y, int64_t ldy, const float *b, int64_t n_tok, int64_t r0, int64_t r1)
@@ -315,11 +543,17 @@ static void forward_region(void *arg, int ith, int nth)
         mm(c, ith, nth, c->xb, E, c->att, QD, &c->qb, &M[M_O], T, 16, &r0, &r1);
         post_residual(c, w->attn_post_norm, T, t0, t1, r0, r1);
 
+        const bool moe = pllm_layer_is_moe(w);
+        const bool ffn_q = moe ? c->int_math : M[M_GATE].use_q || M[M_UP].use_q;
         for (int64_t t = t0; t < t1; t++) {
             c->kern->rmsnorm(c->xb + t * E, c->x + t * E, w->ffn_norm, E, cfg->norm_eps);
-            quant_rows(c, M[M_GATE].use_q || M[M_UP].use_q, &c->qa, c->xb, E, t, t + 1);
+            quant_rows(c, ffn_q, &c->qa, c->xb, E, t, t + 1);
         }
         pllm_cpu_pool_barrier(c->pool);
+        if (moe) {
+            moe_ffn(c, ith, nth, l, t0, t1);
+            continue;
+        }
 
         /* gate and up split the same rows (at multiples of 32, the quantization block), so
          * SwiGLU and the int8 activations of w_down need no barrier */
@@ -377,14 +611,22 @@ static void forward_region(void *arg, int ith, int nth)
 
 static void free_tokens_ws(cpu_ctx *c)
 {
-    float **bufs[] = {&c->x,   &c->xb, &c->q,   &c->k,       &c->v,
-                      &c->att, &c->hb, &c->hb2, &c->rope_cs, &c->rope_cs_local};
+    float **bufs[] = {&c->x,    &c->xb,    &c->q,   &c->k,       &c->v,
+                      &c->att,  &c->hb,    &c->hb2, &c->rope_cs, &c->rope_cs_local,
+                      &c->rlog, &c->sel_w, &c->xg,  &c->yg,      &c->hg,
+                      &c->hg2,  &c->shg,   &c->hs,  &c->hs2,     &c->ys};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(bufs); i++) {
         pllm_aligned_free(*bufs[i]);
         *bufs[i] = NULL;
     }
-    free(c->tok_seq);
-    c->tok_seq = NULL;
+    int32_t **ibufs[] = {&c->tok_seq, &c->sel_e, &c->sel_row, &c->row_tok};
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(ibufs); i++) {
+        free(*ibufs[i]);
+        *ibufs[i] = NULL;
+    }
+    pllm_cpu_qact_free(&c->qg);
+    pllm_cpu_qact_free(&c->qg2);
+    pllm_cpu_qact_free(&c->qs2);
     c->cap_tokens = 0;
 }
 
@@ -395,6 +637,33 @@ static pllm_status alloc_f32(float **p, int64_t a, int64_t b)
         return pllm_errorf(PLLM_ERR_NOMEM, "cpu backend: workspace of %lld x %lld floats overflows", (long long)a, (long long)b);
     *p = pllm_aligned_alloc(n ? n : 64);
     return *p ? PLLM_OK : PLLM_ERR_NOMEM;
+}
+
+/* The MoE workspace for T tokens. */
+static pllm_status reserve_moe(cpu_ctx *c, int32_t T)
+{
+    const pllm_model_config *cfg = &c->model->cfg;
+    const int64_t NE = cfg->n_expert, R = (int64_t)T * cfg->n_expert_used;
+    pllm_status st;
+    if ((st = alloc_f32(&c->rlog, T, NE)) || (st = alloc_f32(&c->sel_w, R, 1)) ||
+        (st = alloc_f32(&c->xg, c->moe_float_in ? R : 1, cfg->n_embd)) ||
+        (st = alloc_f32(&c->yg, R, cfg->n_embd)) || (st = alloc_f32(&c->hg, R, cfg->n_ff_exp)) ||
+        (st = alloc_f32(&c->hg2, R, cfg->n_ff_exp)))
+        return st;
+    const int64_t FS = cfg->n_ff_shexp;
+    if (FS && ((st = alloc_f32(&c->shg, T, 1)) || (st = alloc_f32(&c->hs, T, FS)) ||
+               (st = alloc_f32(&c->hs2, T, FS)) || (st = alloc_f32(&c->ys, T, cfg->n_embd)) ||
+               (c->int_math && (st = pllm_cpu_qact_init(&c->qs2, T, (FS + 63) / 64 * 64)))))
+        return st;
+    if (!(c->sel_e = pllm_malloc(sizeof(int32_t) * (size_t)R)) ||
+        !(c->sel_row = pllm_malloc(sizeof(int32_t) * (size_t)R)) ||
+        !(c->row_tok = pllm_malloc(sizeof(int32_t) * (size_t)R)))
+        return PLLM_ERR_NOMEM;
+    if (c->int_math &&
+        ((st = pllm_cpu_qact_init(&c->qg, R, (cfg->n_embd + 63) / 64 * 64)) ||
+         (st = pllm_cpu_qact_init(&c->qg2, R, ((int64_t)cfg->n_ff_exp + 63) / 64 * 64))))
+        return st;
+    return PLLM_OK;
 }
 
 static pllm_status reserve(cpu_ctx *c, int32_t n_tokens, int32_t n_samples)
@@ -411,7 +680,8 @@ static pllm_status reserve(cpu_ctx *c, int32_t n_tokens, int32_t n_samples)
             (st = alloc_f32(&c->hb, T, cfg->n_ff)) || (st = alloc_f32(&c->hb2, T, cfg->n_ff)) ||
             (st = alloc_f32(&c->rope_cs, T, cfg->rope_dim)) ||
             (c->inv_freq_local && (st = alloc_f32(&c->rope_cs_local, T, cfg->rope_dim))) ||
-            !(c->tok_seq = pllm_malloc((size_t)T * sizeof(int32_t)))) {
+            !(c->tok_seq = pllm_malloc((size_t)T * sizeof(int32_t))) ||
+            (cfg->n_expert && (st = reserve_moe(c, T)))) {
             free_tokens_ws(c);
             return pllm_error_prefix(st ? st : PLLM_ERR_NOMEM, "cpu backend: workspace for %d tokens: ", n_tokens);
         }
@@ -522,7 +792,9 @@ static pllm_status cpu_kv_init(void *vctx, const pllm_kv_layout *L)
         return pllm_errorf(PLLM_ERR_NOMEM, "cpu kv_init: cannot allocate %zu bytes for %d KV blocks", total, L->n_blocks);
     }
     /* scratch per thread: a dequantized row (the widest matrix) and one block of scores, */
-    size_t sf = (size_t)PLLM_MAX(PLLM_MAX(cfg->n_embd, cfg->n_ff), cfg->n_head * cfg->head_dim) + (size_t)L->block_size;
+    size_t sf = (size_t)PLLM_MAX(PLLM_MAX(PLLM_MAX(cfg->n_embd, cfg->n_ff), cfg->n_ff_exp),
+                                 cfg->n_head * cfg->head_dim) +
+                (size_t)L->block_size;
     /* and an attention tile of 64 (query, head) rows, or one query's heads if more */
     sf = PLLM_MAX(sf, pllm_cpu_attn_tile_scratch(PLLM_MAX(64, cfg->n_head / cfg->n_head_kv), L->block_size));
     sf = (sf + 15) & ~(size_t)15;
@@ -718,8 +990,11 @@ static void cpu_destroy(void *vctx)
     pllm_cpu_qact_free(&c->qa);
     pllm_cpu_qact_free(&c->qb);
     if (c->mats)
-        for (int32_t i = 0; i <= c->model->cfg.n_layer * M_PER_LAYER; i++) pllm_cpu_qweight_free(&c->mats[i].q);
+        for (int64_t i = 0; i < c->n_mats; i++) pllm_cpu_qweight_free(&c->mats[i].q);
     free(c->mats);
+    free(c->moe_base);
+    free(c->eoff);
+    free(c->ecur);
     pllm_aligned_free(c->xs);
     pllm_aligned_free(c->logits);
     pllm_aligned_free(c->kv_mem);
@@ -756,7 +1031,7 @@ static const pllm_backend_iface g_cpu_iface = {
 static void pack_region(void *arg, int ith, int nth)
 {
     cpu_ctx *c = arg;
-    for (int32_t i = 0; i <= c->model->cfg.n_layer * M_PER_LAYER; i++) {
+    for (int64_t i = 0; i < c->n_mats; i++) {
         struct cpu_mat *M = &c->mats[i];
         if (!M->use_q) continue;
         int64_t p0, p1;
@@ -778,29 +1053,56 @@ static pllm_status setup_mats(cpu_ctx *c)
      * everything else from the chosen table, to show the optimized ones change nothing */
     c->qkern = c->params.qmm_scalar && c->kern->qmatmul ? &pllm_cpu_kernels_scalar : c->kern;
     c->int_math = c->kern->qmatmul && !f32;
-    c->mats = pllm_calloc((size_t)L * M_PER_LAYER + 1, sizeof *c->mats);
+    /* the layers' 7 matrices, the output, then each MoE layer's router and experts */
+    const int64_t NE = m->cfg.n_expert;
+    c->n_mats = (int64_t)L * M_PER_LAYER + 1;
+    if (!(c->moe_base = pllm_malloc(sizeof(int64_t) * (size_t)L))) return PLLM_ERR_NOMEM;
+    for (int32_t l = 0; l < L; l++) {
+        c->moe_base[l] = pllm_layer_is_moe(&m->layers[l]) ? c->n_mats : -1;
+        if (c->moe_base[l] >= 0) c->n_mats += MOE_MATS(NE, m->cfg.n_ff_shexp);
+    }
+    if (NE && (!(c->eoff = pllm_malloc(sizeof(int32_t) * (size_t)(NE + 1))) ||
+               !(c->ecur = pllm_malloc(sizeof(int32_t) * (size_t)NE))))
+        return PLLM_ERR_NOMEM;
+    c->mats = pllm_calloc((size_t)c->n_mats, sizeof *c->mats);
     if (!c->mats) return PLLM_ERR_NOMEM;
-    for (int32_t i = 0; i <= L * M_PER_LAYER; i++) {
+    for (int64_t i = 0; i < c->n_mats; i++) {
         struct cpu_mat *M = &c->mats[i];
         if (i < L * M_PER_LAYER) {
             const pllm_layer_weights *w = &m->layers[i / M_PER_LAYER];
             const pllm_tensor *ts[M_PER_LAYER] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
             M->t = ts[i % M_PER_LAYER];
-        } else {
+        } else if (i == L * M_PER_LAYER) {
             M->t = &m->output;
+        } else {
+            int32_t l = 0;
+            while (l + 1 < L &&
+                   (c->moe_base[l] < 0 || c->moe_base[l] + MOE_MATS(NE, m->cfg.n_ff_shexp) <= i))
+                l++;
+            const pllm_layer_weights *w = &m->layers[l];
+            const int64_t k = i - c->moe_base[l];
+            const pllm_tensor *sh[3] = {&w->shexp_gate_w, &w->shexp_up, &w->shexp_down};
+            M->t = k == 0        ? &w->router
+                   : k <= NE     ? &w->exp_gate[k - 1]
+                   : k <= 2 * NE ? &w->exp_up[k - 1 - NE]
+                   : k <= 3 * NE ? &w->exp_down[k - 1 - 2 * NE]
+                                 : sh[k - 1 - 3 * NE];
         }
         M->use_q = c->int_math && pllm_cpu_qdtype(M->t->dtype);
         if (M->use_q)
             PLLM_TRY(pllm_cpu_qweight_alloc(&M->q, M->t->dtype, M->t->data, M->t->row_bytes, M->t->n_rows, M->t->n_cols,
                                             c->qkern->qpacked));
     }
+    for (int32_t l = 0; l < L; l++) /* float inputs for some expert's gate/up: xg is needed */
+        for (int64_t k = 1; c->moe_base[l] >= 0 && k <= 2 * NE; k++)
+            c->moe_float_in = c->moe_float_in || !c->mats[c->moe_base[l] + k].use_q;
     if (c->int_math && c->qkern->qpacked) pllm_cpu_pool_run(c->pool, pack_region, c);
     /* kv_dtype auto: F16 when quantized matrices take the int8 path (llama.cpp's numerics, whose
      * KV cache is F16 too; half the memory and the bandwidth of batched decode), F32 with
      * float32 math (the exact reference numerics) */
     if (c->params.kv_dtype == PLLM_DTYPE_COUNT) {
         bool any_q = false;
-        for (int32_t i = 0; i <= L * M_PER_LAYER; i++) any_q = any_q || c->mats[i].use_q;
+        for (int64_t i = 0; i < c->n_mats; i++) any_q = any_q || c->mats[i].use_q;
         c->params.kv_dtype = any_q ? PLLM_DTYPE_F16 : PLLM_DTYPE_F32;
     }
     return PLLM_OK;
@@ -891,13 +1193,23 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
         }
     for (int32_t l = 0; l < cfg->n_layer; l++) {
         const pllm_layer_weights *w = &model->layers[l];
-        const pllm_tensor *lm[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
-        for (size_t i = 0; i < PLLM_ARRAY_LEN(lm); i++)
-            if (!c->kern->matmul[lm[i]->dtype]) {
-                st = pllm_errorf(PLLM_ERR_UNSUPPORTED, "cpu backend: tensor '%s' has dtype %s, which has no CPU kernel",
-                                 lm[i]->name, pllm_dtype_name(lm[i]->dtype));
+        const pllm_tensor *lm[] = {&w->wq,           &w->wk,       &w->wv,        &w->wo,
+                                   &w->w_gate,       &w->w_up,     &w->w_down,    &w->router,
+                                   &w->shexp_gate_w, &w->shexp_up, &w->shexp_down};
+        const int64_t ne = pllm_layer_is_moe(w) ? cfg->n_expert : 0;
+        for (int64_t i = 0; i < (int64_t)PLLM_ARRAY_LEN(lm) + 3 * ne; i++) {
+            const int64_t k = i - (int64_t)PLLM_ARRAY_LEN(lm);
+            const pllm_tensor *t = k < 0        ? lm[i]
+                                   : k < ne     ? &w->exp_gate[k]
+                                   : k < 2 * ne ? &w->exp_up[k - ne]
+                                                : &w->exp_down[k - 2 * ne];
+            if (t->n_rows && !c->kern->matmul[t->dtype]) {
+                st = pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                                 "cpu backend: tensor '%s' has dtype %s, which has no CPU kernel",
+                                 t->name, pllm_dtype_name(t->dtype));
                 goto fail;
             }
+        }
     }
 
     c->inv_freq = pllm_malloc(sizeof(double) * (size_t)PLLM_MAX(cfg->rope_dim / 2, 1));

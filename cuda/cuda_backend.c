@@ -149,6 +149,7 @@ static void free_token_ws(cuda_ctx *c)
     }
     c->workspace_bytes -= (size_t)c->cap_tokens * ws_of(c).per_token;
     c->cap_tokens = 0;
+    pllm_cuda_moe_free(c);
 }
 
 static void free_sample_ws(cuda_ctx *c)
@@ -198,7 +199,8 @@ static pllm_status reserve(cuda_ctx *c, int32_t n_tokens, int32_t n_samples)
             (st = dalloc(c, &c->att, c->wsz * qd * (size_t)T, "attention", T)) ||
             (st = dalloc(c, &c->gu, c->wsz * 2 * F * (size_t)T, "gate/up", T)) ||
             (st = dalloc(c, &c->h, c->wsz * F * (size_t)T, "swiglu", T)) ||
-            (c->fi && (st = dalloc(c, &c->q16, 2 * qd * (size_t)T, "flashinfer queries", T)))) {
+            (c->fi && (st = dalloc(c, &c->q16, 2 * qd * (size_t)T, "flashinfer queries", T))) ||
+            (st = pllm_cuda_moe_reserve(c, T))) {
             free_token_ws(c);
             return st;
         }
@@ -351,12 +353,16 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
         PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x,
                                             w->attn_post_norm ? NULL : c->proj, w->ffn_norm, T, E,
                                             eps));
-        PLLM_TRY(proj(c, c->gu, c->wdt, c->xb, w->w_gu, T, 2 * F, E));
-        if (cfg->ffn_gelu)
-            PLLM_TRY(pllm_cuda_geglu(c->dev, c->h, c->gu, c->wdt, T, F));
-        else
-            PLLM_TRY(pllm_cuda_swiglu(c->dev, c->h, c->gu, c->wdt, T, F));
-        PLLM_TRY(proj(c, c->proj, PLLM_DTYPE_F32, c->h, w->w_down, T, E, F));
+        if (w->w_router) { /* mixture of experts (cuda_moe.c) */
+            PLLM_TRY(pllm_cuda_moe_forward(c, w, T));
+        } else {
+            PLLM_TRY(proj(c, c->gu, c->wdt, c->xb, w->w_gu, T, 2 * F, E));
+            if (cfg->ffn_gelu)
+                PLLM_TRY(pllm_cuda_geglu(c->dev, c->h, c->gu, c->wdt, T, F));
+            else
+                PLLM_TRY(pllm_cuda_swiglu(c->dev, c->h, c->gu, c->wdt, T, F));
+            PLLM_TRY(proj(c, c->proj, PLLM_DTYPE_F32, c->h, w->w_down, T, E, F));
+        }
         pending = c->proj;
         if (w->ffn_post_norm) {
             PLLM_TRY(pllm_cuda_post_norm_add(c->dev, c->x, c->proj, w->ffn_post_norm, T, E, eps));
@@ -863,7 +869,9 @@ static size_t reserve_missing(const cuda_ctx *c)
     const size_t S =
         align_up((size_t)PLLM_MAX(c->params.reserve_seqs, c->params.max_graph_batch), 16);
     size_t miss = 0;
-    if (T > (size_t)c->cap_tokens) miss += (T - (size_t)c->cap_tokens) * w.per_token;
+    if (T > (size_t)c->cap_tokens)
+        miss += (T - (size_t)c->cap_tokens) * w.per_token + pllm_cuda_moe_bytes(c, (int32_t)T) -
+                c->moe.bytes; /* experts' workspace */
     if (S > (size_t)c->cap_samples) miss += (S - (size_t)c->cap_samples) * w.per_sample;
     if (!c->part) miss += w.part;
     return miss;

@@ -23,7 +23,23 @@ typedef struct cuda_layer {
     float *k_norm;    /* [head_dim] or NULL */
     float *attn_post_norm, *ffn_post_norm; /* [n_embd] or NULL (Gemma 3) */
     int32_t window; /* sliding-window layer: the window (model.h); 0: global */
+    /* mixture-of-experts layer (w_router != NULL; w_gu and w_down are NULL then) */
+    void *w_router; /* [n_expert (+ 1: the shared expert's gate row)][n_embd] wdt */
+    void *w_gu_exp; /* [n_expert][2 n_ff_exp][n_embd] wdt: expert e's gate rows over its up rows */
+    void *w_down_exp; /* [n_expert][n_embd][n_ff_exp] wdt */
+    void *w_gu_sh;    /* [2 n_ff_shexp][n_embd] wdt: the shared expert's gate over up, or NULL */
+    void *w_down_sh;  /* [n_embd][n_ff_shexp] wdt */
 } cuda_layer;
+
+/* The MoE workspace for cap_tokens tokens (cuda_moe.c; kernels.h gives the layout). */
+typedef struct cuda_moe_ws {
+    int32_t cap_tokens, n_rows;
+    float *logits, *w, *xg, *gu, *h, *y;
+    void *gs, *hs; /* [T][2 n_ff_shexp], [T][n_ff_shexp] wdt: the shared expert's gate/up, swiglu */
+    float *ys;     /* [T][n_embd]: its output */
+    int32_t *sel, *row_of, *row_tok, *tile_exp, *off;
+    size_t bytes;
+} cuda_moe_ws;
 
 /* Where a packed plan's arrays live, as byte offsets from its start; a step's counts decide
  * them (all but ids, which follows the variable-length block tables: the kernels address it
@@ -81,6 +97,8 @@ typedef struct cuda_ctx {
     size_t kv_layer_bytes;
     uint64_t *slot_bits; /* host: duplicate-slot check of validation */
 
+    cuda_moe_ws moe; /* mixture of experts (unused for dense models) */
+
     /* activation workspace for cap_tokens tokens and cap_samples samples */
     int32_t cap_tokens, cap_samples;
     float *x;        /* [T][n_embd] residual stream */
@@ -136,3 +154,10 @@ typedef struct cuda_ctx {
 /* cuda_weights.c */
 pllm_status pllm_cuda_weights_upload(cuda_ctx *c);
 void pllm_cuda_weights_free(cuda_ctx *c);
+
+/* cuda_moe.c: the MoE workspace for T tokens (no-op for dense models), its release, and one MoE
+ * layer's MLP on the normed inputs c->xb of T tokens into c->proj (F32). */
+pllm_status pllm_cuda_moe_reserve(cuda_ctx *c, int32_t T);
+size_t pllm_cuda_moe_bytes(const cuda_ctx *c, int32_t T); /* what reserve allocates for T */
+void pllm_cuda_moe_free(cuda_ctx *c);
+pllm_status pllm_cuda_moe_forward(cuda_ctx *c, const cuda_layer *w, int32_t T);

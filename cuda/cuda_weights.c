@@ -143,6 +143,55 @@ static pllm_status upload_vec(cuda_ctx *c, float **out, const float *v, int64_t 
     return pllm_cuda_upload(c->dev, *out, v, sizeof(float) * (size_t)n);
 }
 
+/* The dense MLP: gate over up, and down. */
+static pllm_status upload_mlp(stager *s, cuda_layer *d, const pllm_layer_weights *w)
+{
+    cuda_ctx *c = s->c;
+    const int64_t E = c->model->cfg.n_embd, F = c->model->cfg.n_ff;
+    PLLM_TRY(alloc_track(c, &d->w_gu, (size_t)(2 * F * E) * c->wsz, "w_gate/w_up"));
+    PLLM_TRY(upload_matrix(s, d->w_gu, 0, &w->w_gate, E));
+    PLLM_TRY(upload_matrix(s, d->w_gu, F, &w->w_up, E));
+    PLLM_TRY(alloc_track(c, &d->w_down, (size_t)(E * F) * c->wsz, "w_down"));
+    return upload_matrix(s, d->w_down, 0, &w->w_down, F);
+}
+
+/* A MoE layer: the router, expert e's gate and up rows at e * 2 n_ff_exp, its down rows at
+ * e * n_embd (cuda_internal.h). */
+static pllm_status upload_experts(stager *s, cuda_layer *d, const pllm_layer_weights *w)
+{
+    cuda_ctx *c = s->c;
+    const pllm_model_config *cfg = &c->model->cfg;
+    const int64_t E = cfg->n_embd, F = cfg->n_ff_exp, NE = cfg->n_expert;
+    const int64_t FS = cfg->n_ff_shexp;
+    PLLM_TRY(alloc_track(c, &d->w_router, (size_t)((NE + (FS ? 1 : 0)) * E) * c->wsz, "router"));
+    PLLM_TRY(upload_matrix(s, d->w_router, 0, &w->router, E));
+    if (FS) { /* Qwen2-MoE: the shared expert's gate as the router's last row, and its MLP */
+        if (!w->shexp_inp)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "cuda backend: a MoE layer without its shared expert");
+        const pllm_tensor gv = {.data = w->shexp_inp,
+                                .dtype = PLLM_DTYPE_F32,
+                                .n_rows = 1,
+                                .n_cols = E,
+                                .row_bytes = sizeof(float) * (size_t)E,
+                                .name = "shared expert gate"};
+        PLLM_TRY(upload_matrix(s, d->w_router, NE, &gv, E));
+        PLLM_TRY(alloc_track(c, &d->w_gu_sh, (size_t)(2 * FS * E) * c->wsz, "shared gate/up"));
+        PLLM_TRY(upload_matrix(s, d->w_gu_sh, 0, &w->shexp_gate_w, E));
+        PLLM_TRY(upload_matrix(s, d->w_gu_sh, FS, &w->shexp_up, E));
+        PLLM_TRY(alloc_track(c, &d->w_down_sh, (size_t)(E * FS) * c->wsz, "shared down"));
+        PLLM_TRY(upload_matrix(s, d->w_down_sh, 0, &w->shexp_down, FS));
+    }
+    PLLM_TRY(alloc_track(c, &d->w_gu_exp, (size_t)(NE * 2 * F * E) * c->wsz, "experts' gate/up"));
+    PLLM_TRY(alloc_track(c, &d->w_down_exp, (size_t)(NE * E * F) * c->wsz, "experts' down"));
+    for (int64_t e = 0; e < NE; e++) {
+        PLLM_TRY(upload_matrix(s, d->w_gu_exp, e * 2 * F, &w->exp_gate[e], E));
+        PLLM_TRY(upload_matrix(s, d->w_gu_exp, e * 2 * F + F, &w->exp_up[e], E));
+        PLLM_TRY(upload_matrix(s, d->w_down_exp, e * E, &w->exp_down[e], F));
+    }
+    return PLLM_OK;
+}
+
 pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
 {
     const pllm_model *m = c->model;
@@ -152,8 +201,13 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
     const double t0 = pllm_now();
     /* the whole set must fit: say so before converting anything */
     size_t need = (size_t)(V * E * (m->cfg.tied_embeddings ? 1 : 2)) * c->wsz;
-    need +=
-        (size_t)cfg->n_layer * (size_t)((qd + 2 * kvd) * E + E * qd + 2 * F * E + E * F) * c->wsz;
+    for (int32_t l = 0; l < cfg->n_layer; l++) /* attention, and the MLP or the experts */
+        need += (size_t)((qd + 2 * kvd) * E + E * qd +
+                         (pllm_layer_is_moe(&m->layers[l])
+                              ? (int64_t)cfg->n_expert * (E + 3 * (int64_t)cfg->n_ff_exp * E) +
+                                    (E + 3 * (int64_t)cfg->n_ff_shexp * E)
+                              : 3 * F * E)) *
+                c->wsz;
     if (need > c->info.free_bytes)
         return pllm_errorf(PLLM_ERR_NOMEM,
                            "cuda backend: the weights need %.2f GiB as %s on the device, which has "
@@ -163,7 +217,8 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
                            (double)c->info.total_bytes / (1 << 30));
 
     stager s;
-    pllm_status st = stager_init(&s, c, PLLM_MAX(PLLM_MAX(E, F), qd));
+    pllm_status st = stager_init(
+        &s, c, PLLM_MAX(PLLM_MAX(PLLM_MAX(E, F), qd), PLLM_MAX(cfg->n_ff_exp, cfg->n_ff_shexp)));
     float *bias = NULL;
     const size_t freq_bytes = sizeof(double) * (size_t)PLLM_MAX(cfg->rope_dim / 2, 1);
     double *freq = NULL; /* host copy of inv_freq: the kernel reads the device one */
@@ -195,11 +250,7 @@ pllm_status pllm_cuda_weights_upload(cuda_ctx *c)
             (st = upload_matrix(&s, d->w_qkv, qd + kvd, &w->wv, E)) ||
             (st = alloc_track(c, &d->w_o, (size_t)(E * qd) * c->wsz, "wo")) ||
             (st = upload_matrix(&s, d->w_o, 0, &w->wo, qd)) ||
-            (st = alloc_track(c, &d->w_gu, (size_t)(2 * F * E) * c->wsz, "w_gate/w_up")) ||
-            (st = upload_matrix(&s, d->w_gu, 0, &w->w_gate, E)) ||
-            (st = upload_matrix(&s, d->w_gu, F, &w->w_up, E)) ||
-            (st = alloc_track(c, &d->w_down, (size_t)(E * F) * c->wsz, "w_down")) ||
-            (st = upload_matrix(&s, d->w_down, 0, &w->w_down, F)) ||
+            (st = pllm_layer_is_moe(w) ? upload_experts(&s, d, w) : upload_mlp(&s, d, w)) ||
             (st = upload_vec(c, &d->attn_norm, w->attn_norm, E, "attn norm")) ||
             (st = upload_vec(c, &d->ffn_norm, w->ffn_norm, E, "ffn norm")))
             goto done;
@@ -289,6 +340,9 @@ void pllm_cuda_weights_free(cuda_ctx *c)
             pllm_cuda_free(c->dev, d->ffn_norm), pllm_cuda_free(c->dev, d->b_qkv);
             pllm_cuda_free(c->dev, d->q_norm), pllm_cuda_free(c->dev, d->k_norm);
             pllm_cuda_free(c->dev, d->attn_post_norm), pllm_cuda_free(c->dev, d->ffn_post_norm);
+            pllm_cuda_free(c->dev, d->w_router), pllm_cuda_free(c->dev, d->w_gu_exp);
+            pllm_cuda_free(c->dev, d->w_down_exp), pllm_cuda_free(c->dev, d->w_gu_sh);
+            pllm_cuda_free(c->dev, d->w_down_sh);
         }
         free(c->layers);
         c->layers = NULL;

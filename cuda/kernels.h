@@ -184,6 +184,49 @@ pllm_status pllm_cuda_attn_prefill(pllm_cuda_dev *dev, const pllm_cuda_attn_args
                                    const pllm_cuda_attn_tile *tiles, int32_t n_tiles);
 
 /*
+ * Mixture of experts (cuda/moe.cu; model.h gives the routing). A layer runs:
+ *   the router GEMM (logits [n_tokens][n_expert] F32, cuBLAS), then pllm_cuda_moe_route: softmax
+ *   and top-k per token (sel, w), the (token, choice) entries grouped by expert into n_rows rows
+ *   (row_of, row_tok, tile_exp, off: expert e's rows start at off[e], a multiple of
+ *   PLLM_CUDA_MOE_TILE, padding rows have row_tok -1) and the normed inputs x (x_dtype) gathered
+ *   into xg [n_rows][dim] F32;
+ *   pllm_cuda_moe_gemm for gate/up (W [n_expert][2 n_ff_exp][dim]: expert e's gate rows over its
+ *   up rows) and, after pllm_cuda_swiglu (F32), for down (W [n_expert][dim][n_ff_exp]);
+ *   pllm_cuda_moe_combine: out[t] = sum_j w[t][j] y[row_of[t][j]] in choice order (Qwen2-MoE:
+ *   plus its shared expert's output times the sigmoid of the router's extra logit column).
+ * n_rows = pllm_cuda_moe_rows(n_tokens, k, n_expert): every size depends on the token count only.
+ * All arrays are device memory.
+ */
+#define PLLM_CUDA_MOE_TILE 16
+int32_t pllm_cuda_moe_rows(int32_t n_tokens, int32_t k, int32_t n_expert);
+typedef struct pllm_cuda_moe_args {
+    const float *logits; /* [n_tokens][logits_ld] (columns >= n_expert: not read) */
+    int32_t logits_ld;
+    const void *x; /* [n_tokens][dim] x_dtype */
+    pllm_dtype x_dtype;
+    int32_t *sel;      /* [n_tokens][k] out */
+    float *w;          /* [n_tokens][k] out */
+    int32_t *row_of;   /* [n_tokens][k] out */
+    int32_t *row_tok;  /* [n_rows] out */
+    int32_t *tile_exp; /* [n_rows / PLLM_CUDA_MOE_TILE] out */
+    int32_t *off;      /* [n_expert + 1] out */
+    float *xg;         /* [n_rows][dim] out */
+    int32_t n_tokens, n_expert, k, dim, n_rows;
+    bool norm;
+} pllm_cuda_moe_args;
+pllm_status pllm_cuda_moe_route(pllm_cuda_dev *dev, const pllm_cuda_moe_args *a);
+/* c [n_rows][n] F32 = per tile of PLLM_CUDA_MOE_TILE rows (expert e = tile_exp[tile], -1: skipped)
+ * a [rows][kd] F32 times W[e]^T, W [n_expert][n][kd] of w_dtype (F32, F16, BF16). */
+pllm_status pllm_cuda_moe_gemm(pllm_cuda_dev *dev, float *c, const float *a, const void *w,
+                               pllm_dtype w_dtype, const int32_t *tile_exp, int32_t n_rows,
+                               int32_t n, int32_t kd);
+/* ys (or NULL): a shared expert's output [n_tokens][dim] F32, added times sigmoid(sg[t * sg_ld]) */
+pllm_status pllm_cuda_moe_combine(pllm_cuda_dev *dev, float *out, const float *y,
+                                  const int32_t *row_of, const float *w, int32_t n_tokens,
+                                  int32_t k, int32_t dim, const float *ys, const float *sg,
+                                  int32_t sg_ld);
+
+/*
  * SwiGLU over the fused gate/up projection (cuda/swiglu.cu):
  *     out[t][i] = silu(gu[t][i]) * gu[t][n_ff + i],  silu(g) = g / (1 + e^-g)
  * gu: [n_tokens][2 n_ff] of dtype (F32, F16 or BF16: the output of one GEMM with the gate rows

@@ -15,8 +15,10 @@
 static const struct {
     const char *name;
     pllm_arch arch;
-} g_gguf_archs[] = {{"llama", PLLM_ARCH_LLAMA},  {"mistral", PLLM_ARCH_LLAMA},
-                    {"qwen2", PLLM_ARCH_QWEN2},  {"qwen3", PLLM_ARCH_QWEN3},
+} g_gguf_archs[] = {{"llama", PLLM_ARCH_LLAMA},    {"mistral", PLLM_ARCH_LLAMA},
+                    {"qwen2", PLLM_ARCH_QWEN2},    {"qwen3", PLLM_ARCH_QWEN3},
+                    {"qwen3moe", PLLM_ARCH_QWEN3}, /* qwen3 with experts (expert_count) */
+                    {"qwen2moe", PLLM_ARCH_QWEN2}, /* qwen2 with experts and a shared expert */
                     {"phi3", PLLM_ARCH_LLAMA}, /* the llama graph on fused attn_qkv / ffn_up rows,
                                                   NEOX */
                     {"gemma3", PLLM_ARCH_GEMMA3}};
@@ -24,7 +26,7 @@ static const struct {
 typedef struct loader {
     pllm_model *m;
     const pllm_gguf *g;
-    const char *prefix; /* metadata prefix: the architecture name */
+    const char *prefix;       /* metadata prefix: the architecture name */
     uint32_t swa_pattern;     /* gemma3: layer i is global when (i + 1) % pattern == 0 */
     const uint8_t *swa_flags; /* gemma3: or one bool per layer (true: sliding), or NULL */
     size_t f32_used, f32_cap;
@@ -164,6 +166,73 @@ static pllm_status read_gemma3(loader *L)
     return PLLM_OK;
 }
 
+/* Mixture of experts: {arch}.expert_count (0 or absent: dense), expert_used_count,
+ * expert_feed_forward_length (Mixtral's llama files have none: feed_forward_length is the
+ * experts'), expert_weights_norm (default true: llama.cpp renormalizes the top-k weights of
+ * qwen3moe and Mixtral). Shared experts and other gating functions are refused. */
+static pllm_status read_experts(loader *L)
+{
+    pllm_model_config *c = &L->m->cfg;
+    const pllm_gguf *g = L->g;
+    uint32_t n_exp = 0, n_used = 0, ff = (uint32_t)c->n_ff, n_shared = 0, gating = 1;
+    PLLM_TRY(get_hp(L, "expert_count", &n_exp, false));
+    const bool q2 = strcmp(L->prefix, "qwen2moe") == 0;
+    const bool moe_arch = strcmp(L->prefix, "qwen3moe") == 0 || strcmp(L->prefix, "llama") == 0 ||
+                          strcmp(L->prefix, "mistral") == 0 || q2;
+    if ((strcmp(L->prefix, "qwen3moe") == 0 || q2) && n_exp == 0)
+        return pllm_errorf(PLLM_ERR_FORMAT, "%s: architecture qwen3moe needs '%s.expert_count' > 0",
+                           g->path, L->prefix);
+    if (n_exp == 0) return PLLM_OK;
+    if (!moe_arch)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: '%s.expert_count' = %u: experts are supported for qwen3moe, "
+                           "qwen2moe and llama (Mixtral) files only",
+                           g->path, L->prefix, n_exp);
+    PLLM_TRY(get_hp(L, "expert_used_count", &n_used, true));
+    PLLM_TRY(get_hp(L, "expert_feed_forward_length", &ff, false));
+    PLLM_TRY(get_hp(L, "expert_shared_count", &n_shared, false));
+    PLLM_TRY(get_hp(L, "expert_gating_func", &gating, false));
+    if (n_exp > 4096 || n_used < 1 || n_used > n_exp || ff < 1 || ff > 1048576)
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: experts '%s.expert_count' = %u, 'expert_used_count' = %u, "
+                           "'expert_feed_forward_length' = %u are invalid (1 <= used <= count <= "
+                           "4096)",
+                           g->path, L->prefix, n_exp, n_used, ff);
+    if (n_shared && !(q2 && n_shared == 1))
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: '%s.expert_shared_count' = %u: shared experts are supported for "
+                           "qwen2moe (one) only",
+                           g->path, L->prefix, n_shared);
+    uint32_t ff_sh = 0; /* qwen2moe: the shared expert's FFN (llama.cpp's key) */
+    if (q2) {
+        PLLM_TRY(get_hp(L, "expert_shared_feed_forward_length", &ff_sh, true));
+        if (ff_sh < 1 || ff_sh > 1048576)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: '%s.expert_shared_feed_forward_length' = %u is invalid",
+                               g->path, L->prefix, ff_sh);
+    }
+    if (gating != 1)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: '%s.expert_gating_func' = %u: only softmax gating (1) is supported",
+                           g->path, L->prefix, gating);
+    char key[256];
+    snprintf(key, sizeof key, "%s.expert_weights_norm", L->prefix);
+    bool norm = !q2; /* llama.cpp: qwen2moe keeps the top-k probabilities as they are */
+    const pllm_gguf_kv *kv = pllm_gguf_find(g, key);
+    if (kv) {
+        if (kv->type != PLLM_GGUF_BOOL)
+            return pllm_errorf(PLLM_ERR_FORMAT, "%s: key '%s' at byte offset %zu must be a bool",
+                               g->path, key, kv->offset);
+        norm = kv->v.u != 0;
+    }
+    c->n_expert = (int32_t)n_exp;
+    c->n_expert_used = (int32_t)n_used;
+    c->n_ff_exp = (int32_t)ff;
+    c->moe_norm_topk = norm;
+    c->n_ff_shexp = (int32_t)ff_sh;
+    return PLLM_OK;
+}
+
 static pllm_status read_config(loader *L)
 {
     pllm_model_config *c = &L->m->cfg;
@@ -232,6 +301,7 @@ static pllm_status read_config(loader *L)
     c->has_qkv_bias = c->arch == PLLM_ARCH_QWEN2;
     c->has_qk_norm = c->arch == PLLM_ARCH_QWEN3 || c->arch == PLLM_ARCH_GEMMA3;
     if (c->arch == PLLM_ARCH_GEMMA3) PLLM_TRY(read_gemma3(L));
+    PLLM_TRY(read_experts(L));
 
     /* RoPE scaling: rope.scaling.type "linear" (factor), or Llama-3 style via rope_freqs. */
     char key[256];
@@ -309,6 +379,84 @@ static pllm_status read_config(loader *L)
     return PLLM_OK;
 }
 
+/* Layer i's experts: the router ffn_gate_inp, then either the stacked ffn_{gate,up,down}_exps
+ * (3-D, ne = [cols, rows, n_expert]: expert e's matrix is the e-th slab) or the older Mixtral
+ * files' per-expert ffn_{gate,up,down}.E.weight. Shared-expert tensors are refused. */
+static pllm_status load_experts(loader *L, int32_t i, pllm_layer_weights *l)
+{
+    pllm_model *m = L->m;
+    const pllm_model_config *c = &m->cfg;
+    const int32_t n = c->n_expert;
+    char name[128];
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", (int)i);
+    PLLM_TRY(load_matrix(L, name, n, c->n_embd, &l->router));
+    if (c->n_ff_shexp) { /* qwen2moe: the shared expert and its gate vector */
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_inp_shexp.weight", (int)i);
+        PLLM_TRY(load_vector(L, name, c->n_embd, true, &l->shexp_inp));
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_shexp.weight", (int)i);
+        PLLM_TRY(load_matrix(L, name, c->n_ff_shexp, c->n_embd, &l->shexp_gate_w));
+        snprintf(name, sizeof name, "blk.%d.ffn_up_shexp.weight", (int)i);
+        PLLM_TRY(load_matrix(L, name, c->n_ff_shexp, c->n_embd, &l->shexp_up));
+        snprintf(name, sizeof name, "blk.%d.ffn_down_shexp.weight", (int)i);
+        PLLM_TRY(load_matrix(L, name, c->n_embd, c->n_ff_shexp, &l->shexp_down));
+    }
+    static const char *const shexp[] = {"ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp",
+                                        "ffn_down_shexp"};
+    for (size_t k = 0; k < PLLM_ARRAY_LEN(shexp) && !c->n_ff_shexp; k++) {
+        snprintf(name, sizeof name, "blk.%d.%s.weight", (int)i, shexp[k]);
+        if (pllm_gguf_find_tensor(L->g, name))
+            return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                               "%s: tensor '%s': shared experts are not supported", L->g->path,
+                               name);
+    }
+    pllm_tensor *ts = m->owned_experts + (size_t)i * 3 * (size_t)n;
+    l->exp_gate = ts;
+    l->exp_up = ts + n;
+    l->exp_down = ts + 2 * n;
+    static const char *const kinds[3] = {"gate", "up", "down"};
+    for (int k = 0; k < 3; k++) {
+        const int64_t rows = k == 2 ? c->n_embd : c->n_ff_exp,
+                      cols = k == 2 ? c->n_ff_exp : c->n_embd;
+        pllm_tensor *dst = ts + (size_t)k * (size_t)n;
+        snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.weight", (int)i, kinds[k]);
+        const pllm_gguf_tensor *t = pllm_gguf_find_tensor(L->g, name);
+        if (!t) { /* older Mixtral files: one tensor per expert */
+            for (int32_t e = 0; e < n; e++) {
+                snprintf(name, sizeof name, "blk.%d.ffn_%s.%d.weight", (int)i, kinds[k], (int)e);
+                if (!pllm_gguf_find_tensor(L->g, name))
+                    return pllm_errorf(PLLM_ERR_FORMAT,
+                                       "%s: missing tensor 'blk.%d.ffn_%s_exps.weight' (or the "
+                                       "per-expert '%s')",
+                                       L->g->path, (int)i, kinds[k], name);
+                PLLM_TRY(load_matrix(L, name, rows, cols, &dst[e]));
+            }
+            continue;
+        }
+        if (t->n_dims != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n)
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: tensor '%s' (entry at byte offset %zu) has shape [%lld, %lld, "
+                               "%lld] but the hyperparameters need [%lld, %lld, %d]",
+                               L->g->path, name, t->info_offset, (long long)t->ne[0],
+                               (long long)t->ne[1], (long long)t->ne[2], (long long)cols,
+                               (long long)rows, (int)n);
+        if (!pllm_dtype_supported(t->dtype))
+            return pllm_errorf(
+                PLLM_ERR_UNSUPPORTED,
+                "%s: tensor '%s' (entry at byte offset %zu): type %s is not supported yet",
+                L->g->path, name, t->info_offset, pllm_dtype_name(t->dtype));
+        const size_t rb = pllm_dtype_row_bytes(t->dtype, cols);
+        for (int32_t e = 0; e < n; e++)
+            dst[e] = (pllm_tensor){.data = (const uint8_t *)t->data + (size_t)e * (size_t)rows * rb,
+                                   .dtype = t->dtype,
+                                   .n_rows = rows,
+                                   .n_cols = cols,
+                                   .row_bytes = rb,
+                                   .name = t->name};
+        m->weight_bytes += t->nbytes;
+    }
+    return PLLM_OK;
+}
+
 static pllm_status load_weights(loader *L)
 {
     pllm_model *m = L->m;
@@ -320,7 +468,8 @@ static pllm_status load_weights(loader *L)
     L->f32_cap = (size_t)c->n_layer *
                      (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
                       (c->has_qk_norm ? 2 * (size_t)c->head_dim : 0) +
-                      (c->has_post_norms ? 2 * (size_t)c->n_embd : 0)) +
+                      (c->has_post_norms ? 2 * (size_t)c->n_embd : 0) +
+                      (c->n_ff_shexp ? (size_t)c->n_embd : 0)) +
                  (size_t)c->n_embd + (size_t)c->rope_dim;
     /* the vectors are in the file at 2 bytes or more per element: no allocation beyond that */
     if (L->f32_cap > L->g->size / 2)
@@ -331,6 +480,12 @@ static pllm_status load_weights(loader *L)
     m->owned_f32 = pllm_malloc(L->f32_cap * sizeof(float));
     m->layers = pllm_calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->owned_f32 || !m->layers) return PLLM_ERR_NOMEM;
+    if (c->n_expert) {
+        size_t ne;
+        if (!pllm_mul_size((size_t)c->n_layer * 3, (size_t)c->n_expert, &ne) ||
+            !(m->owned_experts = pllm_calloc(ne, sizeof *m->owned_experts)))
+            return PLLM_ERR_NOMEM;
+    }
 
     PLLM_TRY(load_matrix(L, "token_embd.weight", c->n_vocab, c->n_embd, &m->tok_embd));
     PLLM_TRY(load_vector(L, "output_norm.weight", c->n_embd, true, &m->output_norm));
@@ -378,8 +533,11 @@ static pllm_status load_weights(loader *L)
                 (L->swa_flags ? L->swa_flags[i] != 0 : (uint32_t)(i + 1) % L->swa_pattern != 0)
                     ? c->sliding_window
                     : 0;
-        if (!pllm_gguf_find_tensor(L->g, NAME("ffn_gate.weight")) &&
-            strcmp(m->source_arch, "phi3") == 0) { /* phi3: ffn_up holds gate rows, then up */
+        if (c->n_expert && pllm_gguf_find_tensor(L->g, NAME("ffn_gate_inp.weight"))) {
+            PLLM_TRY(load_experts(L, i, l));
+        } else if (!pllm_gguf_find_tensor(L->g, NAME("ffn_gate.weight")) &&
+                   strcmp(m->source_arch, "phi3") ==
+                       0) { /* phi3: ffn_up holds gate rows, then up */
             pllm_tensor gu;
             PLLM_TRY(load_matrix(L, NAME("ffn_up.weight"), 2 * (int64_t)c->n_ff, c->n_embd, &gu));
             l->w_gate = row_view(&gu, 0, c->n_ff);
@@ -388,7 +546,8 @@ static pllm_status load_weights(loader *L)
             PLLM_TRY(load_matrix(L, NAME("ffn_gate.weight"), c->n_ff, c->n_embd, &l->w_gate));
             PLLM_TRY(load_matrix(L, NAME("ffn_up.weight"), c->n_ff, c->n_embd, &l->w_up));
         }
-        PLLM_TRY(load_matrix(L, NAME("ffn_down.weight"), c->n_embd, c->n_ff, &l->w_down));
+        if (!pllm_layer_is_moe(l))
+            PLLM_TRY(load_matrix(L, NAME("ffn_down.weight"), c->n_embd, c->n_ff, &l->w_down));
 #undef NAME
     }
     if (c->rope_scaling == PLLM_ROPE_SCALING_LONGROPE) {
@@ -474,7 +633,8 @@ pllm_status pllm_gguf_model_init(pllm_model *m, const char *path)
     if (!found)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
                            "%s: unsupported architecture '%.*s' (general.architecture at byte "
-                           "offset %zu); supported: llama, mistral, qwen2, qwen3, phi3, gemma3",
+                           "offset %zu); supported: llama, mistral, qwen2, qwen2moe, qwen3, "
+                           "qwen3moe, phi3, gemma3",
                            path, (int)(arch.len > 64 ? 64 : arch.len), arch.s,
                            pllm_gguf_find(m->gguf, "general.architecture")->offset);
     if ((st = read_config(&L)) != PLLM_OK) return st;

@@ -186,6 +186,9 @@ static const struct {
                   {"mistral", PLLM_ARCH_LLAMA},
                   {"qwen2", PLLM_ARCH_QWEN2},
                   {"qwen3", PLLM_ARCH_QWEN3},
+                  {"qwen3_moe", PLLM_ARCH_QWEN3}, /* qwen3 with experts */
+                  {"qwen2_moe", PLLM_ARCH_QWEN2}, /* qwen2 with experts and a shared expert */
+                  {"mixtral", PLLM_ARCH_LLAMA},   /* mistral with experts */
                   {"phi3", PLLM_ARCH_LLAMA}, /* the llama graph on fused qkv_proj / gate_up_proj
                                                 rows */
                   {"gemma3_text", PLLM_ARCH_GEMMA3},
@@ -306,6 +309,71 @@ static pllm_status parse_rope_scaling(const char *path, const json_t *rs, const 
         path, field, type);
 }
 
+/* Experts: Qwen3MoeConfig (num_experts, num_experts_per_tok, moe_intermediate_size,
+ * norm_topk_prob default false, decoder_sparse_step default 1, mlp_only_layers default []: layer
+ * i has experts when it is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0) or
+ * MixtralConfig (num_local_experts default 8, num_experts_per_tok default 2, intermediate_size
+ * for the experts, always renormalized, every layer). Shared experts are refused. */
+static pllm_status parse_experts(const jfile *j, const json_t *root, const char *mt,
+                                 pllm_hf_config *out)
+{
+    pllm_model_config *c = &out->cfg;
+    const char *path = j->path;
+    int64_t n_exp = 8, n_used = 2, ff = c->n_ff, step = 1, shared = 0;
+    bool norm = true;
+    out->mixtral = strcmp(mt, "mixtral") == 0;
+    if (out->mixtral) {
+        PLLM_TRY(jint(j, "num_local_experts", false, 1, 4096, &n_exp, NULL));
+        PLLM_TRY(jint(j, "num_experts_per_tok", false, 1, 4096, &n_used, NULL));
+    } else {
+        const bool q2 = strcmp(mt, "qwen2_moe") == 0; /* Qwen2MoeConfig: 4 per token, a shared
+                                                         expert of 5632 */
+        norm = false;
+        n_used = q2 ? 4 : 8;
+        shared = q2 ? 5632 : 0;
+        PLLM_TRY(jint(j, "num_experts", true, 1, 4096, &n_exp, NULL));
+        PLLM_TRY(jint(j, "num_experts_per_tok", false, 1, 4096, &n_used, NULL));
+        PLLM_TRY(jint(j, "moe_intermediate_size", true, 1, 1 << 20, &ff, NULL));
+        PLLM_TRY(jbool(j, "norm_topk_prob", &norm, NULL));
+        PLLM_TRY(jint(j, "decoder_sparse_step", false, 1, 1024, &step, NULL));
+        PLLM_TRY(
+            jint(j, "shared_expert_intermediate_size", false, q2 ? 1 : 0, 1 << 20, &shared, NULL));
+        if (q2)
+            c->n_ff_shexp = (int32_t)shared;
+        else if (shared > 0)
+            return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                               "%s: field 'shared_expert_intermediate_size' = %lld: shared experts "
+                               "are supported for qwen2_moe only",
+                               path, (long long)shared);
+    }
+    if (n_used > n_exp)
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: field 'num_experts_per_tok' = %lld exceeds the %lld experts", path,
+                           (long long)n_used, (long long)n_exp);
+    for (int32_t i = 0; i < c->n_layer; i++) out->layer_moe[i] = (i + 1) % step == 0;
+    const json_t *mlo = json_object_get(root, "mlp_only_layers");
+    if (!out->mixtral && mlo && !json_is_null(mlo)) {
+        if (!json_is_array(mlo))
+            return pllm_errorf(PLLM_ERR_FORMAT,
+                               "%s: field 'mlp_only_layers' must be a list of layer indices", path);
+        for (size_t i = 0; i < json_array_size(mlo); i++) {
+            const json_t *e = json_array_get(mlo, i);
+            if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+                json_integer_value(e) >= c->n_layer)
+                return pllm_errorf(PLLM_ERR_FORMAT,
+                                   "%s: field 'mlp_only_layers[%zu]' must be a layer index in [0, "
+                                   "%d)",
+                                   path, i, (int)c->n_layer);
+            out->layer_moe[json_integer_value(e)] = 0;
+        }
+    }
+    c->n_expert = (int32_t)n_exp;
+    c->n_expert_used = (int32_t)n_used;
+    c->n_ff_exp = (int32_t)ff;
+    c->moe_norm_topk = norm;
+    return PLLM_OK;
+}
+
 pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_config *out)
 {
     memset(out, 0, sizeof *out);
@@ -334,10 +402,12 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     }
     out->fused_proj = found && strcmp(mt, "phi3") == 0;
     if (!found)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
-                           "%s: field 'model_type' = '%.64s': architecture not supported "
-                           "(supported: llama, mistral, qwen2, qwen3, phi3, gemma3_text, gemma3)",
-                           path, mt);
+        return pllm_errorf(
+            PLLM_ERR_UNSUPPORTED,
+            "%s: field 'model_type' = '%.64s': architecture not supported "
+            "(supported: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, phi3, "
+            "gemma3_text, gemma3)",
+            path, mt);
     const json_t *qc = json_object_get(root, "quantization_config");
     if (qc && !json_is_null(qc))
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
@@ -530,6 +600,14 @@ pllm_status pllm_hf_parse_config(const char *path, const json_t *root, pllm_hf_c
     }
     if (rp && !json_is_null(rp) && !(rs && !json_is_null(rs)))
         PLLM_TRY(parse_rope_scaling(path, rp, "rope_parameters", root, max_pos, out));
+
+    if (strcmp(mt, "qwen3_moe") == 0 || strcmp(mt, "qwen2_moe") == 0 || strcmp(mt, "mixtral") == 0)
+        PLLM_TRY(parse_experts(&j, root, mt, out));
+    else if (json_object_get(root, "num_experts") || json_object_get(root, "num_local_experts"))
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "%s: field 'num_experts' / 'num_local_experts': experts are supported "
+                           "for model_type qwen3_moe, qwen2_moe and mixtral only, not %s",
+                           path, mt);
 
     int64_t bos = 0;
     PLLM_TRY(jint(&j, "bos_token_id", false, 0, INT32_MAX, &bos, &out->has_bos));

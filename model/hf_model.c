@@ -210,6 +210,51 @@ static float round_to(float x, pllm_dtype dt)
     return x;
 }
 
+/* Layer i's router and experts (hf_model.h: Qwen3-MoE's or Mixtral's names). */
+static pllm_status load_experts(hf_loader *L, int32_t i, pllm_layer_weights *l)
+{
+    pllm_model *m = L->m;
+    const pllm_model_config *c = &m->cfg;
+    const int32_t n = c->n_expert;
+    const bool mx = L->hc->mixtral;
+    const char *blk = mx ? "block_sparse_moe" : "mlp";
+    char name[192];
+    snprintf(name, sizeof name, "model.layers.%d.%s.gate.weight", (int)i, blk);
+    PLLM_TRY(load_matrix(L, name, n, c->n_embd, &l->router));
+    if (c->n_ff_shexp) { /* Qwen2-MoE: the shared expert, and its gate [1, hidden] as float32 */
+        pllm_tensor g;
+        snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert_gate.weight", (int)i);
+        PLLM_TRY(load_matrix(L, name, 1, c->n_embd, &g));
+        PLLM_ASSERT(L->f32_used + (size_t)c->n_embd <= L->f32_cap);
+        float *dst = m->owned_f32 + L->f32_used;
+        pllm_dequantize_row(dst, g.data, g.dtype, c->n_embd);
+        L->f32_used += (size_t)c->n_embd;
+        l->shexp_inp = dst;
+        static const char *const sn[3] = {"gate_proj", "up_proj", "down_proj"};
+        pllm_tensor *st[3] = {&l->shexp_gate_w, &l->shexp_up, &l->shexp_down};
+        for (int k = 0; k < 3; k++) {
+            snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert.%s.weight", (int)i,
+                     sn[k]);
+            PLLM_TRY(load_matrix(L, name, k == 2 ? c->n_embd : c->n_ff_shexp,
+                                 k == 2 ? c->n_ff_shexp : c->n_embd, st[k]));
+        }
+    }
+    pllm_tensor *ts = m->owned_experts + (size_t)i * 3 * (size_t)n;
+    l->exp_gate = ts;
+    l->exp_up = ts + n;
+    l->exp_down = ts + 2 * n;
+    static const char *const qn[3] = {"gate_proj", "up_proj", "down_proj"}, *const mn[3] = {
+                                                                                "w1", "w3", "w2"};
+    for (int k = 0; k < 3; k++)
+        for (int32_t e = 0; e < n; e++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s.experts.%d.%s.weight", (int)i, blk,
+                     (int)e, mx ? mn[k] : qn[k]);
+            PLLM_TRY(load_matrix(L, name, k == 2 ? c->n_embd : c->n_ff_exp,
+                                 k == 2 ? c->n_ff_exp : c->n_embd, &ts[(size_t)k * (size_t)n + e]));
+        }
+    return PLLM_OK;
+}
+
 static pllm_status load_weights(hf_loader *L)
 {
     pllm_model *m = L->m;
@@ -221,7 +266,8 @@ static pllm_status load_weights(hf_loader *L)
     L->f32_cap = (size_t)c->n_layer *
                      (2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
                       (c->has_qk_norm ? 2 * (size_t)c->head_dim : 0) +
-                      (c->has_post_norms ? 2 * (size_t)c->n_embd : 0)) +
+                      (c->has_post_norms ? 2 * (size_t)c->n_embd : 0) +
+                      (c->n_ff_shexp ? (size_t)c->n_embd : 0)) +
                  (size_t)c->n_embd + (size_t)c->rope_dim; /* + rope factors (2 sets) */
     /* the vectors are in the files at 2 bytes or more per element: no allocation beyond that */
     size_t data_bytes = 0;
@@ -235,6 +281,12 @@ static pllm_status load_weights(hf_loader *L)
     m->owned_f32 = pllm_malloc(L->f32_cap * sizeof(float));
     m->layers = pllm_calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->owned_f32 || !m->layers) return PLLM_ERR_NOMEM;
+    if (c->n_expert) {
+        size_t ne;
+        if (!pllm_mul_size((size_t)c->n_layer * 3, (size_t)c->n_expert, &ne) ||
+            !(m->owned_experts = pllm_calloc(ne, sizeof *m->owned_experts)))
+            return PLLM_ERR_NOMEM;
+    }
 
     /* gemma3 (multimodal): the text model's tensors, under the prefix of the transformers
      * version that saved them */
@@ -304,7 +356,9 @@ static pllm_status load_weights(hf_loader *L)
                 load_vector(L, NAME("post_attention_layernorm.weight"), c->n_embd, &l->ffn_norm));
         }
         l->window = L->hc->layer_sliding[i] ? c->sliding_window : 0;
-        if (L->hc->fused_proj) { /* phi3: gate rows, then up rows (Phi3MLP's chunk(2)) */
+        if (c->n_expert && L->hc->layer_moe[i]) {
+            PLLM_TRY(load_experts(L, i, l));
+        } else if (L->hc->fused_proj) { /* phi3: gate rows, then up rows (Phi3MLP's chunk(2)) */
             pllm_tensor gu;
             PLLM_TRY(load_matrix(L, NAME("mlp.gate_up_proj.weight"), 2 * (int64_t)c->n_ff,
                                  c->n_embd, &gu));
@@ -314,7 +368,8 @@ static pllm_status load_weights(hf_loader *L)
             PLLM_TRY(load_matrix(L, NAME("mlp.gate_proj.weight"), c->n_ff, c->n_embd, &l->w_gate));
             PLLM_TRY(load_matrix(L, NAME("mlp.up_proj.weight"), c->n_ff, c->n_embd, &l->w_up));
         }
-        PLLM_TRY(load_matrix(L, NAME("mlp.down_proj.weight"), c->n_embd, c->n_ff, &l->w_down));
+        if (!pllm_layer_is_moe(l))
+            PLLM_TRY(load_matrix(L, NAME("mlp.down_proj.weight"), c->n_embd, c->n_ff, &l->w_down));
 #undef NAME
     }
     if (c->arch == PLLM_ARCH_GEMMA3) /* Gemma3RMSNorm multiplies by (1 + w): every norm vector */

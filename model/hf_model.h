@@ -14,6 +14,10 @@
  *   model.layers.N.self_attn.{q,k,v,o}_proj.weight
  *   model.layers.N.self_attn.{q,k,v}_proj.bias (qwen2)
  *   model.layers.N.mlp.{gate,up,down}_proj.weight
+ *   experts (Qwen3MoeForCausalLM): model.layers.N.mlp.gate.weight [n_expert, hidden] (router),
+ *     model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight
+ *   experts (MixtralForCausalLM): model.layers.N.block_sparse_moe.gate.weight,
+ *     model.layers.N.block_sparse_moe.experts.E.{w1,w3,w2}.weight (gate, up, down)
  * Other tensors in the files are ignored. Matrices stay in the mapping (F32, F16 or BF16);
  * vectors are converted to float32 into the model's owned store. Q/K are used unpermuted
  * with NEOX rotation.
@@ -46,6 +50,10 @@ typedef struct pllm_hf_config {
                                   * fields are in text_config, its tensors under
                                   * model.language_model. or language_model.model. */
     uint8_t layer_sliding[1024]; /* gemma3: 1 for the sliding-window layers */
+    uint8_t layer_moe[1024];     /* qwen3_moe, mixtral: 1 for the layers with experts */
+    bool mixtral;                /* the experts are block_sparse_moe.experts.N.w1/w3/w2, the
+                                  * router block_sparse_moe.gate (else mlp.experts.N.gate_proj/
+                                  * up_proj/down_proj and mlp.gate: Qwen3-MoE) */
     float rope_short[512];       /* LONGROPE: short_factor, long_factor ([rope_dim / 2]) */
     float rope_long[512];
     bool has_bos;                /* config.json's own bos/eos, the fallback when there is no */

@@ -69,6 +69,7 @@ void pllm_model_free(pllm_model *m)
     free(m->gen.eos_ids);
     free(m->layers);
     free(m->owned_f32);
+    free(m->owned_experts);
     free(m->name);
     free(m->path);
     free(m);
@@ -197,6 +198,22 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
              jset(o, "post_norms", json_boolean(c->has_post_norms)) &&
              jset(rope, "theta_local", jfloat(c->rope_theta_local));
     }
+    if (ok && c->n_expert > 0) { /* mixture of experts: the router and which layers have it */
+        json_t *ex = json_object(), *ml = json_array();
+        ok = ex && ml;
+        for (int32_t i = 0; ok && i < c->n_layer; i++)
+            if (pllm_layer_is_moe(&m->layers[i]))
+                ok = json_array_append_new(ml, json_integer(i)) == 0;
+        ok = ok && jset(ex, "count", json_integer(c->n_expert)) &&
+             jset(ex, "used", json_integer(c->n_expert_used)) &&
+             jset(ex, "ff_length", json_integer(c->n_ff_exp)) &&
+             jset(ex, "norm_topk_prob", json_boolean(c->moe_norm_topk)) &&
+             jset(ex, "gating", json_string("softmax")) &&
+             jset(ex, "shared_experts", json_integer(c->n_ff_shexp ? 1 : 0));
+        if (ok && c->n_ff_shexp) ok = jset(ex, "shared_ff_length", json_integer(c->n_ff_shexp));
+        jattach(ex, "layers", &ml, &ok);
+        jattach(o, "experts", &ex, &ok);
+    }
     if (ok && m->rope_freq_factors) {
         json_t *ff = json_array();
         ok = ff != NULL;
@@ -224,7 +241,21 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
             const pllm_layer_weights *w = &m->layers[l];
             const pllm_tensor *ts[] = {&w->wq,     &w->wk,   &w->wv,    &w->wo,
                                        &w->w_gate, &w->w_up, &w->w_down};
-            for (size_t i = 0; i < PLLM_ARRAY_LEN(ts); i++) counts[ts[i]->dtype]++;
+            for (size_t i = 0; i < PLLM_ARRAY_LEN(ts); i++)
+                if (ts[i]->n_rows) counts[ts[i]->dtype]++;
+            if (pllm_layer_is_moe(w)) {
+                counts[w->router.dtype]++;
+                if (c->n_ff_shexp) {
+                    counts[w->shexp_gate_w.dtype]++;
+                    counts[w->shexp_up.dtype]++;
+                    counts[w->shexp_down.dtype]++;
+                }
+                for (int32_t e = 0; e < c->n_expert; e++) {
+                    counts[w->exp_gate[e].dtype]++;
+                    counts[w->exp_up[e].dtype]++;
+                    counts[w->exp_down[e].dtype]++;
+                }
+            }
         }
     }
     for (int d = 0; ok && d < PLLM_DTYPE_COUNT; d++)

@@ -120,6 +120,22 @@ typedef struct pllm_model_config {
     bool has_post_norms;
     int32_t sliding_window;
     float rope_theta_local;
+    /* Mixture of experts (Qwen3-MoE, Mixtral; 0 / false for dense models): the layers whose
+     * pllm_layer_weights.router is set replace the MLP by n_expert expert MLPs (SwiGLU, hidden
+     * n_ff_exp), n_expert_used of which take each token. Per token x (the ffn_norm output):
+     *   p = softmax(router x) over the experts (float32);
+     *   S = the n_expert_used largest p (ties: the lower expert index first);
+     *   w_e = p_e, divided by sum_{S} p when moe_norm_topk (Mixtral always; Qwen3-MoE's
+     *         norm_topk_prob);
+     *   MLP(x) = sum_{e in S} w_e * down_e(silu(gate_e x) * up_e x).
+     * The other layers (mlp_only_layers / decoder_sparse_step) keep the dense MLP of n_ff.
+     * Shared expert (Qwen2-MoE; n_ff_shexp > 0): MLP(x) += sigmoid(shexp_gate . x) *
+     * down_s(silu(gate_s x) * up_s x), a SwiGLU MLP of n_ff_shexp every token takes. */
+    int32_t n_expert;
+    int32_t n_expert_used;
+    int32_t n_ff_exp;
+    bool moe_norm_topk;
+    int32_t n_ff_shexp;
 } pllm_model_config;
 
 /* A 2-D weight view into the mapping. */
@@ -151,6 +167,15 @@ typedef struct pllm_layer_weights {
     pllm_tensor w_gate;        /* [n_ff][n_embd] */
     pllm_tensor w_up;          /* [n_ff][n_embd] */
     pllm_tensor w_down;        /* [n_embd][n_ff] */
+    /* MoE layer (router.data != NULL; then w_gate, w_up, w_down are empty, n_rows 0): the router
+     * [n_expert][n_embd], and expert e's exp_gate[e], exp_up[e] ([n_ff_exp][n_embd]) and
+     * exp_down[e] ([n_embd][n_ff_exp]): views (GGUF's stacked ffn_*_exps are sliced per expert) */
+    pllm_tensor router;
+    const pllm_tensor *exp_gate, *exp_up, *exp_down;
+    /* shared expert (cfg.n_ff_shexp > 0): its gate vector [n_embd] (float32), and its SwiGLU
+     * MLP: shexp_gate_w, shexp_up ([n_ff_shexp][n_embd]), shexp_down ([n_embd][n_ff_shexp]) */
+    const float *shexp_inp;
+    pllm_tensor shexp_gate_w, shexp_up, shexp_down;
 } pllm_layer_weights;
 
 /*
@@ -203,13 +228,21 @@ typedef struct pllm_model {
     pllm_gguf *gguf;           /* owned; NULL for HF directories */
     pllm_hf_files *hf;         /* owned; NULL for GGUF */
     float *owned_f32;          /* backing store of the converted vectors */
+    pllm_tensor *owned_experts; /* backing store of the layers' exp_gate/exp_up/exp_down views */
 } pllm_model;
+
+/* Whether layer l is a mixture-of-experts layer (see pllm_model_config). */
+static inline bool pllm_layer_is_moe(const pllm_layer_weights *l)
+{
+    return l->router.data != NULL;
+}
 
 /*
  * Load a model from a GGUF file or a Hugging Face directory (path is a directory). Errors name
  * the file, the key/field or tensor, and a byte offset where the format has one.
- * Supported architectures: llama, mistral, qwen2, qwen3, phi3, gemma3 (GGUF general.architecture or
- * config.json model_type); anything else is PLLM_ERR_UNSUPPORTED with that list.
+ * Supported architectures: llama (with experts: Mixtral), mistral, qwen2, qwen2moe, qwen3,
+ * qwen3moe, phi3, gemma3 (GGUF general.architecture), and as config.json model_type also qwen2_moe,
+ * qwen3_moe and mixtral; anything else is PLLM_ERR_UNSUPPORTED with that list.
  */
 pllm_status pllm_model_load(pllm_model **out, const char *path);
 void pllm_model_free(pllm_model *m);

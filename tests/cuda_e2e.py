@@ -120,6 +120,21 @@ def random_runs(tmp):
                  + (["--prompts", "2"] if SANITIZE else [])))
     runs.append((os.path.join(hf, "gemma3-hf-bf16-sharded"), ["--kv", "f16", "--seed", "73"]))
     runs.append((os.path.join(hf, "gemma3-f16.gguf"), ["--kv", "f16", "--seed", "79"]))
+    # mixtures of experts (cuda/moe.cu: router, grouping by expert, grouped GEMMs, weighted sum):
+    # Qwen3-MoE HF F32 through the engine (a dense layer between), its GGUF F32 and the BF16 GGUF
+    # with F16 KV, without norm_topk_prob, Mixtral GGUF F32 (stacked experts) and the F16
+    # per-expert GGUF with F16 KV
+    runs.append((os.path.join(hf, "qwen3moe-hf-f32"), ["--weights", "f32", "--kv", "f32", "--seed", "83"]
+                 + ([] if SANITIZE else ["--engine"])))
+    runs.append((os.path.join(hf, "qwen3moe-f32.gguf"), ["--weights", "f32", "--kv", "f32", "--seed", "89"]))
+    runs.append((os.path.join(hf, "qwen3moe-bf16.gguf"), ["--kv", "f16", "--seed", "97"]))
+    runs.append((os.path.join(hf, "qwen3moe-nonorm-f32.gguf"), ["--weights", "f32", "--kv", "f32", "--seed", "101"]))
+    runs.append((os.path.join(hf, "mixtral-f32.gguf"), ["--weights", "f32", "--kv", "f32", "--seed", "103"]))
+    # Qwen2-MoE: Q/K/V biases, no renormalization, a shared expert behind a sigmoid gate
+    runs.append((os.path.join(hf, "qwen2moe-hf-f32"), ["--weights", "f32", "--kv", "f32", "--seed", "109"]
+                 + ([] if SANITIZE else ["--engine"])))
+    runs.append((os.path.join(hf, "qwen2moe-bf16.gguf"), ["--kv", "f16", "--seed", "113"]))
+    runs.append((os.path.join(hf, "mixtral-f16-perexpert.gguf"), ["--kv", "f16", "--seed", "107"]))
     # sampling (temperature, top-k/p, min-p, penalties, bans, logprobs) through graphs and eager steps
     for m in (models[0], next(m for m in models if m["shape"] == "qwen2" and m["dtype"] == "Q4_1")):
         runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--sample", "--prompts", "6", "--gen", "8",

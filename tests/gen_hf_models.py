@@ -35,6 +35,14 @@ Specs:
              query_pre_attn_scalar 40 != head_dim 48, 3 layers sliding/global/sliding (layer_types;
              GGUF sliding_window_pattern as one bool per layer) with a window of 8 (prompts of 13
              and 45 cross it), rope 1e6 global / 10000 local, 4/2 heads, tied
+  qwen3moe   qwen3_moe (GGUF qwen3moe): qwen3 attention, 3 layers, 16 experts top-4 of ff 64 with
+             norm_topk_prob, layer 1 dense (mlp_only_layers; ff 192); GGUF ffn_gate_inp and stacked
+             ffn_{gate,up,down}_exps, expert_feed_forward_length
+  qwen3moe-nonorm  the same without norm_topk_prob (GGUF expert_weights_norm false), 2 layers
+  qwen2moe   qwen2_moe (GGUF qwen2moe): qwen2 attention (biases), 8 experts top-2 of ff 64 without
+             renormalization, and a shared expert of ff 96 weighted by sigmoid(shared_expert_gate x)
+  mixtral    mixtral (GGUF llama with llama.expert_count): 8 experts top-2 of ff 96, every layer;
+             GGUF F32 stacked, GGUF F16 with the older per-expert ffn_{gate,up,down}.E tensors
   llama3     llama with Llama-3 rope scaling (factor 8, low 1, high 4, original context 64,
              rope base 500000: head_dim 32 has high, medium and low frequency pairs)
 Deterministic per seed; weights std 1/sqrt(fan_in), embeddings std 1, norms 1 +- 0.1.
@@ -73,6 +81,15 @@ SPECS = {
     "llama3": dict(arch="llama", V=256, E=128, L=2, H=4, HKV=2, F=256, tied=False, theta=500000.0, eps=1e-5,
                    rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                      original_max_position_embeddings=64)),
+    "qwen3moe": dict(arch="qwen3moe", V=320, E=128, L=3, H=4, HKV=2, F=192, tied=True, theta=1e6, eps=1e-6, head_dim=32,
+                     qk_norm=True, experts=16, top_k=4, F_exp=64, norm_topk=True, mlp_only=[1],
+                     gen=dict(bos_token_id=3, eos_token_id=[7, 9])),
+    "qwen3moe-nonorm": dict(arch="qwen3moe", V=320, E=128, L=2, H=4, HKV=2, F=192, tied=False, theta=1e6, eps=1e-6,
+                            head_dim=32, qk_norm=True, experts=16, top_k=4, F_exp=64, norm_topk=False, mlp_only=[]),
+    "qwen2moe": dict(arch="qwen2moe", V=320, E=128, L=2, H=4, HKV=2, F=160, tied=False, theta=1e6, eps=1e-6, bias=True,
+                     experts=8, top_k=2, F_exp=64, F_shexp=96, norm_topk=False, mlp_only=[]),
+    "mixtral": dict(arch="mixtral", V=300, E=128, L=2, H=4, HKV=2, F=96, tied=False, theta=1e6, eps=1e-5, experts=8,
+                    top_k=2, F_exp=96, norm_topk=True, mlp_only=[], gen=dict(bos_token_id=1, eos_token_id=2)),
     # small ones for the loader's error tests (tests/model_hf_malformed.py); not in OUTPUTS
     "tiny-llama": dict(arch="llama", V=64, E=32, L=2, H=4, HKV=2, F=64, tied=False, theta=10000.0, eps=1e-5,
                        gen=dict(bos_token_id=1, eos_token_id=[2, 3], temperature=0.5, top_k=7, min_p=0.05)),
@@ -109,6 +126,19 @@ OUTPUTS = [
     ("gemma3", "hf", dict(dtype="BF16", shards=2)),
     ("gemma3", "gguf", dict(dtype="F32")),
     ("gemma3", "gguf", dict(dtype="F16")),
+    ("qwen3moe", "hf", dict(dtype="F32")),
+    ("qwen3moe", "hf", dict(dtype="BF16", shards=2)),
+    ("qwen3moe", "gguf", dict(dtype="F32")),
+    ("qwen3moe", "gguf", dict(dtype="BF16")),
+    ("qwen3moe-nonorm", "hf", dict(dtype="F32")),
+    ("qwen3moe-nonorm", "gguf", dict(dtype="F32")),
+    ("qwen2moe", "hf", dict(dtype="F32")),
+    ("qwen2moe", "gguf", dict(dtype="F32")),
+    ("qwen2moe", "gguf", dict(dtype="BF16")),
+    ("mixtral", "hf", dict(dtype="F32")),
+    ("mixtral", "gguf", dict(dtype="F32")),
+    ("mixtral", "gguf", dict(dtype="F16", per_expert=True)),
+    ("qwen3moe", "gguf", dict(dtype="Q8_0")),
     ("llama3", "hf", dict(dtype="F32")),
     ("llama3", "gguf", dict(dtype="F32")),
 ]
@@ -180,9 +210,29 @@ def make_weights(spec, seed):
             w[p + "self_attn.k_norm.weight"] = vec(hd, 0.0, 0.3)
         else:
             w[p + "post_attention_layernorm.weight"] = vec(E, 1.0, 0.1)
-        w[p + "mlp.gate_proj.weight"] = mat(F, E, 1 / math.sqrt(E))
-        w[p + "mlp.up_proj.weight"] = mat(F, E, 1 / math.sqrt(E))
-        w[p + "mlp.down_proj.weight"] = mat(E, F, 1 / math.sqrt(F))
+        if s.get("experts") and l not in s["mlp_only"]:  # Qwen3-MoE names (Mixtral's: below)
+            NE, FE = s["experts"], s["F_exp"]
+            w[p + "mlp.gate.weight"] = mat(NE, E, 2 / math.sqrt(E))  # router: well separated logits
+            for e in range(NE):
+                w[p + f"mlp.experts.{e}.gate_proj.weight"] = mat(FE, E, 1 / math.sqrt(E))
+                w[p + f"mlp.experts.{e}.up_proj.weight"] = mat(FE, E, 1 / math.sqrt(E))
+                w[p + f"mlp.experts.{e}.down_proj.weight"] = mat(E, FE, 1 / math.sqrt(FE))
+            if s.get("F_shexp"):  # Qwen2-MoE's shared expert and its gate
+                FS = s["F_shexp"]
+                w[p + "mlp.shared_expert.gate_proj.weight"] = mat(FS, E, 1 / math.sqrt(E))
+                w[p + "mlp.shared_expert.up_proj.weight"] = mat(FS, E, 1 / math.sqrt(E))
+                w[p + "mlp.shared_expert.down_proj.weight"] = mat(E, FS, 1 / math.sqrt(FS))
+                w[p + "mlp.shared_expert_gate.weight"] = mat(1, E, 1 / math.sqrt(E))
+            if s["arch"] == "mixtral":
+                for n in list(w):
+                    if n.startswith(p + "mlp."):
+                        m = n.replace("mlp.", "block_sparse_moe.").replace("gate_proj", "w1").replace(
+                            "up_proj", "w3").replace("down_proj", "w2")
+                        w[m] = w.pop(n)
+        else:
+            w[p + "mlp.gate_proj.weight"] = mat(F, E, 1 / math.sqrt(E))
+            w[p + "mlp.up_proj.weight"] = mat(F, E, 1 / math.sqrt(E))
+            w[p + "mlp.down_proj.weight"] = mat(E, F, 1 / math.sqrt(F))
         if s["arch"] == "phi3":  # Phi-3's fused layout: q, k, v rows; gate, up rows
             w[p + "self_attn.qkv_proj.weight"] = np.concatenate(
                 [w.pop(p + "self_attn." + n + "_proj.weight") for n in "qkv"])
@@ -253,9 +303,11 @@ def hf_config(spec):
                 "attn_logit_softcapping": None, "rope_scaling": None, "attention_bias": False,
                 "tie_word_embeddings": True, "torch_dtype": "float32"}
     c = {"architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                                   "qwen3": "Qwen3ForCausalLM",
+                                   "qwen3": "Qwen3ForCausalLM", "qwen3moe": "Qwen3MoeForCausalLM",
+                                   "qwen2moe": "Qwen2MoeForCausalLM",
+                                   "mixtral": "MixtralForCausalLM",
                                    "phi3": "Phi3ForCausalLM"}[s["arch"]]],
-         "model_type": s["arch"], "hidden_size": s["E"], "intermediate_size": s["F"], "num_hidden_layers": s["L"],
+         "model_type": {"qwen3moe": "qwen3_moe", "qwen2moe": "qwen2_moe"}.get(s["arch"], s["arch"]), "hidden_size": s["E"], "intermediate_size": s["F"], "num_hidden_layers": s["L"],
          "num_attention_heads": s["H"], "num_key_value_heads": s["HKV"], "vocab_size": s["V"], "rms_norm_eps": s["eps"],
          "rope_theta": s["theta"], "max_position_embeddings": 512, "tie_word_embeddings": s["tied"], "hidden_act": "silu",
          "torch_dtype": "float32", "rope_scaling": s.get("rope_scaling")}
@@ -263,10 +315,21 @@ def hf_config(spec):
         c["head_dim"] = s["head_dim"]
     if "sliding_window" in s:
         c["sliding_window"] = s["sliding_window"]
-    if s["arch"] in ("qwen2", "qwen3"):
+    if s["arch"] in ("qwen2", "qwen3", "qwen3moe", "qwen2moe"):
         c.update(use_sliding_window=False, sliding_window=4096, max_window_layers=2)
-    if s["arch"] == "qwen3":
+    if s["arch"] in ("qwen3", "qwen3moe"):
         c["attention_bias"] = False
+    if s["arch"] == "qwen2moe":  # Qwen2MoeConfig's fields
+        c.update(num_experts=s["experts"], num_experts_per_tok=s["top_k"], moe_intermediate_size=s["F_exp"],
+                 shared_expert_intermediate_size=s["F_shexp"], norm_topk_prob=s["norm_topk"], decoder_sparse_step=1,
+                 mlp_only_layers=s["mlp_only"], qkv_bias=True)
+    if s["arch"] == "qwen3moe":  # Qwen3MoeConfig's fields
+        c.update(num_experts=s["experts"], num_experts_per_tok=s["top_k"], moe_intermediate_size=s["F_exp"],
+                 norm_topk_prob=s["norm_topk"], decoder_sparse_step=1, mlp_only_layers=s["mlp_only"],
+                 output_router_logits=False, router_aux_loss_coef=0.001)
+    if s["arch"] == "mixtral":  # MixtralConfig's (intermediate_size is the experts')
+        c.update(num_local_experts=s["experts"], num_experts_per_tok=s["top_k"], sliding_window=None,
+                 router_jitter_noise=0.0)
     for k in ("partial_rotary_factor", "original_max_position_embeddings"):
         if k in s:
             c[k] = s[k]
@@ -410,12 +473,14 @@ MIXES = {  # GGUF tensor name suffix -> type; default for the rest
 }
 
 
-def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None):
+def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None, per_expert=False):
     """extra_kv: more metadata, {key: int (uint32) or float (float32)}."""
     import gguf
     from gguf import GGMLQuantizationType as Q
     s = SPECS[spec]
     arch, hd = s["arch"], head_dim(s)
+    if arch == "mixtral":  # llama.cpp writes Mixtral as llama with experts
+        arch = "llama"
     g = gguf.GGUFWriter(path, arch)
     g.add_name(f"pllm-test-{spec}-{mix or dtype}")
     g.add_context_length(512)
@@ -444,6 +509,15 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None):
         g.add_tensor("rope_factors_long.weight", np.array(rs["long_factor"], dtype=np.float32))
         g.add_tensor("rope_factors_short.weight", np.array(rs["short_factor"], dtype=np.float32))
     permute = arch in ("llama", "mistral")
+    if s.get("experts"):  # llama.cpp's MoE keys (Mixtral: feed_forward_length is the experts')
+        g.add_expert_count(s["experts"])
+        g.add_expert_used_count(s["top_k"])
+        if arch in ("qwen3moe", "qwen2moe"):
+            g.add_expert_feed_forward_length(s["F_exp"])
+        if s.get("F_shexp"):
+            g.add_expert_shared_feed_forward_length(s["F_shexp"])
+        if not s["norm_topk"] and arch != "qwen2moe":  # (llama.cpp: qwen2moe never renormalizes)
+            g.add_bool(f"{arch}.expert_weights_norm", False)
 
     def put_mat(name, x, special=False):
         if mix:
@@ -455,13 +529,16 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None):
             g.add_tensor(name, x.astype(np.float16))
         elif dtype == "BF16":
             g.add_tensor(name, bf16_bits(x).reshape(x.shape[0], -1).view(np.uint8), raw_dtype=Q.BF16)
+        elif dtype == "Q8_0":  # the int8 path's type (norms stay F32)
+            from gguf.quants import quantize
+            g.add_tensor(name, quantize(x, Q.Q8_0), raw_dtype=Q.Q8_0)
         else:
             raise ValueError(dtype)
 
     def put_vec(name, x):
         if arch == "gemma3" and name.endswith("norm.weight"):  # llama.cpp's converter: 1 + w
             x = round_to(x, dtype if not mix else "F32") + np.float32(1)
-        g.add_tensor(name, round_to(x, dtype if not mix else "F32"))
+        g.add_tensor(name, round_to(x, dtype if not mix and dtype != "Q8_0" else "F32"))
 
     if arch == "gemma3":  # llama.cpp's gemma3 keys (the pattern as one bool per layer: true = sliding)
         g.add_sliding_window(s["sliding_window"])
@@ -508,6 +585,32 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None):
             put_vec(p + "post_ffw_norm.weight", w[h + "post_feedforward_layernorm.weight"])
         else:
             put_vec(p + "ffn_norm.weight", w[h + "post_attention_layernorm.weight"])
+        mo = h + ("block_sparse_moe." if s["arch"] == "mixtral" else "mlp.")
+        if mo + "gate.weight" in w:  # experts: the router, then stacked [n_expert, rows, cols] (or per expert)
+            put_mat(p + "ffn_gate_inp.weight", w[mo + "gate.weight"])
+            if mo + "shared_expert_gate.weight" in w:  # llama.cpp: the gate as a vector [n_embd]
+                put_vec(p + "ffn_gate_inp_shexp.weight", w[mo + "shared_expert_gate.weight"].reshape(-1))
+                put_mat(p + "ffn_gate_shexp.weight", w[mo + "shared_expert.gate_proj.weight"])
+                put_mat(p + "ffn_up_shexp.weight", w[mo + "shared_expert.up_proj.weight"])
+                put_mat(p + "ffn_down_shexp.weight", w[mo + "shared_expert.down_proj.weight"])
+            names = ("w1", "w3", "w2") if s["arch"] == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+            for kind, hn in zip(("gate", "up", "down"), names):
+                mats = [w[mo + f"experts.{e}.{hn}.weight"] for e in range(s["experts"])]
+                if per_expert:
+                    for e, m in enumerate(mats):
+                        put_mat(p + f"ffn_{kind}.{e}.weight", m)
+                elif dtype == "Q8_0":
+                    from gguf.quants import quantize
+                    st = np.stack(mats)
+                    g.add_tensor(p + f"ffn_{kind}_exps.weight", quantize(st.reshape(-1, st.shape[-1]), Q.Q8_0).reshape(
+                        st.shape[0], st.shape[1], -1), raw_dtype=Q.Q8_0)
+                elif dtype == "BF16":
+                    g.add_tensor(p + f"ffn_{kind}_exps.weight", bf16_bits(np.stack(mats)).view(np.uint8).reshape(
+                        len(mats), mats[0].shape[0], -1), raw_dtype=Q.BF16)
+                else:
+                    g.add_tensor(p + f"ffn_{kind}_exps.weight", np.stack(mats).astype(
+                        {"F32": np.float32, "F16": np.float16}[dtype]))
+            continue
         put_mat(p + "ffn_gate.weight", w[h + "mlp.gate_proj.weight"])
         put_mat(p + "ffn_up.weight", w[h + "mlp.up_proj.weight"])
         put_mat(p + "ffn_down.weight", w[h + "mlp.down_proj.weight"], special=True)
@@ -521,7 +624,7 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None):
 def output_name(spec, kind, opt):
     if kind == "hf":
         return f"{spec}-hf-{opt['dtype'].lower()}" + ("-sharded" if opt.get("shards", 1) > 1 else "")
-    return f"{spec}-{opt.get('mix') or opt['dtype'].lower()}.gguf"
+    return f"{spec}-{opt.get('mix') or opt['dtype'].lower()}{'-perexpert' if opt.get('per_expert') else ''}.gguf"
 
 
 def generate(outdir, only=None):
@@ -540,7 +643,7 @@ def generate(outdir, only=None):
         if kind == "hf":
             write_hf(path, spec, weights[spec], opt["dtype"], opt.get("shards", 1))
         else:
-            write_gguf(path, spec, weights[spec], opt.get("dtype", "F32"), opt.get("mix"))
+            write_gguf(path, spec, weights[spec], opt.get("dtype", "F32"), opt.get("mix"), per_expert=opt.get("per_expert", False))
         manifest.append(dict(spec=spec, kind=kind, path=path, dtype=opt.get("dtype"), mix=opt.get("mix"),
                              shards=opt.get("shards", 1), **{k: v for k, v in SPECS[spec].items()}))
     with open(os.path.join(outdir, "manifest.json"), "w") as f:

@@ -7,6 +7,9 @@ the independent numpy reference tests/pyref/ref_forward_hf.py.
       float      (default) F32/F16/BF16 HF directories and GGUF files, except the next group
       kquant     the K-quant GGUF files (Q4_K_M-, Q5_K_M-style mixes, all-Q6_K; llama and qwen2)
       ropefreqs  the Llama-3 rope scaling GGUF (factors in rope_freqs.weight) and its HF twin
+      moe        mixtures of experts: Qwen3-MoE (HF qwen3_moe, GGUF qwen3moe; with and without
+                 norm_topk_prob, a dense layer between) and Mixtral (HF mixtral, GGUF llama with
+                 experts: stacked ffn_*_exps, and the older per-expert tensors)
 The groups are separate ctests so that each names what it needs from the CPU backend.
 
 Checks and bounds (relative error ||a - b|| / ||b|| of a logits row):
@@ -44,7 +47,7 @@ PROMPT_LENS = [1, 13, 45]
 N_GEN = 4
 
 
-def run_tool(tmp, name, spec):
+def run_tool(tmp, name, spec, env=None):
     build = os.environ.get("PLLM_BUILD")
     if not build:
         sys.exit("PLLM_BUILD is not set (run through ctest)")
@@ -52,7 +55,8 @@ def run_tool(tmp, name, spec):
     spec["out"] = os.path.join(tmp, name + ".npy")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
-    p = subprocess.run([os.path.join(build, "tests", "cpu_logits_tool"), spec_path], capture_output=True, text=True)
+    p = subprocess.run([os.path.join(build, "tests", "cpu_logits_tool"), spec_path], capture_output=True, text=True,
+                       env=dict(os.environ, **(env or {})))
     if p.returncode != 0:
         return None, None, p.stderr.strip()
     return json.loads(p.stdout), np.load(spec["out"]), None
@@ -65,7 +69,7 @@ def rel(a, b):
 def main():
     args = sys.argv[1:]
     group = args[args.index("--group") + 1] if "--group" in args else "float"
-    if group not in ("float", "kquant", "ropefreqs"):
+    if group not in ("float", "kquant", "ropefreqs", "moe"):
         sys.exit(f"unknown group {group}")
     tmp = os.path.join(os.environ.get("PLLM_TEST_TMP", "/tmp"), "model_forward_" + group)
     os.makedirs(tmp, exist_ok=True)
@@ -73,6 +77,8 @@ def main():
     def group_of(m):
         if m["mix"]:
             return "kquant"
+        if m.get("experts"):
+            return "moe"
         return "ropefreqs" if m["spec"] == "llama3" else "float"
     manifest = [m for m in gen_hf_models.generate(os.path.join(tmp, "models")) if group_of(m) == group]
     rng = np.random.default_rng(777)
@@ -84,7 +90,8 @@ def main():
         ps = prompts[m["spec"]]
         spec = dict(model=m["path"], threads=2, kv_dtype="f32", block_size=5, max_step_tokens=16, max_step_seqs=3, shuffle_seed=9,
                     seqs=[dict(tokens=p, logits_at=sorted({0, len(p) // 2, len(p) - 1}), generate=N_GEN) for p in ps])
-        info, rows, err = run_tool(tmp, tag, spec)
+        q8 = m.get("dtype") == "Q8_0"  # the float path here; the int8 path below
+        info, rows, err = run_tool(tmp, tag, spec, {"PLLM_CPU_MATH": "f32"} if q8 else None)
         if err:
             failures.append(f"{tag}: cpu_logits_tool failed: {err}")
             print(f"{tag:34s} FAILED: {err}")
@@ -112,6 +119,15 @@ def main():
               f"{'ok' if ok else 'FAIL'}; kernels {info['kernels']}; greedy {[s['generated'] for s in info['seqs']]}")
         if not ok:
             failures.append(f"{tag}: rel err {mx:.2e} >= {TOL_REF:.0e}")
+        if q8:  # the default int8 activations (cpu/gemm.h) through the experts: near the float run
+            i8, rows8, err = run_tool(tmp, tag + "-int8", dict(spec), {"PLLM_CPU_MATH": "int8"})
+            n = min(len(rows), len(rows8)) if not err else 0
+            e8 = [rel(rows8[i], rows[i].astype(np.float64)) for i in range(n)]
+            ok8 = not err and n > 0 and float(np.median(e8)) < 2e-2 and max(e8) < 0.2
+            print(f"{tag:34s} int8 math vs float math: {n} rows, rel err median {np.median(e8) if e8 else float('nan'):.2e} "
+                  f"max {max(e8) if e8 else float('nan'):.2e} (median < 2e-2, max < 0.2) {'ok' if ok8 else 'FAIL'} {err or ''}")
+            if not ok8:
+                failures.append(f"{tag}: int8 math far from float math")
 
     # Gemma 3: its window (8) matters on the 45-token prompt: the reference without it is far
     # from the one with it (so the rows above, within 1e-4 of the windowed reference, would fail
@@ -127,6 +143,33 @@ def main():
             print(f"{tag:34s} window off in the reference: rel diff {d:.2e} (must be > 1e-2) {'ok' if d > 1e-2 else 'FAIL'}")
             if not d > 1e-2:
                 failures.append(f"{tag}: the sliding window does not change the reference ({d:.2e})")
+
+    # mixtures of experts: the routing matters (the reference with the other normalization, with
+    # one more expert per token, or without the shared expert, is far from the one the rows above are within 1e-4 of)
+    for tag, ref in refs.items():
+        if getattr(ref, "moe_norm", None) is not None and any("experts" in L for L in ref.layers):
+            spec = next(m["spec"] for m in manifest if os.path.basename(m["path"]) == tag)
+            p = prompts[spec][1]
+            base = ref.forward(p)
+            ref.moe_norm = not ref.moe_norm
+            flipped = ref.forward(p)
+            ref.moe_norm = not ref.moe_norm
+            k = ref.moe_k
+            ref.moe_k = k + 1
+            more = ref.forward(p)
+            ref.moe_k = k
+            d1, d2 = rel(flipped, base), rel(more, base)
+            saved = [L.pop("shexp", None) for L in ref.layers]  # Qwen2-MoE: without the shared expert
+            if any(x is not None for x in saved):
+                d2 = min(d2, rel(ref.forward(p), base))
+            for L, x in zip(ref.layers, saved):
+                if x is not None:
+                    L["shexp"] = x
+            ok = d1 > 1e-2 and d2 > 1e-2
+            print(f"{tag:34s} routing in the reference: other normalization {d1:.2e}, top-{k + 1} {d2:.2e} "
+                  f"(must be > 1e-2) {'ok' if ok else 'FAIL'}")
+            if not ok:
+                failures.append(f"{tag}: the routing does not change the reference ({d1:.2e}, {d2:.2e})")
 
     # the same weights in both formats
     pairs = []

@@ -192,7 +192,7 @@ def main():
     check("config.json: no model_type", d, "format error", "config.json", "missing field 'model_type'")
     d = fresh(base, "config gpt2")
     edit_json(cfgp(d), lambda j: j.update(model_type="gpt2"))
-    check("config.json: unsupported architecture", d, "unsupported", "config.json", "'gpt2'", "supported: llama, mistral, qwen2")
+    check("config.json: unsupported architecture", d, "unsupported", "config.json", "'gpt2'", "supported: llama, mistral, mixtral, qwen2")
     d = fresh(base, "config hidden string")
     edit_json(cfgp(d), lambda j: j.update(hidden_size="32"))
     check("config.json: hidden_size a string", d, "format error", "config.json", "'hidden_size' must be an integer, not a string")
@@ -557,6 +557,40 @@ def main():
           "missing tensor 'blk.0.attn_q_norm.weight'")
     check("gguf: unsupported architecture", gguf_file("arch-gemma", arch="gemma"), "unsupported", "arch-gemma.gguf", "'gemma'",
           "supported: llama, mistral, qwen2")
+
+    # -- mixtures of experts: what is refused, naming the field or tensor --
+    wm = G.make_weights("qwen3moe", seed=6)
+    basem = G.write_hf(os.path.join(WORK, "base-qwen3moe"), "qwen3moe", wm, "F32")
+    rc, out = load(basem)
+    ok = rc == 0 and json.loads(out.splitlines()[0]).get("experts", {}).get("layers") == [0, 2]
+    RESULTS.append(("qwen3_moe: a valid directory loads, experts in layers 0 and 2", ok, out[:300]))
+    print(f"{'ok  ' if ok else 'FAIL'} qwen3_moe: a valid directory loads, experts in layers 0 and 2")
+    for name, edit, status, needles in [
+            ("shared experts", dict(shared_expert_intermediate_size=64), "unsupported",
+             ("shared_expert_intermediate_size", "shared experts")),
+            ("top-k over the experts", dict(num_experts_per_tok=17), "format error",
+             ("num_experts_per_tok", "exceeds the 16 experts")),
+            ("mlp_only_layers out of range", dict(mlp_only_layers=[1, 5]), "format error", ("mlp_only_layers[1]",)),
+            ("no moe_intermediate_size", None, "format error", ("moe_intermediate_size",))]:
+        d = fresh(basem, "qwen3moe " + name)
+        edit_json(cfgp(d), (lambda j, e=edit: j.update(e)) if edit else (lambda j: j.pop("moe_intermediate_size")))
+        check("config.json: qwen3_moe " + name, d, status, "config.json", *needles)
+    d = fresh(basem, "qwen3moe missing expert")
+    mutate_st(d, lambda h, data: (h.pop("model.layers.2.mlp.experts.3.up_proj.weight"), (h, data))[1])
+    check("qwen3_moe: a missing expert tensor", d, "not found", "model.layers.2.mlp.experts.3.up_proj.weight")
+    d = fresh(base, "llama with experts")
+    edit_json(cfgp(d), lambda j: j.update(num_local_experts=8))
+    check("config.json: experts on llama", d, "unsupported", "num_local_experts", "qwen3_moe, qwen2_moe and mixtral only")
+    check("gguf: qwen3moe shared experts", G.write_gguf(os.path.join(WORK, "moe-shared.gguf"), "qwen3moe", wm, "F32",
+                                                        extra_kv={"qwen3moe.expert_shared_count": 1}),
+          "unsupported", "moe-shared.gguf", "expert_shared_count", "shared experts")
+    check("gguf: qwen3moe sigmoid gating", G.write_gguf(os.path.join(WORK, "moe-sigmoid.gguf"), "qwen3moe", wm, "F32",
+                                                        extra_kv={"qwen3moe.expert_gating_func": 2}),
+          "unsupported", "moe-sigmoid.gguf", "expert_gating_func", "softmax")
+    G.SPECS["tmp-qwen3moe-dense"] = dict(G.SPECS["qwen3moe"], experts=0)
+    check("gguf: qwen3moe without expert_count",
+          G.write_gguf(os.path.join(WORK, "moe-noexp.gguf"), "tmp-qwen3moe-dense", G.make_weights("tmp-qwen3moe-dense", seed=7)),
+          "format error", "moe-noexp.gguf", "qwen3moe.expert_count")
 
     # -- files changed on disk after loading: pllm_model_check_files names the file --
     def recheck(name, path, change, *needles):

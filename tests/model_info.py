@@ -83,7 +83,7 @@ def main():
         check(close(m.get("norm_eps"), s["eps"], 1e-6) and close(m["rope"].get("theta"), s["theta"], 1e-6),
               f"{name}: norm eps {m.get('norm_eps')} / rope theta {m['rope'].get('theta')}")
         # rotation pairing: HF checkpoints rotate halves; GGUF llama/mistral adjacent pairs, qwen2 halves
-        mode = "neox" if kind == "hf" or s["arch"] in ("qwen2", "qwen3", "phi3", "gemma3") else "norm"
+        mode = "neox" if kind == "hf" or s["arch"] in ("qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma3") else "norm"
         check(m["rope"].get("mode") == mode and m["rope"].get("dim") == G.rope_dim(s),
               f"{name}: rope mode {m['rope']} (want {mode}, dim {G.rope_dim(s)})")
         rs = s.get("rope_scaling") or {}
@@ -107,6 +107,23 @@ def main():
         n_params = sum(x.size for x in G.make_weights(spec, seed=0).values())
         check(info.get("parameters") == n_params, f"{name}: parameters {info.get('parameters')} (want {n_params})")
         n_mat = 7 * s["L"] + (1 if s["tied"] else 2)
+        moe_layers = [l for l in range(s["L"]) if s.get("experts") and l not in s["mlp_only"]]
+        n_mat += len(moe_layers) * (3 * s.get("experts", 0) + 1 - 3 + (3 if s.get("F_shexp") else 0))  # router,
+        # experts (and the shared expert) for gate/up/down
+        if s.get("experts"):  # experts: count, top-k, ff, normalization, the layers with them
+            ex = m.get("experts") or {}
+            want = dict(count=s["experts"], used=s["top_k"], ff_length=s["F_exp"], norm_topk_prob=s["norm_topk"],
+                        gating="softmax", shared_experts=1 if s.get("F_shexp") else 0, layers=moe_layers)
+            if s.get("F_shexp"):
+                want["shared_ff_length"] = s["F_shexp"]
+            check(ex == want, f"{name}: experts {ex} (want {want})")
+            w0 = G.make_weights(spec, seed=0)
+            inactive = sum(x.size for n, x in w0.items() if ".experts." in n and int(n.split(".experts.")[1].split(".")[0])
+                           >= s["top_k"])
+            check(info.get("active_parameters") == sum(x.size for x in w0.values()) - inactive,
+                  f"{name}: active parameters {info.get('active_parameters')}")
+        else:
+            check("experts" not in m and "active_parameters" not in info, f"{name}: no experts described")
         if kind == "hf":
             dt = e["dtype"]
             size = {"F32": 4, "F16": 2, "BF16": 2}[dt]
@@ -114,7 +131,7 @@ def main():
             check(m.get("weight_bytes") == n_params * size, f"{name}: weight bytes {m.get('weight_bytes')} (want {n_params * size})")
             files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
             check(sorted(m.get("files", [])) == files and len(files) == e["shards"], f"{name}: files {m.get('files')} (want {files})")
-            want_src = "gemma3_text" if s["arch"] == "gemma3" else s["arch"]
+            want_src = {"gemma3": "gemma3_text", "qwen3moe": "qwen3_moe", "qwen2moe": "qwen2_moe"}.get(s["arch"], s["arch"])
             check(m.get("source_arch") == want_src, f"{name}: source arch {m.get('source_arch')} (want {want_src})")
         else:
             import gguf
@@ -123,7 +140,9 @@ def main():
             fused = {"attn_qkv": 3, "ffn_up": 2} if s["arch"] == "phi3" else {}
             types = collections.Counter()
             for t_ in r.tensors:
-                if len(t_.shape) > 1:
+                if len(t_.shape) > 2:  # stacked experts: one matrix per expert
+                    types[t_.tensor_type.name] += int(t_.shape[2])
+                elif len(t_.shape) > 1:
                     types[t_.tensor_type.name] += fused.get(t_.name.split(".")[-2], 1)
             check(m.get("matrix_dtypes") == dict(types) and sum(types.values()) == n_mat,
                   f"{name}: matrix dtypes {m.get('matrix_dtypes')} (the file: {dict(types)}, {n_mat} matrices)")
@@ -133,7 +152,12 @@ def main():
             arch = bytes(f.parts[f.data[0]]).decode()
             check(m.get("source_arch") == arch and m.get("files") == [path], f"{name}: source arch {m.get('source_arch')} "
                   f"(the file: {arch}), files {m.get('files')}")
-        check(m.get("arch") == (s["arch"] if s["arch"] in ("qwen2", "qwen3", "gemma3") else "llama"), f"{name}: graph {m.get('arch')}")
+        graph = {"qwen3moe": "qwen3", "qwen2moe": "qwen2"}.get(s["arch"], s["arch"] if s["arch"] in ("qwen2", "qwen3", "gemma3")
+                                                              else "llama")
+        check(m.get("arch") == graph, f"{name}: graph {m.get('arch')}")
+        if s.get("experts"):
+            check("experts:" in subprocess.run([PLLM, "info", path], capture_output=True, text=True).stdout,
+                  f"{name}: the human-readable form has an experts line")
         if s["arch"] == "gemma3":  # layer types, window, scales, local rope base
             lt = ["sliding" if t == "sliding_attention" else "global" for t in s["layer_types"]]
             got = (m.get("layer_types"), m.get("sliding_window"), m.get("ffn_act"), m.get("post_norms"),

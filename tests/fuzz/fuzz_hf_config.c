@@ -49,6 +49,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                            c->has_post_norms && c->ffn_gelu,
                        "gemma3 window %d scale %g local %g", c->sliding_window, c->attn_scale,
                        c->rope_theta_local);
+        if (c->n_expert) { /* experts: 1 <= used <= count, an FFN size, layers in range */
+            FUZZ_CHECK(c->n_expert_used >= 1 && c->n_expert_used <= c->n_expert && c->n_ff_exp > 0,
+                       "experts %d used %d ff %d", c->n_expert, c->n_expert_used, c->n_ff_exp);
+            for (int32_t i = c->n_layer; i < (int32_t)PLLM_ARRAY_LEN(hc.layer_moe); i++)
+                FUZZ_CHECK(!hc.layer_moe[i], "moe layer %d past %d layers", i, c->n_layer);
+        }
         if (c->rope_scaling == PLLM_ROPE_SCALING_LONGROPE) {
             FUZZ_CHECK(c->rope_dim / 2 <= (int32_t)PLLM_ARRAY_LEN(hc.rope_short), "rope_dim %d",
                        c->rope_dim);

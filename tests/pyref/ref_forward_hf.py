@@ -104,6 +104,14 @@ class Ref:
     def _load_hf(self, d):
         cfg = json.load(open(os.path.join(d, "config.json")))
         self.arch = cfg["model_type"]
+        # mixture of experts: Qwen3-MoE is qwen3 with experts (norm_topk_prob default false),
+        # Mixtral is mistral with experts (always renormalized)
+        self.moe_norm = {"qwen3_moe": cfg.get("norm_topk_prob", False), "qwen2_moe": cfg.get("norm_topk_prob", False),
+                         "mixtral": True}.get(self.arch)
+        self.moe_k = cfg.get("num_experts_per_tok", 2)
+        self.moe_block = "block_sparse_moe." if self.arch == "mixtral" else "mlp."
+        self.moe_names = ("w1", "w3", "w2") if self.arch == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+        self.arch = {"qwen3_moe": "qwen3", "qwen2_moe": "qwen2", "mixtral": "mistral"}.get(self.arch, self.arch)
         pre = "model."
         if self.arch == "gemma3":
             cfg, pre = cfg["text_config"], None
@@ -192,10 +200,23 @@ class Ref:
                 L = dict(wq=qkv[:qd], wk=qkv[qd:qd + kvd], wv=qkv[qd + kvd:], wg=gu[:F], wu=gu[F:])
             else:
                 L = dict(wq=g(p + "self_attn.q_proj.weight"), wk=g(p + "self_attn.k_proj.weight"),
-                         wv=g(p + "self_attn.v_proj.weight"), wg=g(p + "mlp.gate_proj.weight"),
-                         wu=g(p + "mlp.up_proj.weight"))
-            L.update(attn_norm=g(p + "input_layernorm.weight"), wo=g(p + "self_attn.o_proj.weight"),
-                     ffn_norm=g(p + "post_attention_layernorm.weight"), wd=g(p + "mlp.down_proj.weight"))
+                         wv=g(p + "self_attn.v_proj.weight"))
+                if p + "mlp.gate_proj.weight" in t:
+                    L.update(wg=g(p + "mlp.gate_proj.weight"), wu=g(p + "mlp.up_proj.weight"))
+            mb = p + self.moe_block
+            if mb + "gate.weight" in t:  # experts
+                L = {k: v for k, v in L.items() if k not in ("wg", "wu")}
+                ne = g(mb + "gate.weight").shape[0]
+                L.update(router=g(mb + "gate.weight"),
+                         experts=[tuple(g(mb + f"experts.{e}.{n}.weight") for n in self.moe_names) for e in range(ne)])
+                if mb + "shared_expert_gate.weight" in t:  # Qwen2-MoE's shared expert
+                    L.update(shexp=tuple(g(mb + f"shared_expert.{n}.weight") for n in ("gate_proj", "up_proj", "down_proj")),
+                             shexp_gate=g(mb + "shared_expert_gate.weight").reshape(-1))
+                L.update(attn_norm=g(p + "input_layernorm.weight"), wo=g(p + "self_attn.o_proj.weight"),
+                         ffn_norm=g(p + "post_attention_layernorm.weight"))
+            else:
+                L.update(attn_norm=g(p + "input_layernorm.weight"), wo=g(p + "self_attn.o_proj.weight"),
+                         ffn_norm=g(p + "post_attention_layernorm.weight"), wd=g(p + "mlp.down_proj.weight"))
             if gemma:
                 L.update(post_attn_norm=L["ffn_norm"], ffn_norm=g(p + "pre_feedforward_layernorm.weight"),
                          post_ffn_norm=g(p + "post_feedforward_layernorm.weight"))
@@ -222,6 +243,9 @@ class Ref:
             return part[0].item()
         a = field("general.architecture")
         self.arch = a
+        # experts: llama.cpp renormalizes the top-k weights unless expert_weights_norm is false
+        self.moe_k = field(f"{a}.expert_used_count")
+        self.moe_norm = bool(field(f"{a}.expert_weights_norm", a != "qwen2moe"))
         E = field(f"{a}.embedding_length")
         self.n_layer = field(f"{a}.block_count")
         self.n_head = H = field(f"{a}.attention.head_count")
@@ -230,7 +254,7 @@ class Ref:
         self.rope_dim = field(f"{a}.rope.dimension_count", self.head_dim)
         self.eps = field(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
         self.base = field(f"{a}.rope.freq_base", 10000.0)
-        self.neox = a in ("qwen2", "qwen3", "phi3", "gemma3")
+        self.neox = a in ("qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma3")
         self.gemma_setup(a == "gemma3", {})
         if a == "gemma3":  # llama-model.cpp's gemma3 defaults where a key is absent
             self.embd_scale = float(np.float32(math.sqrt(E)))
@@ -276,16 +300,26 @@ class Ref:
                 L = dict(wq=qkv[:qd], wk=qkv[qd:qd + kvd], wv=qkv[qd + kvd:])
             else:
                 L = dict(wq=w[p + "attn_q.weight"], wk=w[p + "attn_k.weight"], wv=w[p + "attn_v.weight"])
-            if p + "ffn_gate.weight" in w:
+            if p + "ffn_gate_inp.weight" in w:  # experts: stacked [n_expert, rows, cols] or per expert
+                ne = w[p + "ffn_gate_inp.weight"].shape[0]
+                st = [w.get(p + f"ffn_{k}_exps.weight") for k in ("gate", "up", "down")]
+                L.update(router=w[p + "ffn_gate_inp.weight"], experts=[
+                    tuple(st[i][e] if st[i] is not None else w[p + f"ffn_{k}.{e}.weight"]
+                          for i, k in enumerate(("gate", "up", "down"))) for e in range(ne)])
+                if p + "ffn_gate_inp_shexp.weight" in w:
+                    L.update(shexp=tuple(w[p + f"ffn_{k}_shexp.weight"] for k in ("gate", "up", "down")),
+                             shexp_gate=w[p + "ffn_gate_inp_shexp.weight"])
+            elif p + "ffn_gate.weight" in w:
                 L.update(wg=w[p + "ffn_gate.weight"], wu=w[p + "ffn_up.weight"])
             else:  # phi3: ffn_up holds gate rows, then up rows
                 gu = w[p + "ffn_up.weight"]
                 L.update(wg=gu[:gu.shape[0] // 2], wu=gu[gu.shape[0] // 2:])
-            L.update(attn_norm=w[p + "attn_norm.weight"], wo=w[p + "attn_output.weight"], ffn_norm=w[p + "ffn_norm.weight"],
-                     wd=w[p + "ffn_down.weight"])
+            L.update(attn_norm=w[p + "attn_norm.weight"], wo=w[p + "attn_output.weight"], ffn_norm=w[p + "ffn_norm.weight"])
+            if "experts" not in L:
+                L["wd"] = w[p + "ffn_down.weight"]
             if p + "attn_q.bias" in w:
                 L.update(bq=w[p + "attn_q.bias"], bk=w[p + "attn_k.bias"], bv=w[p + "attn_v.bias"])
-            if a in ("qwen3", "gemma3"):
+            if a in ("qwen3", "qwen3moe", "gemma3"):
                 L.update(q_norm=w[p + "attn_q_norm.weight"], k_norm=w[p + "attn_k_norm.weight"])
             if a == "gemma3":
                 L.update(post_attn_norm=w[p + "post_attention_norm.weight"], post_ffn_norm=w[p + "post_ffw_norm.weight"])
@@ -329,6 +363,28 @@ class Ref:
             y[..., 0:rd:2], y[..., 1:rd:2] = z.real, z.imag
         return y
 
+    def _moe(self, h, L):
+        """Mixture of experts (transformers' Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock): softmax
+        over the router logits, the top k, renormalized when moe_norm, the weighted sum of the
+        chosen experts' SwiGLU MLPs."""
+        lg = h @ L["router"].T
+        p = np.exp(lg - lg.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        out = np.zeros_like(h)
+        for i in range(h.shape[0]):
+            sel = np.argsort(-p[i], kind="stable")[:self.moe_k]
+            w = p[i, sel] / (p[i, sel].sum() if self.moe_norm else 1.0)
+            for e, we in zip(sel, w):
+                wg, wu, wd = L["experts"][e]
+                gate, up = h[i] @ wg.T, h[i] @ wu.T
+                out[i] += we * ((gate / (1.0 + np.exp(-gate)) * up) @ wd.T)
+        if "shexp" in L:  # Qwen2MoeSparseMoeBlock: + sigmoid(shared_expert_gate(h)) * shared_expert(h)
+            wg, wu, wd = L["shexp"]
+            gate, up = h @ wg.T, h @ wu.T
+            sg = 1.0 / (1.0 + np.exp(-(h @ L["shexp_gate"])))
+            out = out + sg[:, None] * ((gate / (1.0 + np.exp(-gate)) * up) @ wd.T)
+        return out
+
     def forward(self, ids):
         return self.forward_many([ids])[0]
 
@@ -371,6 +427,9 @@ class Ref:
             a = att.reshape(n, H * hd) @ L["wo"].T
             x = x + (self._rms(a, L["post_attn_norm"]) if "post_attn_norm" in L else a)
             h = self._rms(x, L["ffn_norm"])
+            if "experts" in L:
+                x = x + self._moe(h, L)
+                continue
             gate, up = h @ L["wg"].T, h @ L["wu"].T
             if "post_ffn_norm" in L:  # GeGLU: PyTorch's gelu(approximate="tanh")
                 act = 0.5 * gate * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (gate + 0.044715 * gate ** 3)))

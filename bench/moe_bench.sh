@@ -1,0 +1,13 @@
+#!/bin/sh
+# Mixture of experts against dense on the CPU, batched: writes the two random models of
+# bench/gen_moe_models.py (Qwen3-30B-A3B's ratios scaled down; a dense twin of the same active
+# parameter count) into a temporary directory and runs build/bench/moe_bench on them (alternating
+# rounds, ratio in one run). Run from the repository root:
+#   bench/moe_bench.sh [moe_bench options, e.g. --seqs 64 --tokens 32 --rounds 3 --threads 2]
+# Environment: PLLM_BUILD (default build), MOE_TYPE (Q8_0, Q4_0 or F16; default Q8_0).
+set -eu
+B=${PLLM_BUILD:-build}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+python3 bench/gen_moe_models.py "$T" --type "${MOE_TYPE:-Q8_0}" >/dev/null
+"$B/bench/moe_bench" "$T/moe.gguf" "$T/dense.gguf" "$@"
