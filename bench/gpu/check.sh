@@ -10,7 +10,7 @@
 # GPU image has them); pllm's libraries, the gguf package and the tokenizer come in the pack.
 #
 # Phase 1, correctness (concurrently: the GPU is shared, nothing here is timed):
-#   - the GPU twins: cuda_ops_gpu, cuda_sampler_gpu, cuda_backend_gpu, cuda_flashinfer_gpu (own
+#   - the GPU twins: cuda_ops_gpu, cuda_fp8_gpu, cuda_sampler_gpu, cuda_backend_gpu, cuda_flashinfer_gpu (own
 #     vs FlashInfer decode attention), cuemu_kernels_gpu,
 #     cuemu_device_gpu (the emulated tests' checks on the device);
 #   - compute-sanitizer memcheck and racecheck on cuda_backend_gpu (memcheck on cuda_flashinfer_gpu),
@@ -21,6 +21,8 @@
 #   - meanwhile the random-weight Llama-2-7B-shape directory is written (bench/gpu/mkmodel.py).
 # Phase 2, figures (one at a time, the GPU otherwise idle):
 #   - kernel_bench --dims llama3-8b and smollm2-135m: every kernel against the device's peaks;
+#     decode attention over an fp8 KV cache against F16 (issue 19: half the bytes; the verdict
+#     asks for <= 0.8 of the F16 time on the llama3-8b shape);
 #   - pllm bench --device cuda on the 7B shape: 256 requests x 256 prompt / 128 output tokens,
 #     greedy, with pllm's own decode attention and again with --attention-backend flashinfer;
 #     then Hugging Face transformers generate on the same directory and workload at its
@@ -66,7 +68,7 @@ printf '%s\n' '{"id": "a", "prompt": "The capital of France is"}' \
 python3 bench/gpu/mkmodel.py "$W/tiny" tiny "$P/tokenizer" >"$L/mkmodel-tiny.log" 2>&1
 python3 bench/gpu/mkmodel.py /dev/shm/pllm-7b "${PLLM_CHECK_SHAPE:-7b}" "$P/tokenizer" >"$L/mkmodel-7b.log" 2>&1 &
 mk7=$!
-(for t in cuemu_device_gpu cuemu_kernels_gpu cuda_ops_gpu cuda_sampler_gpu cuda_backend_gpu cuda_flashinfer_gpu; do
+(for t in cuemu_device_gpu cuemu_kernels_gpu cuda_ops_gpu cuda_fp8_gpu cuda_sampler_gpu cuda_backend_gpu cuda_flashinfer_gpu; do
     timeout 120 "$P/tests/$t" >"$L/$t.log" 2>&1
     echo "$t $?" >>"$L/twins.rc"
 done) &
@@ -132,8 +134,12 @@ fi
 for d in llama3-8b smollm2-135m; do
     timeout 90 "$P/bin/kernel_bench" --dims $d --json "$L/kernels-$d.json" >"$L/kernels-$d.txt" 2>&1
     verdict "kernel_bench $d" $? "$(grep -c . "$L/kernels-$d.txt") lines"
-    grep -iE "peak|attention|sample|qkv_rope|rmsnorm|swiglu|lm head" "$L/kernels-$d.txt" | head -14
+    grep -iE "peak|attention|sample|qkv_rope|rmsnorm|swiglu|lm head" "$L/kernels-$d.txt" | head -20
 done
+fp8=$(grep -m1 "decode attention fp8 KV / F16 KV" "$L/kernels-llama3-8b.txt")
+fp8t=$(echo "$fp8" | sed -n 's/.*time \([0-9.]*\).*/\1/p')
+verdict "fp8 KV decode attention (llama3-8b)" "$([ -n "$fp8t" ] && awk -v t="$fp8t" 'BEGIN{exit !(t <= 0.8)}'; echo $?)" \
+    "${fp8:-no fp8 row}"
 wait "$mk7"
 verdict "7B-shape model" $? "$(tail -1 "$L/mkmodel-7b.log")"
 timeout 150 "$P/bin/pllm" bench --device cuda -m /dev/shm/pllm-7b --dataset random --input-len 256 \
