@@ -44,7 +44,7 @@ for p in sorted(glob.glob(f"{d}/*.json"), key=lambda p: int(os.path.basename(p).
     m = re.search(r"Peak KV blocks in use: *\d+ / (\d+)", log)
     if m: blocks[dt] = int(m.group(1))
     print(f"{os.path.basename(p)[:-5]}: {j['output_throughput']:.1f} output tok/s, "
-          f"{cpu[dt][-1]:.1f} output tok per CPU s ({u + s:.1f} CPU s)")
+          f"{cpu[dt][-1]:.1f} output tok per CPU s ({u + s:.1f} CPU s), digest {j.get('output_digest')}")
 mean = {k: sum(v) / len(v) for k, v in runs.items()}
 cmean = {k: sum(v) / len(v) for k, v in cpu.items()}
 print(f"kv_int8_speed: fp16 {mean['fp16']:.1f} tok/s, int8 {mean['int8']:.1f} tok/s (means of {len(runs['fp16'])}): "
