@@ -133,6 +133,11 @@ static int open_cpu(cmd_runtime *rt, const cmd_runtime_opts *o)
                         "the CPU (--device cuda, or leave --attention-backend out)\n");
         return 2;
     }
+    if (o->kv_dtype == PLLM_KV_DTYPE_FP8) {
+        fprintf(stderr, "pllm: --kv-cache-dtype fp8 is CUDA-only (use --device cuda, or int8 on "
+                        "the CPU)\n");
+        return 2;
+    }
     pllm_cpu_params cp; /* the environment's defaults (PLLM_CPU_MATH, ...), read once here */
     if (pllm_cpu_params_defaults(&cp) != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
@@ -360,7 +365,7 @@ void cmd_runtime_describe(const cmd_runtime *rt, char *out, size_t cap)
             snprintf(out, cap, "%s: %s (%d SMs, %.1f GiB), %s attention, %s weights %.2f GB, %s KV",
                      rt->device_name, rt->kernels, gi.n_sm, (double)gi.total_bytes / 1073741824.0,
                      gi.attention, pllm_dtype_name(gi.weight_dtype), (double)gi.weight_bytes / 1e9,
-                     pllm_dtype_name(gi.kv_dtype));
+                     pllm_kv_dtype_name(gi.kv_dtype));
         if (n > 0 && (size_t)n < cap && gi.kv_bytes)
             snprintf(out + n, cap - (size_t)n, " pool %.2f GB", (double)gi.kv_bytes / 1e9);
         return;

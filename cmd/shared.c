@@ -65,8 +65,8 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
     push(opts, n, cap,
          (cmd_opt){"kv-cache-dtype", 0, CMD_OPT_STR, &o->kv_dtype, "T",
                    "auto (fp16; fp32 on the CPU with f32 math)",
-                   "KV cache dtype: auto, fp16, fp32, int8 (CPU: per-token scales, about half the "
-                   "memory of fp16)",
+                   "KV cache dtype: auto, fp16, fp32, int8 (CPU), fp8 (CUDA, E4M3); int8 and fp8 "
+                   "keep a scale per token and head: about half the memory of fp16",
                    NULL});
     push(opts, n, cap,
          (cmd_opt){"cpu-math", 0, CMD_OPT_STR, &o->cpu_math, "M",
@@ -224,7 +224,8 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
       kt[] = {{"auto", -1},
               {"fp16", PLLM_DTYPE_F16},
               {"fp32", PLLM_DTYPE_F32},
-              {"int8", PLLM_KV_DTYPE_I8}};
+              {"int8", PLLM_KV_DTYPE_I8},
+              {"fp8", PLLM_KV_DTYPE_FP8}};
     o->rt.weight_dtype = o->rt.kv_dtype = -2;
     for (size_t i = 0; i < PLLM_ARRAY_LEN(wt); i++)
         if (!strcmp(o->dtype, wt[i].name)) o->rt.weight_dtype = wt[i].dtype;
@@ -255,7 +256,7 @@ int cmd_engine_opts_finish(cmd_engine_opts *o)
     }
     if (cmd_thinking_parse(o->thinking, &o->rt.thinking)) return 2;
     if (o->rt.kv_dtype == -2) {
-        fprintf(stderr, "pllm: --kv-cache-dtype '%s' is not one of auto, fp16, fp32, int8\n",
+        fprintf(stderr, "pllm: --kv-cache-dtype '%s' is not one of auto, fp16, fp32, int8, fp8\n",
                 o->kv_dtype);
         return 2;
     }

@@ -5,6 +5,7 @@
 #include "cuda/kernel_util.cuh"
 #include "cuda/device_impl.h"
 #include "cuda/kernels.h"
+#include "model/backend.h"
 
 #include <math.h>
 
@@ -19,6 +20,9 @@ constexpr int kSplitQuantum = 64; /* split_len is a multiple of this */
 
 /* The register holding one vector of VE elements of KV (4, 8 or 16 bytes: one load). */
 template <int BYTES> struct vbits;
+template <> struct vbits<2> {
+    using T = unsigned short;
+};
 template <> struct vbits<4> {
     using T = unsigned;
 };
@@ -47,6 +51,19 @@ template <int VE> __device__ __forceinline__ void to_floats(float (&f)[VE], cons
     }
 }
 
+/* fp8 (E4M3): the values divided by 256 (kernel_util.cuh fp8x2_div256; the row's scale times 256
+ * is applied to the score and to the probability). */
+template <int VE>
+__device__ __forceinline__ void to_floats(float (&f)[VE], const void *r, pllm_cuda::fp8_e4m3)
+{
+    const unsigned short *w = reinterpret_cast<const unsigned short *>(r);
+#pragma unroll
+    for (int i = 0; i < VE / 2; i++) {
+        const float2 x = pllm_cuda::fp8x2_div256(w[i]);
+        f[2 * i] = x.x, f[2 * i + 1] = x.y;
+    }
+}
+
 /* Largest vector chunks a lane owns in one row (head_dim <= 256). */
 template <int VE> __host__ __device__ constexpr int max_chunks()
 {
@@ -55,6 +72,7 @@ template <int VE> __host__ __device__ constexpr int max_chunks()
 
 template <typename KV> struct kv_ptrs {
     const KV *k, *v;
+    const __half *ks, *vs; /* fp8: the per-row scales (backend.h); else NULL */
 };
 
 /* Lanes per row for a row of hd elements in chunks of VE: the power of two >= hd / VE, at most
@@ -132,7 +150,8 @@ __global__ void __launch_bounds__(kThreads, HB == kMaxHeads ? 3 : 4) /* register
                        int n_splits, int split_len, float *part)
 {
     constexpr int NCM = max_chunks<VE>();      /* vectors per lane per row, at most */
-    constexpr int U = sizeof(KV) == 2 ? 4 : 2; /* positions per group per iteration */
+    constexpr int U = sizeof(KV) <= 2 ? 4 : 2; /* positions per group per iteration */
+    constexpr bool FP8 = pllm_cuda::kIsFp8<KV>;
     using raw = vraw<KV, VE>;
     PLLM_DYNAMIC_SHARED(float, smem);
     const int hd = a.head_dim, G = a.n_head / a.n_head_kv;
@@ -186,6 +205,17 @@ __global__ void __launch_bounds__(kThreads, HB == kMaxHeads ? 3 : 4) /* register
                                : -1;
         }
         raw kr[U][NCM], vr[U][NCM];
+        float ksc[U], vsc[U]; /* fp8: the rows' scales times 256 */
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            ksc[u] = vsc[u] = 1.0f;
+            if (FP8 && row[u] >= 0) {
+                const int p = p0 + u;
+                const int64_t sr = ((int64_t)bt[p / bs] * a.n_head_kv + kvh) * bs + p % bs;
+                ksc[u] = pllm_cuda::fp8_scale_x256(kv.ks[sr]);
+                vsc[u] = pllm_cuda::fp8_scale_x256(kv.vs[sr]);
+            }
+        }
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
@@ -217,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, HB == kMaxHeads ? 3 : 4) /* register
             for (int g = 0; g < HB; g++) {
                 for (int o = L / 2; o > 0; o >>= 1)
                     dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], o);
-                s[u][g] = row[u] >= 0 ? dot[g] : -INFINITY;
+                s[u][g] = row[u] >= 0 ? (FP8 ? dot[g] * ksc[u] : dot[g]) : -INFINITY;
             }
         }
 #pragma unroll
@@ -239,14 +269,16 @@ __global__ void __launch_bounds__(kThreads, HB == kMaxHeads ? 3 : 4) /* register
 #pragma unroll
                 for (int e = 0; e < VE; e++) acc[g][i][e] *= corr;
 #pragma unroll
-            for (int u = 0; u < U; u++)
+            for (int u = 0; u < U; u++) {
+                const float pv = FP8 ? p[u] * vsc[u] : p[u]; /* fp8: the V row's scale folded in */
 #pragma unroll
                 for (int i = 0; i < NCM; i++) {
                     float vf[VE];
                     to_floats<VE>(vf, &vr[u][i], KV());
 #pragma unroll
-                    for (int e = 0; e < VE; e++) acc[g][i][e] += p[u] * vf[e];
+                    for (int e = 0; e < VE; e++) acc[g][i][e] += pv * vf[e];
                 }
+            }
         }
     }
 
@@ -347,7 +379,8 @@ pllm_status launch(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,
 {
     const int G = a->n_head / a->n_head_kv, n_chunks = (G + HB - 1) / HB;
     const size_t smem = decode_smem_floats(a->head_dim, VE, HB) * sizeof(float);
-    kv_ptrs<KV> kv = {(const KV *)a->k_cache, (const KV *)a->v_cache};
+    kv_ptrs<KV> kv = {(const KV *)a->k_cache, (const KV *)a->v_cache, (const __half *)a->k_scales,
+                      (const __half *)a->v_scales};
     PLLM_LAUNCH((attn_decode_kernel<KV, HB, VE>),
                 dim3((unsigned)n_items, (unsigned)(a->n_head_kv * n_chunks), (unsigned)n_splits),
                 dim3(kThreads), smem, pllm_cuda_dev_stream(dev))
@@ -370,7 +403,8 @@ pllm_status launch_ve(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,
                       const pllm_cuda_attn_item *items, int32_t n_items, int32_t n_splits,
                       int32_t split_len, float *part)
 {
-    constexpr int VE16 = 16 / (int)sizeof(KV);
+    /* fp8: 8 elements (8-byte loads), the lane layout and registers of F16's 16-byte vectors */
+    constexpr int VE16 = pllm_cuda::kIsFp8<KV> ? 8 : 16 / (int)sizeof(KV);
     const bool aligned = a->head_dim % VE16 == 0 && ((uintptr_t)a->k_cache % 16) == 0 &&
                          ((uintptr_t)a->v_cache % 16) == 0;
     if (aligned) return launch<KV, HB, VE16>(dev, a, items, n_items, n_splits, split_len, part);
@@ -421,9 +455,12 @@ extern "C" pllm_status pllm_cuda_attn_check(const pllm_cuda_attn_args *a, const 
                            "block_size=%d q_stride=%lld",
                            who, a->n_head, a->n_head_kv, a->head_dim, PLLM_CUDA_ATTN_MAX_HEAD_DIM,
                            a->block_size, (long long)a->q_stride);
-    if (a->kv_dtype != PLLM_DTYPE_F32 && a->kv_dtype != PLLM_DTYPE_F16)
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: KV type %s (need F32 or F16)", who,
-                           pllm_dtype_name(a->kv_dtype));
+    if (a->kv_dtype != PLLM_DTYPE_F32 && a->kv_dtype != PLLM_DTYPE_F16 &&
+        a->kv_dtype != PLLM_KV_DTYPE_FP8)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "%s: KV type %s (need F32, F16 or FP8)", who,
+                           pllm_kv_dtype_name(a->kv_dtype));
+    if (a->kv_dtype == PLLM_KV_DTYPE_FP8 && (!a->k_scales || !a->v_scales))
+        return pllm_errorf(PLLM_ERR_INVALID, "%s: an fp8 KV cache needs its scales", who);
     return PLLM_OK;
 }
 
@@ -446,5 +483,7 @@ extern "C" pllm_status pllm_cuda_attn_decode(pllm_cuda_dev *dev, const pllm_cuda
                            pllm_dtype_name(a->out_dtype));
     if (a->kv_dtype == PLLM_DTYPE_F16)
         return launch_kv<__half>(dev, a, items, n_items, n_splits, split_len, part);
+    if (a->kv_dtype == PLLM_KV_DTYPE_FP8)
+        return launch_kv<pllm_cuda::fp8_e4m3>(dev, a, items, n_items, n_splits, split_len, part);
     return launch_kv<float>(dev, a, items, n_items, n_splits, split_len, part);
 }

@@ -5,6 +5,7 @@
  */
 #include "cuda/attention_fi.h"
 #include "cuda/device_impl.h"
+#include "model/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +46,12 @@ extern "C" bool pllm_cuda_fi_supported(const pllm_model_config *cfg, pllm_dtype 
 {
     const char *no = NULL;
     char buf[160];
-    if (cfg->sliding_window > 0) {
+    if (kv_dtype == PLLM_KV_DTYPE_FP8) {
+        /* FlashInfer's fp8 paged decode takes one scale per tensor; this cache has one per
+         * (block, head, position) row (backend.h) */
+        no = "--kv-cache-dtype fp8 keeps a scale per token and head, which FlashInfer's paged "
+             "decode does not take (it has one scale per tensor)";
+    } else if (cfg->sliding_window > 0) {
         no = "its sliding-window layers are not passed to FlashInfer";
     }
 #if PLLM_CUDA_FI

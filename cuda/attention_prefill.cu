@@ -6,6 +6,7 @@
 #include "cuda/kernel_util.cuh"
 #include "cuda/device_impl.h"
 #include "cuda/kernels.h"
+#include "model/backend.h"
 
 #include <math.h>
 
@@ -34,6 +35,7 @@ inline size_t prefill_smem_bytes(int hd)
 
 template <typename KV> struct kv_ptrs {
     const KV *k, *v;
+    const __half *ks, *vs; /* fp8: the per-row scales (backend.h); else NULL */
 };
 
 /*
@@ -115,8 +117,14 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads(); /* the previous tile is consumed (and q_s is written) */
         for (int e = tid; e < n * hd / 2; e += kThreads) { /* pairs: one 4/8-byte load each */
             const int j = 2 * e / hd, d = 2 * e % hd, p = k0 + j;
-            const int64_t off = (((int64_t)bt[p / bs] * a.n_head_kv + kvh) * bs + p % bs) * hd + d;
-            const float2 k2 = pllm_cuda::load2(kv.k + off), v2 = pllm_cuda::load2(kv.v + off);
+            const int64_t r = ((int64_t)bt[p / bs] * a.n_head_kv + kvh) * bs + p % bs,
+                          off = r * hd + d;
+            float2 k2 = pllm_cuda::load2(kv.k + off), v2 = pllm_cuda::load2(kv.v + off);
+            if constexpr (pllm_cuda::kIsFp8<KV>) { /* dequantized into shared memory */
+                const float sk = pllm_cuda::fp8_scale_x256(kv.ks[r]),
+                            sv = pllm_cuda::fp8_scale_x256(kv.vs[r]);
+                k2.x *= sk, k2.y *= sk, v2.x *= sv, v2.y *= sv;
+            }
             k_s[j * (hd + 1) + d] = k2.x, k_s[j * (hd + 1) + d + 1] = k2.y;
             v_s[j * hd + d] = v2.x, v_s[j * hd + d + 1] = v2.y;
         }
@@ -192,7 +200,8 @@ pllm_status launch(pllm_cuda_dev *dev, const pllm_cuda_attn_args *a,
         if (e != cudaSuccess)
             return PLLM_CUDA_LAUNCHED("cudaFuncSetAttribute(attn_prefill_kernel)");
     }
-    kv_ptrs<KV> kv = {(const KV *)a->k_cache, (const KV *)a->v_cache};
+    kv_ptrs<KV> kv = {(const KV *)a->k_cache, (const KV *)a->v_cache, (const __half *)a->k_scales,
+                      (const __half *)a->v_scales};
     PLLM_LAUNCH((attn_prefill_kernel<KV, OutT>),
                 dim3((unsigned)n_tiles, (unsigned)(a->n_head_kv * n_chunks)), dim3(kThreads), smem,
                 pllm_cuda_dev_stream(dev))
@@ -234,5 +243,7 @@ extern "C" pllm_status pllm_cuda_attn_prefill(pllm_cuda_dev *dev, const pllm_cud
     if (n_tiles < 0) return pllm_errorf(PLLM_ERR_INVALID, "attn_prefill: n_tiles=%d", n_tiles);
     if (n_tiles == 0) return PLLM_OK;
     if (a->kv_dtype == PLLM_DTYPE_F16) return launch_out<__half>(dev, a, tiles, n_tiles);
+    if (a->kv_dtype == PLLM_KV_DTYPE_FP8)
+        return launch_out<pllm_cuda::fp8_e4m3>(dev, a, tiles, n_tiles);
     return launch_out<float>(dev, a, tiles, n_tiles);
 }

@@ -285,6 +285,9 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
         const cuda_layer *w = &c->layers[l];
         void *kc = (uint8_t *)c->kv_mem + (size_t)(2 * l) * c->kv_layer_bytes;
         void *vc = (uint8_t *)c->kv_mem + (size_t)(2 * l + 1) * c->kv_layer_bytes;
+        /* fp8: the per-row scales, after each cache's data (backend.h) */
+        void *ks = c->kv_scales ? (uint8_t *)kc + c->kv_data_bytes : NULL;
+        void *vs = c->kv_scales ? (uint8_t *)vc + c->kv_data_bytes : NULL;
         /* x += the previous layer's down projection; xb = norm(x) */
         PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x, pending, w->attn_norm, T,
                                             E, eps));
@@ -306,6 +309,8 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
                                                     : 1.0,
                                       .k_cache = kc,
                                       .v_cache = vc,
+                                      .k_scales = ks,
+                                      .v_scales = vs,
                                       .kv_dtype = c->kv.dtype,
                                       .n_tokens = T,
                                       .n_head = cfg->n_head,
@@ -321,6 +326,8 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
                                   .q_stride = ld,
                                   .k_cache = kc,
                                   .v_cache = vc,
+                                  .k_scales = ks,
+                                  .v_scales = vs,
                                   .kv_dtype = c->kv.dtype,
                                   .block_tables = d->block_tables,
                                   .n_head = cfg->n_head,
@@ -914,10 +921,10 @@ static pllm_status cuda_kv_init(void *vctx, const pllm_kv_layout *L)
                            "match the model (%d, %d, %d)",
                            L->n_layer, L->n_head_kv, L->head_dim, cfg->n_layer, cfg->n_head_kv,
                            cfg->head_dim);
-    if (L->dtype != PLLM_DTYPE_F32 && L->dtype != PLLM_DTYPE_F16)
+    if (L->dtype != PLLM_DTYPE_F32 && L->dtype != PLLM_DTYPE_F16 && L->dtype != PLLM_KV_DTYPE_FP8)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
-                           "cuda kv_init: KV dtype %s is not supported (F32, F16)",
-                           pllm_dtype_name(L->dtype));
+                           "cuda kv_init: KV dtype %s is not supported (F32, F16, FP8)",
+                           pllm_kv_dtype_name(L->dtype));
     if (L->block_size < 1 || L->block_size > 65536 || L->n_blocks < 1)
         return pllm_errorf(
             PLLM_ERR_INVALID,
@@ -930,12 +937,15 @@ static pllm_status cuda_kv_init(void *vctx, const pllm_kv_layout *L)
     for (int i = 0; i < 2; i++)
         if (c->pend[i].busy)
             return pllm_errorf(PLLM_ERR_INVALID, "cuda kv_init: a step is in flight");
+    /* one layer's K (or V): the data, then (fp8) the scales; an fp8 cache's layers start on
+     * 256-byte boundaries, so its rows keep the alignment of 16-byte vector loads */
+    const bool fp8 = L->dtype == PLLM_KV_DTYPE_FP8;
     size_t layer = 0, total = 0;
     if (!pllm_mul_size((size_t)L->n_blocks,
-                       (size_t)L->n_head_kv * (size_t)L->block_size * (size_t)L->head_dim *
-                           pllm_dtype_block_bytes(L->dtype),
+                       (size_t)L->n_head_kv * (size_t)L->block_size * pllm_kv_row_bytes(L),
                        &layer) ||
-        !pllm_mul_size(layer, 2 * (size_t)L->n_layer, &total))
+        layer > SIZE_MAX - 256 ||
+        !pllm_mul_size(fp8 ? align_up(layer, 256) : layer, 2 * (size_t)L->n_layer, &total))
         return pllm_errorf(PLLM_ERR_NOMEM, "cuda kv_init: %d blocks overflow the address space",
                            L->n_blocks);
     kv_free(c);
@@ -952,7 +962,10 @@ static pllm_status cuda_kv_init(void *vctx, const pllm_kv_layout *L)
         return PLLM_ERR_NOMEM;
     }
     c->kv = *L;
-    c->kv_layer_bytes = layer;
+    c->kv_scales = fp8;
+    c->kv_data_bytes = (size_t)L->n_blocks * (size_t)L->n_head_kv * (size_t)L->block_size *
+                       (fp8 ? (size_t)L->head_dim : pllm_kv_row_bytes(L));
+    c->kv_layer_bytes = fp8 ? align_up(layer, 256) : layer;
     c->kv_ready = true;
     return PLLM_OK;
 }
@@ -983,18 +996,30 @@ static bool cuda_device_seconds(void *vctx, double *seconds)
     return true;
 }
 
+/* The bytes of one block in one layer's K (or V) cache: its data, and its scales (fp8; else 0),
+ * which sit after the c->kv_data_bytes of all blocks' data (backend.h). */
+static void kv_block_parts(const cuda_ctx *c, size_t *data, size_t *scales)
+{
+    const size_t rows = (size_t)c->kv.n_head_kv * (size_t)c->kv.block_size;
+    *data = c->kv_data_bytes / (size_t)c->kv.n_blocks;
+    *scales = c->kv_scales ? rows * 2 : 0;
+}
+
 static pllm_status cuda_copy_blocks(void *vctx, const int32_t *src, const int32_t *dst, int32_t n)
 {
     cuda_ctx *c = vctx;
     PLLM_TRY(pllm_backend_check_copy_blocks("cuda", c->kv_ready ? &c->kv : NULL, src, dst, n));
-    const size_t block =
-        c->kv_layer_bytes / (size_t)c->kv.n_blocks; /* one block of one layer's K (or V) */
+    size_t block, scales; /* one block of one layer's K (or V): data, and (fp8) scales */
+    kv_block_parts(c, &block, &scales);
     for (int32_t i = 0; i < n; i++) {
         if (src[i] == dst[i]) continue;
         for (int32_t l = 0; l < 2 * c->kv.n_layer; l++) {
             uint8_t *base = (uint8_t *)c->kv_mem + (size_t)l * c->kv_layer_bytes;
             PLLM_TRY(pllm_cuda_copy(c->dev, base + (size_t)dst[i] * block,
                                     base + (size_t)src[i] * block, block));
+            if (scales)
+                PLLM_TRY(pllm_cuda_copy(c->dev, base + c->kv_data_bytes + (size_t)dst[i] * scales,
+                                        base + c->kv_data_bytes + (size_t)src[i] * scales, scales));
         }
     }
     return PLLM_OK; /* ordered before the next step on the stream */
@@ -1009,14 +1034,24 @@ static pllm_status cuda_block_io(cuda_ctx *c, int32_t id, uint8_t *out, const ui
         return pllm_errorf(PLLM_ERR_RANGE, "cuda kv block %d: outside [0, %d)%s", id,
                            c->kv_ready ? c->kv.n_blocks : 0,
                            c->kv_ready ? "" : " (before kv_init)");
-    const size_t block = c->kv_layer_bytes / (size_t)c->kv.n_blocks;
+    size_t block, scales;
+    kv_block_parts(c, &block, &scales);
+    size_t at = 0;
     for (int32_t l = 0; l < 2 * c->kv.n_layer; l++) {
-        uint8_t *dev = (uint8_t *)c->kv_mem + (size_t)l * c->kv_layer_bytes + (size_t)id * block;
-        if (in)
-            PLLM_TRY(pllm_cuda_upload(c->dev, dev, in + (size_t)l * block, block));
-        else
-            PLLM_TRY(pllm_cuda_download(c->dev, out + (size_t)l * block, dev, block));
+        uint8_t *base = (uint8_t *)c->kv_mem + (size_t)l * c->kv_layer_bytes;
+        uint8_t *parts[2] = {base + (size_t)id * block,
+                             base + c->kv_data_bytes + (size_t)id * scales};
+        const size_t lens[2] = {block, scales};
+        for (int k = 0; k < 2; k++) {
+            if (!lens[k]) continue;
+            if (in)
+                PLLM_TRY(pllm_cuda_upload(c->dev, parts[k], in + at, lens[k]));
+            else
+                PLLM_TRY(pllm_cuda_download(c->dev, out + at, parts[k], lens[k]));
+            at += lens[k];
+        }
     }
+    PLLM_ASSERT(at == pllm_kv_block_bytes(&c->kv));
     return pllm_cuda_sync(c->dev); /* the host buffer is the caller's again */
 }
 
@@ -1153,10 +1188,11 @@ pllm_status pllm_cuda_backend_create(pllm_backend *out, const pllm_model *model,
         return pllm_errorf(PLLM_ERR_INVALID,
                            "cuda backend: gpu_memory_fraction must be in (0, 1], got %g",
                            (double)params.gpu_memory_fraction);
-    if (params.kv_dtype != PLLM_DTYPE_F32 && params.kv_dtype != PLLM_DTYPE_F16)
+    if (params.kv_dtype != PLLM_DTYPE_F32 && params.kv_dtype != PLLM_DTYPE_F16 &&
+        params.kv_dtype != PLLM_KV_DTYPE_FP8)
         return pllm_errorf(PLLM_ERR_UNSUPPORTED,
-                           "cuda backend: kv_dtype %s is not supported (F16, F32)",
-                           pllm_dtype_name(params.kv_dtype));
+                           "cuda backend: kv_dtype %s is not supported (F16, F32, FP8)",
+                           pllm_kv_dtype_name(params.kv_dtype));
     if ((unsigned)params.attention > PLLM_CUDA_ATTN_FLASHINFER)
         return pllm_errorf(PLLM_ERR_INVALID,
                            "cuda backend: attention %d is not a pllm_cuda_attention value",

@@ -95,6 +95,8 @@ typedef struct cuda_ctx {
     bool kv_ready;
     void *kv_mem;
     size_t kv_layer_bytes;
+    size_t kv_data_bytes; /* of one layer's K (or V): all blocks' data; fp8's scales follow */
+    bool kv_scales;       /* fp8: per-row scales after the data (backend.h) */
     uint64_t *slot_bits; /* host: duplicate-slot check of validation */
 
     cuda_moe_ws moe; /* mixture of experts (unused for dense models) */

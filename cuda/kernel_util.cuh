@@ -9,6 +9,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 namespace pllm_cuda
@@ -51,6 +52,58 @@ __device__ __forceinline__ float2 load2(const __half *p)
 {
     const __half2 h = *reinterpret_cast<const __half2 *>(p);
     return make_float2(__low2float(h), __high2float(h));
+}
+
+/*
+ * The fp8 KV cache (model/backend.h, PLLM_KV_DTYPE_FP8): E4M3 bytes with one half scale per
+ * row (block, head, position). fp8_e4m3 is the element type the kernels are templated on.
+ */
+struct fp8_e4m3 {
+    uint8_t bits;
+};
+
+template <typename T> constexpr bool kIsFp8 = false;
+template <> constexpr bool kIsFp8<fp8_e4m3> = true;
+
+/* A row's scale from its amax: amax / 448 rounded up to a half (so |x / s| <= 448 up to the
+ * division's rounding, which saturation absorbs); 0 for an all-zero row. */
+__device__ __forceinline__ __half fp8_row_scale(float amax)
+{
+    return __float2half_ru(fminf(__fdiv_rn(amax, 448.0f), 65504.0f));
+}
+
+/* x / s in E4M3 as CUDA's __nv_fp8_e4m3 converts (round to nearest even, saturating at the
+ * largest finite value +-448); 0 when s is 0. */
+__device__ __forceinline__ uint8_t fp8_quantize(float x, float s)
+{
+    return s > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(x, s), __NV_SATFINITE, __NV_E4M3)
+                    : (uint8_t)0;
+}
+
+/* The two E4M3 bytes of a 16-bit word (low byte first) as floats, each divided by 256 -- exact
+ * for every finite code: E4M3's sign, exponent and mantissa bits placed at an fp16's top bits
+ * (s eeee mmm -> s 0eeee mmm0000000) are the same number with the exponent bias 15 instead of
+ * 7, subnormals included. The caller folds the 256 into the row's scale. (The NaN codes 0x7f
+ * and 0xff read as 480 / 256; saturating stores never write them.) */
+__device__ __forceinline__ float2 fp8x2_div256(unsigned w)
+{
+    const unsigned h =
+        ((w & 0x7fu) << 7) | ((w & 0x80u) << 8) | ((w & 0x7f00u) << 15) | ((w & 0x8000u) << 16);
+    __half_raw lo, hi;
+    lo.x = (unsigned short)(h & 0xffffu), hi.x = (unsigned short)(h >> 16);
+    return make_float2(__half2float(__half(lo)), __half2float(__half(hi)));
+}
+
+/* The scale a kernel multiplies fp8x2_div256's values by: s * 256 (exact). */
+__device__ __forceinline__ float fp8_scale_x256(__half s)
+{
+    return __half2float(s) * 256.0f;
+}
+
+/* Two consecutive fp8 elements, divided by 256 (see fp8x2_div256). */
+__device__ __forceinline__ float2 load2(const fp8_e4m3 *p)
+{
+    return fp8x2_div256(*reinterpret_cast<const unsigned short *>(p));
 }
 
 /* Sum over the 32 lanes of a full warp; every lane gets the same value (the butterfly adds the

@@ -111,11 +111,22 @@ typedef struct pllm_cuda_qkv_rope_args {
     int32_t long_from;
     double mscale;
     void *k_cache, *v_cache; /* [n_blocks][n_head_kv][block_size][head_dim] */
+    /* PLLM_KV_DTYPE_FP8 (backend.h): the caches' per-row scales [n_blocks][n_head_kv]
+     * [block_size] half; the kernel takes each row's amax over its head_dim values. NULL
+     * otherwise */
+    void *k_scales, *v_scales;
     pllm_dtype kv_dtype;
     int32_t n_tokens, n_head, n_head_kv, head_dim, rope_dim, block_size;
     int32_t rope_neox; /* 0: NORM, 1: NEOX */
 } pllm_cuda_qkv_rope_args;
 pllm_status pllm_cuda_qkv_rope(pllm_cuda_dev *dev, const pllm_cuda_qkv_rope_args *a);
+
+/* The fp8 KV cache's element conversion on the device (cuda/qkv_rope.cu, for tests): codes[i] =
+ * E4M3(x[i] / scale) as qkv_rope stores it (__nv_cvt_float_to_fp8, __NV_SATFINITE; 0 when scale
+ * is 0), values[i] = that code read back as the attention kernels read it (times 1, not scale).
+ * x, codes, values: [n] device memory. */
+pllm_status pllm_cuda_fp8_roundtrip(pllm_cuda_dev *dev, const float *x, float scale, uint8_t *codes,
+                                    float *values, int32_t n);
 
 /*
  * Paged attention (cuda/attention_decode.cu, cuda/attention_prefill.cu). Query head h of token
@@ -132,7 +143,8 @@ typedef struct pllm_cuda_attn_args {
     const float *q;
     int64_t q_stride;
     const void *k_cache, *v_cache; /* this layer's */
-    pllm_dtype kv_dtype;           /* F32 or F16 */
+    const void *k_scales, *v_scales; /* PLLM_KV_DTYPE_FP8: per-row scales (backend.h), else NULL */
+    pllm_dtype kv_dtype;             /* F32, F16 or PLLM_KV_DTYPE_FP8 */
     const int32_t *block_tables;
     int32_t n_head, n_head_kv, head_dim, block_size;
     float scale;

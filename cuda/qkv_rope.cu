@@ -5,12 +5,14 @@
 #include "cuda/kernel_util.cuh"
 #include "cuda/device_impl.h"
 #include "cuda/kernels.h"
+#include "model/backend.h"
 
 namespace
 {
 
 constexpr int kThreads = 128;
 constexpr int kHeadsPerBlock = 4; /* heads of the row (q, k or v) one block takes */
+static_assert(kHeadsPerBlock == kThreads / 32, "fp8 stores: one warp per head");
 
 /*
  * qkv_rope_kernel
@@ -38,6 +40,10 @@ constexpr int kHeadsPerBlock = 4; /* heads of the row (q, k or v) one block take
  *   sincos: 14 us measured).
  * Numerics: the rotation is computed as the CPU backend does it (float multiplies and adds,
  *   never contracted into FMAs, on cos/sin rounded from double), so q and k match it bitwise.
+ * fp8 KV (KV = fp8_e4m3, backend.h): a row's scale needs the amax of its whole head, so the
+ *   pairs are written back to qkv only; after a barrier warp w quantizes head 4y + w (when it is
+ *   a k or v head) from there: warp amax, the half scale (kernel_util.cuh fp8_row_scale), then
+ *   each element x / s in E4M3 (one byte per lane, coalesced), and lane 0 stores the scale.
  */
 template <typename KV>
 __global__ void __launch_bounds__(kThreads)
@@ -94,11 +100,34 @@ __global__ void __launch_bounds__(kThreads)
             x0 = y0, x1 = y1;
         }
         row[c0] = x0, row[c1] = x1;
-        if (head >= a.n_head && slot >= 0) {
+        if constexpr (pllm_cuda::kIsFp8<KV>) {
+            continue; /* quantized below, once the head's amax is known */
+        } else if (head >= a.n_head && slot >= 0) {
             KV *dst = head < n_qk ? kc + cache_row + (int64_t)(head - a.n_head) * head_stride
                                   : vc + cache_row + (int64_t)(head - n_qk) * head_stride;
             dst[e0] = pllm_cuda::from_float<KV>(x0);
             dst[e1] = pllm_cuda::from_float<KV>(x1);
+        }
+    }
+    if constexpr (pllm_cuda::kIsFp8<KV>) {
+        __syncthreads(); /* every pair of the block's heads is in row */
+        const int lane = threadIdx.x & 31, head = h_begin + (threadIdx.x >> 5);
+        if (slot >= 0 && head >= a.n_head && head < h_end) { /* uniform over the warp */
+            const float *x = row + (int64_t)head * hd;
+            float amax = 0.0f;
+            for (int e = lane; e < hd; e += 32) amax = fmaxf(amax, fabsf(x[e]));
+            amax = pllm_cuda::warp_max(amax);
+            const __half s = pllm_cuda::fp8_row_scale(amax);
+            const float sf = __half2float(s);
+            const bool is_k = head < n_qk;
+            const int kh = is_k ? head - a.n_head : head - n_qk;
+            uint8_t *dst =
+                reinterpret_cast<uint8_t *>(is_k ? kc : vc) + cache_row + (int64_t)kh * head_stride;
+            for (int e = lane; e < hd; e += 32) dst[e] = pllm_cuda::fp8_quantize(x[e], sf);
+            if (lane == 0)
+                static_cast<__half *>(
+                    is_k ? a.k_scales : a.v_scales)[cache_row / hd + (int64_t)kh * a.block_size] =
+                    s;
         }
     }
 }
@@ -129,13 +158,40 @@ extern "C" pllm_status pllm_cuda_qkv_rope(pllm_cuda_dev *dev, const pllm_cuda_qk
                            a->n_tokens, a->n_head, a->n_head_kv, a->head_dim, a->rope_dim,
                            a->block_size, (long long)a->ld, a->mscale);
     if (a->n_tokens == 0) return PLLM_OK;
-    switch (a->kv_dtype) {
-    case PLLM_DTYPE_F32:
-        return launch<float>(dev, a);
-    case PLLM_DTYPE_F16:
-        return launch<__half>(dev, a);
-    default:
-        return pllm_errorf(PLLM_ERR_UNSUPPORTED, "qkv_rope: KV type %s (need F32 or F16)",
-                           pllm_dtype_name(a->kv_dtype));
+    if (a->kv_dtype == PLLM_DTYPE_F32) return launch<float>(dev, a);
+    if (a->kv_dtype == PLLM_DTYPE_F16) return launch<__half>(dev, a);
+    if (a->kv_dtype == PLLM_KV_DTYPE_FP8) { /* not a pllm_dtype value (backend.h) */
+        if (!a->k_scales || !a->v_scales)
+            return pllm_errorf(PLLM_ERR_INVALID, "qkv_rope: an fp8 KV cache needs its scales");
+        return launch<pllm_cuda::fp8_e4m3>(dev, a);
     }
+    return pllm_errorf(PLLM_ERR_UNSUPPORTED, "qkv_rope: KV type %s (need F32, F16 or FP8)",
+                       pllm_kv_dtype_name(a->kv_dtype));
+}
+
+namespace
+{
+/* fp8_roundtrip_kernel: codes[i] = E4M3(x[i] / scale) and values[i] = its value read back, by the
+ * very helpers the KV store and the attention kernels use (kernel_util.cuh). */
+__global__ void __launch_bounds__(kThreads)
+    fp8_roundtrip_kernel(const float *__restrict__ x, float scale, uint8_t *__restrict__ codes,
+                         float *__restrict__ values, int n)
+{
+    const int i = blockIdx.x * kThreads + threadIdx.x;
+    if (i >= n) return;
+    const uint8_t c = pllm_cuda::fp8_quantize(x[i], scale);
+    codes[i] = c;
+    values[i] = pllm_cuda::fp8x2_div256(c).x * 256.0f;
+}
+} /* namespace */
+
+extern "C" pllm_status pllm_cuda_fp8_roundtrip(pllm_cuda_dev *dev, const float *x, float scale,
+                                               uint8_t *codes, float *values, int32_t n)
+{
+    if (n < 0) return pllm_errorf(PLLM_ERR_INVALID, "fp8_roundtrip: n=%d", n);
+    if (n == 0) return PLLM_OK;
+    PLLM_LAUNCH(fp8_roundtrip_kernel, dim3((unsigned)((n + kThreads - 1) / kThreads)),
+                dim3(kThreads), 0, pllm_cuda_dev_stream(dev))
+    (x, scale, codes, values, (int)n);
+    return PLLM_CUDA_LAUNCHED("fp8_roundtrip_kernel");
 }

@@ -30,6 +30,14 @@
  *   A block takes block_size * (head_dim + 2) bytes per head and layer for K and as much for V:
  *   2 * head_dim / (head_dim + 2) times the sequences of F16 (1.94x at head_dim 64).
  *
+ * fp8 KV (dtype PLLM_KV_DTYPE_FP8, CUDA): the same two regions and scales as int8, with the data
+ * in OCP FP8 E4M3 (CUDA's __nv_fp8_e4m3) and both K and V slabs row-major,
+ *       data   [n_blocks][n_head_kv][block_size][head_dim]   E4M3 bytes
+ *       scales [n_blocks][n_head_kv][block_size]              IEEE half, after all the data
+ *   s = amax(|x|) / 448 rounded up to a half (0 when x is 0); an element x is stored as
+ *   __nv_cvt_float_to_fp8(x / s, __NV_SATFINITE, __NV_E4M3) (round to nearest even, saturating
+ *   at +-448) and read back as s * e4m3(q). Same bytes per row as int8 (head_dim + 2).
+ *
  * A step (the plan):
  *   - tokens[n_tokens], positions[n_tokens], slots[n_tokens]: every scheduled sequence's new
  *     tokens, flattened in sequence order; slots[i] is where token i's K/V are written.
@@ -76,23 +84,26 @@ typedef struct pllm_kv_layout {
     int32_t head_dim;
     int32_t block_size; /* tokens per block */
     int32_t n_blocks;
-    pllm_dtype dtype; /* F32, F16 or PLLM_KV_DTYPE_I8 (backend's choice) */
+    pllm_dtype dtype; /* F32, F16, PLLM_KV_DTYPE_I8 or _FP8 (backend's choice) */
 } pllm_kv_layout;
 
 /* The int8 KV cache type (layout above). It is a cache format, not a tensor dtype, so it extends
  * pllm_dtype here, past PLLM_DTYPE_COUNT (which backend params use for "auto"); the pllm_dtype_*
  * functions of engine/dtype.h do not take it: use the pllm_kv_* helpers below. */
 #define PLLM_KV_DTYPE_I8 ((pllm_dtype)(PLLM_DTYPE_COUNT + 1))
+/* The fp8 (E4M3) KV cache type (layout above), likewise past PLLM_DTYPE_COUNT. */
+#define PLLM_KV_DTYPE_FP8 ((pllm_dtype)(PLLM_DTYPE_COUNT + 2))
 
 static inline const char *pllm_kv_dtype_name(pllm_dtype t)
 {
-    return t == PLLM_KV_DTYPE_I8 ? "I8" : pllm_dtype_name(t);
+    return t == PLLM_KV_DTYPE_I8 ? "I8" : t == PLLM_KV_DTYPE_FP8 ? "FP8" : pllm_dtype_name(t);
 }
 
 /* Bytes of one token's K (or V) row of one head, per layer, scale included. */
 static inline size_t pllm_kv_row_bytes(const pllm_kv_layout *l)
 {
-    if (l->dtype == PLLM_KV_DTYPE_I8) return (size_t)l->head_dim + 2;
+    if (l->dtype == PLLM_KV_DTYPE_I8 || l->dtype == PLLM_KV_DTYPE_FP8)
+        return (size_t)l->head_dim + 2;
     return (size_t)l->head_dim * pllm_dtype_block_bytes(l->dtype);
 }
 

@@ -1,7 +1,7 @@
 # Tests of the CUDA backend (owner: cuda), label "cuda". Each C test is built twice: against the
 # emulator (pllm_cuda_emu: runs on any machine with the toolkit's headers) and, when nvcc is
 # found, against the real build as <name>_gpu (skips with exit 77 when no GPU answers).
-set(_pllm_cuda_tests cuda_ops cuda_sampler cuda_backend cuda_flashinfer)
+set(_pllm_cuda_tests cuda_ops cuda_sampler cuda_backend cuda_flashinfer cuda_fp8)
 if(TARGET pllm_cuda_emu)
   foreach(t ${_pllm_cuda_tests})
     pllm_add_c_test(${t} SOURCES ${t}.c LABELS cuda)

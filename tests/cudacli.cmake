@@ -18,6 +18,8 @@ if(TARGET pllm_cuda_emu)
                    ARGS $<TARGET_FILE:pllm-emu> $<TARGET_EXISTS:pllm_cuda>)
   # generate --device cuda:0,1: a worker per (emulated) device, one merged output
   pllm_add_py_test(cli_devices cli_devices.py LABELS cuda ARGS $<TARGET_FILE:pllm-emu>)
+  # --kv-cache-dtype fp8: greedy agreement with fp16 KV, twice the blocks, refusals
+  pllm_add_py_test(cuda_fp8_e2e cuda_fp8_e2e.py LABELS cuda ARGS $<TARGET_FILE:pllm-emu>)
 else()
   add_test(NAME cudacli_e2e COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: CUDA toolkit headers (cuda_fp16.h) not found")
   set_tests_properties(cudacli_e2e PROPERTIES LABELS cuda SKIP_REGULAR_EXPRESSION "SKIPPED")

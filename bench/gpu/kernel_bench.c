@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "cuda/kernels.h"
+#include "model/backend.h"
 
 typedef struct dims {
     const char *name;
@@ -197,6 +198,11 @@ typedef struct step {
     void *x, *proj, *xb, *qkv, *att, *gu, *h, *xs, *logits, *work, *counts, *res, *tok;
     void *w_qkv, *w_o, *w_gu, *w_down, *w_out, *norm, *inv_freq, *table;
     void *kc, *vc, *bt, *positions, *slots, *items, *tiles, *params, *rows, *part, *spart;
+    /* the same context in an fp8 (E4M3) cache: data, then one half scale per row
+     * (model/backend.h PLLM_KV_DTYPE_FP8); fp8 selects it for qkv_rope and attention */
+    void *kc8, *vc8;
+    size_t kv8_data;
+    bool fp8;
     int32_t n_items, n_tiles, n_splits, split_len, S;
 } step;
 
@@ -252,9 +258,11 @@ static pllm_status k_qkv_rope(bench *b, void *a)
                                  .slots = s->slots,
                                  .inv_freq = s->inv_freq,
                                  .mscale = 1.0,
-                                 .k_cache = s->kc,
-                                 .v_cache = s->vc,
-                                 .kv_dtype = PLLM_DTYPE_F16,
+                                 .k_cache = s->fp8 ? s->kc8 : s->kc,
+                                 .v_cache = s->fp8 ? s->vc8 : s->vc,
+                                 .k_scales = s->fp8 ? (char *)s->kc8 + s->kv8_data : NULL,
+                                 .v_scales = s->fp8 ? (char *)s->vc8 + s->kv8_data : NULL,
+                                 .kv_dtype = s->fp8 ? PLLM_KV_DTYPE_FP8 : PLLM_DTYPE_F16,
                                  .n_tokens = s->T,
                                  .n_head = d->H,
                                  .n_head_kv = d->KVH,
@@ -271,9 +279,11 @@ static pllm_cuda_attn_args attn_args(const step *s)
                                  .out_dtype = PLLM_DTYPE_F16,
                                  .q = s->qkv,
                                  .q_stride = qkv_cols(d),
-                                 .k_cache = s->kc,
-                                 .v_cache = s->vc,
-                                 .kv_dtype = PLLM_DTYPE_F16,
+                                 .k_cache = s->fp8 ? s->kc8 : s->kc,
+                                 .v_cache = s->fp8 ? s->vc8 : s->vc,
+                                 .k_scales = s->fp8 ? (char *)s->kc8 + s->kv8_data : NULL,
+                                 .v_scales = s->fp8 ? (char *)s->vc8 + s->kv8_data : NULL,
+                                 .kv_dtype = s->fp8 ? PLLM_KV_DTYPE_FP8 : PLLM_DTYPE_F16,
                                  .block_tables = s->bt,
                                  .n_head = d->H,
                                  .n_head_kv = d->KVH,
@@ -380,6 +390,13 @@ static void step_init(bench *b, step *s, const dims *d, int32_t T, int32_t ctx, 
     const size_t cache = (size_t)n_seq * nb * d->KVH * bs * d->hd;
     s->kc = drandom(b, cache / 2 + 1, 1.0f, 6); /* F16 elements: half as many floats */
     s->vc = drandom(b, cache / 2 + 1, 1.0f, 7);
+    /* fp8: every byte 0x3c (E4M3 1.5, and a half scale of 1.06: finite values; the times do not
+     * depend on them) */
+    s->kv8_data = cache;
+    const size_t kv8 = cache + 2 * (cache / (size_t)d->hd);
+    s->kc8 = dalloc(b, kv8), s->vc8 = dalloc(b, kv8);
+    TRY(pllm_cuda_memset(b->dev, s->kc8, 0x3c, kv8));
+    TRY(pllm_cuda_memset(b->dev, s->vc8, 0x3c, kv8));
     int32_t *bt = malloc(sizeof(int32_t) * (size_t)n_seq * nb),
             *tok = malloc(sizeof(int32_t) * (size_t)T);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)T),
@@ -456,6 +473,11 @@ static void run_step(bench *b, const dims *d, int32_t T, int32_t ctx, bool prefi
            2 * Tn * qc * E, true);
     report(b, "qkv_rope + kv store", time_it(b, k_qkv_rope, &s, R), Tn * qc * 8 + Tn * 2 * kvd * 2,
            6 * Tn * (qd + kvd) / 2, false);
+    s.fp8 = true;
+    report(b, "qkv_rope + kv store (fp8 KV)", time_it(b, k_qkv_rope, &s, R),
+           Tn * qc * 8 + Tn * 2 * (kvd + 2.0 * d->KVH) + Tn * 2 * kvd * 4, 6 * Tn * (qd + kvd) / 2,
+           false);
+    s.fp8 = false;
     if (prefill) {
         const double keys = Tn * (Tn + 1) / 2; /* causal: query i sees i + 1 keys */
         const double qt = pllm_cuda_attn_prefill_tile_tokens(d->H, d->KVH);
@@ -464,15 +486,29 @@ static void run_step(bench *b, const dims *d, int32_t T, int32_t ctx, bool prefi
                4 * keys * d->H * d->hd, false);
     } else {
         const double bytes = Tn * d->KVH * 2.0 * ctx * d->hd * 2 + Tn * qd * 4 + Tn * qd * 2;
+        /* fp8 KV: one byte an element plus a 2-byte scale a row */
+        const double bytes8 = Tn * d->KVH * 2.0 * ctx * (d->hd + 2.0) + Tn * qd * 4 + Tn * qd * 2;
         const double flops = 4 * Tn * d->H * (double)ctx * d->hd;
-        report(b, "attention decode", time_it(b, k_attn_decode, &s, R), bytes, flops, false);
+        const double t16 = time_it(b, k_attn_decode, &s, R);
+        report(b, "attention decode", t16, bytes, flops, false);
+        s.fp8 = true;
+        const double t8 = time_it(b, k_attn_decode, &s, R);
+        report(b, "attention decode (fp8 KV)", t8, bytes8, flops, false);
+        s.fp8 = false;
         const int32_t nat = (ctx + 511) / 512;
         if (nat > 1) {
             s.n_splits = nat;
             s.part = dalloc(b, pllm_cuda_attn_decode_workspace(s.n_items, d->H, d->hd, nat));
             report(b, "attention decode (split)", time_it(b, k_attn_decode, &s, R),
                    bytes + Tn * d->H * nat * (d->hd + 2) * 8.0, flops, false);
+            s.fp8 = true;
+            report(b, "attention decode (split, fp8 KV)", time_it(b, k_attn_decode, &s, R),
+                   bytes8 + Tn * d->H * nat * (d->hd + 2) * 8.0, flops, false);
+            s.fp8 = false;
+            s.n_splits = 1;
         }
+        printf("decode attention fp8 KV / F16 KV: bytes %.3f, time %.3f\n", bytes8 / bytes,
+               t8 / t16);
         (void)G;
     }
     report(b, "gemm o", time_it(b, k_gemm_o, &s, R), E * qd * 2 + Tn * qd * 2 + Tn * E * 4,

@@ -10,7 +10,7 @@
 #   - -DCMAKE_CUDA_ARCHITECTURES="${PLLM_GPU_ARCHS:-90a}": H100/H200 (set 80;90a for an A100);
 # and packed into .gpu/pllm-gpu.tar.xz (ignored by git) with what they need there:
 #   bin/     pllm, kernel_bench
-#   tests/   the GPU twins (cuda_ops_gpu, cuda_sampler_gpu, cuda_backend_gpu, cuda_flashinfer_gpu,
+#   tests/   the GPU twins (cuda_ops_gpu, cuda_fp8_gpu, cuda_sampler_gpu, cuda_backend_gpu, cuda_flashinfer_gpu,
 #            cuemu_kernels_gpu,
 #            cuemu_device_gpu) and cuda_vs_cpu_gpu (the tool tests/cuda_e2e.py drives)
 #   lib/     the shared libraries the binaries link outside glibc/libstdc++ (ldd); cuBLAS is
@@ -29,7 +29,7 @@ tok=$data/tokenizers/phi-3-mini
 [ -f "$tok/tokenizer.json" ] || { echo "pack.sh: $tok/tokenizer.json is missing (set PLLM_SHARED_DATA)" >&2; exit 2; }
 command -v nvcc >/dev/null || { echo "pack.sh: nvcc is not on PATH: the CUDA backend cannot be built" >&2; exit 2; }
 
-twins="cuda_ops_gpu cuda_sampler_gpu cuda_backend_gpu cuda_flashinfer_gpu cuemu_kernels_gpu cuemu_device_gpu"
+twins="cuda_ops_gpu cuda_fp8_gpu cuda_sampler_gpu cuda_backend_gpu cuda_flashinfer_gpu cuemu_kernels_gpu cuemu_device_gpu"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPLLM_NATIVE=OFF -DPLLM_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="${PLLM_GPU_ARCHS:-90a}" >/dev/null
 # shellcheck disable=SC2086

@@ -29,6 +29,10 @@
  *     (__expf, __fdividef, rsqrtf, ...) are computed exactly, which is within the GPU's stated
  *     error bounds of them; integer intrinsics (__popc, __clz, __ffs, __brev, min/max, ...);
  *     half/bfloat16 through the toolkit's cuda_fp16.h / cuda_bf16.h host code (exact rounding),
+ *     and FP8 (E4M3/E5M2: __nv_cvt_float_to_fp8 with its saturation modes, __nv_fp8_e4m3, ...)
+ *     through cuda_fp8.h's host code -- the same bit-level conversion the device runs (sm_89+
+ *     in one cvt.rn.satfinite instruction, earlier GPUs in that very code); tests/cuda_fp8.c
+ *     checks it against an independent reference,
  *     plus what those define for device code only: __hfma/__hfma2 (one rounding, exact),
  *     hexp/hlog/hsqrt/hrsqrt/hrcp/htanh/... and their h2 forms (computed in double, rounded
  *     once);
@@ -119,6 +123,7 @@
 #include <cuda_runtime_api.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <math.h>
 #include <stdint.h>
