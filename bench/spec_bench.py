@@ -8,7 +8,9 @@ output token throughputs.
 
 Cases (each runs `pllm bench` with --speculate off and --speculate MODE, alternately, --repeat
 times, so drift on a shared machine hits both alike; the ratio is of the mean throughputs, and
-the spread of the per-pair ratios is shown):
+the spread of the per-pair ratios is shown; the ratio of output tokens per CPU second of the
+pllm processes is printed beside it: on a machine shared with other jobs, wall time counts the
+time they held the cores, CPU time much less so):
   copy1       the copy-heavy workload, 8 requests, --max-seqs 1       target >= 2.0x
   copy16      the copy-heavy workload, 32 requests, --max-seqs 16     target >= 1.3x
   sharegpt64  ShareGPT, 128 requests, 64 output tokens each, --max-seqs 64, target >= 0.97x
@@ -33,6 +35,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -105,11 +108,15 @@ def bench(args, dataset, extra, mode):
     os.unlink(stats)
     cmd = [args.pllm, "bench", "--dataset", dataset, "-t", str(args.threads), "--speculate", mode,
            "--stats-json", stats, "-q"] + extra
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(cmd, capture_output=True, text=True)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
     if p.returncode != 0:
         sys.exit(f"spec_bench: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr}")
     js = json.load(open(stats))
     os.unlink(stats)
+    js["cpu_seconds"] = cpu_s
     return js
 
 
@@ -148,11 +155,13 @@ def main():
     for name in args.cases.split(","):
         dataset, extra = cases[name]
         offs, ons, last = [], [], None
+        cpu = {"off": [], args.mode: []}
         for i in range(args.repeat):
             order = ["off", args.mode] if i % 2 == 0 else [args.mode, "off"]
             for mode in order:
                 js = bench(args, dataset, extra, mode)
                 (offs if mode == "off" else ons).append(out_tps(js))
+                cpu[mode].append(js["total_output_tokens"] / js["cpu_seconds"])
                 if mode != "off":
                     last = js
         ratio = statistics.mean(ons) / statistics.mean(offs)
@@ -164,7 +173,8 @@ def main():
             failed.append(name)
         print(f"  {name:11s} off {statistics.mean(offs):7.1f} tok/s, {args.mode} {statistics.mean(ons):7.1f} tok/s: "
               f"ratio {ratio:.2f}x (pairs {min(pairs):.2f}..{max(pairs):.2f}; target >= {target}) "
-              f"{'ok' if ok else 'BELOW TARGET'}; drafts {c.get('spec_drafted', 0)}, accepted "
+              f"{'ok' if ok else 'BELOW TARGET'}; per CPU second (the process's, model load included; "
+              f"steadier where other jobs share the cores) {statistics.mean(cpu[args.mode]) / statistics.mean(cpu['off']):.2f}x; drafts {c.get('spec_drafted', 0)}, accepted "
               f"{100 * c.get('spec_acceptance_rate', 0):.0f}%, {c.get('tokens_per_seq_step', 0):.2f} tokens per "
               f"sequence step, {c.get('spec_steps', 0)} of {c.get('steps', 0)} steps drafting")
     if not args.keep:
