@@ -27,3 +27,6 @@ if(PLLM_GEMM_LAB) # off in the asan preset (CMakeLists.txt)
   pllm_gemm_lab_variant(pf512 GEMM_PF_DIST=512)
   pllm_gemm_lab_variant(pf2048 GEMM_PF_DIST=2048)
 endif()
+# Speculative verification step cost vs tokens (owner: engine/speculate): build/bench/spec_step_bench
+add_executable(spec_step_bench ${CMAKE_CURRENT_SOURCE_DIR}/spec_step_bench.c)
+target_link_libraries(spec_step_bench PRIVATE pllm_cpu pllm_core)

@@ -8,7 +8,9 @@ output token throughputs.
 
 Cases (each runs `pllm bench` with --speculate off and --speculate MODE, alternately, --repeat
 times, so drift on a shared machine hits both alike; the ratio is of the mean throughputs, and
-the spread of the per-pair ratios is shown):
+the spread of the per-pair ratios is shown; the ratio of output tokens per CPU second of the
+pllm processes is printed beside it: on a machine shared with other jobs, wall time counts the
+time they held the cores, CPU time much less so):
   copy1       the copy-heavy workload, 8 requests, --max-seqs 1       target >= 2.0x
   copy16      the copy-heavy workload, 32 requests, --max-seqs 16     target >= 1.3x
   sharegpt64  ShareGPT, 128 requests, 64 output tokens each, --max-seqs 64, target >= 0.97x
@@ -21,15 +23,19 @@ The copy-heavy workload (raw completion prompts, from ../shared/data, determinis
     "The same JSON, pretty-printed with an indent of 2:" and the first line of that;
   - "code rename": a ShareGPT prompt that holds code (a line with "def ", "function " or
     "class "), then "The same code with the identifier 'A' renamed to 'B':" and its first line.
-Each request generates 256 tokens (greedy, ignore_eos: pllm bench's rule; about the length of
-the text to copy), most of which the model copies from its prompt (the 135M default model drifts
-from the text now and then; prompt lookup then finds the text again a few tokens later). pllm bench reports the engine's counters; the acceptance rate and
+Each request's max_tokens is the length of its expected copy in the model's tokens (148..489,
+9228 in all, against 9959 prompt tokens; greedy, ignore_eos: pllm bench's rule), so that the
+output is the copy, whole, and nothing generated past its end; most of it the model copies from
+its prompt (the 135M default model drifts from the text now and then; prompt lookup then finds
+the text again a few tokens later). Prefill stays a large part of the time on the CPU (~30% of
+copy16's with --speculate off): a copy's prompt holds the text it copies. pllm bench reports the engine's counters; the acceptance rate and
 tokens per sequence step are printed from them.
 """
 import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -60,12 +66,14 @@ def copy_workload(n):
             new = old.upper() if old != old.upper() else old.lower()
             p = f"Original:\n{t}\n\nCopy, with the word '{old}' replaced by '{new}':\n" + " ".join(
                 words[:8]).replace(old, new)
+            target = t.replace(old, new)
         elif kind == 1:
             qs = [{"id": q["question_id"], "category": q["category"], "question": q["turns"][0]}
                   for q in mt[mi:mi + 3]]
             mi = (mi + 3) % max(1, len(mt) - 3)
             p = ("Compact JSON:\n" + json.dumps(qs, separators=(",", ":")) +
                  "\n\nThe same JSON, pretty-printed with an indent of 2:\n[\n  {")
+            target = json.dumps(qs, indent=2)
         else:
             t = code[ci % len(code)]
             ci += 1
@@ -75,8 +83,23 @@ def copy_workload(n):
             first = t.split("\n")[0]
             p = (f"Code:\n{t}\n\nThe same code with the identifier '{a}' renamed to '{b}':\n" +
                  first.replace(a, b))
-        out.append({"id": f"c{len(out)}", "prompt": p, "max_tokens": 256})
+            target = t.replace(a, b)
+        out.append({"id": f"c{len(out)}", "prompt": p, "target": target})
     return out
+
+
+def copy_lengths(pllm, targets, tmp):
+    """Tokens of each expected copy (the model's tokenizer): a request's max_tokens, so that its
+    output is the copy, the whole of it and not more (pllm bench ignores EOS)."""
+    path = os.path.join(tmp, "targets.jsonl")
+    with open(path, "w") as f:
+        for i, t in enumerate(targets):
+            f.write(json.dumps({"id": str(i), "prompt": t}) + "\n")
+    p = subprocess.run([pllm, "tokenize", "--counts-only", "--no-total", path], capture_output=True, text=True)
+    os.unlink(path)
+    if p.returncode != 0:
+        sys.exit(f"spec_bench: pllm tokenize failed ({p.returncode}):\n{p.stderr}")
+    return [json.loads(l)["n_tokens"] for l in p.stdout.splitlines() if l.strip()]
 
 
 def bench(args, dataset, extra, mode):
@@ -85,11 +108,15 @@ def bench(args, dataset, extra, mode):
     os.unlink(stats)
     cmd = [args.pllm, "bench", "--dataset", dataset, "-t", str(args.threads), "--speculate", mode,
            "--stats-json", stats, "-q"] + extra
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(cmd, capture_output=True, text=True)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
     if p.returncode != 0:
         sys.exit(f"spec_bench: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr}")
     js = json.load(open(stats))
     os.unlink(stats)
+    js["cpu_seconds"] = cpu_s
     return js
 
 
@@ -111,8 +138,11 @@ def main():
     tmp = args.keep or tempfile.mkdtemp(prefix="spec_bench")
     os.makedirs(tmp, exist_ok=True)
     copy = os.path.join(tmp, "copy.jsonl")
+    work = copy_workload(32)
+    lengths = copy_lengths(args.pllm, [r.pop("target") for r in work], tmp)
     with open(copy, "w") as f:
-        for r in copy_workload(32):
+        for r, n in zip(work, lengths):
+            r["max_tokens"] = n
             f.write(json.dumps(r) + "\n")
     cases = {
         "copy1": (copy, ["-n", "8", "--max-seqs", "1"]),
@@ -125,11 +155,13 @@ def main():
     for name in args.cases.split(","):
         dataset, extra = cases[name]
         offs, ons, last = [], [], None
+        cpu = {"off": [], args.mode: []}
         for i in range(args.repeat):
             order = ["off", args.mode] if i % 2 == 0 else [args.mode, "off"]
             for mode in order:
                 js = bench(args, dataset, extra, mode)
                 (offs if mode == "off" else ons).append(out_tps(js))
+                cpu[mode].append(js["total_output_tokens"] / js["cpu_seconds"])
                 if mode != "off":
                     last = js
         ratio = statistics.mean(ons) / statistics.mean(offs)
@@ -141,7 +173,8 @@ def main():
             failed.append(name)
         print(f"  {name:11s} off {statistics.mean(offs):7.1f} tok/s, {args.mode} {statistics.mean(ons):7.1f} tok/s: "
               f"ratio {ratio:.2f}x (pairs {min(pairs):.2f}..{max(pairs):.2f}; target >= {target}) "
-              f"{'ok' if ok else 'BELOW TARGET'}; drafts {c.get('spec_drafted', 0)}, accepted "
+              f"{'ok' if ok else 'BELOW TARGET'}; per CPU second (the process's, model load included; "
+              f"steadier where other jobs share the cores) {statistics.mean(cpu[args.mode]) / statistics.mean(cpu['off']):.2f}x; drafts {c.get('spec_drafted', 0)}, accepted "
               f"{100 * c.get('spec_acceptance_rate', 0):.0f}%, {c.get('tokens_per_seq_step', 0):.2f} tokens per "
               f"sequence step, {c.get('spec_steps', 0)} of {c.get('steps', 0)} steps drafting")
     if not args.keep:

@@ -603,6 +603,7 @@ void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out)
         pllm_spec_stats ss;
         pllm_spec_get_stats(e->spec, &ss);
         out->spec_cost_a = ss.cost_a;
+        out->spec_cost_c = ss.cost_c;
         out->spec_cost_b = ss.cost_b;
     }
 }

@@ -158,7 +158,8 @@ typedef struct pllm_engine_stats {
     int64_t decode_samples; /* sequence-steps that sampled (rows of one sequence count once) */
     int64_t decode_tokens;  /* tokens those appended: decode_tokens / decode_samples is the
                                tokens per sequence per step (1 without speculation) */
-    double spec_cost_a, spec_cost_b; /* the policy's fitted step time a + b T (auto), seconds */
+    double spec_cost_a, spec_cost_c, spec_cost_b; /* the policy's fitted step time (auto), seconds:
+                                                      a + c per sequence + b per draft */
     /* overlap (pllm_overlap_mode) */
     bool overlap;                    /* the engine overlaps steps */
     int64_t steps_overlapped;        /* steps queued while the previous one was still running */

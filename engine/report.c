@@ -414,9 +414,9 @@ void pllm_report_print(const pllm_report *r, const pllm_engine_stats *es, const 
                                      : 0.0,
                     (long long)es->spec_steps);
             if (es->spec_cost_a > 0 || es->spec_cost_b > 0)
-                fprintf(f, "%-40s %.3f ms + %.4f ms per token\n",
+                fprintf(f, "%-40s %.3f ms + %.4f ms per sequence + %.4f ms per draft\n",
                         "Speculation: fitted step time:", 1e3 * es->spec_cost_a,
-                        1e3 * es->spec_cost_b);
+                        1e3 * es->spec_cost_c, 1e3 * es->spec_cost_b);
         }
         if (es->decode_samples > 0)
             fprintf(f, "%-40s %.3f\n", "Tokens per sequence step:",

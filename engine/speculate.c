@@ -19,10 +19,12 @@ typedef struct ngram_slot {
 struct pllm_spec {
     pllm_spec_params p;
     ngram_slot *table; /* [1 << NGRAM_BITS] */
-    /* cost model: exponentially weighted sums of (T, t) */
-    double sw, sx, sy, sxx, sxy;
+    /* cost model: exponentially weighted sums over the steps of (u, d, t): u = the step's
+     * tokens that are not drafts, d = its drafts, t = its time */
+    double sw, su, sd, sy, suu, sud, sdd, suy, sdy;
     int64_t n_obs;
-    double a, b;
+    int64_t n_explore; /* steps chosen while not identified */
+    double a, c, b;
     bool fitted;     /* a and b were fitted at least once */
     bool identified; /* the recent steps' token counts vary enough to fit */
     pllm_spec_stats st;
@@ -197,31 +199,52 @@ void pllm_spec_observe_step(pllm_spec *s, int32_t n_tokens, int32_t n_samples, i
     /* only the steps the policy chooses between: decode batches and their drafts, every token
      * with its logits (a prefill token costs less: no LM head row, no sampling) */
     if (n_tokens > s->p.fit_max_tokens || n_samples != n_tokens) return;
-    double x = n_tokens, y = seconds;
-    s->sw = COST_DECAY * s->sw + 1;
-    s->sx = COST_DECAY * s->sx + x;
-    s->sy = COST_DECAY * s->sy + y;
-    s->sxx = COST_DECAY * s->sxx + x * x;
-    s->sxy = COST_DECAY * s->sxy + x * y;
+    const double u = n_tokens - n_drafts, d = n_drafts, y = seconds, f = COST_DECAY;
+    s->sw = f * s->sw + 1;
+    s->su = f * s->su + u;
+    s->sd = f * s->sd + d;
+    s->sy = f * s->sy + y;
+    s->suu = f * s->suu + u * u;
+    s->sud = f * s->sud + u * d;
+    s->sdd = f * s->sdd + d * d;
+    s->suy = f * s->suy + u * y;
+    s->sdy = f * s->sdy + d * y;
     s->n_obs++;
-    double det = s->sw * s->sxx - s->sx * s->sx;
-    /* identified while the (weighted) token counts vary by half a token or more */
-    s->identified = s->n_obs >= 3 && det >= 0.25 * s->sw * s->sw;
-    if (s->identified) {
-        double b = (s->sw * s->sxy - s->sx * s->sy) / det;
-        double a = (s->sy - b * s->sx) / s->sw;
-        double mean_t = s->sy / s->sw, mean_x = s->sx / s->sw;
-        if (b < 0) b = 0;
-        if (a < 0) { /* through the origin: all cost per token */
-            a = 0;
-            b = mean_x > 0 ? mean_t / mean_x : 0;
-        }
-        s->a = a;
-        s->b = b;
-        s->fitted = true;
-        s->st.cost_a = a;
-        s->st.cost_b = b;
+    /* weighted means and (co)variances */
+    const double w = s->sw, mu = s->su / w, md = s->sd / w, my = s->sy / w;
+    const double vuu = s->suu / w - mu * mu, vud = s->sud / w - mu * md, vdd = s->sdd / w - md * md;
+    const double cuy = s->suy / w - mu * my, cdy = s->sdy / w - md * my;
+    /* the draft cost is identified while the (weighted) draft counts vary by half a token or
+     * more; the sequences' cost while their counts do too. A sequence costs at least what a
+     * draft does (its own token, plus its context): where the sequence count did not vary, or
+     * the two-variable fit says less (noise), every token costs the same, c = b (the fit
+     * t = a + b T). */
+    s->identified = s->n_obs >= 3 && vdd >= 0.25;
+    if (!s->identified) return;
+    double c = -1, b = 0;
+    const double det = vuu * vdd - vud * vud;
+    if (vuu >= 0.25 && det > 1e-9 * vuu * vdd) {
+        c = (cuy * vdd - cdy * vud) / det;
+        b = (cdy * vuu - cuy * vud) / det;
     }
+    if (c < b) {
+        const double vtt = vuu + 2 * vud + vdd;
+        c = b = vtt > 0 ? (cuy + cdy) / vtt : 0;
+    }
+    if (b < 0) c = b = 0;
+    double a = my - c * mu - b * md;
+    if (a < 0) { /* through the origin: all cost per token */
+        a = 0;
+        const double mt = mu + md;
+        c = b = mt > 0 ? my / mt : 0;
+    }
+    s->a = a;
+    s->c = c;
+    s->b = b;
+    s->fitted = true;
+    s->st.cost_a = a;
+    s->st.cost_c = c;
+    s->st.cost_b = b;
 }
 
 void pllm_spec_observe_seq(pllm_spec *s, int32_t source, int32_t n_drafted, int32_t n_accepted)
@@ -266,15 +289,17 @@ void pllm_spec_choose(pllm_spec *s, pllm_spec_cand *c, int32_t n, int32_t base_t
         c[i].alpha = (c[i].accepted + ALPHA_PRIOR * prior) / (c[i].trials + ALPHA_PRIOR);
         c[i].next_gain = c[i].alpha;
     }
-    double G = n_decode > 0 ? n_decode : 1, a = s->a, b = s->b;
+    double G = n_decode > 0 ? n_decode : 1, a = s->a, cu = s->c, b = s->b;
     if (!s->identified) {
-        /* nothing to fit (every recent step had the same size): explore with a few drafts as if
-         * they were nearly free, which gives the next fit its spread */
+        /* nothing to fit (the recent steps' draft counts were all the same): explore with a few
+         * drafts as if they were nearly free, 0, 8, 16, 0, ... in turn, which gives the next fit
+         * its spread (a fixed count never would: every exploring step then had the same size,
+         * and the policy stayed at that count for the whole run) */
         a = 1.0;
-        b = 0.01;
-        budget = PLLM_MIN(budget, EXPLORE_DRAFTS);
+        cu = b = 0.01;
+        budget = PLLM_MIN(budget, EXPLORE_DRAFTS * (int32_t)(s->n_explore++ % 3));
     }
-    double t = a + b * base_tokens;
+    double t = a + cu * base_tokens;
     while (budget > 0) {
         int32_t best = -1;
         for (int32_t i = 0; i < n; i++)

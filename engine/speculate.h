@@ -35,16 +35,23 @@
  *     token by token.
  *
  * Policy (PLLM_SPEC_AUTO), per step, from what this run measured:
- *   - the backend's step time as a function of its tokens, t(T) = a + b T, fitted by least
+ *   - the backend's step time as a function of its tokens, t = a + c U + b D (U: the tokens
+ *     that are not drafts, i.e. the decoding sequences; D: the drafts), fitted by least
  *     squares with exponential forgetting over the steps of at most fit_max_tokens tokens
- *     that sample every token (decode steps and their drafts: b is what a draft costs);
- *     while the recent steps all had the same size (nothing to fit, e.g. the policy stopped
- *     speculating), a step explores with at most 8 drafts as if they were nearly free;
+ *     that sample every token (decode steps and their drafts: b is what a draft costs). A
+ *     sequence costs more than a draft: it brings its own context to attend over (at 16
+ *     sequences of ~500 tokens on the CPU, c ~ 7 ms and b ~ 2.4 ms), so the one-variable
+ *     fit t = a + b T that this replaces charged drafts the sequences' cost and drafted far
+ *     too little. c is fitted while the sequence counts vary, else it is part of a (the
+ *     prediction at the current batch size is the same); while the recent steps' draft counts
+ *     all were the same (nothing to fit, e.g. the policy stopped speculating), a step
+ *     explores with at most 8 drafts as if they were nearly free;
  *   - each sequence's per-draft acceptance rate alpha: its recent history (decayed), with the
  *     rate of its proposal's source (prompt lookup by match length, or the n-gram table) over
  *     the whole run as the prior, so its j-th draft is kept with probability about alpha^j.
  *   Drafts are added one at a time, most likely first, while the expected tokens per second of
- *   the step grows: adding a draft of gain g to a step of G expected tokens and time t pays
+ *   the step (from t = a + c U before drafts) grows: adding a draft of gain g to a step of G
+ *   expected tokens and time t pays
  *   when (G + g) / (t + 1.25 b) > G / t (a 25% margin on the cost). Small, memory-bound batches (b
  * small next to a) speculate deeply; large compute-bound batches (b T >> a) do not speculate at
  * all. PLLM_SPEC_PROMPT_LOOKUP always drafts up to max_draft tokens from prompt lookup.
@@ -133,7 +140,7 @@ void pllm_spec_choose(pllm_spec *s, pllm_spec_cand *c, int32_t n, int32_t base_t
 typedef struct pllm_spec_stats {
     int64_t steps_drafting; /* steps with at least one draft */
     int64_t drafted, accepted;
-    double cost_a, cost_b; /* the fitted t(T) = a + b T, seconds */
+    double cost_a, cost_c, cost_b; /* the fitted t = a + c U + b D (above), seconds */
 } pllm_spec_stats;
 
 void pllm_spec_get_stats(const pllm_spec *s, pllm_spec_stats *out);

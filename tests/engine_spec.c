@@ -132,7 +132,9 @@ static void test_proposers(void)
     }
     pllm_spec_stats st;
     pllm_spec_get_stats(s, &st);
-    CHECK(fabs(st.cost_a - 0.010) < 1e-6 && fabs(st.cost_b - 0.00005) < 1e-8);
+    /* one sequence in every step: a sequence costs what a draft does */
+    CHECK(fabs(st.cost_a - 0.010) < 1e-6 && fabs(st.cost_c - 0.00005) < 1e-8 &&
+          fabs(st.cost_b - 0.00005) < 1e-8);
     pllm_spec_cand c[64];
     c[0] = (pllm_spec_cand){.n_proposed = 5, .trials = 100, .accepted = 90};
     pllm_spec_choose(s, c, 1, 1, 1, 2048);
@@ -163,6 +165,49 @@ static void test_proposers(void)
     for (int32_t i = 0; i < 64; i++) total += c[i].k;
     CHECK(total > 64);
     pllm_spec_free(s2);
+
+    /* the CPU at 16 sequences (the fit of a copy16 run's steps, rounded): 10 ms + 7 ms per
+     * sequence (its context's attention) + 2.4 ms per draft, with batches of 8..16 sequences
+     * as requests come and go. A draft then costs ~2% of a 16-sequence step, and a sequence
+     * whose drafts are nearly all kept (alpha 0.95) gets several. The one-variable fit
+     * t = a + b T that this replaced sees 49 ms + 3.1 ms per token here and gives ~2 drafts
+     * each (the checks below fail with it). */
+    pllm_spec *s4 = NULL;
+    sp.max_draft = 8;
+    CHECK_OK(pllm_spec_init(&s4, &sp));
+    for (int i = 0; s4 && i < 200; i++) {
+        int32_t S = 8 + (i * 5) % 9, D = (i * 7) % 23;
+        pllm_spec_observe_step(s4, S + D, S + D, D, 0.010 + 0.007 * S + 0.0024 * D);
+    }
+    if (s4) {
+        pllm_spec_get_stats(s4, &st);
+        CHECK(fabs(st.cost_a - 0.010) < 1e-6 && fabs(st.cost_c - 0.007) < 1e-7 &&
+              fabs(st.cost_b - 0.0024) < 1e-7);
+        for (int32_t i = 0; i < 16; i++)
+            c[i] = (pllm_spec_cand){.n_proposed = 8, .trials = 1000, .accepted = 950};
+        pllm_spec_choose(s4, c, 16, 16, 16, 2048);
+        for (int32_t i = 0; i < 16; i++) CHECK(c[i].k >= 4);
+    }
+    pllm_spec_free(s4);
+
+    /* a fresh policy explores until its fit is identified: the steps it runs (16 sequences, a
+     * draft costing 2.4 ms) must give the fit its spread. Exploring with the same draft count
+     * every step never did (cost_b stayed 0 and a copy16 run drafted 8 tokens a step). */
+    pllm_spec *s5 = NULL;
+    CHECK_OK(pllm_spec_init(&s5, &sp));
+    for (int step = 0; s5 && step < 12; step++) {
+        for (int32_t i = 0; i < 16; i++)
+            c[i] = (pllm_spec_cand){.n_proposed = 8, .trials = 1000, .accepted = 950};
+        pllm_spec_choose(s5, c, 16, 16, 16, 2048);
+        int32_t D = 0;
+        for (int32_t i = 0; i < 16; i++) D += c[i].k;
+        pllm_spec_observe_step(s5, 16 + D, 16 + D, D, 0.120 + 0.0024 * D);
+    }
+    if (s5) {
+        pllm_spec_get_stats(s5, &st);
+        CHECK(fabs(st.cost_b - 0.0024) < 1e-7);
+    }
+    pllm_spec_free(s5);
 
     /* prompt-lookup mode takes every proposal within the budget */
     pllm_spec *s3 = NULL;
