@@ -5,6 +5,7 @@
 #
 #     bench/gpu/pack.sh                      here: build for the GPU machine, pack into .gpu/
 #     bench/gpu/check.sh [PACK]              there, from the checkout's root (PACK: .gpu/pllm-gpu.tar.xz)
+#     PLLM_CHECK_PARTS=1 bench/gpu/check.sh  phase 1 only (correctness); =2: the figures only
 #
 # With the device tool: run(command="bench/gpu/check.sh", carry=[".gpu"], timeout_s=590).
 # It needs the CUDA driver, compute-sanitizer, python3 with numpy, PyTorch and transformers (the
@@ -36,6 +37,8 @@
 # Output: a PASS/FAIL line per check, the figures, the verdict last; every log in
 # $OUT/check-logs.tar.gz (the device tool brings $OUT back) or /tmp/pllm-check/logs.
 # Exit: 0 every check passed; 1 one failed; 2 the pack is missing; 77 no GPU here.
+# PLLM_CHECK_PARTS="1" or "2" runs one phase only (default "1 2"): with the device tool's 600 s
+# per call, two calls (PLLM_CHECK_PARTS=1, then 2) leave room to read a failure and rerun a part.
 # PLLM_CHECK_SHAPE=tiny runs the end-to-end part on the tiny shape instead of 7b (a dry run of the
 # script itself).
 set -u
@@ -62,6 +65,7 @@ CS=$(command -v compute-sanitizer || find /usr/local/cuda*/bin /opt -name comput
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | sed 's/^/gpu: /'
 echo "pack: commit $(cat "$P/COMMIT"), cuBLAS ${cublas:-not found}, compute-sanitizer ${CS:-not found}"
 fails=0
+want() { case " ${PLLM_CHECK_PARTS:-1 2} " in *" $1 "*) return 0 ;; esac; return 1; }
 verdict() { # NAME OK(0/1) DETAIL
     if [ "$2" = 0 ]; then el "PASS $1: $3"; else el "FAIL $1: $3"; fails=$((fails + 1)); fi
 }
@@ -73,8 +77,13 @@ printf '%s\n' '{"id": "a", "prompt": "The capital of France is"}' \
     '{"id": "d", "prompt": "Once upon a time", "temperature": 0.8, "top_p": 0.9, "seed": 5}' >"$W/prompts.jsonl"
 python3 bench/gpu/mkmodel.py "$W/tiny" tiny "$P/tokenizer" >"$L/mkmodel-tiny.log" 2>&1
 python3 bench/gpu/mkmodel.py "$W/smol" smollm2 "$P/tokenizer" >"$L/mkmodel-smol.log" 2>&1
-python3 bench/gpu/mkmodel.py /dev/shm/pllm-7b "${PLLM_CHECK_SHAPE:-7b}" "$P/tokenizer" >"$L/mkmodel-7b.log" 2>&1 &
-mk7=$!
+mk7=
+if want 2; then
+    python3 bench/gpu/mkmodel.py /dev/shm/pllm-7b "${PLLM_CHECK_SHAPE:-7b}" "$P/tokenizer" >"$L/mkmodel-7b.log" 2>&1 &
+    mk7=$!
+fi
+# phase 1 (not indented, to keep the history readable)
+if want 1; then
 (for t in cuemu_device_gpu cuemu_kernels_gpu cuda_ops_gpu cuda_fp8_gpu cuda_sampler_gpu cuda_backend_gpu cuda_flashinfer_gpu; do
     timeout 120 "$P/tests/$t" >"$L/$t.log" 2>&1
     echo "$t $?" >>"$L/twins.rc"
@@ -137,7 +146,10 @@ else
     verdict compute-sanitizer 1 "not found on this machine"
 fi
 
+fi # phase 1
+
 # ---- phase 2: figures ---------------------------------------------------------------------
+if want 2; then # (not indented)
 for d in llama3-8b smollm2-135m; do
     timeout 90 "$P/bin/kernel_bench" --dims $d --json "$L/kernels-$d.json" >"$L/kernels-$d.txt" 2>&1
     verdict "kernel_bench $d" $? "$(grep -c . "$L/kernels-$d.txt") lines"
@@ -226,6 +238,7 @@ except Exception as e:  # the figures above still stand
     print(f"ratio: not computed ({e})")
 EOF
 rm -rf /dev/shm/pllm-7b
+fi # phase 2
 if [ -n "${OUT:-}" ]; then tar -czf "$OUT/check-logs.tar.gz" -C "$W" logs; fi
 if [ $fails = 0 ]; then el "VERDICT: PASS (every check above)"; exit 0; fi
 el "VERDICT: FAIL ($fails checks failed; logs in ${OUT:+\$OUT/check-logs.tar.gz or }$L)"
