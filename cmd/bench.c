@@ -287,6 +287,23 @@ static int bench_feed(const bench_cmd *b, const cmd_runtime *rt, int32_t max_len
 }
 
 /* The warmup and the measured runs: 0, 3 or 130 (message printed). */
+/* Whether two runs' engine counters agree: every count, not the timings (the overlapped step
+ * wall and device times, the speculation policy's fitted costs), nor struct padding. A counter
+ * added to pllm_engine_stats belongs here. */
+static bool same_counters(const pllm_engine_stats *a, const pllm_engine_stats *b)
+{
+#define SAME(f) (a->f == b->f)
+    return SAME(steps) && SAME(preemptions) && SAME(prompt_tokens) &&
+           SAME(prompt_tokens_computed) && SAME(prompt_tokens_cached) && SAME(output_tokens) &&
+           SAME(requests_finished) && SAME(requests_failed) && SAME(peak_blocks_used) &&
+           SAME(blocks_used) && SAME(n_blocks) && SAME(block_size) && SAME(spec_steps) &&
+           SAME(spec_drafted) && SAME(spec_accepted) && SAME(decode_samples) &&
+           SAME(decode_tokens) && SAME(overlap) && SAME(steps_overlapped) && SAME(steps_sync) &&
+           SAME(sync_penalties) && SAME(sync_speculation) && SAME(wasted_slots) &&
+           SAME(pending_penalty_samples);
+#undef SAME
+}
+
 static int bench_step(const bench_cmd *b, const cmd_runtime *rt, const bench_workload *w,
                       volatile sig_atomic_t *interrupted, cmd_plot *plot, bench_result *res)
 {
@@ -329,7 +346,7 @@ static int bench_step(const bench_cmd *b, const cmd_runtime *rt, const bench_wor
                 es.requests_failed != res->es0.requests_failed ||
                 plan.grouped != res->plan0.grouped)
                 res->deterministic = false;
-        } else if (memcmp(&es, &res->es0, sizeof es) != 0 ||
+        } else if (!same_counters(&es, &res->es0) ||
                    plan.blocks_computed != res->plan0.blocks_computed ||
                    plan.blocks_recomputed != res->plan0.blocks_recomputed ||
                    plan.grouped != res->plan0.grouped) {
