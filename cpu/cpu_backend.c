@@ -847,8 +847,7 @@ static pllm_status resolve_histories(cpu_ctx *c, const pllm_batch_plan *plan, pl
     for (int32_t s = 0; s < plan->n_samples; s++) {
         const pllm_sample_req *r = &plan->samples[s];
         const pllm_sampling_params *sp = r->params;
-        const bool reads = sp && (sp->repetition_penalty != 1.0f || sp->frequency_penalty != 0.0f ||
-                                  sp->presence_penalty != 0.0f);
+        const bool reads = sp && pllm_sampling_reads_history(sp);
         if (reads && pllm_backend_pending_history(plan, s) >= 0) {
             need += r->ctx.n_output;
             any = true;
@@ -866,8 +865,7 @@ static pllm_status resolve_histories(cpu_ctx *c, const pllm_batch_plan *plan, pl
     for (int32_t s = 0, at = 0; s < plan->n_samples; s++) {
         pllm_sample_req *r = &c->samp_buf[s];
         const pllm_sampling_params *sp = r->params;
-        const bool reads = sp && (sp->repetition_penalty != 1.0f || sp->frequency_penalty != 0.0f ||
-                                  sp->presence_penalty != 0.0f);
+        const bool reads = sp && pllm_sampling_reads_history(sp);
         const int32_t i = reads ? pllm_backend_pending_history(plan, s) : -1;
         if (i < 0) continue;
         int32_t *h = c->hist_buf + at;

@@ -462,9 +462,7 @@ typedef struct step_shape {
 /* Whether a sample's packed record holds its output ids (penalties; sample_pack.c's rule). */
 static bool reads_history(const pllm_sample_req *r)
 {
-    const pllm_sampling_params *p = r->params;
-    return r->ctx.n_output > 0 && (p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
-                                   p->presence_penalty != 0.0f);
+    return r->ctx.n_output > 0 && pllm_sampling_reads_history(r->params);
 }
 
 /* Work-list counts, the split, FlashInfer's eligibility and the layout of plan p. */

@@ -660,14 +660,6 @@ void pllm_engine_get_plan_stats(const pllm_engine *e, pllm_engine_plan_stats *ou
 
 /* ---- one step ---- */
 
-/* Whether sampling with p reads the token history (penalties): the backend resolves a pending
- * last entry (backend.h: PLLM_TOKEN_PENDING), or, where it cannot, the step waits. */
-static bool reads_history(const pllm_sampling_params *p)
-{
-    return p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
-           p->presence_penalty != 0.0f;
-}
-
 /* The flat plan of step s's entries (entries whose request finished meanwhile are left out). A
  * request's placeholder (r->pending) becomes a token_src naming the in-flight step's row. */
 static pllm_status build_plan(pllm_engine *e, eng_step *s, pllm_batch_plan *plan, int32_t *top_n)
@@ -717,7 +709,7 @@ static pllm_status build_plan(pllm_engine *e, eng_step *s, pllm_batch_plan *plan
                 int32_t n_out = pllm_req_n_output(r) + j;
                 bool ban = n_out < r->params.min_tokens;
                 PLLM_ASSERT(ns < e->cap_samples);
-                if (r->pending && reads_history(&r->sampling)) {
+                if (r->pending && pllm_sampling_reads_history(&r->sampling)) {
                     PLLM_ASSERT(!e->backend->iface->no_pending_history);
                     e->stats.pending_penalty_samples++;
                 }
@@ -1037,7 +1029,8 @@ static bool needs_history(const pllm_engine *e, const eng_step *s)
     if (e->fly < 0 || !e->backend->iface->no_pending_history) return false;
     for (int32_t i = 0; i < s->o.n_entries; i++) {
         const pllm_sched_entry *en = &s->o.entries[i];
-        if (en->sample && en->req && en->req->pending && reads_history(&en->req->sampling))
+        if (en->sample && en->req && en->req->pending &&
+            pllm_sampling_reads_history(&en->req->sampling))
             return true;
     }
     return false;

@@ -207,6 +207,12 @@ void pllm_sampling_defaults(pllm_sampling_params *p)
     p->logprobs = 0;
 }
 
+bool pllm_sampling_reads_history(const pllm_sampling_params *p)
+{
+    return p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
+           p->presence_penalty != 0.0f;
+}
+
 pllm_status pllm_sampling_validate(const pllm_sampling_params *p)
 {
     if (!(p->temperature >= 0.0f && p->temperature <= FLT_MAX))

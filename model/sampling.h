@@ -85,6 +85,8 @@ typedef struct pllm_sampling_params {
 void pllm_sampling_defaults(pllm_sampling_params *p);
 /* Validate; on error the message names the field ("temperature must be >= 0, got -1"). */
 pllm_status pllm_sampling_validate(const pllm_sampling_params *p);
+/* Whether sampling with p reads the token history (a repetition, presence or frequency penalty). */
+bool pllm_sampling_reads_history(const pllm_sampling_params *p);
 
 /* What the sampler needs to know about the sequence besides its logits. */
 typedef struct pllm_sample_ctx {
