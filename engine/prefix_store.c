@@ -274,6 +274,9 @@ static void scan_and_trim(pllm_prefix_store *s, size_t target)
     dir_entry *es = NULL;
     size_t n = 0, cap = 0, total = 0;
     time_t now = time(NULL);
+    /* <0: every temporary file, without comparing clocks (a file's mtime may be a tick ahead
+     * of time(NULL): kernels with fine-grained file timestamps read a finer clock) */
+    bool all_stale = s->p.stale_seconds < 0;
     int32_t stale = s->p.stale_seconds == 0 ? 600 : PLLM_MAX(s->p.stale_seconds, 0);
     for (struct dirent *de; d && (de = readdir(d));) {
         bool tmp = strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0;
@@ -282,7 +285,7 @@ static void scan_and_trim(pllm_prefix_store *s, size_t target)
         if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
             continue;
         if (tmp) {
-            if (now - sb.st_mtime >= stale) unlinkat(dirfd(d), de->d_name, 0);
+            if (all_stale || now - sb.st_mtime >= stale) unlinkat(dirfd(d), de->d_name, 0);
             continue;
         }
         if (n == cap) {

@@ -102,7 +102,7 @@ typedef struct pllm_prefix_store_params {
     int32_t block_size;       /* tokens per block */
     size_t raw_bytes;         /* KV bytes of one block */
     int zstd_level;           /* 0: 1 (fast) */
-    int32_t stale_seconds;    /* temporary files older than this are removed; 0: 600, <0: 0 */
+    int32_t stale_seconds;    /* temporary files older than this are removed; 0: 600, <0: all */
     pllm_prefix_warn_fn warn; /* corrupt entries, write failures; NULL: stderr */
     void *warn_arg;
     /* tests: called after half of an entry's bytes are in its temporary file (to kill the
