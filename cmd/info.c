@@ -179,12 +179,12 @@ static void print_human(const json_t *j, bool show_template)
     const json_t *ex = G(m, "experts");
     if (json_is_object(ex)) { /* mixture of experts */
         printf("%-20s %lld, %lld per token (softmax, top-k%s), expert FFN %lld%s, in %zu of %lld "
-               "layers; %.2fM active parameters\n",
+               "layers; %.2fM active parameters; expert tensors %s\n",
                "experts:", I(ex, "count"), I(ex, "used"),
                json_is_true(G(ex, "norm_topk_prob")) ? ", renormalized" : "", I(ex, "ff_length"),
                I(ex, "shared_experts") ? " + a shared expert (sigmoid-gated)" : "",
                json_array_size(G(ex, "layers")), I(m, "n_layer"),
-               (double)json_integer_value(G(j, "active_parameters")) / 1e6);
+               (double)json_integer_value(G(j, "active_parameters")) / 1e6, S(G(ex, "layout")));
     }
     const json_t *t = G(j, "tokenizer");
     if (json_is_true(G(t, "loaded"))) {

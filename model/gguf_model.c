@@ -379,6 +379,13 @@ static pllm_status read_config(loader *L)
     return PLLM_OK;
 }
 
+/* m->expert_layout (model.h) after a layer's projection read in layout (static). */
+static void note_layout(pllm_model *m, const char *layout)
+{
+    m->expert_layout =
+        !m->expert_layout || strcmp(m->expert_layout, layout) == 0 ? layout : "mixed";
+}
+
 /* Layer i's experts: the router ffn_gate_inp, then either the stacked ffn_{gate,up,down}_exps
  * (3-D, ne = [cols, rows, n_expert]: expert e's matrix is the e-th slab) or the older Mixtral
  * files' per-expert ffn_{gate,up,down}.E.weight. Shared-expert tensors are refused. */
@@ -430,6 +437,7 @@ static pllm_status load_experts(loader *L, int32_t i, pllm_layer_weights *l)
                                        L->g->path, (int)i, kinds[k], name);
                 PLLM_TRY(load_matrix(L, name, rows, cols, &dst[e]));
             }
+            note_layout(m, "per-expert");
             continue;
         }
         if (t->n_dims != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n)
@@ -453,6 +461,7 @@ static pllm_status load_experts(loader *L, int32_t i, pllm_layer_weights *l)
                                    .row_bytes = rb,
                                    .name = t->name};
         m->weight_bytes += t->nbytes;
+        note_layout(m, "stacked");
     }
     return PLLM_OK;
 }

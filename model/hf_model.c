@@ -15,6 +15,7 @@ typedef struct hf_loader {
     const char *index_path;
     size_t f32_used, f32_cap;
     const pllm_hf_config *hc;
+    int32_t n_fused, n_per_expert; /* expert layers read in each layout */
 } hf_loader;
 
 /* Rows [r0, r0 + n) of a matrix: a view (a fused projection's part). */
@@ -210,16 +211,129 @@ static float round_to(float x, pllm_dtype dt)
     return x;
 }
 
-/* Layer i's router and experts (hf_model.h: Qwen3-MoE's or Mixtral's names). */
+/* The file messages about the directory's tensors name: the index, or the single file. */
+static const char *weights_path(const hf_loader *L)
+{
+    return L->index_path ? L->index_path : L->m->hf->files[0]->path;
+}
+
+/* Expert e's rows [r0, r0 + n) of a fused [n_expert, rows, cols] tensor t: a 2-D view. */
+static pllm_tensor expert_view(const pllm_st_tensor *t, int64_t e, int64_t r0, int64_t n)
+{
+    const int64_t rows = t->shape[1], cols = t->shape[2];
+    const size_t rb = pllm_dtype_row_bytes(t->dtype, cols);
+    return (pllm_tensor){.data = (const uint8_t *)t->data +
+                                 ((size_t)e * (size_t)rows + (size_t)r0) * rb,
+                         .dtype = t->dtype,
+                         .n_rows = n,
+                         .n_cols = cols,
+                         .row_bytes = rb,
+                         .name = t->name};
+}
+
+/* Check a fused expert tensor of transformers 5 against [n_expert, rows, cols]; the messages
+ * say what the shape looks like instead (another expert count, one half only, transposed). */
+static pllm_status check_fused(hf_loader *L, const pllm_safetensors *s, const pllm_st_tensor *t,
+                               int64_t rows, int64_t cols, int64_t half_rows)
+{
+    const pllm_model_config *c = &L->m->cfg;
+    char sh[128];
+    shape_str(sh, sizeof sh, t);
+    const char *fld = L->hc->mixtral ? "num_local_experts" : "num_experts";
+    const char *what = half_rows ? "[num_experts, 2 * ff, hidden] (gate rows, then up rows)"
+                                 : "[num_experts, hidden, ff]";
+    if (t->n_dims != 3)
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: tensor '%s' (header entry at byte offset %zu) has shape %s: the "
+                           "fused experts of transformers 5 are 3-D, %s = [%d, %lld, %lld]",
+                           s->path, t->name, t->entry_offset, sh, what, (int)c->n_expert,
+                           (long long)rows, (long long)cols);
+    if (t->shape[0] != c->n_expert)
+        return pllm_errorf(PLLM_ERR_FORMAT,
+                           "%s: tensor '%s' (header entry at byte offset %zu) has shape %s: %lld "
+                           "experts, but config.json has %s = %d",
+                           s->path, t->name, t->entry_offset, sh, (long long)t->shape[0], fld,
+                           (int)c->n_expert);
+    if (t->shape[1] == rows && t->shape[2] == cols) return check_dtype(s, t);
+    const char *hint = "";
+    if (half_rows && t->shape[1] == half_rows && t->shape[2] == cols)
+        hint = ": one half only (gate_up_proj holds the gate rows and the up rows of each expert)";
+    else if (t->shape[1] == cols && t->shape[2] == rows)
+        hint = ": transposed ([experts, in, out], as gpt-oss stores its experts), which "
+               "transformers 5 does not write for this model_type and pllm does not read";
+    return pllm_errorf(PLLM_ERR_FORMAT,
+                       "%s: tensor '%s' (header entry at byte offset %zu) has shape %s but "
+                       "config.json needs %s = [%d, %lld, %lld]%s",
+                       s->path, t->name, t->entry_offset, sh, what, (int)c->n_expert,
+                       (long long)rows, (long long)cols, hint);
+}
+
+/* Layer i's router and experts (hf_model.h: Qwen3-MoE's, Qwen2-MoE's or Mixtral's names, per
+ * expert or fused as transformers 5 saves them). */
 static pllm_status load_experts(hf_loader *L, int32_t i, pllm_layer_weights *l)
 {
     pllm_model *m = L->m;
     const pllm_model_config *c = &m->cfg;
     const int32_t n = c->n_expert;
     const bool mx = L->hc->mixtral;
+    char name[192], gu_name[160], dn_name[160];
+    snprintf(gu_name, sizeof gu_name, "model.layers.%d.mlp.experts.gate_up_proj", (int)i);
+    snprintf(dn_name, sizeof dn_name, "model.layers.%d.mlp.experts.down_proj", (int)i);
+    const pllm_st_tensor *gu, *dn;
+    const pllm_safetensors *gs = NULL, *ds = NULL;
+    PLLM_TRY(find(L, gu_name, false, &gu, &gs));
+    PLLM_TRY(find(L, dn_name, false, &dn, &ds));
+    const bool fused = gu || dn;
+    /* per expert: Mixtral's block_sparse_moe.experts.E.w1/w3/w2, else mlp.experts.E.*_proj */
     const char *blk = mx ? "block_sparse_moe" : "mlp";
-    char name[192];
-    snprintf(name, sizeof name, "model.layers.%d.%s.gate.weight", (int)i, blk);
+    static const char *const qn[3] = {"gate_proj", "up_proj", "down_proj"}, *const mn[3] = {
+                                                                                "w1", "w3", "w2"};
+    if (fused) { /* no per-expert tensor of this layer may be there as well */
+        for (int k = 0; k < 3; k++)
+            for (int32_t e = 0; e < n; e++) {
+                const pllm_st_tensor *t;
+                const pllm_safetensors *s;
+                snprintf(name, sizeof name, "model.layers.%d.%s.experts.%d.%s.weight", (int)i, blk,
+                         (int)e, mx ? mn[k] : qn[k]);
+                PLLM_TRY(find(L, name, false, &t, &s));
+                if (t)
+                    return pllm_errorf(
+                        PLLM_ERR_FORMAT,
+                        "%s: layer %d mixes the per-expert tensor '%s' with the fused '%s' of "
+                        "transformers 5: a layer's experts must be in one layout",
+                        s->path, (int)i, name, gu ? gu_name : dn_name);
+            }
+        if (!gu || !dn)
+            return pllm_errorf(PLLM_ERR_NOT_FOUND,
+                               "%s: missing tensor '%s': the fused experts of transformers 5 need "
+                               "it with '%s' (present in %s)",
+                               weights_path(L), gu ? dn_name : gu_name, gu ? gu_name : dn_name,
+                               (gu ? gs : ds)->path);
+    } else { /* neither layout: name both */
+        const pllm_st_tensor *t;
+        const pllm_safetensors *s;
+        snprintf(name, sizeof name, "model.layers.%d.%s.experts.0.%s.weight", (int)i, blk,
+                 mx ? mn[0] : qn[0]);
+        PLLM_TRY(find(L, name, false, &t, &s));
+        if (!t)
+            return pllm_errorf(PLLM_ERR_NOT_FOUND,
+                               "%s: layer %d has no experts: missing tensor '%s' (one tensor per "
+                               "expert) and '%s' (the fused experts of transformers 5)",
+                               weights_path(L), (int)i, name, gu_name);
+    }
+    /* the router: transformers 5 renames Mixtral's block_sparse_moe.gate to mlp.gate */
+    snprintf(name, sizeof name, "model.layers.%d.%s.gate.weight", (int)i,
+             mx && !fused ? "block_sparse_moe" : "mlp");
+    if (mx && fused) {
+        const pllm_st_tensor *t;
+        const pllm_safetensors *s;
+        PLLM_TRY(find(L, name, false, &t, &s));
+        if (!t)
+            return pllm_errorf(PLLM_ERR_NOT_FOUND,
+                               "%s: missing tensor '%s' (with fused experts, transformers 5 "
+                               "names Mixtral's router mlp.gate, not block_sparse_moe.gate)",
+                               weights_path(L), name);
+    }
     PLLM_TRY(load_matrix(L, name, n, c->n_embd, &l->router));
     if (c->n_ff_shexp) { /* Qwen2-MoE: the shared expert, and its gate [1, hidden] as float32 */
         pllm_tensor g;
@@ -230,11 +344,10 @@ static pllm_status load_experts(hf_loader *L, int32_t i, pllm_layer_weights *l)
         pllm_dequantize_row(dst, g.data, g.dtype, c->n_embd);
         L->f32_used += (size_t)c->n_embd;
         l->shexp_inp = dst;
-        static const char *const sn[3] = {"gate_proj", "up_proj", "down_proj"};
         pllm_tensor *st[3] = {&l->shexp_gate_w, &l->shexp_up, &l->shexp_down};
         for (int k = 0; k < 3; k++) {
             snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert.%s.weight", (int)i,
-                     sn[k]);
+                     qn[k]);
             PLLM_TRY(load_matrix(L, name, k == 2 ? c->n_embd : c->n_ff_shexp,
                                  k == 2 ? c->n_ff_shexp : c->n_embd, st[k]));
         }
@@ -243,8 +356,19 @@ static pllm_status load_experts(hf_loader *L, int32_t i, pllm_layer_weights *l)
     l->exp_gate = ts;
     l->exp_up = ts + n;
     l->exp_down = ts + 2 * n;
-    static const char *const qn[3] = {"gate_proj", "up_proj", "down_proj"}, *const mn[3] = {
-                                                                                "w1", "w3", "w2"};
+    if (fused) { /* views into the mapping: expert e's gate rows, up rows, down matrix */
+        const int64_t F = c->n_ff_exp, H = c->n_embd;
+        PLLM_TRY(check_fused(L, gs, gu, 2 * F, H, F));
+        PLLM_TRY(check_fused(L, ds, dn, H, F, 0));
+        for (int32_t e = 0; e < n; e++) {
+            ts[e] = expert_view(gu, e, 0, F);
+            ts[n + e] = expert_view(gu, e, F, F);
+            ts[2 * n + e] = expert_view(dn, e, 0, H);
+        }
+        m->weight_bytes += gu->nbytes + dn->nbytes;
+        L->n_fused++;
+        return PLLM_OK;
+    }
     for (int k = 0; k < 3; k++)
         for (int32_t e = 0; e < n; e++) {
             snprintf(name, sizeof name, "model.layers.%d.%s.experts.%d.%s.weight", (int)i, blk,
@@ -252,6 +376,7 @@ static pllm_status load_experts(hf_loader *L, int32_t i, pllm_layer_weights *l)
             PLLM_TRY(load_matrix(L, name, k == 2 ? c->n_embd : c->n_ff_exp,
                                  k == 2 ? c->n_ff_exp : c->n_embd, &ts[(size_t)k * (size_t)n + e]));
         }
+    L->n_per_expert++;
     return PLLM_OK;
 }
 
@@ -372,6 +497,8 @@ static pllm_status load_weights(hf_loader *L)
             PLLM_TRY(load_matrix(L, NAME("mlp.down_proj.weight"), c->n_embd, c->n_ff, &l->w_down));
 #undef NAME
     }
+    if (L->n_fused || L->n_per_expert)
+        m->expert_layout = !L->n_per_expert ? "fused" : !L->n_fused ? "per-expert" : "mixed";
     if (c->arch == PLLM_ARCH_GEMMA3) /* Gemma3RMSNorm multiplies by (1 + w): every norm vector */
         for (size_t i = 0; i < L->f32_used; i++) m->owned_f32[i] += 1.0f;
     if (c->rope_scaling == PLLM_ROPE_SCALING_LLAMA3) {

@@ -18,6 +18,20 @@
  *     model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight
  *   experts (MixtralForCausalLM): model.layers.N.block_sparse_moe.gate.weight,
  *     model.layers.N.block_sparse_moe.experts.E.{w1,w3,w2}.weight (gate, up, down)
+ *   experts, fused as transformers 5 saves them (its conversion_mapping.py for qwen2_moe,
+ *     qwen3_moe and mixtral, read backwards: MergeModulelist(dim=0) stacks the experts,
+ *     Concatenate(dim=1) joins gate and up; MixtralExperts / Qwen2MoeExperts hold them as
+ *     parameters without a .weight suffix), any of the three model types:
+ *     model.layers.N.mlp.gate.weight [n_expert, hidden] (Mixtral's router renamed),
+ *     model.layers.N.mlp.experts.gate_up_proj [n_expert, 2 * ff, hidden]: expert e's gate rows
+ *       [0, ff), then its up rows [ff, 2 ff) (nn.Linear's [out, in] per expert, no transpose),
+ *     model.layers.N.mlp.experts.down_proj [n_expert, hidden, ff];
+ *     Qwen2-MoE's shared expert keeps its names. Each expert's matrices are views into the
+ *     mapping. The layout is chosen per layer; a layer holding both, or a fused tensor of another
+ *     shape (expert count, one half, transposed [n_expert, in, out]) is a load error. (Where
+ *     hidden == 2 ff a transposed gate_up_proj has the very shape expected and cannot be told
+ *     apart; transformers 5 writes these model types untransposed: is_transposed=False, the
+ *     default of its use_experts_implementation.)
  * Other tensors in the files are ignored. Matrices stay in the mapping (F32, F16 or BF16);
  * vectors are converted to float32 into the model's owned store. Q/K are used unpermuted
  * with NEOX rotation.

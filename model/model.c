@@ -209,7 +209,8 @@ pllm_status pllm_model_describe(const pllm_model *m, pllm_buf *out)
              jset(ex, "ff_length", json_integer(c->n_ff_exp)) &&
              jset(ex, "norm_topk_prob", json_boolean(c->moe_norm_topk)) &&
              jset(ex, "gating", json_string("softmax")) &&
-             jset(ex, "shared_experts", json_integer(c->n_ff_shexp ? 1 : 0));
+             jset(ex, "shared_experts", json_integer(c->n_ff_shexp ? 1 : 0)) &&
+             jset(ex, "layout", json_string(m->expert_layout ? m->expert_layout : ""));
         if (ok && c->n_ff_shexp) ok = jset(ex, "shared_ff_length", json_integer(c->n_ff_shexp));
         jattach(ex, "layers", &ml, &ok);
         jattach(o, "experts", &ex, &ok);

@@ -229,6 +229,11 @@ typedef struct pllm_model {
     pllm_hf_files *hf;         /* owned; NULL for GGUF */
     float *owned_f32;          /* backing store of the converted vectors */
     pllm_tensor *owned_experts; /* backing store of the layers' exp_gate/exp_up/exp_down views */
+    /* static; NULL without experts: how the files hold them. HF: "per-expert" (one tensor per
+     * expert and projection), "fused" (transformers 5: mlp.experts.gate_up_proj/down_proj of
+     * every expert), "mixed" (some layers each way). GGUF: "stacked" (ffn_*_exps),
+     * "per-expert" (older Mixtral files), "mixed". */
+    const char *expert_layout;
 } pllm_model;
 
 /* Whether layer l is a mixture-of-experts layer (see pllm_model_config). */

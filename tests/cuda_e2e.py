@@ -135,6 +135,14 @@ def random_runs(tmp):
                  + ([] if SANITIZE else ["--engine"])))
     runs.append((os.path.join(hf, "qwen2moe-bf16.gguf"), ["--kv", "f16", "--seed", "113"]))
     runs.append((os.path.join(hf, "mixtral-f16-perexpert.gguf"), ["--kv", "f16", "--seed", "107"]))
+    # the fused experts of transformers 5 (mlp.experts.gate_up_proj / down_proj, sliced per expert
+    # at load): Qwen3-MoE BF16 shards in the production setting, Qwen2-MoE and Mixtral F32, and
+    # Mixtral's F16 shards through the engine
+    runs.append((os.path.join(hf, "qwen3moe-hf-bf16-sharded-fused"), ["--kv", "f16", "--seed", "127"]))
+    runs.append((os.path.join(hf, "qwen2moe-hf-f32-fused"), ["--weights", "f32", "--kv", "f32", "--seed", "131"]))
+    runs.append((os.path.join(hf, "mixtral-hf-f32-fused"), ["--weights", "f32", "--kv", "f32", "--seed", "137"]))
+    runs.append((os.path.join(hf, "mixtral-hf-f16-sharded-fused"), ["--kv", "f16", "--seed", "139"]
+                 + ([] if SANITIZE else ["--engine"])))
     # sampling (temperature, top-k/p, min-p, penalties, bans, logprobs) through graphs and eager steps
     for m in (models[0], next(m for m in models if m["shape"] == "qwen2" and m["dtype"] == "Q4_1")):
         runs.append((m["path"], ["--weights", "f32", "--kv", "f32", "--sample", "--prompts", "6", "--gen", "8",

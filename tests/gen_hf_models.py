@@ -5,9 +5,11 @@
 
 One set of float32 weights per spec (Hugging Face naming and layout, [out, in] matrices, Q/K
 unpermuted), written as:
-  hf-<dtype>[-sharded]   config.json, optional generation_config.json, model.safetensors or
+  hf-<dtype>[-sharded][-fused]
+                         config.json, optional generation_config.json, model.safetensors or
                          model-0000i-of-0000n.safetensors + model.safetensors.index.json;
-                         F32, F16 or BF16 (BF16 by round-to-nearest-even, as torch does)
+                         F32, F16 or BF16 (BF16 by round-to-nearest-even, as torch does);
+                         -fused: the experts as transformers 5 saves them (fuse_experts)
   <name>.gguf            the same weights (the same rounded values) as llama.cpp's
                          convert_hf_to_gguf.py lays them out: llama/mistral Q and K rows
                          permuted per head (row 2i+j of a head <- HF row j*d/2 + i, so that
@@ -138,6 +140,13 @@ OUTPUTS = [
     ("mixtral", "hf", dict(dtype="F32")),
     ("mixtral", "gguf", dict(dtype="F32")),
     ("mixtral", "gguf", dict(dtype="F16", per_expert=True)),
+    # transformers 5's fused experts (fuse_experts below), each beside its per-expert twin
+    ("qwen3moe", "hf", dict(dtype="F32", fused=True)),
+    ("qwen3moe", "hf", dict(dtype="BF16", shards=2, fused=True)),
+    ("qwen2moe", "hf", dict(dtype="F32", fused=True)),
+    ("mixtral", "hf", dict(dtype="F32", fused=True)),
+    ("mixtral", "hf", dict(dtype="F16")),
+    ("mixtral", "hf", dict(dtype="F16", shards=3, fused=True)),
     ("qwen3moe", "gguf", dict(dtype="Q8_0")),
     ("llama3", "hf", dict(dtype="F32")),
     ("llama3", "gguf", dict(dtype="F32")),
@@ -241,6 +250,32 @@ def make_weights(spec, seed):
     if s["arch"] == "gemma3":
         w["model.norm.weight"] = vec(E, 0.0, 0.1)
     return w
+
+
+def fuse_experts(w):
+    """The weights w (per-expert names) as transformers 5 saves a MoE model (its
+    conversion_mapping.py, read backwards: MergeModulelist(dim=0) stacks the experts,
+    Concatenate(dim=1) joins the gate stack and the up stack): per MoE layer
+      mlp.experts.gate_up_proj  [n_expert, 2 * ff, hidden]  expert e: gate rows, then up rows
+      mlp.experts.down_proj     [n_expert, hidden, ff]
+      mlp.gate.weight           the router (Mixtral's block_sparse_moe.gate renamed)
+    The shared expert of Qwen2-MoE keeps its names. Insertion order otherwise kept."""
+    out = {}
+    for n, x in w.items():
+        for blk, names in (("mlp.", ("gate_proj", "up_proj", "down_proj")), ("block_sparse_moe.", ("w1", "w3", "w2"))):
+            key = "." + blk + "experts."
+            if key not in n:
+                continue
+            p = n[:n.index(key) + 1]
+            if p + "mlp.experts.down_proj" not in out:
+                ne = 1 + max(int(k[len(p + blk + "experts."):].split(".")[0]) for k in w if k.startswith(p + blk + "experts."))
+                st = [np.stack([w[f"{p}{blk}experts.{e}.{k}.weight"] for e in range(ne)]) for k in names]
+                out[p + "mlp.experts.gate_up_proj"] = np.concatenate([st[0], st[1]], axis=1)
+                out[p + "mlp.experts.down_proj"] = st[2]
+            break
+        else:
+            out[n.replace(".block_sparse_moe.gate.", ".mlp.gate.")] = x
+    return out
 
 
 # -- float formats ------------------------------------------------------------------------------
@@ -623,7 +658,8 @@ def write_gguf(path, spec, w, dtype="F32", mix=None, extra_kv=None, per_expert=F
 
 def output_name(spec, kind, opt):
     if kind == "hf":
-        return f"{spec}-hf-{opt['dtype'].lower()}" + ("-sharded" if opt.get("shards", 1) > 1 else "")
+        return (f"{spec}-hf-{opt['dtype'].lower()}" + ("-sharded" if opt.get("shards", 1) > 1 else "")
+                + ("-fused" if opt.get("fused") else ""))
     return f"{spec}-{opt.get('mix') or opt['dtype'].lower()}{'-perexpert' if opt.get('per_expert') else ''}.gguf"
 
 
@@ -641,11 +677,13 @@ def generate(outdir, only=None):
             continue
         path = os.path.join(outdir, output_name(spec, kind, opt))
         if kind == "hf":
-            write_hf(path, spec, weights[spec], opt["dtype"], opt.get("shards", 1))
+            w = fuse_experts(weights[spec]) if opt.get("fused") else weights[spec]
+            write_hf(path, spec, w, opt["dtype"], opt.get("shards", 1))
         else:
             write_gguf(path, spec, weights[spec], opt.get("dtype", "F32"), opt.get("mix"), per_expert=opt.get("per_expert", False))
         manifest.append(dict(spec=spec, kind=kind, path=path, dtype=opt.get("dtype"), mix=opt.get("mix"),
-                             shards=opt.get("shards", 1), **{k: v for k, v in SPECS[spec].items()}))
+                             shards=opt.get("shards", 1), fused=bool(opt.get("fused")),
+                             per_expert=bool(opt.get("per_expert")), **{k: v for k, v in SPECS[spec].items()}))
     with open(os.path.join(outdir, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     return manifest

@@ -8,8 +8,9 @@ the independent numpy reference tests/pyref/ref_forward_hf.py.
       kquant     the K-quant GGUF files (Q4_K_M-, Q5_K_M-style mixes, all-Q6_K; llama and qwen2)
       ropefreqs  the Llama-3 rope scaling GGUF (factors in rope_freqs.weight) and its HF twin
       moe        mixtures of experts: Qwen3-MoE (HF qwen3_moe, GGUF qwen3moe; with and without
-                 norm_topk_prob, a dense layer between) and Mixtral (HF mixtral, GGUF llama with
-                 experts: stacked ffn_*_exps, and the older per-expert tensors)
+                 norm_topk_prob, a dense layer between), Qwen2-MoE and Mixtral (HF mixtral, GGUF
+                 llama with experts: stacked ffn_*_exps, and the older per-expert tensors); the HF
+                 directories per expert and fused as transformers 5 saves them (check 4)
 The groups are separate ctests so that each names what it needs from the CPU backend.
 
 Checks and bounds (relative error ||a - b|| / ||b|| of a logits row):
@@ -24,6 +25,9 @@ Checks and bounds (relative error ||a - b|| / ||b|| of a logits row):
      summation order of q.k: float32 rounding, ~1e-7.
   3. the numpy references of the two formats agree to < 1e-12 (float64), which checks the
      permutation/rotation equivalence independently of pllm.
+  4. (moe) each fused-expert HF directory against the per-expert one of the same weights, dtype
+     and sharding: logits within 1e-6 (the same values in the same kernels) and the same greedy
+     tokens.
 Greedy tokens must be the reference's argmax except at near-ties (top two within 1e-3 * max).
 """
 import json
@@ -171,12 +175,12 @@ def main():
             if not ok:
                 failures.append(f"{tag}: the routing does not change the reference ({d1:.2e}, {d2:.2e})")
 
-    # the same weights in both formats
+    # the same weights in both formats (HF directories of either expert layout)
     pairs = []
-    by = {(m["spec"], m["kind"], m["dtype"]): os.path.basename(m["path"]) for m in manifest}
-    for (spec, kind, dtype), hf in by.items():
-        if kind == "hf" and (spec, "gguf", dtype) in by:
-            pairs.append((hf, by[(spec, "gguf", dtype)]))
+    by = {(m["spec"], m["kind"], m["dtype"], m.get("fused", False)): os.path.basename(m["path"]) for m in manifest}
+    for (spec, kind, dtype, fused), hf in by.items():
+        if kind == "hf" and (spec, "gguf", dtype, False) in by:
+            pairs.append((hf, by[(spec, "gguf", dtype, False)]))
     for hf, gg in pairs:
         if hf not in results or gg not in results:
             failures.append(f"{hf} / {gg}: not compared (a run failed)")
@@ -195,6 +199,33 @@ def main():
               f"{'identical' if same_tokens else 'DIFFER'}; references rel err {rr:.1e} {'ok' if ok else 'FAIL'}")
         if not ok:
             failures.append(f"{hf} vs {gg}: rel err {mx:.2e}, tokens same {same_tokens}, references {rr:.1e}")
+
+    # transformers 5's fused experts (gen_hf_models.fuse_experts) against the per-expert directory
+    # of the same weights, dtype and sharding: the same values reach the same kernels, so the
+    # logits match to float32 rounding (observed: exactly) and the greedy tokens are identical.
+    # A fused tensor read in another order (up before gate, experts permuted, down transposed)
+    # moves the logits by ~1 (and fails against the reference above as well).
+    n_fused = 0
+    for m in manifest:
+        if not m.get("fused"):
+            continue
+        tag = os.path.basename(m["path"])
+        twin = next((os.path.basename(o["path"]) for o in manifest if o["kind"] == "hf" and not o.get("fused")
+                     and (o["spec"], o["dtype"]) == (m["spec"], m["dtype"])), None)
+        if twin is None or tag not in results or twin not in results:
+            failures.append(f"{tag}: no per-expert twin run to compare with ({twin})")
+            continue
+        n_fused += 1
+        (ia, ra), (ib, rb) = results[tag], results[twin]
+        same_tokens = [s["generated"] for s in ia["seqs"]] == [s["generated"] for s in ib["seqs"]]
+        mx = max(rel(ra[i], rb[i].astype(np.float64)) for i in range(ra.shape[0])) if same_tokens else float("nan")
+        ok = same_tokens and ra.shape == rb.shape and mx <= 1e-6
+        print(f"fused {tag:30s} vs per-expert {twin:24s}: rel err max {mx:.2e} (tol 1e-6), greedy tokens "
+              f"{'identical' if same_tokens else 'DIFFER'} {'ok' if ok else 'FAIL'}")
+        if not ok:
+            failures.append(f"{tag} vs {twin}: rel err {mx:.2e}, tokens same {same_tokens}")
+    if group == "moe" and n_fused < 5:
+        failures.append(f"only {n_fused} fused-expert directories compared (want 5)")
 
     if failures:
         print("FAILURES:\n  " + "\n  ".join(failures))

@@ -592,6 +592,59 @@ def main():
           G.write_gguf(os.path.join(WORK, "moe-noexp.gguf"), "tmp-qwen3moe-dense", G.make_weights("tmp-qwen3moe-dense", seed=7)),
           "format error", "moe-noexp.gguf", "qwen3moe.expert_count")
 
+    # -- transformers 5's fused experts (gen_hf_models.fuse_experts): a valid directory loads and
+    # says so; a malformed fused tensor fails naming the file and the tensor --
+    wf = G.fuse_experts(wm)
+    gu0, dn0 = "model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.down_proj"
+    basef = G.write_hf(os.path.join(WORK, "base-qwen3moe-fused"), "qwen3moe", wf, "F32")
+    rc, out = load(basef)
+    ex = json.loads(out.splitlines()[0]).get("experts", {}) if rc == 0 else {}
+    ok = ex.get("layers") == [0, 2] and ex.get("layout") == "fused"
+    RESULTS.append(("qwen3_moe fused: a valid directory loads, layout fused", ok, out[:300]))
+    print(f"{'ok  ' if ok else 'FAIL'} qwen3_moe fused: a valid directory loads, layout fused")
+
+    def fused_case(name, edit, status, *needles, spec="qwen3moe", weights=None, shards=1):
+        w = dict(weights if weights is not None else wf)
+        edit(w)
+        d = os.path.join(WORK, "fused " + name.replace(" ", "_").replace("/", "_"))
+        shutil.rmtree(d, ignore_errors=True)
+        G.write_hf(d, spec, w, "F32", shards)
+        check(f"{spec} fused experts: " + name, d, status, *needles)
+    ST = "model.safetensors"
+    fused_case("15 experts of 16", lambda w: w.update({gu0: w[gu0][:15]}), "format error", ST, gu0, "[15, 128, 128]",
+               "15 experts", "num_experts = 16")
+    fused_case("down_proj of 17 experts", lambda w: w.update({dn0: np.concatenate([w[dn0], w[dn0][:1]])}), "format error",
+               ST, dn0, "17 experts")
+    fused_case("gate half only", lambda w: w.update({gu0: w[gu0][:, :64]}), "format error", ST, gu0, "[16, 64, 128]",
+               "one half only", "[16, 128, 128]")
+    fused_case("down_proj transposed", lambda w: w.update({dn0: np.ascontiguousarray(w[dn0].transpose(0, 2, 1))}),
+               "format error", ST, dn0, "[16, 64, 128]", "transposed", "[16, 128, 64]")
+    fused_case("gate_up_proj 2-D", lambda w: w.update({gu0: w[gu0].reshape(16 * 128, 128)}), "format error", ST, gu0,
+               "[2048, 128]", "3-D")
+    fused_case("wrong hidden size", lambda w: w.update({gu0: w[gu0][:, :, :96]}), "format error", ST, gu0,
+               "[16, 128, 96]", "needs [num_experts, 2 * ff, hidden]")
+    fused_case("down_proj missing", lambda w: w.pop(dn0), "not found", ST, dn0, gu0)
+    fused_case("gate_up_proj missing", lambda w: w.pop(gu0), "not found", ST, gu0, dn0)
+    fused_case("fused and per-expert in one layer",
+               lambda w: w.update({"model.layers.0.mlp.experts.5.up_proj.weight": wm["model.layers.0.mlp.experts.5.up_proj.weight"]}),
+               "format error", ST, "model.layers.0.mlp.experts.5.up_proj.weight", gu0, "one layout")
+    fused_case("neither layout", lambda w: (w.pop(gu0), w.pop(dn0)), "not found", ST,
+               "model.layers.0.mlp.experts.0.gate_proj.weight", gu0)
+    # sharded: the shard holding the bad tensor is named (2 shards: layer 2's experts in the second)
+    gu2 = "model.layers.2.mlp.experts.gate_up_proj"
+    fused_case("sharded, 15 experts in the second shard", lambda w: w.update({gu2: w[gu2][:15]}), "format error",
+               "model-00002-of-00002.safetensors", gu2, "15 experts", shards=2)
+    # Mixtral: transformers 5 renames block_sparse_moe.gate to mlp.gate; a fused directory that
+    # kept the old router name is missing the new one
+    wx = G.fuse_experts(G.make_weights("mixtral", seed=8))
+    fused_case("mixtral router under the old name",
+               lambda w: w.update({"model.layers.1.block_sparse_moe.gate.weight": w.pop("model.layers.1.mlp.gate.weight")}),
+               "not found", ST, "model.layers.1.mlp.gate.weight", "block_sparse_moe.gate", spec="mixtral", weights=wx)
+    fused_case("mixtral 7 experts of 8",
+               lambda w: w.update({"model.layers.1.mlp.experts.down_proj": w["model.layers.1.mlp.experts.down_proj"][:7]}),
+               "format error", ST, "model.layers.1.mlp.experts.down_proj", "7 experts", "num_local_experts = 8",
+               spec="mixtral", weights=wx)
+
     # -- files changed on disk after loading: pllm_model_check_files names the file --
     def recheck(name, path, change, *needles):
         p = subprocess.Popen([TOOL, "recheck", path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -113,7 +113,8 @@ def main():
         if s.get("experts"):  # experts: count, top-k, ff, normalization, the layers with them
             ex = m.get("experts") or {}
             want = dict(count=s["experts"], used=s["top_k"], ff_length=s["F_exp"], norm_topk_prob=s["norm_topk"],
-                        gating="softmax", shared_experts=1 if s.get("F_shexp") else 0, layers=moe_layers)
+                        gating="softmax", shared_experts=1 if s.get("F_shexp") else 0, layers=moe_layers,
+                        layout="fused" if e.get("fused") else "per-expert" if kind == "hf" or e.get("per_expert") else "stacked")
             if s.get("F_shexp"):
                 want["shared_ff_length"] = s["F_shexp"]
             check(ex == want, f"{name}: experts {ex} (want {want})")

@@ -18,6 +18,11 @@ Written from the models' math and the two formats' conventions, not from pllm's 
     / ff_i (ff_i: Llama-3 factors, or the linear factor); causal attention, query head j on
     KV head j // (H / HKV), scale 1/sqrt(head_dim); x += att W_o^T; h = RMSNorm(x) * ffn_norm;
     x += (silu(h W_gate^T) * h W_up^T) W_down^T; logits = RMSNorm(x) * norm W_out^T.
+  - experts (qwen3_moe, qwen2_moe, mixtral): per expert (mlp.experts.E.{gate,up,down}_proj /
+    block_sparse_moe.experts.E.{w1,w3,w2}, router mlp.gate / block_sparse_moe.gate), or fused as
+    transformers 5 saves them (its MixtralExperts / Qwen2MoeExperts parameters): mlp.experts.
+    gate_up_proj [n_expert, 2 ff, hidden] whose expert-e product chunk(2) gives gate then up,
+    mlp.experts.down_proj [n_expert, hidden, ff], router mlp.gate.weight.
   - phi3: fused qkv_proj / attn_qkv rows (q, then k, then v) and gate_up_proj / ffn_up rows
     (gate, then up); partial_rotary_factor (rope_dim = int(head_dim * factor)); LongRoPE
     (transformers' _compute_longrope_parameters): theta_i / short_factor[i], or long_factor[i]
@@ -204,11 +209,20 @@ class Ref:
                 if p + "mlp.gate_proj.weight" in t:
                     L.update(wg=g(p + "mlp.gate_proj.weight"), wu=g(p + "mlp.up_proj.weight"))
             mb = p + self.moe_block
+            fused = p + "mlp.experts.gate_up_proj" in t
+            if fused:  # transformers 5: every expert in one tensor, the router as mlp.gate
+                mb = p + "mlp."
             if mb + "gate.weight" in t:  # experts
                 L = {k: v for k, v in L.items() if k not in ("wg", "wu")}
                 ne = g(mb + "gate.weight").shape[0]
-                L.update(router=g(mb + "gate.weight"),
-                         experts=[tuple(g(mb + f"experts.{e}.{n}.weight") for n in self.moe_names) for e in range(ne)])
+                L.update(router=g(mb + "gate.weight"))
+                if fused:  # [n_expert, 2F, hidden]: linear(x, gate_up[e]).chunk(2) -> gate, up
+                    gu, dn = g(mb + "experts.gate_up_proj"), g(mb + "experts.down_proj")
+                    assert gu.shape[0] == dn.shape[0] == ne and gu.shape[1] == 2 * dn.shape[2], (gu.shape, dn.shape)
+                    F = gu.shape[1] // 2
+                    L.update(experts=[(gu[e, :F], gu[e, F:], dn[e]) for e in range(ne)])
+                else:
+                    L.update(experts=[tuple(g(mb + f"experts.{e}.{n}.weight") for n in self.moe_names) for e in range(ne)])
                 if mb + "shared_expert_gate.weight" in t:  # Qwen2-MoE's shared expert
                     L.update(shexp=tuple(g(mb + f"shared_expert.{n}.weight") for n in ("gate_proj", "up_proj", "down_proj")),
                              shexp_gate=g(mb + "shared_expert_gate.weight").reshape(-1))
