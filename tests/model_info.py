@@ -118,6 +118,10 @@ def main():
             if s.get("F_shexp"):
                 want["shared_ff_length"] = s["F_shexp"]
             check(ex == want, f"{name}: experts {ex} (want {want})")
+            if e.get("fused") or e.get("per_expert"):  # the text form names the layout read
+                pt = subprocess.run([PLLM, "info", path], capture_output=True, text=True)
+                check(pt.returncode == 0 and f"expert tensors {want['layout']}\n" in pt.stdout,
+                      f"{name}: pllm info text does not say 'expert tensors {want['layout']}': {[l for l in pt.stdout.splitlines() if l.startswith('experts:')]}")
             w0 = G.make_weights(spec, seed=0)
             inactive = sum(x.size for n, x in w0.items() if ".experts." in n and int(n.split(".experts.")[1].split(".")[0])
                            >= s["top_k"])
