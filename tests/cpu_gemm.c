@@ -190,7 +190,9 @@ int main(void)
         else if (!k->qmatmul) fprintf(stderr, "note: the %s table has no integer path (float math)\n", k->name);
         else test_quant(k);
     }
-    static const int64_t toks[] = {1, 3, 7, 16, 33};
+    /* 1..8: every small-tile case of the SIMD kernels (an MoE expert at batched decode gets a
+     * few rows), then several tiles and a partial one */
+    static const int64_t toks[] = {1, 2, 3, 4, 5, 6, 7, 8, 16, 33};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(g_qtypes); i++) {
         pllm_dtype dt = g_qtypes[i];
         bool kq = pllm_dtype_block_elems(dt) == PLLM_QK_K;
