@@ -31,7 +31,8 @@
  * reference numerics); the default (int8) sends quantized matrices through the integer path when
  * the kernel table has one, packing them into panels at create (same size as the GGUF data for
  * Q4_0/Q4_1/Q8_0; the 5- and 6-bit types take a byte per value) so that the mapped file pages of
- * those matrices are no longer read.
+ * those matrices are no longer read. The packed copies share one mapping with transparent huge
+ * pages, in the order a step reads them (place_packed).
  */
 #include "cpu/cpu_backend.h"
 
