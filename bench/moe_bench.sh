@@ -4,10 +4,11 @@
 # parameter count) into a temporary directory and runs build/bench/moe_bench on them (alternating
 # rounds, ratio in one run). Run from the repository root:
 #   bench/moe_bench.sh [moe_bench options, e.g. --seqs 64 --tokens 32 --rounds 3 --threads 2]
-# Environment: PLLM_BUILD (default build), MOE_TYPE (Q8_0, Q4_0 or F16; default Q8_0).
+# Environment: PLLM_BUILD (default build), MOE_TYPE (Q8_0, Q4_0 or F16; default Q8_0),
+# MOE_HEADS (query heads, default 16: Qwen3-30B-A3B's ratios; 8 for the earlier shape).
 set -eu
 B=${PLLM_BUILD:-build}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-python3 bench/gen_moe_models.py "$T" --type "${MOE_TYPE:-Q8_0}" >/dev/null
+python3 bench/gen_moe_models.py "$T" --type "${MOE_TYPE:-Q8_0}" --heads "${MOE_HEADS:-16}" >/dev/null
 "$B/bench/moe_bench" "$T/moe.gguf" "$T/dense.gguf" "$@"

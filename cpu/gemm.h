@@ -63,6 +63,8 @@ typedef struct pllm_cpu_qweight {
     size_t row_bytes;
     uint8_t *packed;     /* [ceil(n_rows / 16)][panel_bytes], or NULL (scalar table) */
     size_t panel_bytes;
+    /* packed was allocated by alloc/init (free releases it), not given to alloc_in */
+    bool owns_packed;
 } pllm_cpu_qweight;
 
 /* Whether the integer path computes this dtype (the quantized types). */
@@ -76,6 +78,13 @@ pllm_status pllm_cpu_qweight_init(pllm_cpu_qweight *w, pllm_dtype dt, const void
  * filled), then pack panels [p0, p1) (any split of [0, panels)). */
 pllm_status pllm_cpu_qweight_alloc(pllm_cpu_qweight *w, pllm_dtype dt, const void *rows, size_t row_bytes, int64_t n_rows,
                                    int64_t K, bool pack);
+/* The same with the packed copy placed in the caller's buffer of
+ * pllm_cpu_qweight_packed_bytes(dt, n_rows, K) bytes, 64-byte aligned (it outlives w; free does
+ * not release it): the CPU backend places all its matrices in one huge-page region, in the order
+ * a step reads them. */
+pllm_status pllm_cpu_qweight_alloc_in(pllm_cpu_qweight *w, pllm_dtype dt, const void *rows,
+                                      size_t row_bytes, int64_t n_rows, int64_t K, uint8_t *packed);
+size_t pllm_cpu_qweight_packed_bytes(pllm_dtype dt, int64_t n_rows, int64_t K);
 int64_t pllm_cpu_qweight_panels(const pllm_cpu_qweight *w);
 void pllm_cpu_qweight_pack(pllm_cpu_qweight *w, int64_t p0, int64_t p1);
 void pllm_cpu_qweight_free(pllm_cpu_qweight *w);

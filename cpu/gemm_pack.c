@@ -291,8 +291,10 @@ static void pack_panel(uint8_t *dst, const pllm_cpu_qweight *w, int64_t p)
     }
 }
 
-pllm_status pllm_cpu_qweight_alloc(pllm_cpu_qweight *w, pllm_dtype dt, const void *rows, size_t row_bytes, int64_t n_rows,
-                                   int64_t K, bool pack)
+/* alloc and alloc_in: the packed copy in buf (not owned), or allocated (buf NULL) */
+static pllm_status qweight_setup(pllm_cpu_qweight *w, pllm_dtype dt, const void *rows,
+                                 size_t row_bytes, int64_t n_rows, int64_t K, bool pack,
+                                 uint8_t *buf)
 {
     memset(w, 0, sizeof *w);
     if (!pllm_cpu_qdtype(dt))
@@ -303,11 +305,34 @@ pllm_status pllm_cpu_qweight_alloc(pllm_cpu_qweight *w, pllm_dtype dt, const voi
     *w = (pllm_cpu_qweight){.dtype = dt, .n_rows = n_rows, .K = K, .rows = rows, .row_bytes = row_bytes};
     if (!pack) return PLLM_OK;
     w->panel_bytes = pllm_cpu_panel_bytes(dt, K);
+    if (buf) {
+        w->packed = buf;
+        return PLLM_OK;
+    }
     w->packed = pllm_aligned_alloc(w->panel_bytes * (size_t)pllm_cpu_qweight_panels(w));
     if (!w->packed)
         return pllm_errorf(PLLM_ERR_NOMEM, "qweight: %zu bytes for the packed %s matrix",
                            w->panel_bytes * (size_t)pllm_cpu_qweight_panels(w), pllm_dtype_name(dt));
+    w->owns_packed = true;
     return PLLM_OK;
+}
+
+pllm_status pllm_cpu_qweight_alloc(pllm_cpu_qweight *w, pllm_dtype dt, const void *rows,
+                                   size_t row_bytes, int64_t n_rows, int64_t K, bool pack)
+{
+    return qweight_setup(w, dt, rows, row_bytes, n_rows, K, pack, NULL);
+}
+
+pllm_status pllm_cpu_qweight_alloc_in(pllm_cpu_qweight *w, pllm_dtype dt, const void *rows,
+                                      size_t row_bytes, int64_t n_rows, int64_t K, uint8_t *packed)
+{
+    PLLM_ASSERT(packed);
+    return qweight_setup(w, dt, rows, row_bytes, n_rows, K, true, packed);
+}
+
+size_t pllm_cpu_qweight_packed_bytes(pllm_dtype dt, int64_t n_rows, int64_t K)
+{
+    return pllm_cpu_panel_bytes(dt, K) * (size_t)((n_rows + PLLM_CPU_PANEL - 1) / PLLM_CPU_PANEL);
 }
 
 int64_t pllm_cpu_qweight_panels(const pllm_cpu_qweight *w) { return (w->n_rows + PLLM_CPU_PANEL - 1) / PLLM_CPU_PANEL; }
@@ -329,6 +354,6 @@ pllm_status pllm_cpu_qweight_init(pllm_cpu_qweight *w, pllm_dtype dt, const void
 void pllm_cpu_qweight_free(pllm_cpu_qweight *w)
 {
     if (!w) return;
-    pllm_aligned_free(w->packed);
+    if (w->owns_packed) pllm_aligned_free(w->packed);
     memset(w, 0, sizeof *w);
 }

@@ -156,6 +156,21 @@ static void test_shape(pllm_dtype dt, int64_t K, int64_t n_rows, int64_t n_tok, 
                     max_e, bdiff, diff || bdiff ? "  FAIL" : "");
         CHECK(diff == 0);
         CHECK(bdiff == 0);
+        if (k->qpacked) { /* the same panels packed into a caller's buffer (the backend's arena) */
+            const size_t nb = pllm_cpu_qweight_packed_bytes(dt, n_rows, K);
+            CHECK(nb == Wk.panel_bytes * (size_t)pllm_cpu_qweight_panels(&Wk));
+            uint8_t *buf = pllm_aligned_alloc(nb + 64);
+            memset(buf, 0xa5, nb + 64);
+            pllm_cpu_qweight Wb;
+            CHECK_OK(pllm_cpu_qweight_alloc_in(&Wb, dt, W, rb, n_rows, K, buf));
+            CHECK(Wb.packed == buf && !Wb.owns_packed && Wk.owns_packed);
+            pllm_cpu_qweight_pack(&Wb, 0, pllm_cpu_qweight_panels(&Wb));
+            CHECK(memcmp(buf, Wk.packed, nb) == 0);
+            CHECK(buf[nb] == 0xa5 && buf[nb + 63] == 0xa5); /* nothing written past its size */
+            pllm_cpu_qweight_free(&Wb);                     /* leaves buf to its owner */
+            CHECK(buf[0] == Wk.packed[0]);
+            pllm_aligned_free(buf);
+        }
         pllm_cpu_qact_free(&Ak);
         pllm_cpu_qweight_free(&Wk);
     }
@@ -175,7 +190,9 @@ int main(void)
         else if (!k->qmatmul) fprintf(stderr, "note: the %s table has no integer path (float math)\n", k->name);
         else test_quant(k);
     }
-    static const int64_t toks[] = {1, 3, 7, 16, 33};
+    /* 1..8: every small-tile case of the SIMD kernels (an MoE expert at batched decode gets a
+     * few rows), then several tiles and a partial one */
+    static const int64_t toks[] = {1, 2, 3, 4, 5, 6, 7, 8, 16, 33};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(g_qtypes); i++) {
         pllm_dtype dt = g_qtypes[i];
         bool kq = pllm_dtype_block_elems(dt) == PLLM_QK_K;
