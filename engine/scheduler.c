@@ -448,6 +448,8 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
                 n_hit = PLLM_MIN((n_tok - 1) / s->bs, r->n_prompt / s->bs);
                 PLLM_ASSERT(n_hit <= lead->table.n);
                 memcpy(s->hit, lead->table.ids, (size_t)n_hit * sizeof *s->hit);
+                /* sliding layers: only as far as the leader's window blocks are findable */
+                PLLM_TRY(pllm_kv_trim_hits(s->kv, &r->keys, r->tokens.ids, s->hit, &n_hit));
                 forked = true;
             }
         }
