@@ -306,6 +306,14 @@ static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw
             dg = (budget - dsw * (double)sb) / (double)g;
         }
         if (dsw > dg) dg = dsw = budget / (double)(g + sb); /* never more than global */
+        if (p->n_blocks_sw <= 0 && dg < (double)n_full) {
+            /* the sliding pool's floor costs more than it saves: one pool, as without windows */
+            e->stats.kv_hybrid_off = "off: a sliding pool of one window plus one step's tokens "
+                                     "leaves fewer global blocks than one pool (a smaller "
+                                     "--max-batched-tokens lowers that floor)";
+            *n_blocks = n_full;
+            return PLLM_OK;
+        }
         if (dg < 1 || dsw < 1)
             return pllm_errorf(PLLM_ERR_NOMEM,
                                "KV budget of %.0f bytes holds no global and sliding %d-token "
