@@ -34,7 +34,9 @@
 #endif
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_PROMPTS 10
 #define MAX_COMP    (MAX_PROMPTS * 2)
@@ -130,7 +132,8 @@ typedef struct config {
     int32_t block_size, budget, max_seqs;
     bool no_cache, quant, spec;
     pllm_evict_policy eviction;
-    bool tight_sw; /* the sliding pool at the engine's floor (n_blocks_sw) */
+    bool tight_sw;   /* the sliding pool at the engine's floor (n_blocks_sw) */
+    const char *dir; /* the persistent prefix cache (the engine then runs one pool) */
 } config;
 
 static void run(const pllm_model *m, const workload *w, const config *cf, bool hybrid, gen *g,
@@ -150,13 +153,13 @@ static void run(const pllm_model *m, const workload *w, const config *cf, bool h
     ep.no_kv_hybrid = !hybrid;
     ep.seed = 5;
     if (cf->spec) ep.speculate = PLLM_SPEC_PROMPT_LOOKUP;
+    ep.prefix_cache_dir = cf->dir;
     /* 2 * 400 tokens of global blocks in both layouts (the hybrid one's budget is then larger:
      * the comparison is of outputs, not capacity) */
     ep.n_blocks = 2 * 400 / cf->block_size;
     if (hybrid && cf->tight_sw)
-        ep.n_blocks_sw = (m->cfg.sliding_window + cf->budget + cf->block_size - 1) /
-                             cf->block_size +
-                         1;
+        ep.n_blocks_sw =
+            (m->cfg.sliding_window + cf->budget + cf->block_size - 1) / cf->block_size + 1;
     else if (hybrid)
         ep.n_blocks_sw = ep.n_blocks;
     pllm_engine *e = NULL;
@@ -173,8 +176,8 @@ static void run(const pllm_model *m, const workload *w, const config *cf, bool h
         rp.n = w->n[r];
         rp.sampling.logprobs = TOP;
         uint64_t id;
-        CHECK_OK(pllm_engine_add(e, w->prompt[r], w->n_prompt[r], &rp, (void *)(intptr_t)(2 * r),
-                                 &id));
+        CHECK_OK(
+            pllm_engine_add(e, w->prompt[r], w->n_prompt[r], &rp, (void *)(intptr_t)(2 * r), &id));
     }
     while (pllm_engine_has_work(e)) {
         pllm_status s = pllm_engine_step(e, on_done, g);
@@ -268,7 +271,8 @@ int main(int argc, char **argv)
     pllm_model *loaded = NULL;
     const pllm_model *m;
 #ifdef PLLM_TEST_CUDA
-    if (pllm_cuda_device_count(NULL, 0) == 0) pllm_test_skip("engine_hybrid_kv_cuda: no CUDA device");
+    if (pllm_cuda_device_count(NULL, 0) == 0)
+        pllm_test_skip("engine_hybrid_kv_cuda: no CUDA device");
 #endif
     const bool quick = argc > 1 && !strcmp(argv[1], "--quick");
     if (quick) argc--, argv++;
@@ -321,8 +325,8 @@ int main(int argc, char **argv)
                 "engine_hybrid_kv %s: kept everything: %d blocks, %lld cached prompt tokens, %lld "
                 "preemptions; hybrid: %d + %d sliding blocks (peak %d), %lld cached, %lld "
                 "preemptions\n",
-                cf->name, sa.n_blocks, (long long)sa.prompt_tokens_cached, (long long)sa.preemptions,
-                sb.n_blocks, sb.n_blocks_sw, sb.peak_blocks_used_sw,
+                cf->name, sa.n_blocks, (long long)sa.prompt_tokens_cached,
+                (long long)sa.preemptions, sb.n_blocks, sb.n_blocks_sw, sb.peak_blocks_used_sw,
                 (long long)sb.prompt_tokens_cached, (long long)sb.preemptions);
         CHECK(sa.n_blocks_sw == 0 && sb.n_blocks_sw > 0);
         if (!cf->no_cache && !(quick && cf->tight_sw)) CHECK(sb.prompt_tokens_cached > 0);
@@ -333,6 +337,30 @@ int main(int argc, char **argv)
             CHECK(sb.spec_drafted > 0); /* rejected drafts: engine_sched_random (oracle) */
         }
     }
+#ifndef PLLM_TEST_CUDA
+    /* the persistent prefix cache stores every layer of a block: the engine falls back to one
+     * pool (and says so), saves in the first run and loads in the second, same outputs */
+    if (!quick) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/engine_hybrid_kv_%ld", pllm_test_env("PLLM_TEST_TMP", "/tmp"),
+                 (long)getpid());
+        const config st = {
+            .name = "store", .block_size = 8, .budget = 64, .max_seqs = 6, .dir = dir};
+        const config plain = {.name = "store-ref", .block_size = 8, .budget = 64, .max_seqs = 6};
+        pllm_engine_stats sa, sb;
+        run(m, w, &plain, true, a, &sa);
+        for (int pass = 0; pass < 2; pass++) {
+            run(m, w, &st, true, b, &sb);
+            compare(w, &st, a, b);
+            fprintf(stderr, "engine_hybrid_kv store pass %d: %d blocks, sliding pool: %s\n", pass,
+                    sb.n_blocks, sb.kv_hybrid_off ? sb.kv_hybrid_off : "(none)");
+            CHECK(sa.n_blocks_sw > 0 && sb.n_blocks_sw == 0 && sb.kv_hybrid_off);
+        }
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0);
+    }
+#endif
     if (!quick) long_sequence(m, 4);
     long_sequence(m, 16);
     free(w);
