@@ -18,7 +18,9 @@
  * int8 caches (PLLM_KV_DTYPE_I8): the same cases (block sizes 1, 5, 16, 32, 48: in-place and
  * staged chunks) against the scalar reference, a float64 evaluation of the int8 numerics and
  * float32 attention on the unquantized values (tolerances at I8_TOL_*), sub-tile and block-size
- * invariance, and the row store (error bound, scale, untouched neighbours).
+ * invariance, and the row store (error bound, scale, untouched neighbours); and sliding-window
+ * int8 cases (the blocks wholly before the first query's window poisoned, as the hybrid KV layout
+ * releases them), whose rows must also be the same in any sub-tile.
  */
 #include <math.h>
 #include <string.h>
