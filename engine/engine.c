@@ -264,8 +264,9 @@ static pllm_status choose_n_blocks(pllm_engine *e, int32_t *n_blocks)
  * ones; the pools get B in that proportion: n_global : n_sliding = ng : ns, i.e.
  * n_global = B * ng / (ng * g + ns * s) for global and sliding block bytes g and s. The sliding
  * pool gets at least what one window plus a full step of new tokens needs (a prefill chunk of
- * max_batched_tokens holds all its blocks during its step), and never more blocks than the
- * global pool. */
+ * max_batched_tokens holds all its blocks during its step), or, where that would leave fewer
+ * global blocks than one pool has, at least a window and one block (chunks are then shortened to
+ * what it takes); never more blocks than the global pool. */
 static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw)
 {
     const pllm_engine_params *p = &e->p;
@@ -288,7 +289,12 @@ static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw
     L->n_blocks_sw = 1;                         /* the per-pool block bytes */
     const size_t g = pllm_kv_block_bytes(L), sb = pllm_kv_sw_block_bytes(L);
     L->n_blocks_sw = 0;
-    const int64_t min_sw = ((int64_t)L->window + p->max_batched_tokens + bs - 1) / bs + 1;
+    /* the floors: a window and one block (min_sw: a sequence alone always advances, a chunk the
+     * sliding pool cannot take whole being shortened, engine/scheduler.c), and preferably a
+     * window and a whole step (pref_sw: a prefill chunk of max_batched_tokens holds all its
+     * blocks during its step) */
+    const int64_t pref_sw = ((int64_t)L->window + p->max_batched_tokens + bs - 1) / bs + 1;
+    const int64_t min_sw = PLLM_MIN(((int64_t)L->window + bs - 1) / bs + 2, pref_sw);
     const size_t max_blocks = (size_t)INT32_MAX / (size_t)bs;
     if (p->n_blocks > 0 && p->n_blocks_sw > 0) {
         *n_blocks = p->n_blocks;
@@ -299,18 +305,22 @@ static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw
         const double budget = (double)n_full * (double)full;
         const double ng = ((double)p->max_model_len + bs - 1) / bs,
                      ns = PLLM_MIN(ng, (double)((L->window + bs - 1) / bs + 1));
-        double dg = budget * ng / (ng * (double)g + ns * (double)sb);
-        double dsw = (budget - PLLM_MAX(1.0, (double)(int64_t)dg) * (double)g) / (double)sb;
-        if (dsw < (double)min_sw) { /* the floor: one window and one step's tokens */
-            dsw = (double)min_sw;
-            dg = (budget - dsw * (double)sb) / (double)g;
+        double dg = 0, dsw = 0;
+        for (int pass = 0; pass < 2; pass++) { /* the preferred floor, then the minimum */
+            dg = budget * ng / (ng * (double)g + ns * (double)sb);
+            dsw = (budget - PLLM_MAX(1.0, (double)(int64_t)dg) * (double)g) / (double)sb;
+            const double floor_sw = (double)(pass == 0 ? pref_sw : min_sw);
+            if (dsw < floor_sw) {
+                dsw = floor_sw;
+                dg = (budget - dsw * (double)sb) / (double)g;
+            }
+            if (dsw > dg) dg = dsw = budget / (double)(g + sb); /* never more than global */
+            if (dg >= (double)n_full) break;
         }
-        if (dsw > dg) dg = dsw = budget / (double)(g + sb); /* never more than global */
         if (p->n_blocks_sw <= 0 && dg < (double)n_full) {
-            /* the sliding pool's floor costs more than it saves: one pool, as without windows */
-            e->stats.kv_hybrid_off = "off: a sliding pool of one window plus one step's tokens "
-                                     "leaves fewer global blocks than one pool (a smaller "
-                                     "--max-batched-tokens lowers that floor)";
+            /* even the minimal sliding pool costs more than it saves: one pool */
+            e->stats.kv_hybrid_off = "off: a sliding pool of one window leaves fewer global "
+                                     "blocks than one pool";
             *n_blocks = n_full;
             return PLLM_OK;
         }
@@ -326,9 +336,8 @@ static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw
     if (*n_sw < PLLM_MIN(min_sw, *n_blocks))
         return pllm_errorf(PLLM_ERR_INVALID,
                            "n_blocks_sw %d is below the %lld sliding blocks that a window of %d "
-                           "and a step of %d tokens need",
-                           *n_sw, (long long)PLLM_MIN(min_sw, *n_blocks), L->window,
-                           p->max_batched_tokens);
+                           "and one more block need",
+                           *n_sw, (long long)PLLM_MIN(min_sw, *n_blocks), L->window);
     return PLLM_OK;
 }
 

@@ -306,6 +306,27 @@ bool pllm_kv_can_allocate(const pllm_kv_manager *kv, const pllm_kv_table *t, con
     return need <= pllm_block_pool_n_free(kv->sw) - sw_free_hits;
 }
 
+int32_t pllm_kv_fit_sliding(const pllm_kv_manager *kv, const pllm_kv_table *t, const int32_t *hit,
+                            int32_t n_hit, int32_t n_base, int32_t n_new)
+{
+    if (!kv->sw || pllm_kv_can_allocate(kv, t, hit, n_hit, n_base + n_new)) return n_new;
+    int32_t free_hits = 0;
+    for (int32_t i = 0; i < n_hit; i++)
+        if (pllm_block_pool_ref_count(kv->pool, hit[i]) == 0) free_hits++;
+    if (pllm_kv_blocks_needed(kv, t, n_hit, n_base + n_new) >
+        pllm_block_pool_n_free(kv->pool) - free_hits)
+        return n_new;               /* the global pool is short: not ours to fix */
+    int32_t lo = 0, hi = n_new - 1; /* can_allocate is monotone in the token count */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (pllm_kv_can_allocate(kv, t, hit, n_hit, n_base + mid))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
 pllm_status pllm_kv_allocate(pllm_kv_manager *kv, pllm_kv_table *t, const int32_t *hit,
                              int32_t n_hit, int32_t n_tokens)
 {

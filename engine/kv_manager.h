@@ -127,6 +127,13 @@ int32_t pllm_kv_blocks_needed(const pllm_kv_manager *kv, const pllm_kv_table *t,
 /* Whether pllm_kv_allocate(t, hit, n_hit, n_tokens) would succeed now. */
 bool pllm_kv_can_allocate(const pllm_kv_manager *kv, const pllm_kv_table *t, const int32_t *hit,
                           int32_t n_hit, int32_t n_tokens);
+/* With a sliding pool, when the global pool could hold n_base + n_new positions for t (with
+ * hits hit[0 .. n_hit) as for pllm_kv_can_allocate) but the sliding pool cannot: the largest
+ * m < n_new for which pllm_kv_can_allocate(t, hit, n_hit, n_base + m) holds (0: none), so the
+ * caller can shorten a prefill chunk to what the sliding pool takes instead of preempting. Else
+ * (no sliding pool, the sliding pool is not what is short, or it all fits) n_new. */
+int32_t pllm_kv_fit_sliding(const pllm_kv_manager *kv, const pllm_kv_table *t, const int32_t *hit,
+                            int32_t n_hit, int32_t n_base, int32_t n_new);
 /* Grow t to hold n_tokens positions: first append the hits (only into an empty table; they
  * become its committed prefix), then fresh blocks. PLLM_ERR_NOMEM, changing nothing, when the
  * pool is short. */

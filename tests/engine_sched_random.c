@@ -28,8 +28,9 @@
  * it (or exceeds it, when a prompt repeats another request's generated text).
  *
  * A fourth run per workload gives the fake model sliding-window layers (windows 1..24) and the
- * engine the hybrid KV layout with a sliding pool barely above its floor (a window plus a step's
- * tokens), so the sliding pool drives preemption; prefix caching, forks, speculation and overlap
+ * engine the hybrid KV layout with a sliding pool barely above its floor (a window and one block,
+ * which shortens prefill chunks, or a window plus a step's tokens), so the sliding pool drives
+ * preemption; prefix caching, forks, speculation and overlap
  * vary as above. The fake checks every step that each sequence's window is in its sliding table
  * with the right prefix (backend.h, engine_fake_backend.h); the test checks after every step that
  * no running sequence holds a sliding block before its window, and that it holds at most
@@ -779,10 +780,13 @@ int main(int argc, char **argv)
             v.speculate = sp < 2 ? PLLM_SPEC_OFF : PLLM_SPEC_PROMPT_LOOKUP;
             v.oracle = sp == 2;
             v.spec_max_draft = 1 + (int32_t)rnd(&s2, 6);
-            /* the engine's floor (a window and a step's tokens), a few blocks more at most */
+            /* the engine's minimum (a window and one block: chunks get shortened to what the
+             * pool takes) or its preferred floor (a window and a step's tokens), a few blocks
+             * more at most */
             int32_t bs = w.block_size;
-            int32_t min_sw =
-                PLLM_MIN((v.window + v.max_batched_tokens + bs - 1) / bs + 1, w.n_blocks);
+            int32_t pref = (v.window + v.max_batched_tokens + bs - 1) / bs + 1;
+            int32_t min_sw = PLLM_MIN(
+                rnd(&s2, 2) ? PLLM_MIN((v.window + bs - 1) / bs + 2, pref) : pref, w.n_blocks);
             v.n_blocks_sw = min_sw + (int32_t)rnd(&s2, 4);
             run_variant(&w, &v, seed, &tot);
         }
