@@ -303,7 +303,7 @@ static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw
         int32_t n_full = 0;
         PLLM_TRY(choose_n_blocks(e, &n_full));
         const double budget = (double)n_full * (double)full;
-        const double ng = ((double)p->max_model_len + bs - 1) / bs,
+        const double ng = (double)(((int64_t)p->max_model_len + bs - 1) / bs),
                      ns = PLLM_MIN(ng, (double)((L->window + bs - 1) / bs + 1));
         double dg = 0, dsw = 0;
         for (int pass = 0; pass < 2; pass++) { /* the preferred floor, then the minimum */
@@ -315,9 +315,9 @@ static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw
                 dg = (budget - dsw * (double)sb) / (double)g;
             }
             if (dsw > dg) dg = dsw = budget / (double)(g + sb); /* never more than global */
-            if (dg >= (double)n_full) break;
+            if (dg > (double)n_full) break;
         }
-        if (p->n_blocks_sw <= 0 && dg < (double)n_full) {
+        if (p->n_blocks_sw <= 0 && dg <= (double)n_full) {
             /* even the minimal sliding pool costs more than it saves: one pool */
             e->stats.kv_hybrid_off = "off: a sliding pool of one window leaves fewer global "
                                      "blocks than one pool";

@@ -281,6 +281,50 @@ static void long_sequence(const pllm_model *m, int32_t bs)
     pllm_backend_free(&be);
 }
 
+#ifndef PLLM_TEST_CUDA
+/* The budget split (engine.c choose_pools) on the in-memory model (F32 K/V: 128 bytes per token
+ * and layer; 16-token blocks: 12288 bytes for all 6 layers, g = 2048 global, s = 10240 sliding),
+ * max_model_len 400 (ng = 25, ns = min(25, ceil(12 / 16) + 1) = 2), max_batched_tokens 64
+ * (preferred sliding floor ceil((12 + 64) / 16) + 1 = 6, minimum 3). */
+static void split_rule(const pllm_model *m)
+{
+    static const struct {
+        int32_t n_full;    /* the budget in full blocks */
+        int32_t n_g, n_sw; /* expected; n_sw 0: one pool */
+    } cases[] = {
+        /* B = 1228800: n_g = B * 25 / (25 * 2048 + 2 * 10240) = 428.6, n_sw = (B - 428 * 2048) /
+         * 10240 = 34.4 */
+        {100, 428, 34},
+        /* B = 122880: 42.9 and 3.6 < 6: the floor, n_g = (B - 6 * 10240) / 2048 = 30 */
+        {10, 30, 6},
+        /* B = 36864: the preferred floor leaves nothing, the minimum (3) leaves 3 = one pool's */
+        {3, 3, 0},
+    };
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(cases); i++) {
+        pllm_backend be = {0};
+        CHECK_OK(make_backend(&be, m, false));
+        pllm_engine_params ep;
+        pllm_engine_params_defaults(&ep);
+        ep.block_size = 16;
+        ep.max_batched_tokens = 64;
+        ep.max_model_len = 400;
+        ep.kv_bytes = (size_t)cases[i].n_full * 12288;
+        pllm_engine *e = NULL;
+        CHECK_OK(pllm_engine_create(&e, m, &be, NULL, &ep));
+        pllm_engine_stats st;
+        if (e) pllm_engine_get_stats(e, &st);
+        fprintf(stderr, "engine_hybrid_kv: budget of %d full blocks: %d global + %d sliding (%s)\n",
+                cases[i].n_full, e ? st.n_blocks : -1, e ? st.n_blocks_sw : -1,
+                e && st.kv_hybrid_off ? st.kv_hybrid_off : "hybrid");
+        CHECK(e && st.n_blocks == cases[i].n_g && st.n_blocks_sw == cases[i].n_sw);
+        CHECK(e && (st.kv_hybrid_off != NULL) == (cases[i].n_sw == 0));
+        pllm_engine_free(e);
+        pllm_backend_free(&be);
+    }
+}
+
+#endif
+
 int main(int argc, char **argv)
 {
     pllm_test_model tm = {0};
@@ -378,6 +422,9 @@ int main(int argc, char **argv)
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         CHECK(system(cmd) == 0);
     }
+#endif
+#ifndef PLLM_TEST_CUDA
+    if (!loaded) split_rule(m);
 #endif
     if (!quick) long_sequence(m, 4);
     long_sequence(m, 16);
