@@ -175,6 +175,20 @@ static void print_human(const json_t *j, bool show_template)
                json_number_value(G(G(m, "rope"), "theta_local")), json_array_size(lt) - n_sw,
                json_array_size(lt), json_number_value(G(m, "embd_scale")),
                json_number_value(G(m, "attn_scale")));
+        /* the hybrid KV layout (docs/architecture.md "Hybrid KV"): per sequence of the trained
+         * context, F16 rows (head_dim * 2 bytes per KV head, K and V) */
+        const double row = 2.0 * 2.0 * (double)I(m, "n_head_kv") * (double)I(m, "head_dim");
+        const double n_ctx = (double)I(m, "n_ctx_train"), W = (double)I(m, "sliding_window");
+        const double n_gl = (double)(json_array_size(lt) - n_sw);
+        const double all = row * (double)json_array_size(lt) * n_ctx,
+                     hyb = row * (n_gl * n_ctx + (double)n_sw * PLLM_MIN(n_ctx, W + 16));
+        if (n_sw > 0 && W < n_ctx)
+            printf("%-20s two pools: the %zu sliding layers keep a sequence's last %lld "
+                   "positions, the %.0f global ones all; a %.0f-token sequence takes %.1f MB of "
+                   "F16 K/V instead of %.1f MB (%.2fx the sequences per budget; --no-kv-hybrid "
+                   "keeps everything)\n",
+                   "kv cache:", n_sw, I(m, "sliding_window"), n_gl, n_ctx, hyb / 1e6, all / 1e6,
+                   all / hyb);
     }
     const json_t *ex = G(m, "experts");
     if (json_is_object(ex)) { /* mixture of experts */

@@ -143,6 +143,12 @@ void cmd_engine_opts_table(cmd_engine_opts *o, cmd_opt *opts, size_t *n, size_t 
          (cmd_opt){"no-prefix-cache", 0, CMD_OPT_FLAG, &o->no_prefix_cache, NULL,
                    "off (prefix caching on)", "disable block-level prefix reuse", NULL});
     push(opts, n, cap,
+         (cmd_opt){"no-kv-hybrid", 0, CMD_OPT_FLAG, &o->ep.no_kv_hybrid, NULL,
+                   "off (sliding-window layers keep only their window)",
+                   "models with sliding-window layers (Gemma 3): keep every layer's K/V for the "
+                   "whole context in one pool instead of the sliding layers' own, smaller pool",
+                   NULL});
+    push(opts, n, cap,
          (cmd_opt){"prefix-cache-dir", 0, CMD_OPT_STR, &o->prefix_cache_dir, "DIR", "none",
                    "persistent prefix cache: full prompt KV blocks are saved there "
                    "(zstd) and later runs, or other shards on this host, load them instead of "

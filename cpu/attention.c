@@ -457,9 +457,12 @@ void pllm_cpu_attn_tile_prefetch(const pllm_cpu_attn_tile *t, const pllm_cpu_att
 void pllm_cpu_attend_tile(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args *a, const pllm_cpu_kernels *kern,
                           float *scratch)
 {
-    /* a sliding-window layer whose window excludes keys for some row of the tile: the per-row
-     * path, which starts each row at its window (the AVX-512 tiles sweep from position 0) */
-    if (a->window > 0 && t->pos0 + t->n_q > a->window) {
+    /* a sliding-window layer: the per-row path, which starts each row at its window (the
+     * AVX-512 tiles sweep from position 0). Always, not only for tiles whose rows' windows
+     * exclude keys: a row then takes the same path (and rounding) in any tile, so a sequence's
+     * results do not depend on how its prompt was chunked or batched (they did: the tiles
+     * within the first window and the per-row path past it rounded one row differently) */
+    if (a->window > 0) {
         tile_fallback(t, a, kern, scratch);
         return;
     }

@@ -154,12 +154,17 @@ void pllm_cpu_attend_i8(float *out, const float *q, int32_t kv_head, const pllm_
     float m = -INFINITY, l = 0;
     for (int32_t e = 0; e < hd; e++) out[e] = 0;
 
-    for (int32_t p0 = 0; p0 < a->n_pos; p0 += bs) {
-        const int32_t n = PLLM_MIN(bs, a->n_pos - p0), b = a->block_table[p0 / bs];
+    /* a sliding-window layer (ops.h): positions [n_pos - window, n_pos) only; a window starting
+     * mid-block takes the rest of that block first */
+    const int32_t lo = a->window > 0 ? PLLM_MAX(0, a->n_pos - a->window) : 0;
+    for (int32_t p0 = lo; p0 < a->n_pos; p0 = (p0 / bs + 1) * bs) {
+        const int32_t j0 = p0 % bs, n = PLLM_MIN(bs - j0, a->n_pos - p0),
+                      b = a->block_table[p0 / bs];
         const int8_t *K = slab_data(a->k_cache, kv, b, kv_head),
-                     *V = slab_data(a->v_cache, kv, b, kv_head);
-        const uint16_t *sk = slab_scales(a->k_cache, kv, b, kv_head),
-                       *sv = slab_scales(a->v_cache, kv, b, kv_head);
+                     *V = slab_data(a->v_cache, kv, b, kv_head) + (size_t)j0 * (size_t)hd;
+        const uint16_t *sk = slab_scales(a->k_cache, kv, b, kv_head) + j0,
+                       *sv = slab_scales(a->v_cache, kv, b, kv_head) + j0;
+        K += (size_t)j0 * 4; /* the K slab interleaves positions in groups of 4 elements */
         float mb = -INFINITY;
         for (int32_t j = 0; j < n; j++) {
             int32_t d = 0;

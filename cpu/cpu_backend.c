@@ -85,10 +85,16 @@ typedef struct cpu_ctx {
      * each [n_blocks][n_head_kv][block_size][head_dim] of kv.dtype (I8: then its scales,
      * engine/backend.h). */
     pllm_kv_layout kv;
+    /* the hybrid layout (kv.n_blocks_sw > 0): the sliding layers' caches hold n_blocks_sw
+     * blocks each (kv_sw: kv with n_blocks = n_blocks_sw, what their kernels see), the others
+     * n_blocks; kv_off[2l], kv_off[2l + 1]: layer l's K and V offsets in kv_mem */
+    pllm_kv_layout kv_sw;
+    size_t *kv_off;
     bool kv_ready;
     uint8_t *kv_mem;
     size_t kv_layer_bytes;
-    uint64_t *slot_bits;         /* [ceil(n_blocks * block_size / 64)]: duplicate-slot check */
+    uint64_t
+        *slot_bits; /* [ceil(max(n_blocks, n_blocks_sw) * block_size / 64)]: duplicate-slot check */
 
     /* Workspace for up to cap_tokens tokens and cap_samples samples. */
     int32_t cap_tokens, cap_samples;
@@ -376,8 +382,14 @@ static void add_bias(float *Y, int64_t ldy, const float *b, int64_t n_tok, int64
         for (int64_t r = r0; r < r1; r++) Y[t * ldy + r] += b[r];
 }
 
-static void *kv_k(const cpu_ctx *c, int32_t l) { return c->kv_mem + (size_t)(2 * l) * c->kv_layer_bytes; }
-static void *kv_v(const cpu_ctx *c, int32_t l) { return c->kv_mem + (size_t)(2 * l + 1) * c->kv_layer_bytes; }
+static void *kv_k(const cpu_ctx *c, int32_t l)
+{
+    return c->kv_mem + c->kv_off[2 * l];
+}
+static void *kv_v(const cpu_ctx *c, int32_t l)
+{
+    return c->kv_mem + c->kv_off[2 * l + 1];
+}
 
 /* Query positions per attention tile: the GQA group's rows of up to 64 (query, head) pairs,
  * whose q and output rows (2 x 16 KiB at head_dim 64) stay in L1 beside the K/V chunk, within
@@ -468,6 +480,11 @@ static void forward_region(void *arg, int ith, int nth)
         /* RoPE on q; RoPE on k fused with the K/V store (one pass per token: the rotated key is
          * written straight into its cache slot) */
         void *kc = kv_k(c, l), *vc = kv_v(c, l);
+        /* a sliding layer of the hybrid layout: its own pool, tables and slots */
+        const bool in_sw = pllm_kv_layer_in_sw(&c->kv, w->window);
+        const pllm_kv_layout *lkv = in_sw ? &c->kv_sw : &c->kv;
+        const int32_t *lslots = in_sw ? plan->sw_slots : plan->slots;
+        const int32_t *ltables = in_sw ? plan->sw_block_tables : plan->block_tables;
         for (int64_t t = t0; t < t1; t++) {
             const float *cs =
                 (w->window && c->rope_cs_local ? c->rope_cs_local : c->rope_cs) + t * cfg->rope_dim;
@@ -480,8 +497,8 @@ static void forward_region(void *arg, int ith, int nth)
                     c->kern->rmsnorm(c->k + t * KVD + h * hd, c->k + t * KVD + h * hd, w->k_norm,
                                      hd, cfg->norm_eps);
             for (int32_t h = 0; h < cfg->n_head; h++) pllm_cpu_rope_apply(c->q + t * QD + h * hd, cs, cfg->rope_dim, cfg->rope_mode);
-            pllm_cpu_rope_store_kv(kc, vc, &c->kv, plan->slots[t], c->k + t * KVD, c->v + t * KVD, cs, cfg->rope_dim,
-                                   cfg->rope_mode, c->kern, scratch);
+            pllm_cpu_rope_store_kv(kc, vc, lkv, lslots[t], c->k + t * KVD, c->v + t * KVD, cs,
+                                   cfg->rope_dim, cfg->rope_mode, c->kern, scratch);
         }
         pllm_cpu_pool_barrier(c->pool);
 
@@ -509,8 +526,8 @@ static void forward_region(void *arg, int ith, int nth)
                 const pllm_seq_plan *sp = &plan->seqs[s];
                 pllm_cpu_attn_args a = {.k_cache = kc,
                                         .v_cache = vc,
-                                        .kv = &c->kv,
-                                        .block_table = plan->block_tables + sp->block_start,
+                                        .kv = lkv,
+                                        .block_table = ltables + sp->block_start,
                                         .scale = cfg->attn_scale > 0 ? cfg->attn_scale
                                                                      : 1.0f / sqrtf((float)hd),
                                         .window = w->window};
@@ -730,8 +747,16 @@ static pllm_status cpu_kv_layout(void *vctx, int32_t block_size, pllm_kv_layout 
     if (block_size < 1 || block_size > 65536)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu kv_layout: block_size must be in [1, 65536], got %d", block_size);
     const pllm_model_config *cfg = &c->model->cfg;
-    *out = (pllm_kv_layout){.n_layer = cfg->n_layer, .n_head_kv = cfg->n_head_kv, .head_dim = cfg->head_dim,
-                            .block_size = block_size, .n_blocks = 0, .dtype = c->params.kv_dtype};
+    int32_t n_sw = 0;
+    for (int32_t l = 0; l < cfg->n_layer; l++) n_sw += c->model->layers[l].window > 0;
+    *out = (pllm_kv_layout){.n_layer = cfg->n_layer,
+                            .n_head_kv = cfg->n_head_kv,
+                            .head_dim = cfg->head_dim,
+                            .block_size = block_size,
+                            .n_blocks = 0,
+                            .dtype = c->params.kv_dtype,
+                            .window = n_sw ? cfg->sliding_window : 0,
+                            .n_layer_sw = n_sw};
     return PLLM_OK;
 }
 
@@ -776,20 +801,49 @@ static pllm_status cpu_kv_init(void *vctx, const pllm_kv_layout *L)
     if ((int64_t)L->n_blocks * L->block_size > INT32_MAX)
         return pllm_errorf(PLLM_ERR_RANGE, "cpu kv_init: %d blocks of %d tokens exceed the int32 slot range", L->n_blocks,
                            L->block_size);
-    size_t layer = 0, total = 0;
-    if (!pllm_mul_size((size_t)L->n_blocks,
-                       (size_t)L->n_head_kv * (size_t)L->block_size * pllm_kv_row_bytes(L),
-                       &layer) ||
-        !pllm_mul_size(layer, 2 * (size_t)L->n_layer, &total))
+    int32_t n_sw = 0;
+    for (int32_t l = 0; l < cfg->n_layer; l++) n_sw += c->model->layers[l].window > 0;
+    if (L->n_blocks_sw < 0 || (L->n_blocks_sw > 0 && (n_sw == 0 || L->n_layer_sw != n_sw ||
+                                                      L->window != cfg->sliding_window)))
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cpu kv_init: a sliding pool of %d blocks (%d layers, window %d) does "
+                           "not fit the model (%d sliding layers, window %d)",
+                           L->n_blocks_sw, L->n_layer_sw, L->window, n_sw, cfg->sliding_window);
+    if ((int64_t)L->n_blocks_sw * L->block_size > INT32_MAX)
+        return pllm_errorf(
+            PLLM_ERR_RANGE,
+            "cpu kv_init: %d sliding blocks of %d tokens exceed the int32 slot range",
+            L->n_blocks_sw, L->block_size);
+    const size_t blk = (size_t)L->n_head_kv * (size_t)L->block_size * pllm_kv_row_bytes(L);
+    size_t layer = 0, layer_sw = 0, total = 0;
+    if (!pllm_mul_size((size_t)L->n_blocks, blk, &layer) ||
+        !pllm_mul_size((size_t)L->n_blocks_sw, blk, &layer_sw))
         return pllm_errorf(PLLM_ERR_NOMEM, "cpu kv_init: %d blocks overflow the address space", L->n_blocks);
+    size_t *off = pllm_malloc(2 * (size_t)L->n_layer * sizeof *off);
+    if (!off) return PLLM_ERR_NOMEM;
+    for (int32_t l = 0; l < 2 * L->n_layer; l++) {
+        const size_t bytes =
+            pllm_kv_layer_in_sw(L, c->model->layers[l / 2].window) ? layer_sw : layer;
+        off[l] = total;
+        if (total > SIZE_MAX - bytes) {
+            free(off);
+            return pllm_errorf(PLLM_ERR_NOMEM, "cpu kv_init: %d blocks overflow the address space",
+                               L->n_blocks);
+        }
+        total += bytes;
+    }
 
     pllm_aligned_free(c->kv_mem);
     free(c->slot_bits);
+    free(c->kv_off);
+    c->kv_off = off;
     c->kv_mem = NULL;
     c->slot_bits = NULL;
     c->kv_ready = false;
     c->kv_mem = pllm_aligned_alloc(total);
-    c->slot_bits = pllm_calloc(((size_t)L->n_blocks * (size_t)L->block_size + 63) / 64, sizeof(uint64_t));
+    c->slot_bits = pllm_calloc(
+        ((size_t)PLLM_MAX(L->n_blocks, L->n_blocks_sw) * (size_t)L->block_size + 63) / 64,
+        sizeof(uint64_t));
     if (!c->kv_mem || !c->slot_bits) {
         pllm_aligned_free(c->kv_mem);
         free(c->slot_bits);
@@ -814,6 +868,8 @@ static pllm_status cpu_kv_init(void *vctx, const pllm_kv_layout *L)
         c->scratch_floats = sf;
     }
     c->kv = *L;
+    c->kv_sw = *L;
+    c->kv_sw.n_blocks = L->n_blocks_sw;
     c->kv_layer_bytes = layer;
     c->kv_ready = true;
     return PLLM_OK;
@@ -927,6 +983,9 @@ static pllm_status cpu_copy_blocks(void *vctx, const int32_t *src, const int32_t
 {
     cpu_ctx *c = vctx;
     PLLM_TRY(pllm_backend_check_copy_blocks("cpu", c->kv_ready ? &c->kv : NULL, src, dst, n));
+    if (c->kv.n_blocks_sw > 0)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "cpu copy_blocks: not with a sliding pool (the hybrid KV layout)");
     /* one block of one layer's K (or V): its data, and for I8 its scales after all the data */
     const pllm_kv_layout *L = &c->kv;
     const size_t slab = (size_t)L->n_head_kv * (size_t)L->block_size;
@@ -936,7 +995,7 @@ static pllm_status cpu_copy_blocks(void *vctx, const int32_t *src, const int32_t
     for (int32_t i = 0; i < n; i++) {
         if (src[i] == dst[i]) continue;
         for (int32_t l = 0; l < 2 * c->kv.n_layer; l++) {
-            uint8_t *base = c->kv_mem + (size_t)l * c->kv_layer_bytes;
+            uint8_t *base = c->kv_mem + c->kv_off[l];
             memmove(base + (size_t)dst[i] * block, base + (size_t)src[i] * block, block);
             if (scales)
                 memmove(base + data + (size_t)dst[i] * scales,
@@ -953,6 +1012,11 @@ static pllm_status cpu_block_io(cpu_ctx *c, int32_t id, uint8_t *buf, const uint
         return pllm_errorf(PLLM_ERR_RANGE, "cpu kv block %d: outside [0, %d)%s", id,
                            c->kv_ready ? c->kv.n_blocks : 0,
                            c->kv_ready ? "" : " (before kv_init)");
+    if (c->kv.n_blocks_sw > 0)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "cpu kv block %d: blocks cannot be read or written with a sliding pool "
+                           "(the hybrid KV layout)",
+                           id);
     const pllm_kv_layout *L = &c->kv;
     const size_t slab = (size_t)L->n_head_kv * (size_t)L->block_size;
     const bool i8 = L->dtype == PLLM_KV_DTYPE_I8;
@@ -960,7 +1024,7 @@ static pllm_status cpu_block_io(cpu_ctx *c, int32_t id, uint8_t *buf, const uint
     const size_t scales = i8 ? slab * 2 : 0, data = block * (size_t)L->n_blocks;
     size_t at = 0;
     for (int32_t l = 0; l < 2 * L->n_layer; l++) {
-        uint8_t *base = c->kv_mem + (size_t)l * c->kv_layer_bytes;
+        uint8_t *base = c->kv_mem + c->kv_off[l];
         uint8_t *parts[2] = {base + (size_t)id * block, base + data + (size_t)id * scales};
         size_t lens[2] = {block, scales};
         for (int k = 0; k < 2; k++) {
@@ -1006,6 +1070,7 @@ static void cpu_destroy(void *vctx)
     pllm_aligned_free(c->scratch);
     pllm_aligned_free(c->sample_scratch);
     free(c->slot_bits);
+    free(c->kv_off);
     free(c->prev_tok);
     free(c->tok_buf);
     free(c->samp_buf);

@@ -52,7 +52,7 @@ static size_t align_up(size_t x, size_t a)
  * tables, so the kernels address it from the block tables' start.) */
 
 static void layout_init(cuda_plan_layout *L, int32_t T, int32_t S, int32_t n_items, int32_t n_tiles,
-                        int32_t n_fi, int32_t n_bt, int32_t n_ids, int32_t n_fix)
+                        int32_t n_fi, int32_t n_bt, int32_t n_ids, int32_t n_fix, bool sw)
 {
     size_t o = 0;
     L->n_tokens = T, L->n_samples = S, L->n_items = n_items, L->n_tiles = n_tiles;
@@ -64,6 +64,11 @@ static void layout_init(cuda_plan_layout *L, int32_t T, int32_t S, int32_t n_ite
     L->items = o, o = align_up(o + sizeof(pllm_cuda_attn_item) * (size_t)n_items, 16);
     L->tiles = o, o = align_up(o + sizeof(pllm_cuda_attn_tile) * (size_t)n_tiles, 16);
     L->params = o, o = align_up(o + sizeof(pllm_cuda_sample_params) * (size_t)S, 16);
+    /* the sliding layers' (hybrid KV layout): counts only, like the above */
+    const size_t n_sw = sw ? 1 : 0;
+    L->sw_slots = o, o = align_up(o + sizeof(int32_t) * (size_t)T * n_sw, 16);
+    L->sw_items = o, o = align_up(o + sizeof(pllm_cuda_attn_item) * (size_t)n_items * n_sw, 16);
+    L->sw_tiles = o, o = align_up(o + sizeof(pllm_cuda_attn_tile) * (size_t)n_tiles * n_sw, 16);
     /* FlashInfer's paged description of a decode step's n_fi requests (0 without it) */
     L->fi_indptr = o, o = align_up(o + sizeof(int32_t) * (size_t)(n_fi ? n_fi + 1 : 0), 16);
     L->fi_last = o, o = align_up(o + sizeof(int32_t) * (size_t)n_fi, 16);
@@ -239,6 +244,9 @@ typedef struct step_dev {
     const int32_t *tokens, *positions, *slots, *rows, *block_tables, *ids;
     const pllm_cuda_attn_item *items;
     const pllm_cuda_attn_tile *tiles;
+    const int32_t *sw_slots; /* the hybrid KV layout's sliding layers (else NULL) */
+    const pllm_cuda_attn_item *sw_items;
+    const pllm_cuda_attn_tile *sw_tiles;
     const pllm_cuda_sample_params *params;
     const int32_t *fi_indptr, *fi_last; /* non-NULL: FlashInfer runs this step's decode */
     int32_t n_tokens, n_samples, n_items, n_tiles, n_splits, split_len;
@@ -283,11 +291,14 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
     const float *pending = NULL;
     for (int32_t l = 0; l < cfg->n_layer; l++) {
         const cuda_layer *w = &c->layers[l];
-        void *kc = (uint8_t *)c->kv_mem + (size_t)(2 * l) * c->kv_layer_bytes;
-        void *vc = (uint8_t *)c->kv_mem + (size_t)(2 * l + 1) * c->kv_layer_bytes;
+        void *kc = (uint8_t *)c->kv_mem + c->kv_off[2 * l];
+        void *vc = (uint8_t *)c->kv_mem + c->kv_off[2 * l + 1];
+        /* a sliding layer of the hybrid layout: its own pool, slots and work lists */
+        const bool in_sw = pllm_kv_layer_in_sw(&c->kv, w->window);
+        const size_t data_bytes = in_sw ? c->kv_data_bytes_sw : c->kv_data_bytes;
         /* fp8: the per-row scales, after each cache's data (backend.h) */
-        void *ks = c->kv_scales ? (uint8_t *)kc + c->kv_data_bytes : NULL;
-        void *vs = c->kv_scales ? (uint8_t *)vc + c->kv_data_bytes : NULL;
+        void *ks = c->kv_scales ? (uint8_t *)kc + data_bytes : NULL;
+        void *vs = c->kv_scales ? (uint8_t *)vc + data_bytes : NULL;
         /* x += the previous layer's down projection; xb = norm(x) */
         PLLM_TRY(pllm_cuda_rmsnorm_residual(c->dev, c->xb, c->wdt, c->x, pending, w->attn_norm, T,
                                             E, eps));
@@ -299,7 +310,7 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
                                       .ld = ld,
                                       .bias = w->b_qkv,
                                       .positions = d->positions,
-                                      .slots = d->slots,
+                                      .slots = in_sw ? d->sw_slots : d->slots,
                                       .inv_freq = w->window && c->inv_freq_local ? c->inv_freq_local
                                                                                  : c->inv_freq,
                                       .inv_freq_long = c->inv_freq_long,
@@ -337,7 +348,7 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
                                   .scale = cfg->attn_scale > 0 ? cfg->attn_scale
                                                                : 1.0f / sqrtf((float)hd),
                                   .window = w->window};
-        if (d->fi_indptr) {
+        if (d->fi_indptr) { /* never with the hybrid layout (shape_step) */
             const pllm_fi_paged_kv pk = {.k_cache = kc,
                                          .v_cache = vc,
                                          .indptr = d->fi_indptr,
@@ -350,10 +361,10 @@ static pllm_status enqueue_forward(cuda_ctx *c, const step_dev *d)
             PLLM_TRY(pllm_cuda_fi_decode(c->fi, c->dev, c->att, c->q16, c->qkv, ld, cfg->n_head,
                                          &pk, aa.scale));
         } else {
-            PLLM_TRY(pllm_cuda_attn_decode(c->dev, &aa, d->items, d->n_items, d->n_splits,
-                                           d->split_len, c->part));
+            PLLM_TRY(pllm_cuda_attn_decode(c->dev, &aa, in_sw ? d->sw_items : d->items, d->n_items,
+                                           d->n_splits, d->split_len, c->part));
         }
-        PLLM_TRY(pllm_cuda_attn_prefill(c->dev, &aa, d->tiles, d->n_tiles));
+        PLLM_TRY(pllm_cuda_attn_prefill(c->dev, &aa, in_sw ? d->sw_tiles : d->tiles, d->n_tiles));
         PLLM_TRY(proj(c, c->proj, PLLM_DTYPE_F32, c->att, w->w_o, T, E, qd));
         if (w->attn_post_norm) /* Gemma 3: x += norm(attention out) first */
             PLLM_TRY(pllm_cuda_post_norm_add(c->dev, c->x, c->proj, w->attn_post_norm, T, E, eps));
@@ -496,7 +507,8 @@ static pllm_status shape_step(cuda_ctx *c, const pllm_batch_plan *p, step_shape 
     }
     /* FlashInfer takes a decode step whose token rows are its requests in order (every sequence
      * one new token); its padding requests read one position of block 0 (outputs unused) */
-    k->fi = c->fi && p->n_tokens > 0 && k->n_tiles == 0 && k->n_items == p->n_seqs && rows_in_order;
+    k->fi = c->fi && p->n_tokens > 0 && k->n_tiles == 0 && k->n_items == p->n_seqs &&
+            rows_in_order && c->kv.n_blocks_sw == 0; /* FlashInfer reads one table per step */
     k->n_real = k->n_items;
     if (k->B) k->n_items = k->B;                  /* padded */
     if (k->fi) k->n_bt += k->n_items - k->n_real; /* one block-0 page per padding request */
@@ -506,8 +518,10 @@ static pllm_status shape_step(cuda_ctx *c, const pllm_batch_plan *p, step_shape 
     }
     choose_split(c, k->n_items, k->max_ctx, &k->n_splits, &k->split_len);
     if (k->fi) k->n_splits = 1, k->split_len = c->params.attn_split_len; /* it splits itself */
-    layout_init(&k->L, k->T, k->S, k->n_items, k->n_tiles, k->fi ? k->n_items : 0, k->n_bt,
-                k->n_ids, k->src_on_host ? 0 : k->n_fix);
+    /* the hybrid layout's sliding tables follow the global ones (as many entries) */
+    layout_init(&k->L, k->T, k->S, k->n_items, k->n_tiles, k->fi ? k->n_items : 0,
+                c->kv.n_blocks_sw > 0 ? 2 * k->n_bt : k->n_bt, k->n_ids,
+                k->src_on_host ? 0 : k->n_fix, c->kv.n_blocks_sw > 0);
     return PLLM_OK;
 }
 
@@ -518,13 +532,17 @@ static pllm_status pack_tokens(cuda_ctx *c, const pllm_batch_plan *p, const step
 {
     int32_t *tokens = (int32_t *)(h + k->L.tokens), *src = (int32_t *)(h + k->L.token_src);
     int32_t *positions = (int32_t *)(h + k->L.positions), *slots = (int32_t *)(h + k->L.slots);
+    int32_t *sw_slots = c->kv.n_blocks_sw > 0 ? (int32_t *)(h + k->L.sw_slots) : NULL;
     if (p->n_tokens) {
         memcpy(tokens, p->tokens, sizeof(int32_t) * (size_t)p->n_tokens);
         memcpy(positions, p->positions, sizeof(int32_t) * (size_t)p->n_tokens);
         memcpy(slots, p->slots, sizeof(int32_t) * (size_t)p->n_tokens);
+        if (sw_slots) memcpy(sw_slots, p->sw_slots, sizeof(int32_t) * (size_t)p->n_tokens);
     }
-    for (int32_t t = p->n_tokens; t < k->T; t++)
+    for (int32_t t = p->n_tokens; t < k->T; t++) {
         tokens[t] = 0, positions[t] = 0, slots[t] = -1; /* padding */
+        if (sw_slots) sw_slots[t] = -1;
+    }
     if (k->n_src == 0) return PLLM_OK;
     if (k->src_on_host) { /* the previous step's ids, downloaded into its pinned results */
         const int32_t prev = k->slot ^ 1;
@@ -562,10 +580,25 @@ static void pack_attention(const cuda_ctx *c, const pllm_batch_plan *p, const st
                                                     .pos0 = sp->n_ctx - sp->n_new + j,
                                                     .bt = bt_at};
         }
+        if (c->kv.n_blocks_sw > 0) /* the sliding table, k->n_bt entries further on */
+            memcpy(bt + k->n_bt + bt_at, p->sw_block_tables + sp->block_start,
+                   sizeof(int32_t) * (size_t)nb);
         bt_at += nb;
     }
     for (; it < k->n_items; it++)
         items[it] = (pllm_cuda_attn_item){.tok = it, .n_ctx = 0, .bt = 0}; /* padding */
+    if (c->kv.n_blocks_sw > 0) { /* the same work lists over the sliding tables */
+        pllm_cuda_attn_item *sw_items = (pllm_cuda_attn_item *)(h + k->L.sw_items);
+        pllm_cuda_attn_tile *sw_tiles = (pllm_cuda_attn_tile *)(h + k->L.sw_tiles);
+        for (int32_t i = 0; i < k->n_items; i++) {
+            sw_items[i] = items[i];
+            if (i < k->n_real) sw_items[i].bt += k->n_bt;
+        }
+        for (int32_t i = 0; i < k->n_tiles; i++) {
+            sw_tiles[i] = tiles[i];
+            sw_tiles[i].bt += k->n_bt;
+        }
+    }
     if (!k->fi) return;
     int32_t *ip = (int32_t *)(h + k->L.fi_indptr), *last = (int32_t *)(h + k->L.fi_last);
     for (int32_t i = 0; i < k->n_items; i++) {
@@ -691,26 +724,30 @@ static step_dev device_view(const cuda_ctx *c, const step_shape *k)
     const uint8_t *dp = c->d_plan;
     uint8_t *dr = c->d_res;
     const cuda_plan_layout *L = &k->L;
-    return (step_dev){.tokens = (const int32_t *)(dp + L->tokens),
-                      .positions = (const int32_t *)(dp + L->positions),
-                      .slots = (const int32_t *)(dp + L->slots),
-                      .rows = (const int32_t *)(dp + L->rows),
-                      .block_tables = (const int32_t *)(dp + L->block_tables),
-                      .ids = (const int32_t *)(dp + L->block_tables), /* see pack_samples */
-                      .items = (const pllm_cuda_attn_item *)(dp + L->items),
-                      .tiles = (const pllm_cuda_attn_tile *)(dp + L->tiles),
-                      .params = (const pllm_cuda_sample_params *)(dp + L->params),
-                      .fi_indptr = k->fi ? (const int32_t *)(dp + L->fi_indptr) : NULL,
-                      .fi_last = k->fi ? (const int32_t *)(dp + L->fi_last) : NULL,
-                      .n_tokens = k->T,
-                      .n_samples = k->S,
-                      .n_items = k->n_items,
-                      .n_tiles = k->n_tiles,
-                      .n_splits = k->n_splits,
-                      .split_len = k->split_len,
-                      .res_tok = (int32_t *)dr,
-                      .res_lp = (float *)(dr + 4 * (size_t)k->S),
-                      .res_top = (pllm_cuda_sample_top *)(dr + res_top_offset(k->S))};
+    return (step_dev){
+        .tokens = (const int32_t *)(dp + L->tokens),
+        .positions = (const int32_t *)(dp + L->positions),
+        .slots = (const int32_t *)(dp + L->slots),
+        .rows = (const int32_t *)(dp + L->rows),
+        .block_tables = (const int32_t *)(dp + L->block_tables),
+        .ids = (const int32_t *)(dp + L->block_tables), /* see pack_samples */
+        .items = (const pllm_cuda_attn_item *)(dp + L->items),
+        .tiles = (const pllm_cuda_attn_tile *)(dp + L->tiles),
+        .sw_slots = c->kv.n_blocks_sw > 0 ? (const int32_t *)(dp + L->sw_slots) : NULL,
+        .sw_items = c->kv.n_blocks_sw > 0 ? (const pllm_cuda_attn_item *)(dp + L->sw_items) : NULL,
+        .sw_tiles = c->kv.n_blocks_sw > 0 ? (const pllm_cuda_attn_tile *)(dp + L->sw_tiles) : NULL,
+        .params = (const pllm_cuda_sample_params *)(dp + L->params),
+        .fi_indptr = k->fi ? (const int32_t *)(dp + L->fi_indptr) : NULL,
+        .fi_last = k->fi ? (const int32_t *)(dp + L->fi_last) : NULL,
+        .n_tokens = k->T,
+        .n_samples = k->S,
+        .n_items = k->n_items,
+        .n_tiles = k->n_tiles,
+        .n_splits = k->n_splits,
+        .split_len = k->split_len,
+        .res_tok = (int32_t *)dr,
+        .res_lp = (float *)(dr + 4 * (size_t)k->S),
+        .res_top = (pllm_cuda_sample_top *)(dr + res_top_offset(k->S))};
 }
 
 /* One download of what the caller asked for, then the step's done event. */
@@ -862,6 +899,8 @@ static pllm_status cuda_kv_layout(void *vctx, int32_t block_size, pllm_kv_layout
                             .block_size = block_size,
                             .n_blocks = 0,
                             .dtype = c->params.kv_dtype};
+    for (int32_t l = 0; l < cfg->n_layer; l++) out->n_layer_sw += c->model->layers[l].window > 0;
+    out->window = out->n_layer_sw ? cfg->sliding_window : 0;
     return PLLM_OK;
 }
 
@@ -903,8 +942,10 @@ static void kv_free(cuda_ctx *c)
     graphs_drop(c); /* they point into the pool */
     pllm_cuda_free(c->dev, c->kv_mem);
     free(c->slot_bits);
+    free(c->kv_off);
     c->kv_mem = NULL;
     c->slot_bits = NULL;
+    c->kv_off = NULL;
     c->kv_ready = false;
 }
 
@@ -938,23 +979,46 @@ static pllm_status cuda_kv_init(void *vctx, const pllm_kv_layout *L)
     /* one layer's K (or V): the data, then (fp8) the scales; an fp8 cache's layers start on
      * 256-byte boundaries, so its rows keep the alignment of 16-byte vector loads */
     const bool fp8 = L->dtype == PLLM_KV_DTYPE_FP8;
-    size_t layer = 0, total = 0;
-    if (!pllm_mul_size((size_t)L->n_blocks,
-                       (size_t)L->n_head_kv * (size_t)L->block_size * pllm_kv_row_bytes(L),
-                       &layer) ||
-        layer > SIZE_MAX - 256 ||
-        !pllm_mul_size(fp8 ? align_up(layer, 256) : layer, 2 * (size_t)L->n_layer, &total))
+    int32_t n_sw = 0;
+    for (int32_t l = 0; l < cfg->n_layer; l++) n_sw += c->model->layers[l].window > 0;
+    if (L->n_blocks_sw < 0 || (L->n_blocks_sw > 0 && (n_sw == 0 || L->n_layer_sw != n_sw ||
+                                                      L->window != cfg->sliding_window)))
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "cuda kv_init: a sliding pool of %d blocks (%d layers, window %d) "
+                           "does not fit the model (%d sliding layers, window %d)",
+                           L->n_blocks_sw, L->n_layer_sw, L->window, n_sw, cfg->sliding_window);
+    if ((int64_t)L->n_blocks_sw * L->block_size > INT32_MAX)
+        return pllm_errorf(PLLM_ERR_RANGE,
+                           "cuda kv_init: %d sliding blocks of %d tokens exceed the int32 slot "
+                           "range",
+                           L->n_blocks_sw, L->block_size);
+    const size_t blk = (size_t)L->n_head_kv * (size_t)L->block_size * pllm_kv_row_bytes(L);
+    size_t layer = 0, layer_sw = 0, total = 0;
+    if (!pllm_mul_size((size_t)L->n_blocks, blk, &layer) || layer > SIZE_MAX / 4 ||
+        !pllm_mul_size((size_t)L->n_blocks_sw, blk, &layer_sw) || layer_sw > SIZE_MAX / 4 ||
+        !pllm_mul_size(fp8 ? align_up(layer, 256) : layer, 2 * (size_t)L->n_layer, &total) ||
+        !pllm_mul_size(fp8 ? align_up(layer_sw, 256) : layer_sw, 2 * (size_t)L->n_layer, &total))
         return pllm_errorf(PLLM_ERR_NOMEM, "cuda kv_init: %d blocks overflow the address space",
                            L->n_blocks);
+    size_t *off = pllm_malloc(2 * (size_t)L->n_layer * sizeof *off);
+    if (!off) return PLLM_ERR_NOMEM;
+    total = 0;
+    for (int32_t l = 0; l < 2 * L->n_layer; l++) {
+        const size_t b = pllm_kv_layer_in_sw(L, c->model->layers[l / 2].window) ? layer_sw : layer;
+        off[l] = total;
+        total += fp8 ? align_up(b, 256) : b;
+    }
     kv_free(c);
+    c->kv_off = off;
     /* the workspace first, so the pool cannot starve it */
     PLLM_TRY(reserve(c, c->params.reserve_tokens, c->params.reserve_seqs));
     pllm_status st = pllm_cuda_alloc(c->dev, &c->kv_mem, total);
     if (st != PLLM_OK)
         return pllm_error_prefix(st, "cuda kv_init: %d KV blocks (%.2f GiB): ", L->n_blocks,
                                  (double)total / (1 << 30));
-    c->slot_bits =
-        pllm_calloc(((size_t)L->n_blocks * (size_t)L->block_size + 63) / 64, sizeof(uint64_t));
+    c->slot_bits = pllm_calloc(
+        ((size_t)PLLM_MAX(L->n_blocks, L->n_blocks_sw) * (size_t)L->block_size + 63) / 64,
+        sizeof(uint64_t));
     if (!c->slot_bits) {
         kv_free(c);
         return PLLM_ERR_NOMEM;
@@ -964,6 +1028,9 @@ static pllm_status cuda_kv_init(void *vctx, const pllm_kv_layout *L)
     c->kv_data_bytes = (size_t)L->n_blocks * (size_t)L->n_head_kv * (size_t)L->block_size *
                        (fp8 ? (size_t)L->head_dim : pllm_kv_row_bytes(L));
     c->kv_layer_bytes = fp8 ? align_up(layer, 256) : layer;
+    c->kv_data_bytes_sw = (size_t)L->n_blocks_sw * (size_t)L->n_head_kv * (size_t)L->block_size *
+                          (fp8 ? (size_t)L->head_dim : pllm_kv_row_bytes(L));
+    c->kv_layer_bytes_sw = fp8 ? align_up(layer_sw, 256) : layer_sw;
     c->kv_ready = true;
     return PLLM_OK;
 }
@@ -1007,12 +1074,15 @@ static pllm_status cuda_copy_blocks(void *vctx, const int32_t *src, const int32_
 {
     cuda_ctx *c = vctx;
     PLLM_TRY(pllm_backend_check_copy_blocks("cuda", c->kv_ready ? &c->kv : NULL, src, dst, n));
+    if (c->kv.n_blocks_sw > 0)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "cuda copy_blocks: not with a sliding pool (the hybrid KV layout)");
     size_t block, scales; /* one block of one layer's K (or V): data, and (fp8) scales */
     kv_block_parts(c, &block, &scales);
     for (int32_t i = 0; i < n; i++) {
         if (src[i] == dst[i]) continue;
         for (int32_t l = 0; l < 2 * c->kv.n_layer; l++) {
-            uint8_t *base = (uint8_t *)c->kv_mem + (size_t)l * c->kv_layer_bytes;
+            uint8_t *base = (uint8_t *)c->kv_mem + c->kv_off[l];
             PLLM_TRY(pllm_cuda_copy(c->dev, base + (size_t)dst[i] * block,
                                     base + (size_t)src[i] * block, block));
             if (scales)
@@ -1032,11 +1102,16 @@ static pllm_status cuda_block_io(cuda_ctx *c, int32_t id, uint8_t *out, const ui
         return pllm_errorf(PLLM_ERR_RANGE, "cuda kv block %d: outside [0, %d)%s", id,
                            c->kv_ready ? c->kv.n_blocks : 0,
                            c->kv_ready ? "" : " (before kv_init)");
+    if (c->kv.n_blocks_sw > 0)
+        return pllm_errorf(PLLM_ERR_UNSUPPORTED,
+                           "cuda kv block %d: blocks cannot be read or written with a sliding pool "
+                           "(the hybrid KV layout)",
+                           id);
     size_t block, scales;
     kv_block_parts(c, &block, &scales);
     size_t at = 0;
     for (int32_t l = 0; l < 2 * c->kv.n_layer; l++) {
-        uint8_t *base = (uint8_t *)c->kv_mem + (size_t)l * c->kv_layer_bytes;
+        uint8_t *base = (uint8_t *)c->kv_mem + c->kv_off[l];
         uint8_t *parts[2] = {base + (size_t)id * block,
                              base + c->kv_data_bytes + (size_t)id * scales};
         const size_t lens[2] = {block, scales};
@@ -1283,7 +1358,11 @@ void pllm_cuda_backend_get_info(const pllm_backend *b, pllm_cuda_backend_info *o
     out->weight_bytes = c->weight_bytes;
     out->weight_dtype = c->wdt;
     out->kv_dtype = c->params.kv_dtype;
-    out->kv_bytes = c->kv_ready ? 2 * (size_t)c->kv.n_layer * c->kv_layer_bytes : 0;
+    out->kv_bytes = 0;
+    for (int32_t l = 0; c->kv_ready && l < c->kv.n_layer; l++)
+        out->kv_bytes +=
+            2 * (pllm_kv_layer_in_sw(&c->kv, c->model->layers[l].window) ? c->kv_layer_bytes_sw
+                                                                         : c->kv_layer_bytes);
     out->workspace_bytes = c->workspace_bytes + c->d_plan_bytes;
     out->load_seconds = c->load_seconds;
     out->steps = c->steps;

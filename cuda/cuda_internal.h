@@ -49,6 +49,10 @@ typedef struct cuda_plan_layout {
     int32_t n_tokens, n_samples, n_items, n_tiles; /* as packed (graphs: padded) */
     size_t tokens, positions, slots, token_src, rows, items, tiles, params, fi_indptr, fi_last,
         block_tables, ids, fix;
+    /* the hybrid KV layout (kv.n_blocks_sw > 0; else empty): the sliding layers' slots [T] and
+     * work lists (items and tiles as above, their bt into the sliding tables, which follow the
+     * global ones in the block-table region) */
+    size_t sw_slots, sw_items, sw_tiles;
     size_t bytes; /* total, with the block tables and ids that follow */
 } cuda_plan_layout;
 
@@ -89,14 +93,18 @@ typedef struct cuda_ctx {
     size_t weight_bytes;
     double load_seconds;
 
-    /* KV cache: layer l's K at kv_mem + 2l * kv_layer_bytes, V at (2l + 1) * kv_layer_bytes,
-     * each [n_blocks][n_head_kv][block_size][head_dim] of kv.dtype */
+    /* KV cache: layer l's K at kv_mem + kv_off[2l], V at kv_mem + kv_off[2l + 1], each
+     * [n_blocks][n_head_kv][block_size][head_dim] of kv.dtype; with the hybrid layout
+     * (kv.n_blocks_sw > 0) the sliding layers' hold n_blocks_sw blocks (kv_layer_bytes_sw,
+     * kv_data_bytes_sw) */
     pllm_kv_layout kv;
     bool kv_ready;
     void *kv_mem;
-    size_t kv_layer_bytes;
+    size_t *kv_off; /* [2 n_layer] host */
+    size_t kv_layer_bytes, kv_layer_bytes_sw;
     size_t kv_data_bytes; /* of one layer's K (or V): all blocks' data; fp8's scales follow */
-    bool kv_scales;       /* fp8: per-row scales after the data (backend.h) */
+    size_t kv_data_bytes_sw;
+    bool kv_scales;      /* fp8: per-row scales after the data (backend.h) */
     uint64_t *slot_bits; /* host: duplicate-slot check of validation */
 
     cuda_moe_ws moe; /* mixture of experts (unused for dense models) */

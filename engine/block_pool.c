@@ -11,6 +11,7 @@ typedef struct pool_block {
     bool queued;    /* in the free queue (iff ref == 0) */
     bool indexed;   /* in the prefix-cache index */
     uint64_t key;   /* valid when indexed */
+    uint64_t tag;   /* valid when indexed: 0, or the tag of a tagged entry (no parent) */
     int32_t parent; /* indexed parent block, -1 for a first block; valid when indexed */
     int32_t h_prev; /* bucket chain; -1 ends */
     int32_t h_next;
@@ -349,21 +350,35 @@ static void unindex_subtree(pllm_block_pool *p, int32_t id)
     }
 }
 
-int32_t pllm_block_pool_lookup(const pllm_block_pool *p, uint64_t key, int32_t parent,
-                               const int32_t *tokens)
+static int32_t lookup(const pllm_block_pool *p, uint64_t key, int32_t parent, uint64_t tag,
+                      const int32_t *tokens)
 {
     if (!p->enable_cache) return -1;
     size_t bytes = (size_t)p->block_size * sizeof *tokens;
     for (int32_t id = p->buckets[bucket_of(p, key)]; id >= 0; id = p->blocks[id].h_next) {
         const pool_block *b = &p->blocks[id];
-        if (b->key == key && b->parent == parent && memcmp(block_tokens(p, id), tokens, bytes) == 0)
+        if (b->key == key && b->parent == parent && b->tag == tag &&
+            memcmp(block_tokens(p, id), tokens, bytes) == 0)
             return id;
     }
     return -1;
 }
 
-int32_t pllm_block_pool_cache(pllm_block_pool *p, int32_t id, uint64_t key, int32_t parent,
-                              const int32_t *tokens)
+int32_t pllm_block_pool_lookup(const pllm_block_pool *p, uint64_t key, int32_t parent,
+                               const int32_t *tokens)
+{
+    return lookup(p, key, parent, 0, tokens);
+}
+
+int32_t pllm_block_pool_lookup_tagged(const pllm_block_pool *p, uint64_t key, uint64_t tag,
+                                      const int32_t *tokens)
+{
+    PLLM_ASSERT(tag != 0);
+    return lookup(p, key, -1, tag, tokens);
+}
+
+static int32_t cache(pllm_block_pool *p, int32_t id, uint64_t key, int32_t parent, uint64_t tag,
+                     const int32_t *tokens)
 {
     PLLM_ASSERT(id >= 0 && id < p->n_blocks);
     pool_block *b = &p->blocks[id];
@@ -371,10 +386,11 @@ int32_t pllm_block_pool_cache(pllm_block_pool *p, int32_t id, uint64_t key, int3
     if (!p->enable_cache) return -1;
     if (b->indexed) return id;
     if (parent >= 0 && !p->blocks[parent].indexed) return -1;
-    int32_t same = pllm_block_pool_lookup(p, key, parent, tokens);
+    int32_t same = lookup(p, key, parent, tag, tokens);
     if (same >= 0) return same;
     b->indexed = true;
     b->key = key;
+    b->tag = tag;
     b->parent = parent;
     b->depth = parent >= 0 ? p->blocks[parent].depth + 1 : 0;
     b->gen++;
@@ -396,6 +412,19 @@ int32_t pllm_block_pool_cache(pllm_block_pool *p, int32_t id, uint64_t key, int3
     }
     p->n_indexed++;
     return id;
+}
+
+int32_t pllm_block_pool_cache(pllm_block_pool *p, int32_t id, uint64_t key, int32_t parent,
+                              const int32_t *tokens)
+{
+    return cache(p, id, key, parent, 0, tokens);
+}
+
+int32_t pllm_block_pool_cache_tagged(pllm_block_pool *p, int32_t id, uint64_t key, uint64_t tag,
+                                     const int32_t *tokens)
+{
+    PLLM_ASSERT(tag != 0);
+    return cache(p, id, key, -1, tag, tokens);
 }
 
 /* ---- allocation ---- */
@@ -555,7 +584,7 @@ pllm_status pllm_block_pool_check(const pllm_block_pool *p, bool tail_first)
             return pllm_errorf(PLLM_ERR_INTERNAL, "block pool: block %d has depth %d", id,
                                b->depth);
         /* findable under its own key */
-        if (pllm_block_pool_lookup(p, b->key, b->parent, block_tokens(p, id)) != id)
+        if (lookup(p, b->key, b->parent, b->tag, block_tokens(p, id)) != id)
             return pllm_errorf(PLLM_ERR_INTERNAL,
                                "block pool: indexed block %d not found by lookup", id);
         int32_t nc = 0;

@@ -143,6 +143,15 @@ void pllm_block_pool_release(pllm_block_pool *p, const int32_t *ids, int32_t n);
 int32_t pllm_block_pool_cache(pllm_block_pool *p, int32_t id, uint64_t key, int32_t parent,
                               const int32_t *tokens);
 
+/* Tagged entries (the hybrid KV layout's sliding pool, kv_manager.h): a block indexed under
+ * (key, tag, tokens) with no parent (-1) and no children; tag != 0 names what the block belongs
+ * to (there: a global block and its generation), so a lookup matches only when key, tag and
+ * tokens all do. Tagged entries are leaves: any release order is leaves-first. */
+int32_t pllm_block_pool_lookup_tagged(const pllm_block_pool *p, uint64_t key, uint64_t tag,
+                                      const int32_t *tokens);
+int32_t pllm_block_pool_cache_tagged(pllm_block_pool *p, int32_t id, uint64_t key, uint64_t tag,
+                                     const int32_t *tokens);
+
 /* Free queue order, head (next to be allocated) first: writes up to cap ids, returns the
  * queue length. (FUTURE: the heap in eviction order, sorted on each call; for tests.) */
 int32_t pllm_block_pool_queue(const pllm_block_pool *p, int32_t *ids, int32_t cap);

@@ -78,8 +78,10 @@ struct pllm_engine {
     int32_t *tokens;     /* [max_batched_tokens] */
     int32_t *positions;  /* [max_batched_tokens] */
     int32_t *slots;      /* [max_batched_tokens] */
+    int32_t *sw_slots;   /* [max_batched_tokens] the hybrid KV layout's; else NULL */
     pllm_seq_plan *seqs; /* [max_seqs] */
     int32_t *tables;     /* [tables_cap] */
+    int32_t *sw_tables;  /* [tables_cap] the hybrid KV layout's; else NULL */
     int32_t tables_cap;
     int32_t cap_samples;      /* max_seqs + (speculating ? max_batched_tokens : 0) */
     pllm_sample_req *samples; /* [cap_samples] */
@@ -255,6 +257,90 @@ static pllm_status choose_n_blocks(pllm_engine *e, int32_t *n_blocks)
     return PLLM_OK;
 }
 
+/* The hybrid KV layout (engine.h no_kv_hybrid; docs/architecture.md "Hybrid KV"): whether it
+ * applies, and the two pools' sizes. The budget B (bytes) is what the one-pool layout would get:
+ * n_blocks full blocks, kv_bytes, or the default's blocks. A sequence of max_model_len tokens
+ * needs ng = ceil(len / bs) global blocks and ns = min(ng, ceil(window / bs) + 1) sliding
+ * ones; the pools get B in that proportion: n_global : n_sliding = ng : ns, i.e.
+ * n_global = B * ng / (ng * g + ns * s) for global and sliding block bytes g and s. The sliding
+ * pool gets at least what one window plus a full step of new tokens needs (a prefill chunk of
+ * max_batched_tokens holds all its blocks during its step), or, where that would leave fewer
+ * global blocks than one pool has, at least a window and one block (chunks are then shortened to
+ * what it takes); never more blocks than the global pool. */
+static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw)
+{
+    const pllm_engine_params *p = &e->p;
+    pllm_kv_layout *L = &e->layout;
+    *n_sw = 0;
+    e->stats.kv_hybrid_off = NULL;
+    if (L->n_layer_sw <= 0 || L->window <= 0) return choose_n_blocks(e, n_blocks);
+    if (p->no_kv_hybrid)
+        e->stats.kv_hybrid_off = "turned off (--no-kv-hybrid)";
+    else if (p->prefix_cache_dir)
+        e->stats.kv_hybrid_off = "off: the persistent prefix cache stores every layer of a block";
+    else if (L->window >= p->max_model_len)
+        e->stats.kv_hybrid_off = "off: the window covers the whole context";
+    else if (L->n_layer_sw >= L->n_layer)
+        e->stats.kv_hybrid_off = "off: every layer is a sliding one";
+    if (e->stats.kv_hybrid_off) return choose_n_blocks(e, n_blocks);
+
+    const int32_t bs = p->block_size;
+    const size_t full = pllm_kv_block_bytes(L); /* n_blocks_sw is still 0: every layer */
+    L->n_blocks_sw = 1;                         /* the per-pool block bytes */
+    const size_t g = pllm_kv_block_bytes(L), sb = pllm_kv_sw_block_bytes(L);
+    L->n_blocks_sw = 0;
+    /* the floors: a window and one block (min_sw: a sequence alone always advances, a chunk the
+     * sliding pool cannot take whole being shortened, engine/scheduler.c), and preferably a
+     * window and a whole step (pref_sw: a prefill chunk of max_batched_tokens holds all its
+     * blocks during its step) */
+    const int64_t pref_sw = ((int64_t)L->window + p->max_batched_tokens + bs - 1) / bs + 1;
+    const int64_t min_sw = PLLM_MIN(((int64_t)L->window + bs - 1) / bs + 2, pref_sw);
+    const size_t max_blocks = (size_t)INT32_MAX / (size_t)bs;
+    if (p->n_blocks > 0 && p->n_blocks_sw > 0) {
+        *n_blocks = p->n_blocks;
+        *n_sw = p->n_blocks_sw;
+    } else {
+        int32_t n_full = 0;
+        PLLM_TRY(choose_n_blocks(e, &n_full));
+        const double budget = (double)n_full * (double)full;
+        const double ng = (double)(((int64_t)p->max_model_len + bs - 1) / bs),
+                     ns = PLLM_MIN(ng, (double)((L->window + bs - 1) / bs + 1));
+        double dg = 0, dsw = 0;
+        for (int pass = 0; pass < 2; pass++) { /* the preferred floor, then the minimum */
+            dg = budget * ng / (ng * (double)g + ns * (double)sb);
+            dsw = (budget - PLLM_MAX(1.0, (double)(int64_t)dg) * (double)g) / (double)sb;
+            const double floor_sw = (double)(pass == 0 ? pref_sw : min_sw);
+            if (dsw < floor_sw) {
+                dsw = floor_sw;
+                dg = (budget - dsw * (double)sb) / (double)g;
+            }
+            if (dsw > dg) dg = dsw = budget / (double)(g + sb); /* never more than global */
+            if (dg > (double)n_full) break;
+        }
+        if (p->n_blocks_sw <= 0 && dg <= (double)n_full) {
+            /* even the minimal sliding pool costs more than it saves: one pool */
+            e->stats.kv_hybrid_off = "off: a sliding pool of one window leaves fewer global "
+                                     "blocks than one pool";
+            *n_blocks = n_full;
+            return PLLM_OK;
+        }
+        if (dg < 1 || dsw < 1)
+            return pllm_errorf(PLLM_ERR_NOMEM,
+                               "KV budget of %.0f bytes holds no global and sliding %d-token "
+                               "blocks (%zu + %zu bytes)",
+                               budget, bs, g, sb);
+        *n_blocks = (int32_t)PLLM_MIN((size_t)dg, max_blocks);
+        *n_sw = (int32_t)PLLM_MIN((size_t)dsw, max_blocks);
+        if (p->n_blocks_sw > 0) *n_sw = p->n_blocks_sw;
+    }
+    if (*n_sw < PLLM_MIN(min_sw, *n_blocks))
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "n_blocks_sw %d is below the %lld sliding blocks that a window of %d "
+                           "and one more block need",
+                           *n_sw, (long long)PLLM_MIN(min_sw, *n_blocks), L->window);
+    return PLLM_OK;
+}
+
 /* The ids that end generation unless ignore_eos: the tokenizer's EOS and end-of-turn ids and
  * every id of the model's generation defaults (a Hugging Face generation_config.json may list
  * several, e.g. Llama-3's <|end_of_text|>, <|eom_id|>, <|eot_id|>); ids outside the vocabulary
@@ -340,10 +426,11 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     e->n_valid = tok && pllm_tokenizer_n_vocab(tok) < e->n_vocab ? pllm_tokenizer_n_vocab(tok) : 0;
     pllm_status st = backend->iface->kv_layout(backend->ctx, p.block_size, &e->layout);
     if (st != PLLM_OK) goto fail;
-    int32_t n_blocks = 0;
-    if ((st = choose_n_blocks(e, &n_blocks)) != PLLM_OK) goto fail;
+    int32_t n_blocks = 0, n_sw = 0;
+    if ((st = choose_pools(e, &n_blocks, &n_sw)) != PLLM_OK) goto fail;
     e->layout.block_size = p.block_size;
     e->layout.n_blocks = n_blocks;
+    e->layout.n_blocks_sw = n_sw;
     if ((st = backend->iface->kv_init(backend->ctx, &e->layout)) != PLLM_OK) goto fail;
     e->ctx_limit = (int32_t)PLLM_MIN((int64_t)p.max_model_len, (int64_t)n_blocks * p.block_size);
 
@@ -357,6 +444,7 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
         .policy = p.eviction,
     };
     if ((st = pllm_kv_manager_init(&e->kv, &pp)) != PLLM_OK) goto fail;
+    if (n_sw > 0 && (st = pllm_kv_add_sliding(e->kv, n_sw, e->layout.window)) != PLLM_OK) goto fail;
     if (p.prefix_cache_dir) {
         if (p.no_prefix_cache) {
             st = pllm_errorf(PLLM_ERR_INVALID,
@@ -415,6 +503,10 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     e->tokens = pllm_malloc(nt * sizeof *e->tokens);
     e->positions = pllm_malloc(nt * sizeof *e->positions);
     e->slots = pllm_malloc(nt * sizeof *e->slots);
+    if (n_sw > 0 && !(e->sw_slots = pllm_malloc(nt * sizeof *e->sw_slots))) {
+        st = PLLM_ERR_NOMEM;
+        goto fail;
+    }
     e->seqs = pllm_malloc(ns * sizeof *e->seqs);
     e->samples = pllm_malloc(nsm * sizeof *e->samples);
     e->sample_entry = pllm_malloc(nsm * sizeof *e->sample_entry);
@@ -444,6 +536,11 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     }
     e->stats.n_blocks = n_blocks;
     e->stats.block_size = p.block_size;
+    e->stats.n_blocks_sw = n_sw;
+    e->stats.n_layer_sw = n_sw > 0 ? e->layout.n_layer_sw : 0;
+    e->stats.kv_window = e->layout.window;
+    e->stats.kv_bytes = (size_t)n_blocks * pllm_kv_block_bytes(&e->layout) +
+                        (size_t)n_sw * pllm_kv_sw_block_bytes(&e->layout);
     *out = e;
     return PLLM_OK;
 fail:
@@ -489,6 +586,8 @@ void pllm_engine_free(pllm_engine *e)
     free(e->tokens);
     free(e->positions);
     free(e->slots);
+    free(e->sw_slots);
+    free(e->sw_tables);
     free(e->seqs);
     free(e->tables);
     free(e->samples);
@@ -599,6 +698,9 @@ void pllm_engine_get_stats(const pllm_engine *e, pllm_engine_stats *out)
     if (b->device_seconds && !b->device_seconds(e->backend->ctx, &out->device_seconds))
         out->device_seconds = -1.0;
     out->blocks_used = e->stats.n_blocks - pllm_block_pool_n_free(pllm_kv_pool_c(e->kv));
+    if (pllm_kv_sw_pool_c(e->kv))
+        out->blocks_used_sw =
+            e->stats.n_blocks_sw - pllm_block_pool_n_free(pllm_kv_sw_pool_c(e->kv));
     if (e->spec && e->p.speculate == PLLM_SPEC_AUTO) { /* the policy's (timing) figures */
         pllm_spec_stats ss;
         pllm_spec_get_stats(e->spec, &ss);
@@ -674,6 +776,11 @@ static pllm_status build_plan(pllm_engine *e, eng_step *s, pllm_batch_plan *plan
         int32_t *t = pllm_realloc(e->tables, (size_t)cap * sizeof *t);
         if (!t) return PLLM_ERR_NOMEM;
         e->tables = t;
+        if (e->sw_slots) {
+            t = pllm_realloc(e->sw_tables, (size_t)cap * sizeof *t);
+            if (!t) return PLLM_ERR_NOMEM;
+            e->sw_tables = t;
+        }
         e->tables_cap = cap;
     }
     *top_n = 0;
@@ -691,6 +798,9 @@ static pllm_status build_plan(pllm_engine *e, eng_step *s, pllm_batch_plan *plan
             .n_blocks = r->table.n,
         };
         memcpy(e->tables + ntab, r->table.ids, (size_t)r->table.n * sizeof *e->tables);
+        if (e->sw_slots)
+            memcpy(e->sw_tables + ntab, r->table.sw, (size_t)r->table.n * sizeof *e->sw_tables);
+        const int32_t *sw = e->sw_slots ? e->sw_tables + ntab : NULL;
         ntab += r->table.n;
         for (int32_t pos = en->n_computed; pos < n_ctx; pos++, nt++) {
             bool pend = r->pending && pos == (int32_t)r->tokens.n - 1;
@@ -699,6 +809,7 @@ static pllm_status build_plan(pllm_engine *e, eng_step *s, pllm_batch_plan *plan
             n_src += pend;
             e->positions[nt] = pos;
             e->slots[nt] = r->table.ids[pos / bs] * bs + pos % bs;
+            if (sw) e->sw_slots[nt] = sw[pos / bs] * bs + pos % bs;
         }
         if (en->n_computed < r->n_prompt)
             e->stats.prompt_tokens_computed += PLLM_MIN(n_ctx, r->n_prompt) - en->n_computed;
@@ -746,6 +857,8 @@ static pllm_status build_plan(pllm_engine *e, eng_step *s, pllm_batch_plan *plan
         .n_seqs = nq,
         .seqs = e->seqs,
         .block_tables = e->tables,
+        .sw_block_tables = e->sw_slots ? e->sw_tables : NULL,
+        .sw_slots = e->sw_slots,
         .n_samples = ns,
         .samples = e->samples,
     };
@@ -1092,6 +1205,10 @@ pllm_status pllm_engine_step(pllm_engine *e, pllm_engine_emit_fn emit, void *arg
     }
     int32_t used = e->stats.n_blocks - pllm_block_pool_n_free(pllm_kv_pool(e->kv));
     e->stats.peak_blocks_used = PLLM_MAX(e->stats.peak_blocks_used, used);
+    if (pllm_kv_sw_pool(e->kv)) {
+        used = e->stats.n_blocks_sw - pllm_block_pool_n_free(pllm_kv_sw_pool(e->kv));
+        e->stats.peak_blocks_used_sw = PLLM_MAX(e->stats.peak_blocks_used_sw, used);
+    }
 
     if (needs_history(e, s)) {
         e->stats.sync_penalties++;

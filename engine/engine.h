@@ -50,6 +50,16 @@ typedef struct pllm_engine_params {
     int32_t max_model_len;      /* longest context; 0: the model's n_ctx_train. The context
                                    limit is min(this, KV capacity in tokens). */
     bool no_prefix_cache;       /* disable block-level prefix reuse */
+    /* Models with sliding-window layers (Gemma 3): the hybrid KV layout (docs/architecture.md
+     * "Hybrid KV") keeps those layers' K/V in a second pool that holds only each sequence's
+     * last window. The budget (n_blocks full blocks, kv_bytes, or the default) is split
+     * between the two pools by what a sequence of max_model_len tokens needs of each;
+     * n_blocks_sw > 0 sets the sliding pool's size instead (n_blocks then counts global
+     * blocks). no_kv_hybrid keeps every layer's K/V for the whole context (one pool). The
+     * hybrid layout is also off, with a note in the stats, under a prefix_cache_dir (its
+     * blocks hold every layer) and when the window covers max_model_len. */
+    bool no_kv_hybrid;
+    int32_t n_blocks_sw;
     uint64_t seed;              /* run seed: requests without a seed derive theirs from it */
     int32_t max_bypass;         /* fairness bound: a waiting request is overtaken (by prefix
                                    grouping or by admission past it) at most this many times
@@ -151,6 +161,13 @@ typedef struct pllm_engine_stats {
     int32_t blocks_used; /* KV blocks held by requests now (pllm_engine_get_stats) */
     int32_t n_blocks;
     int32_t block_size;
+    /* the hybrid KV layout (n_blocks_sw > 0; else 0): the sliding pool (its layers, window,
+     * blocks, peak and current use); n_blocks above counts the global pool then. kv_bytes: the
+     * cache's bytes, both pools. kv_hybrid_off: why a model with sliding layers runs without
+     * it (NULL: it does not, or has no sliding layers) */
+    int32_t n_blocks_sw, n_layer_sw, kv_window, peak_blocks_used_sw, blocks_used_sw;
+    size_t kv_bytes;
+    const char *kv_hybrid_off;
     /* speculation (zero when off) */
     int64_t spec_steps;     /* steps that ran drafts */
     int64_t spec_drafted;   /* draft tokens run */

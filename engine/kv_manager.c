@@ -7,6 +7,13 @@ struct pllm_kv_manager {
     pllm_block_pool *pool;
     int32_t block_size;
     const pllm_kv_tier *tier; /* borrowed; NULL: none */
+    pllm_block_pool_params pool_params;
+    /* the sliding pool (NULL: none) and its window */
+    pllm_block_pool *sw;
+    int32_t window;
+    /* the sliding hits of the last pllm_kv_trim_hits: blocks lo .. n_hit - 1 of the prefix whose
+     * last global hit is last (sw_hit[i - lo]) */
+    int32_t *sw_hit, sw_hit_cap, sw_hit_n, sw_hit_lo, sw_hit_last;
 };
 
 void pllm_kv_table_free(pllm_kv_table *t)
@@ -14,6 +21,7 @@ void pllm_kv_table_free(pllm_kv_table *t)
     if (!t) return;
     PLLM_ASSERT(t->n == 0);
     free(t->ids);
+    free(t->sw);
     *t = (pllm_kv_table){0};
 }
 
@@ -35,7 +43,21 @@ pllm_status pllm_kv_manager_init(pllm_kv_manager **out, const pllm_block_pool_pa
         return st;
     }
     kv->block_size = pp->block_size;
+    kv->pool_params = *pp;
     *out = kv;
+    return PLLM_OK;
+}
+
+pllm_status pllm_kv_add_sliding(pllm_kv_manager *kv, int32_t n_blocks, int32_t window)
+{
+    if (kv->sw) return pllm_errorf(PLLM_ERR_INVALID, "kv: the sliding pool exists already");
+    if (window < 1)
+        return pllm_errorf(PLLM_ERR_INVALID, "kv: sliding window must be >= 1, got %d", window);
+    pllm_block_pool_params pp = kv->pool_params;
+    pp.n_blocks = n_blocks;
+    pp.policy = PLLM_EVICT_LRU; /* tagged entries are leaves: no planner labels needed */
+    PLLM_TRY(pllm_block_pool_init(&kv->sw, &pp));
+    kv->window = window;
     return PLLM_OK;
 }
 
@@ -43,7 +65,40 @@ void pllm_kv_manager_free(pllm_kv_manager *kv)
 {
     if (!kv) return;
     pllm_block_pool_free(kv->pool);
+    pllm_block_pool_free(kv->sw);
+    free(kv->sw_hit);
     free(kv);
+}
+
+pllm_block_pool *pllm_kv_sw_pool(pllm_kv_manager *kv)
+{
+    return kv->sw;
+}
+const pllm_block_pool *pllm_kv_sw_pool_c(const pllm_kv_manager *kv)
+{
+    return kv->sw;
+}
+int32_t pllm_kv_window(const pllm_kv_manager *kv)
+{
+    return kv->sw ? kv->window : 0;
+}
+int32_t pllm_kv_sw_held(const pllm_kv_table *t)
+{
+    int32_t n = 0;
+    for (int32_t i = t->sw ? t->sw_lo : t->n; i < t->n; i++) n += t->sw[i] >= 0;
+    return n;
+}
+
+/* The first sliding block a sequence with n_computed positions computed still needs. */
+static int32_t sw_lo_of(const pllm_kv_manager *kv, int32_t n_computed)
+{
+    return PLLM_MAX(0, n_computed + 1 - kv->window) / kv->block_size;
+}
+
+/* The tag of the sliding entry that belongs to global block id (its current content). */
+static uint64_t sw_tag(const pllm_kv_manager *kv, int32_t id)
+{
+    return (uint64_t)pllm_block_pool_generation(kv->pool, id) << 32 | (uint64_t)(uint32_t)(id + 1);
 }
 
 pllm_block_pool *pllm_kv_pool(pllm_kv_manager *kv)
@@ -59,14 +114,19 @@ int32_t pllm_kv_block_size(const pllm_kv_manager *kv)
     return kv->block_size;
 }
 
-static pllm_status table_reserve(pllm_kv_table *t, int32_t need)
+static pllm_status table_reserve(const pllm_kv_manager *kv, pllm_kv_table *t, int32_t need)
 {
-    if (need <= t->cap) return PLLM_OK;
+    if (need <= t->cap && (!kv->sw || t->sw)) return PLLM_OK;
     int32_t cap = t->cap ? t->cap : 8;
     while (cap < need) cap *= 2;
     int32_t *ids = pllm_realloc(t->ids, (size_t)cap * sizeof *ids);
     if (!ids) return PLLM_ERR_NOMEM;
     t->ids = ids;
+    if (kv->sw) {
+        int32_t *sw = pllm_realloc(t->sw, (size_t)cap * sizeof *sw);
+        if (!sw) return PLLM_ERR_NOMEM; /* ids grew: harmless, cap stays */
+        t->sw = sw;
+    }
     t->cap = cap;
     return PLLM_OK;
 }
@@ -109,6 +169,51 @@ pllm_status pllm_kv_find_cached(pllm_kv_manager *kv, pllm_key_chain *c, const in
         parent = id;
     }
     *n_hit = n;
+    return pllm_kv_trim_hits(kv, c, tokens, hit, n_hit);
+}
+
+pllm_status pllm_kv_trim_hits(pllm_kv_manager *kv, pllm_key_chain *c, const int32_t *tokens,
+                              const int32_t *hit, int32_t *n_hit)
+{
+    kv->sw_hit_n = 0;
+    if (!kv->sw || *n_hit == 0) return PLLM_OK;
+    int32_t bs = kv->block_size, h = *n_hit;
+    if (!pllm_block_pool_caching(kv->sw)) {
+        *n_hit = 0;
+        return PLLM_OK;
+    }
+    PLLM_TRY(pllm_kv_keys_extend(kv, c, tokens, h * bs));
+    /* h - lo(h) never exceeds max(h, ceil(window / bs) + 1) */
+    if (h - sw_lo_of(kv, h * bs) > kv->sw_hit_cap) {
+        int32_t cap = PLLM_MAX(h - sw_lo_of(kv, h * bs), (kv->window + bs - 1) / bs + 2);
+        int32_t *a = pllm_realloc(kv->sw_hit, (size_t)cap * sizeof *a);
+        if (!a) return PLLM_ERR_NOMEM;
+        kv->sw_hit = a;
+        kv->sw_hit_cap = cap;
+    }
+    /* the longest h whose window blocks lo(h) .. h - 1 are all findable: from the right, the
+     * first gap at block g rules out every h with lo(h) <= g, i.e. leaves only h <= g */
+    while (h > 0) {
+        int32_t lo = sw_lo_of(kv, h * bs), gap = -1;
+        PLLM_ASSERT(h - lo <= kv->sw_hit_cap);
+        for (int32_t i = h - 1; i >= lo; i--) {
+            int32_t id = pllm_block_pool_lookup_tagged(kv->sw, c->keys[i], sw_tag(kv, hit[i]),
+                                                       tokens + (size_t)i * (size_t)bs);
+            if (id < 0) {
+                gap = i;
+                break;
+            }
+            kv->sw_hit[i - lo] = id;
+        }
+        if (gap < 0) {
+            kv->sw_hit_n = h;
+            kv->sw_hit_lo = lo;
+            kv->sw_hit_last = hit[h - 1];
+            break;
+        }
+        h = gap;
+    }
+    *n_hit = h;
     return PLLM_OK;
 }
 
@@ -120,7 +225,7 @@ void pllm_kv_set_tier(pllm_kv_manager *kv, const pllm_kv_tier *tier)
 pllm_status pllm_kv_fetch_tier(pllm_kv_manager *kv, pllm_key_chain *c, const int32_t *tokens,
                                int32_t n_tokens, int32_t *hit, int32_t *n_hit)
 {
-    if (!kv->tier || !pllm_block_pool_caching(kv->pool) || n_tokens < 1) return PLLM_OK;
+    if (!kv->tier || kv->sw || !pllm_block_pool_caching(kv->pool) || n_tokens < 1) return PLLM_OK;
     int32_t bs = kv->block_size, max_blocks = (n_tokens - 1) / bs, from = *n_hit;
     if (from >= max_blocks) return PLLM_OK;
     PLLM_TRY(pllm_kv_keys_extend(kv, c, tokens, max_blocks * bs));
@@ -169,6 +274,19 @@ int32_t pllm_kv_blocks_needed(const pllm_kv_manager *kv, const pllm_kv_table *t,
     return want > have ? want - have : 0;
 }
 
+/* The sliding hits remembered for hits hit[0 .. n_hit) (pllm_kv_trim_hits). */
+static void sw_hits_of(const pllm_kv_manager *kv, const int32_t *hit, int32_t n_hit,
+                       const int32_t **ids, int32_t *lo)
+{
+    *ids = NULL;
+    *lo = n_hit;
+    if (!kv->sw || n_hit == 0) return;
+    /* a caller that skipped pllm_kv_trim_hits, or changed the hits since, breaks the contract */
+    PLLM_ASSERT(kv->sw_hit_n == n_hit && kv->sw_hit_last == hit[n_hit - 1]);
+    *ids = kv->sw_hit;
+    *lo = kv->sw_hit_lo;
+}
+
 bool pllm_kv_can_allocate(const pllm_kv_manager *kv, const pllm_kv_table *t, const int32_t *hit,
                           int32_t n_hit, int32_t n_tokens)
 {
@@ -177,7 +295,36 @@ bool pllm_kv_can_allocate(const pllm_kv_manager *kv, const pllm_kv_table *t, con
     for (int32_t i = 0; i < n_hit; i++)
         if (pllm_block_pool_ref_count(kv->pool, hit[i]) == 0) free_hits++;
     int32_t need = pllm_kv_blocks_needed(kv, t, n_hit, n_tokens);
-    return need <= pllm_block_pool_n_free(kv->pool) - free_hits;
+    if (need > pllm_block_pool_n_free(kv->pool) - free_hits) return false;
+    if (!kv->sw) return true;
+    /* the sliding pool: a block for every new logical block, besides the window's hits */
+    const int32_t *sw_hit;
+    int32_t lo, sw_free_hits = 0;
+    sw_hits_of(kv, hit, n_hit, &sw_hit, &lo);
+    for (int32_t i = lo; i < n_hit; i++)
+        if (pllm_block_pool_ref_count(kv->sw, sw_hit[i - lo]) == 0) sw_free_hits++;
+    return need <= pllm_block_pool_n_free(kv->sw) - sw_free_hits;
+}
+
+int32_t pllm_kv_fit_sliding(const pllm_kv_manager *kv, const pllm_kv_table *t, const int32_t *hit,
+                            int32_t n_hit, int32_t n_base, int32_t n_new)
+{
+    if (!kv->sw || pllm_kv_can_allocate(kv, t, hit, n_hit, n_base + n_new)) return n_new;
+    int32_t free_hits = 0;
+    for (int32_t i = 0; i < n_hit; i++)
+        if (pllm_block_pool_ref_count(kv->pool, hit[i]) == 0) free_hits++;
+    if (pllm_kv_blocks_needed(kv, t, n_hit, n_base + n_new) >
+        pllm_block_pool_n_free(kv->pool) - free_hits)
+        return n_new;               /* the global pool is short: not ours to fix */
+    int32_t lo = 0, hi = n_new - 1; /* can_allocate is monotone in the token count */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (pllm_kv_can_allocate(kv, t, hit, n_hit, n_base + mid))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 pllm_status pllm_kv_allocate(pllm_kv_manager *kv, pllm_kv_table *t, const int32_t *hit,
@@ -189,7 +336,17 @@ pllm_status pllm_kv_allocate(pllm_kv_manager *kv, pllm_kv_table *t, const int32_
                            pllm_kv_blocks_needed(kv, t, n_hit, n_tokens), n_tokens,
                            pllm_block_pool_n_free(kv->pool));
     int32_t need = pllm_kv_blocks_needed(kv, t, n_hit, n_tokens);
-    PLLM_TRY(table_reserve(t, t->n + n_hit + need));
+    PLLM_TRY(table_reserve(kv, t, t->n + n_hit + need));
+    if (kv->sw) { /* the window's sliding hits (before the global ones move t->n) */
+        const int32_t *sw_hit;
+        int32_t lo;
+        sw_hits_of(kv, hit, n_hit, &sw_hit, &lo);
+        for (int32_t i = 0; i < n_hit; i++) {
+            t->sw[i] = i < lo ? -1 : sw_hit[i - lo];
+            if (i >= lo) pllm_block_pool_touch(kv->sw, t->sw[i]);
+        }
+        if (t->n == 0) t->sw_lo = n_hit ? lo : 0;
+    }
     for (int32_t i = 0; i < n_hit; i++) {
         pllm_block_pool_touch(kv->pool, hit[i]);
         t->ids[t->n++] = hit[i];
@@ -197,12 +354,16 @@ pllm_status pllm_kv_allocate(pllm_kv_manager *kv, pllm_kv_table *t, const int32_
     if (n_hit) t->n_committed = n_hit;
     pllm_status st = pllm_block_pool_alloc(kv->pool, need, t->ids + t->n);
     PLLM_ASSERT(st == PLLM_OK); /* checked above */
+    if (kv->sw) {
+        st = pllm_block_pool_alloc(kv->sw, need, t->sw + t->n);
+        PLLM_ASSERT(st == PLLM_OK); /* checked above */
+    }
     t->n += need;
     return PLLM_OK;
 }
 
-pllm_status pllm_kv_commit(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain *c,
-                           const int32_t *tokens, int32_t n_computed)
+static pllm_status commit_index(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain *c,
+                                const int32_t *tokens, int32_t n_computed)
 {
     int32_t bs = kv->block_size, n_full = PLLM_MIN(n_computed / bs, t->n);
     if (n_full <= t->n_committed) return PLLM_OK;
@@ -222,16 +383,49 @@ pllm_status pllm_kv_commit(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain
             pllm_block_pool_release(kv->pool, &id, 1);
             t->ids[i] = got;
         }
+        if (kv->sw && t->sw[i] >= 0) { /* its sliding block, under the global block's tag */
+            int32_t sid = t->sw[i];
+            int32_t sgot = pllm_block_pool_cache_tagged(kv->sw, sid, c->keys[i], sw_tag(kv, got),
+                                                        tokens + (size_t)i * (size_t)bs);
+            if (sgot >= 0 && sgot != sid) {
+                pllm_block_pool_touch(kv->sw, sgot);
+                pllm_block_pool_release(kv->sw, &sid, 1);
+                t->sw[i] = sgot;
+            }
+        }
     }
     t->n_committed = n_full;
     return PLLM_OK;
 }
 
+/* Release t's sliding blocks before the window of position n_computed. */
+static void sw_release(pllm_kv_manager *kv, pllm_kv_table *t, int32_t n_computed)
+{
+    if (!kv->sw) return;
+    int32_t lo = PLLM_MIN(sw_lo_of(kv, n_computed), t->n);
+    for (; t->sw_lo < lo; t->sw_lo++) {
+        if (t->sw[t->sw_lo] >= 0) pllm_block_pool_release(kv->sw, &t->sw[t->sw_lo], 1);
+        t->sw[t->sw_lo] = -1;
+    }
+}
+
+pllm_status pllm_kv_commit(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain *c,
+                           const int32_t *tokens, int32_t n_computed)
+{
+    PLLM_TRY(commit_index(kv, t, c, tokens, n_computed));
+    sw_release(kv, t, n_computed);
+    return PLLM_OK;
+}
+
 void pllm_kv_free(pllm_kv_manager *kv, pllm_kv_table *t)
 {
-    for (int32_t i = t->n - 1; i >= 0; i--) pllm_block_pool_release(kv->pool, &t->ids[i], 1);
+    for (int32_t i = t->n - 1; i >= 0; i--) {
+        if (kv->sw && i >= t->sw_lo && t->sw[i] >= 0) pllm_block_pool_release(kv->sw, &t->sw[i], 1);
+        pllm_block_pool_release(kv->pool, &t->ids[i], 1);
+    }
     t->n = 0;
     t->n_committed = 0;
+    t->sw_lo = 0;
 }
 
 int32_t pllm_kv_cached_prefix(const pllm_kv_manager *kv, const pllm_kv_table *t)

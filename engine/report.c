@@ -406,6 +406,14 @@ void pllm_report_print(const pllm_report *r, const pllm_engine_stats *es, const 
         fprintf(f, "%-40s %lld\n", "Prompt tokens cached:", (long long)es->prompt_tokens_cached);
         fprintf(f, "%-40s %d / %d (block size %d)\n",
                 "Peak KV blocks in use:", es->peak_blocks_used, es->n_blocks, es->block_size);
+        if (es->n_blocks_sw > 0) /* the hybrid KV layout: the count above is the global pool's */
+            fprintf(f,
+                    "%-40s %d / %d (%d sliding layers, window %d; the pool above holds the "
+                    "other layers; %.1f MB in all)\n",
+                    "Peak sliding-window KV blocks in use:", es->peak_blocks_used_sw,
+                    es->n_blocks_sw, es->n_layer_sw, es->kv_window, (double)es->kv_bytes / 1e6);
+        else if (es->kv_hybrid_off)
+            fprintf(f, "%-40s %s\n", "Sliding-window KV pool:", es->kv_hybrid_off);
         if (es->spec_drafted > 0 || es->spec_steps > 0) {
             fprintf(f, "%-40s %lld of %lld (%.2f%%), in %lld steps\n",
                     "Speculation: drafts accepted:", (long long)es->spec_accepted,
@@ -520,6 +528,11 @@ json_t *pllm_report_json(const pllm_report *r, const pllm_engine_stats *es)
         json_object_set_new(c, "requests_failed", json_integer(es->requests_failed));
         json_object_set_new(c, "peak_kv_blocks", json_integer(es->peak_blocks_used));
         json_object_set_new(c, "kv_blocks", json_integer(es->n_blocks));
+        if (es->n_blocks_sw > 0) {
+            json_object_set_new(c, "kv_blocks_sw", json_integer(es->n_blocks_sw));
+            json_object_set_new(c, "peak_kv_blocks_sw", json_integer(es->peak_blocks_used_sw));
+            json_object_set_new(c, "kv_window", json_integer(es->kv_window));
+        }
         json_object_set_new(c, "block_size", json_integer(es->block_size));
         json_object_set_new(c, "spec_steps", json_integer(es->spec_steps));
         json_object_set_new(c, "spec_drafted", json_integer(es->spec_drafted));

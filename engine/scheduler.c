@@ -448,6 +448,8 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
                 n_hit = PLLM_MIN((n_tok - 1) / s->bs, r->n_prompt / s->bs);
                 PLLM_ASSERT(n_hit <= lead->table.n);
                 memcpy(s->hit, lead->table.ids, (size_t)n_hit * sizeof *s->hit);
+                /* sliding layers: only as far as the leader's window blocks are findable */
+                PLLM_TRY(pllm_kv_trim_hits(s->kv, &r->keys, r->tokens.ids, s->hit, &n_hit));
                 forked = true;
             }
         }
@@ -458,6 +460,10 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
             if (caching && prefix_in_flight(s, s->prefilling, n_prefilling, r, n_hit)) defer = true;
         }
         int32_t n_new = PLLM_MIN(n_tok - n_hit * s->bs, *budget);
+        if (!defer) { /* a sliding pool short of a whole chunk takes a shorter one */
+            int32_t m = pllm_kv_fit_sliding(s->kv, &r->table, s->hit, n_hit, n_hit * s->bs, n_new);
+            if (m >= 1) n_new = m;
+        }
         if (!defer && !pllm_kv_can_allocate(s->kv, &r->table, s->hit, n_hit, n_hit * s->bs + n_new))
             defer = true;
 
@@ -504,7 +510,11 @@ pllm_status pllm_sched_schedule(pllm_sched *s, pllm_sched_out *o)
         int32_t n_new = PLLM_MIN((int32_t)r->tokens.n - r->n_computed, budget);
         PLLM_ASSERT(n_new > 0);
         bool self = false;
-        while (!pllm_kv_can_allocate(s->kv, &r->table, NULL, 0, r->n_computed + n_new)) {
+        for (;;) {
+            /* a sliding pool short of the whole chunk: a shorter one rather than a preemption */
+            const int32_t m = pllm_kv_fit_sliding(s->kv, &r->table, NULL, 0, r->n_computed, n_new);
+            if (m >= 1) n_new = m;
+            if (pllm_kv_can_allocate(s->kv, &r->table, NULL, 0, r->n_computed + n_new)) break;
             int32_t v = pick_victim(s, i);
             PLLM_TRY(preempt(s, v, o));
             if (v == i) {

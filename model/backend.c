@@ -34,6 +34,67 @@ static pllm_status check_ids(const char *who, const int32_t *ids, int32_t n, int
     return PLLM_OK;
 }
 
+/* The hybrid layout's sliding tables and slots (backend.h), on a plan whose global part is
+ * valid: each sequence's entries from its first new token's window on inside the sliding pool,
+ * sw_slots where they put each position, no sliding slot written twice. */
+static pllm_status check_sw(const char *who, const pllm_kv_layout *kv, uint64_t *slot_bits,
+                            const pllm_batch_plan *p)
+{
+    if (kv->n_blocks_sw <= 0) {
+        if (p->sw_block_tables || p->sw_slots)
+            return pllm_errorf(PLLM_ERR_INVALID,
+                               "%s step: sw_block_tables / sw_slots given without a sliding pool",
+                               who);
+        return PLLM_OK;
+    }
+    if (p->n_tokens > 0 && (!p->sw_block_tables || !p->sw_slots))
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "%s step: the KV cache has a sliding pool but sw_block_tables or "
+                           "sw_slots is NULL",
+                           who);
+    const int32_t bs = kv->block_size;
+    pllm_status st = PLLM_OK;
+    int32_t s_end = 0, j_end = 0; /* marks set so far, for the clearing pass */
+    for (int32_t s = 0; s < p->n_seqs && st == PLLM_OK; s++) {
+        const pllm_seq_plan *sp = &p->seqs[s];
+        const int32_t *bt = p->sw_block_tables + sp->block_start;
+        const int32_t first = PLLM_MAX(0, sp->n_ctx - sp->n_new + 1 - kv->window) / bs;
+        for (int32_t b = first; b < (sp->n_ctx + bs - 1) / bs && st == PLLM_OK; b++)
+            if (bt[b] < 0 || bt[b] >= kv->n_blocks_sw)
+                st = pllm_errorf(PLLM_ERR_RANGE,
+                                 "%s step: seqs[%d] sliding block table entry %d = %d is outside "
+                                 "the sliding pool [0, %d) (the window needs it)",
+                                 who, s, b, bt[b], kv->n_blocks_sw);
+        for (int32_t j = 0; j < sp->n_new && st == PLLM_OK; j++) {
+            const int32_t i = sp->token_start + j, pos = sp->n_ctx - sp->n_new + j;
+            const int32_t want = bt[pos / bs] * bs + pos % bs, slot = p->sw_slots[i];
+            if (slot != want)
+                st = pllm_errorf(PLLM_ERR_INVALID,
+                                 "%s step: sw_slots[%d] = %d but seqs[%d]'s sliding block table "
+                                 "puts position %d at slot %d",
+                                 who, i, slot, s, pos, want);
+            else if (slot_bits[slot / 64] >> (slot % 64) & 1)
+                st = pllm_errorf(PLLM_ERR_INVALID,
+                                 "%s step: sliding slot %d (tokens[%d]) is written twice in one "
+                                 "step",
+                                 who, slot, i);
+            else {
+                slot_bits[slot / 64] |= 1ull << (slot % 64);
+                s_end = s;
+                j_end = j + 1;
+            }
+        }
+    }
+    for (int32_t s = 0; s <= s_end && s < p->n_seqs; s++) {
+        const pllm_seq_plan *sp = &p->seqs[s];
+        for (int32_t j = 0; j < (s == s_end ? j_end : sp->n_new); j++) {
+            int32_t slot = p->sw_slots[sp->token_start + j];
+            slot_bits[slot / 64] &= ~(1ull << (slot % 64));
+        }
+    }
+    return st;
+}
+
 pllm_status pllm_backend_check_plan(const char *who, const pllm_kv_layout *kv, int32_t n_vocab,
                                     uint64_t *slot_bits, int32_t *tok_seq, const pllm_batch_plan *p,
                                     const pllm_step_out *out)
@@ -132,6 +193,7 @@ pllm_status pllm_backend_check_plan(const char *who, const pllm_kv_layout *kv, i
         return pllm_errorf(PLLM_ERR_INVALID,
                            "%s step: the sequences cover %d tokens but n_tokens = %d", who, next,
                            p->n_tokens);
+    PLLM_TRY(check_sw(who, kv, slot_bits, p));
 
     for (int32_t s = 0; s < p->n_samples; s++) {
         const pllm_sample_req *r = &p->samples[s];

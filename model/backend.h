@@ -85,7 +85,22 @@ typedef struct pllm_kv_layout {
     int32_t block_size; /* tokens per block */
     int32_t n_blocks;
     pllm_dtype dtype; /* F32, F16, PLLM_KV_DTYPE_I8 or _FP8 (backend's choice) */
+    /* Sliding-window layers (model.h: pllm_layer_weights.window > 0; Gemma 3). kv_layout fills
+     * window (cfg.sliding_window, 0: none) and n_layer_sw (how many layers have a window). The
+     * engine sets n_blocks_sw > 0 to split the cache (the hybrid KV layout): the sliding layers'
+     * K/V then live in their own pool of n_blocks_sw blocks, addressed by the plan's
+     * sw_block_tables / sw_slots, and n_blocks counts the other (global) layers' blocks.
+     * n_blocks_sw = 0: one pool, every layer's K/V in the n_blocks blocks (as without windows). */
+    int32_t window;
+    int32_t n_layer_sw;
+    int32_t n_blocks_sw;
 } pllm_kv_layout;
+
+/* Whether a layer of window `window` (model.h) keeps its K/V in the sliding pool. */
+static inline bool pllm_kv_layer_in_sw(const pllm_kv_layout *l, int32_t window)
+{
+    return l->n_blocks_sw > 0 && window > 0;
+}
 
 /* The int8 KV cache type (layout above). It is a cache format, not a tensor dtype, so it extends
  * pllm_dtype here, past PLLM_DTYPE_COUNT (which backend params use for "auto"); the pllm_dtype_*
@@ -107,10 +122,19 @@ static inline size_t pllm_kv_row_bytes(const pllm_kv_layout *l)
     return (size_t)l->head_dim * pllm_dtype_block_bytes(l->dtype);
 }
 
-/* Bytes one block takes across all layers, K and V. */
+/* Bytes one block takes across all layers of its pool, K and V: every layer with one pool; the
+ * global layers with the hybrid layout (n_blocks_sw > 0). */
 static inline size_t pllm_kv_block_bytes(const pllm_kv_layout *l)
 {
-    return 2 * (size_t)l->n_layer * (size_t)l->n_head_kv * (size_t)l->block_size *
+    int32_t n = l->n_blocks_sw > 0 ? l->n_layer - l->n_layer_sw : l->n_layer;
+    return 2 * (size_t)n * (size_t)l->n_head_kv * (size_t)l->block_size * pllm_kv_row_bytes(l);
+}
+
+/* Bytes one block of the sliding pool takes (its layers' K and V); 0 without one. */
+static inline size_t pllm_kv_sw_block_bytes(const pllm_kv_layout *l)
+{
+    if (l->n_blocks_sw <= 0) return 0;
+    return 2 * (size_t)l->n_layer_sw * (size_t)l->n_head_kv * (size_t)l->block_size *
            pllm_kv_row_bytes(l);
 }
 
@@ -144,6 +168,14 @@ typedef struct pllm_batch_plan {
     int32_t n_seqs;
     const pllm_seq_plan *seqs;   /* [n_seqs] */
     const int32_t *block_tables; /* flattened; see pllm_seq_plan */
+    /* The hybrid layout only (kv layout n_blocks_sw > 0; NULL otherwise): the sliding layers'
+     * block tables, shaped exactly as block_tables (sequence s's at [block_start, + n_blocks),
+     * entry b for positions [b * block_size, (b + 1) * block_size)) with ids in the sliding pool,
+     * and -1 for blocks wholly before every new token's window: entries from
+     * max(0, n_ctx - n_new + 1 - window) / block_size on must be valid. sw_slots[i]: where
+     * token i's sliding-layer K/V go, sw_block_tables[pos / bs] * bs + pos % bs. */
+    const int32_t *sw_block_tables;
+    const int32_t *sw_slots; /* [n_tokens] */
     int32_t n_samples;
     const pllm_sample_req *samples; /* [n_samples] */
 } pllm_batch_plan;
@@ -216,7 +248,8 @@ static inline void pllm_backend_free(pllm_backend *b)
  * twice, sample requests and sampling parameters valid. A bad plan is PLLM_ERR_INVALID or
  * PLLM_ERR_RANGE with a message "<who> step: ..." naming the field and value.
  *   kv         the layout kv_init was given; NULL before kv_init (an error)
- *   slot_bits  [ceil(kv->n_blocks * kv->block_size / 64)] zero bits, the duplicate-slot marks;
+ *   slot_bits  [ceil(max(kv->n_blocks, kv->n_blocks_sw) * kv->block_size / 64)] zero bits, the
+ *              duplicate-slot marks;
  *              zero again on return
  *   tok_seq    optional [n_tokens]: each token's sequence index, for a valid plan */
 pllm_status pllm_backend_check_plan(const char *who, const pllm_kv_layout *kv, int32_t n_vocab,

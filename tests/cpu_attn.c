@@ -18,7 +18,9 @@
  * int8 caches (PLLM_KV_DTYPE_I8): the same cases (block sizes 1, 5, 16, 32, 48: in-place and
  * staged chunks) against the scalar reference, a float64 evaluation of the int8 numerics and
  * float32 attention on the unquantized values (tolerances at I8_TOL_*), sub-tile and block-size
- * invariance, and the row store (error bound, scale, untouched neighbours).
+ * invariance, and the row store (error bound, scale, untouched neighbours); and sliding-window
+ * int8 cases (the blocks wholly before the first query's window poisoned, as the hybrid KV layout
+ * releases them), whose rows must also be the same in any sub-tile.
  */
 #include <math.h>
 #include <string.h>
@@ -32,6 +34,9 @@
 typedef struct attn_case {
     int32_t hd, group, bs, n_ctx, pos0;
     pllm_dtype dt;
+    int32_t
+        window; /* > 0 (int8 cases): a sliding-window layer; blocks wholly before the first
+                   query's window point at poisoned blocks (the hybrid KV layout releases them) */
 } attn_case;
 
 static double g_max_abs, g_max_rel;
@@ -312,6 +317,9 @@ static void run_case_i8(const attn_case *cs, const pllm_cpu_kernels *tiled, uint
                         .dtype = PLLM_KV_DTYPE_I8};
     void *kc, *vc;
     i8_fill(&kc, &vc, &L, pool, kf, vf, n_ctx, rng);
+    if (cs->window > 0) /* released blocks: a never-written one (NaN scales) */
+        for (int32_t b = 0; (b + 1) * bs <= cs->pos0 + 1 - cs->window; b++)
+            pool[b] = pool[n_pool - 1];
 
     const int32_t n_q = n_ctx - cs->pos0;
     const int64_t ld = (int64_t)n_head * hd;
@@ -323,8 +331,12 @@ static void run_case_i8(const attn_case *cs, const pllm_cpu_kernels *tiled, uint
     double *sc = malloc(sizeof(double) * (size_t)n_ctx);
     for (int64_t e = 0; e < n_q * ld; e++) q[e] = pllm_test_randf(rng);
     const float scale = 1.0f / sqrtf((float)hd);
-    pllm_cpu_attn_args a = {
-        .k_cache = kc, .v_cache = vc, .kv = &L, .block_table = pool, .scale = scale};
+    pllm_cpu_attn_args a = {.k_cache = kc,
+                            .v_cache = vc,
+                            .kv = &L,
+                            .block_table = pool,
+                            .scale = scale,
+                            .window = cs->window};
     float *scratch =
         malloc(sizeof(float) * PLLM_MAX(pllm_cpu_attn_tile_scratch(n_q * G, bs), (size_t)bs));
 
@@ -364,9 +376,10 @@ static void run_case_i8(const attn_case *cs, const pllm_cpu_kernels *tiled, uint
                 int32_t qsum;
                 const double qs = (double)(pllm_cpu_kv_i8_quant_q(q8, &qsum, q + off, hd) * scale);
                 float kd[128], vd[128];
+                const int32_t lo = cs->window > 0 ? PLLM_MAX(0, np - cs->window) : 0;
                 for (int pass = 0; pass < 2; pass++) {
                     double mx = -INFINITY, l = 0, *r = pass ? fref : dref;
-                    for (int32_t p = 0; p < np; p++) {
+                    for (int32_t p = lo; p < np; p++) {
                         const float *kr = kf + ((size_t)kh * n_ctx + p) * hd;
                         double d = 0;
                         if (pass == 0) {
@@ -382,7 +395,7 @@ static void run_case_i8(const attn_case *cs, const pllm_cpu_kernels *tiled, uint
                         mx = PLLM_MAX(mx, d);
                     }
                     for (int32_t e = 0; e < hd; e++) r[e] = 0;
-                    for (int32_t p = 0; p < np; p++) {
+                    for (int32_t p = lo; p < np; p++) {
                         const double w = exp(sc[p] - mx);
                         l += w;
                         if (pass == 0)
@@ -566,6 +579,17 @@ static void run_i8(const pllm_cpu_kernels *best, const pllm_cpu_kernels *ref, ui
                                 {.hd = 64, .group = 1, .bs = 5, .n_ctx = 260, .pos0 = 100},
                                 {.hd = 64, .group = 7, .bs = 48, .n_ctx = 400, .pos0 = 0}};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(longer); i++) run_case_i8(&longer[i], best, rng);
+    /* sliding-window layers (Gemma 3): the window starting mid-block, chunks that start past it
+     * and single decode rows, the blocks before it poisoned */
+    const attn_case windowed[] = {
+        {.hd = 48, .group = 2, .bs = 8, .n_ctx = 90, .pos0 = 60, .window = 8},
+        {.hd = 64, .group = 3, .bs = 5, .n_ctx = 77, .pos0 = 76, .window = 12},
+        {.hd = 64, .group = 1, .bs = 16, .n_ctx = 200, .pos0 = 130, .window = 37},
+        {.hd = 48, .group = 4, .bs = 16, .n_ctx = 40, .pos0 = 0, .window = 16}};
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(windowed); i++) {
+        run_case_i8(&windowed[i], best, rng);
+        run_case_i8(&windowed[i], ref, rng);
+    }
     /* the scalar table's tile is the per-row reference itself */
     const attn_case sc = {.hd = 64, .group = 3, .bs = 16, .n_ctx = 150, .pos0 = 100};
     run_case_i8(&sc, ref, rng);

@@ -51,6 +51,26 @@ if(TARGET pllm_cuda)
   target_compile_definitions(engine_overlap_cuda_gpu PRIVATE PLLM_TEST_CUDA)
 endif()
 
+# the hybrid KV layout on the CUDA backend (tests/engine_hybrid_kv.c, emulated; fp8 KV)
+if(TARGET pllm_cuda_emu)
+  pllm_add_c_test(engine_hybrid_kv_cuda SOURCES engine_hybrid_kv.c LABELS cuda)
+  target_link_libraries(engine_hybrid_kv_cuda PRIVATE pllm_cuda_emu)
+  target_compile_definitions(engine_hybrid_kv_cuda PRIVATE PLLM_TEST_CUDA)
+endif()
+# ... and both on the random Gemma 3 GGUF of tests/gen_hf_models.py
+if(TARGET engine_hybrid_kv_cuda)
+  pllm_add_py_test(engine_hybrid_kv_gemma3 engine_hybrid_kv_gemma3.py LABELS cuda
+                   ARGS $<TARGET_FILE:engine_hybrid_kv> $<TARGET_FILE:engine_hybrid_kv_cuda>)
+else()
+  pllm_add_py_test(engine_hybrid_kv_gemma3 engine_hybrid_kv_gemma3.py LABELS unit
+                   ARGS $<TARGET_FILE:engine_hybrid_kv>)
+endif()
+if(TARGET pllm_cuda)
+  pllm_add_c_test(engine_hybrid_kv_cuda_gpu SOURCES engine_hybrid_kv.c LABELS cuda)
+  target_link_libraries(engine_hybrid_kv_cuda_gpu PRIVATE pllm_cuda)
+  target_compile_definitions(engine_hybrid_kv_cuda_gpu PRIVATE PLLM_TEST_CUDA)
+endif()
+
 # speculative decoding through the engine on the CUDA backend (tests/engine_spec.c, emulated)
 if(TARGET pllm_cuda_emu)
   pllm_add_c_test(engine_spec_cuda SOURCES engine_spec.c LABELS cuda)

@@ -11,3 +11,5 @@ pllm_add_c_test(engine_spec SOURCES engine_spec.c LABELS unit)
 # one step in flight vs synchronous stepping (random model, the default model's tokenizer)
 pllm_add_c_test(engine_overlap SOURCES engine_overlap.c LABELS model)
 pllm_add_c_test(engine_spec_model SOURCES engine_spec_model.c LABELS model)
+# the hybrid KV layout (sliding-window layers' own pool) against keeping everything, on the CPU
+pllm_add_c_test(engine_hybrid_kv SOURCES engine_hybrid_kv.c LABELS unit)

@@ -12,6 +12,11 @@ typedef struct fake_ctx {
     int32_t *kv_tok;  /* [n_slots] */
     int32_t *kv_pos;  /* [n_slots]: -1 never written */
     int64_t *kv_step; /* [n_slots]: step that last wrote the slot */
+    uint64_t *kv_h;   /* [n_slots]: hash of the prefix up to the slot's position */
+    int32_t n_sw_slots; /* the sliding pool (layout n_blocks_sw): */
+    int32_t *sw_pos;    /* [n_sw_slots] -1 never written */
+    uint64_t *sw_h;     /* [n_sw_slots] */
+    int64_t *sw_step;   /* [n_sw_slots] */
     int32_t *ctx_buf;
     int32_t ctx_cap;
     fake_backend_stats st;
@@ -60,7 +65,9 @@ static pllm_status fake_kv_layout(void *vctx, int32_t block_size, pllm_kv_layout
                             .n_head_kv = 1,
                             .head_dim = 1,
                             .block_size = block_size,
-                            .dtype = PLLM_DTYPE_F32};
+                            .dtype = PLLM_DTYPE_F32,
+                            .window = c->p.window,
+                            .n_layer_sw = c->p.window > 0 ? c->p.n_layer_sw : 0};
     return PLLM_OK;
 }
 
@@ -80,9 +87,21 @@ static pllm_status fake_kv_init(void *vctx, const pllm_kv_layout *l)
     c->kv_pos = pllm_malloc((size_t)c->n_slots * sizeof *c->kv_pos);
     c->kv_step = pllm_calloc((size_t)c->n_slots, sizeof *c->kv_step);
     c->kv_src = pllm_calloc((size_t)c->n_slots, 1);
-    if (!c->kv_tok || !c->kv_pos || !c->kv_step || !c->kv_src) return PLLM_ERR_NOMEM;
+    c->kv_h = pllm_calloc((size_t)c->n_slots, sizeof *c->kv_h);
+    if (!c->kv_tok || !c->kv_pos || !c->kv_step || !c->kv_src || !c->kv_h) return PLLM_ERR_NOMEM;
     for (int32_t i = 0; i < c->n_slots; i++) c->kv_pos[i] = -1;
+    if (l->n_blocks_sw > 0) {
+        if (c->p.window <= 0 || l->window != c->p.window)
+            return pllm_errorf(PLLM_ERR_INTERNAL, "fake: a sliding pool for window %d", l->window);
+        c->n_sw_slots = l->n_blocks_sw * l->block_size;
+        c->sw_pos = pllm_malloc((size_t)c->n_sw_slots * sizeof *c->sw_pos);
+        c->sw_h = pllm_calloc((size_t)c->n_sw_slots, sizeof *c->sw_h);
+        c->sw_step = pllm_calloc((size_t)c->n_sw_slots, sizeof *c->sw_step);
+        if (!c->sw_pos || !c->sw_h || !c->sw_step) return PLLM_ERR_NOMEM;
+        for (int32_t i = 0; i < c->n_sw_slots; i++) c->sw_pos[i] = -1;
+    }
     c->st.n_blocks = l->n_blocks;
+    c->st.n_blocks_sw = l->n_blocks_sw;
     c->st.block_size = l->block_size;
     return PLLM_OK;
 }
@@ -132,8 +151,35 @@ static pllm_status fake_run(fake_ctx *c, const pllm_batch_plan *pl, pllm_step_ou
             c->kv_src[want] = pl->token_src && pl->token_src[t] >= 0;
             c->kv_tok[want] = pl->tokens[t];
             c->kv_pos[want] = pos;
+            /* the prefix hash: the previous position's (already in the cache) and this token */
+            uint64_t h = 0x1234567ull;
+            if (pos > 0) {
+                int32_t ps =
+                    pl->block_tables[sp->block_start + (pos - 1) / bs] * bs + (pos - 1) % bs;
+                if (c->kv_pos[ps] != pos - 1)
+                    FAIL("seq %d pos %d: the previous position's slot %d holds %d", step, s, pos,
+                         ps, c->kv_pos[ps]);
+                h = c->kv_h[ps];
+            }
+            c->kv_h[want] = h = XXH3_64bits_withSeed(&pl->tokens[t], sizeof pl->tokens[t], h);
+            if (c->n_sw_slots) { /* the sliding layers write the same row into their pool */
+                if (!pl->sw_block_tables || !pl->sw_slots) FAIL("no sliding tables", step);
+                int32_t id = pl->sw_block_tables[sp->block_start + pos / bs];
+                if (id < 0 || id >= c->layout.n_blocks_sw)
+                    FAIL("seq %d pos %d: sliding block %d", step, s, pos, id);
+                int32_t sws = id * bs + pos % bs;
+                if (pl->sw_slots[t] != sws)
+                    FAIL("seq %d pos %d: sliding slot %d, table says %d", step, s, pos,
+                         pl->sw_slots[t], sws);
+                if (c->sw_step[sws] == step) FAIL("sliding slot %d written twice", step, sws);
+                c->sw_step[sws] = step;
+                c->sw_pos[sws] = pos;
+                c->sw_h[sws] = h;
+            }
         }
     }
+    if (!c->n_sw_slots && (pl->sw_block_tables || pl->sw_slots))
+        FAIL("sliding tables without a sliding pool", step);
     if (t != pl->n_tokens) FAIL("seqs cover %d of %d tokens", step, t, pl->n_tokens);
 
     /* 2. every sequence's context is where its table says */
@@ -144,6 +190,24 @@ static pllm_status fake_run(fake_ctx *c, const pllm_batch_plan *pl, pllm_step_ou
             if (c->kv_pos[slot] != pos)
                 FAIL("seq %d pos %d: slot %d holds position %d", step, s, pos, slot,
                      c->kv_pos[slot]);
+        }
+    }
+
+    /* 2b. the sliding pool: every position a new token attends to (its window) holds that
+     * position with the prefix hash of the global slot */
+    for (int32_t s = 0; c->n_sw_slots && s < pl->n_seqs; s++) {
+        const pllm_seq_plan *sp = &pl->seqs[s];
+        for (int32_t pos = PLLM_MAX(0, sp->n_ctx - sp->n_new + 1 - c->p.window); pos < sp->n_ctx;
+             pos++) {
+            int32_t slot = pl->block_tables[sp->block_start + pos / bs] * bs + pos % bs;
+            int32_t id = pl->sw_block_tables[sp->block_start + pos / bs];
+            if (id < 0 || id >= c->layout.n_blocks_sw)
+                FAIL("seq %d pos %d (window): sliding block %d", step, s, pos, id);
+            int32_t sws = id * bs + pos % bs;
+            if (c->sw_pos[sws] != pos || c->sw_h[sws] != c->kv_h[slot])
+                FAIL("seq %d pos %d: sliding slot %d holds position %d of another prefix (%d)",
+                     step, s, pos, sws, c->sw_pos[sws], (int)(c->sw_h[sws] != c->kv_h[slot]));
+            c->st.sw_checked++;
         }
     }
 
@@ -187,6 +251,16 @@ static pllm_status fake_run(fake_ctx *c, const pllm_batch_plan *pl, pllm_step_ou
             if (c->ctx_buf[pos] != truth)
                 FAIL("sample %d (seq %d) pos %d: cache holds token %d, history says %d", step, k,
                      sr->seq, pos, c->ctx_buf[pos], truth);
+        }
+        if (c->n_sw_slots) { /* the slots' prefix hashes are the history's */
+            uint64_t h = 0x1234567ull;
+            for (int32_t pos = 0; pos < n; pos++) {
+                h = XXH3_64bits_withSeed(&c->ctx_buf[pos], sizeof c->ctx_buf[pos], h);
+                int32_t slot = pl->block_tables[sp->block_start + pos / bs] * bs + pos % bs;
+                if (c->kv_h[slot] != h)
+                    FAIL("sample %d (seq %d) pos %d: slot %d holds another prefix", step, k,
+                         sr->seq, pos, slot);
+            }
         }
         float lp;
         int32_t tok = fake_next_token(c->ctx_buf, n, sr->params->seed, sr->ctx.banned,
@@ -307,6 +381,10 @@ static void fake_destroy(void *vctx)
     free(c->kv_tok);
     free(c->kv_pos);
     free(c->kv_step);
+    free(c->kv_h);
+    free(c->sw_pos);
+    free(c->sw_h);
+    free(c->sw_step);
     free(c->ctx_buf);
     free(c);
 }

@@ -26,6 +26,14 @@ typedef struct fake_backend_params {
     int32_t n_layer;     /* layers the layout claims (block bytes = 8 * block_size *
                             n_layer); 0: 1. Only sizes the budget; the fake stores one
                             token per slot. */
+    /* > 0: claim n_layer_sw (< n_layer) sliding-window layers of this window (backend.h): the
+     * engine may then give the KV cache a sliding pool. The fake stores per slot, in both
+     * pools, the position and a hash of the whole prefix up to it (what a real K/V row depends
+     * on), and checks every step that each sequence's window (the positions its new tokens
+     * attend to) is where its sliding table says with the prefix hash of the global slot,
+     * and that every sampled sequence's global slots hold its history's prefix hashes. */
+    int32_t window;
+    int32_t n_layer_sw;
 } fake_backend_params;
 
 typedef struct fake_backend_stats {
@@ -35,6 +43,8 @@ typedef struct fake_backend_stats {
     int32_t max_step_tokens;
     int32_t max_step_seqs;
     int32_t n_blocks, block_size; /* from kv_init */
+    int32_t n_blocks_sw;          /* from kv_init: the sliding pool (0: none) */
+    int64_t sw_checked;           /* window positions checked in the sliding pool */
 } fake_backend_stats;
 
 pllm_status fake_backend_create(pllm_backend *out, const fake_backend_params *p);

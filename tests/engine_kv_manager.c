@@ -1,7 +1,10 @@
 /*
  * engine_kv_manager: allocate, append, free (tail first), longest cached prefix, the last
  * token always recomputed, hits that leave the free queue, identical blocks computed twice
- * collapsing into one, and prefix caching off.
+ * collapsing into one, and prefix caching off. The sliding pool (the hybrid KV layout): a
+ * decoding sequence holds at most ceil(window / bs) + 1 sliding blocks, the blocks before its
+ * window are released at commit, and a cached prefix is only a hit as far as its window's sliding
+ * blocks are still cached (evicting one of them trims the hit to before it, or to nothing).
  */
 #include "engine/kv_manager.h"
 #include "tests/testutil.h"
@@ -223,6 +226,81 @@ static void test_cache_off(void)
     pllm_kv_manager_free(kv);
 }
 
+static void test_sliding(void)
+{
+    const int32_t bs = 4, W = 10; /* lo(n) = max(0, n + 1 - 10) / 4 */
+    pllm_kv_manager *kv = make_kv(64, bs, true);
+    CHECK_OK(pllm_kv_add_sliding(kv, 12, W));
+    CHECK(pllm_kv_window(kv) == W && pllm_block_pool_n_blocks(pllm_kv_sw_pool(kv)) == 12);
+    int32_t tok[80];
+    for (int32_t i = 0; i < 80; i++) tok[i] = 100 + i;
+    /* A: a prompt of 20 in one chunk, then 40 decode steps */
+    pllm_kv_table a = {0};
+    pllm_key_chain ka = {0};
+    CHECK(run_seq(kv, &a, &ka, tok, 20) == 0);
+    CHECK(a.sw_lo == (20 + 1 - W) / bs && pllm_kv_sw_held(&a) == 5 - 2);
+    for (int32_t n = 21; n <= 60; n++) {
+        CHECK_OK(pllm_kv_allocate(kv, &a, NULL, 0, n));
+        CHECK(pllm_kv_sw_held(&a) <= (W + bs - 1) / bs + 2); /* + the token in flight */
+        CHECK_OK(pllm_kv_commit(kv, &a, &ka, tok, n));
+        CHECK(a.sw_lo == (n + 1 - W) / bs);
+        CHECK(pllm_kv_sw_held(&a) <= (W + bs - 1) / bs + 1);
+        for (int32_t b = 0; b < a.n; b++) CHECK((a.sw[b] >= 0) == (b >= a.sw_lo));
+    }
+    CHECK(a.n == 15 && pllm_block_pool_n_free(pllm_kv_pool(kv)) == 64 - 15);
+    CHECK_OK(pllm_block_pool_check(pllm_kv_sw_pool(kv), true));
+    pllm_kv_free(kv, &a);
+    /* B: the same 61 tokens: 15 global blocks cached; the window before position 60 is blocks
+     * 12..14, all cached (released blocks stay findable) */
+    int32_t hit[64], n_hit = 0;
+    pllm_key_chain kb = {0};
+    CHECK_OK(pllm_kv_find_cached(kv, &kb, tok, 61, hit, &n_hit));
+    CHECK(n_hit == 15);
+    /* evict sliding blocks: take every free one but those of blocks 13 and 14 (and the
+     * LRU order puts A's latest releases last: its window's blocks survive longest) */
+    pllm_block_pool *sw = pllm_kv_sw_pool(kv);
+    int32_t keep = 3, take = pllm_block_pool_n_free(sw) - keep, ids[16];
+    CHECK_OK(pllm_block_pool_alloc(sw, take, ids));
+    CHECK_OK(pllm_kv_find_cached(kv, &kb, tok, 61, hit, &n_hit));
+    CHECK(n_hit == 15); /* blocks 12, 13, 14 were released last: still cached */
+    pllm_block_pool_release(sw, ids, take);
+    /* now evict block 13's sliding copy: 15 and 14 need it; h = 13 needs blocks 10..12, gone
+     * long ago (evicted by the first take): nothing is usable */
+    CHECK_OK(pllm_block_pool_alloc(sw, pllm_block_pool_n_free(sw), ids));
+    CHECK_OK(pllm_kv_find_cached(kv, &kb, tok, 61, hit, &n_hit));
+    CHECK(n_hit == 0);
+    pllm_block_pool_release(sw, ids, 12);
+    /* C: a prompt of 9 tokens (2 full blocks, inside one window) then B's 61: the hits are
+     * trimmed to blocks whose windows C's run re-cached: C caches blocks 0, 1 -> h = 2 needs
+     * blocks lo(8) = 0 .. 1 */
+    pllm_kv_table c = {0};
+    pllm_key_chain kc = {0};
+    CHECK(run_seq(kv, &c, &kc, tok, 9) == 0);
+    pllm_kv_free(kv, &c);
+    CHECK_OK(pllm_kv_find_cached(kv, &kb, tok, 61, hit, &n_hit));
+    CHECK(n_hit == 2);
+    pllm_kv_table b = {0};
+    /* a chunk of 61 - 8 tokens needs 14 fresh sliding blocks besides the 2 hits: more than the
+     * pool; 24 tokens fit */
+    CHECK(!pllm_kv_can_allocate(kv, &b, hit, n_hit, 61));
+    CHECK(pllm_kv_can_allocate(kv, &b, hit, n_hit, 24));
+    CHECK_OK(pllm_kv_allocate(kv, &b, hit, n_hit, 24));
+    CHECK(b.sw_lo == 0 && b.sw[0] == c.sw[0] && b.sw[1] >= 0 && b.n == 6);
+    CHECK_OK(pllm_kv_commit(kv, &b, &kb, tok, 24));
+    CHECK(b.sw_lo == (24 + 1 - W) / bs);
+    pllm_kv_free(kv, &b);
+    CHECK(pllm_block_pool_n_free(sw) == 12 && pllm_block_pool_n_free(pllm_kv_pool(kv)) == 64);
+    CHECK_OK(pllm_block_pool_check(sw, true));
+    CHECK_OK(pllm_block_pool_check(pllm_kv_pool(kv), true));
+    pllm_kv_table_free(&a);
+    pllm_kv_table_free(&b);
+    pllm_kv_table_free(&c);
+    pllm_key_chain_free(&ka);
+    pllm_key_chain_free(&kb);
+    pllm_key_chain_free(&kc);
+    pllm_kv_manager_free(kv);
+}
+
 int main(void)
 {
     test_alloc_append_free();
@@ -230,5 +308,6 @@ int main(void)
     test_duplicate_collapse();
     test_chunks_and_capacity();
     test_cache_off();
+    test_sliding();
     return pllm_test_finish("engine_kv_manager");
 }

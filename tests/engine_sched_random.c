@@ -26,6 +26,15 @@
  * the prompts. A third run per workload checks that this best is achievable with the smallest
  * cache that admits the requests: one request at a time, added in sorted token order, reaches
  * it (or exceeds it, when a prompt repeats another request's generated text).
+ *
+ * A fourth run per workload gives the fake model sliding-window layers (windows 1..24) and the
+ * engine the hybrid KV layout with a sliding pool barely above its floor (a window and one block,
+ * which shortens prefill chunks, or a window plus a step's tokens), so the sliding pool drives
+ * preemption; prefix caching, forks, speculation and overlap
+ * vary as above. The fake checks every step that each sequence's window is in its sliding table
+ * with the right prefix (backend.h, engine_fake_backend.h); the test checks after every step that
+ * no running sequence holds a sliding block before its window, and that it holds at most
+ * ceil(window / block_size) + 1 of them besides blocks of positions not computed yet.
  */
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
@@ -88,6 +97,7 @@ typedef struct totals {
     int64_t finish_stop, finish_length;
     int64_t spec_runs, spec_drafted, spec_accepted;
     int64_t overlap_runs, overlapped_steps, wasted_slots, sync_penalties, pending_penalty;
+    int64_t sw_runs, sw_checked, sw_preemptions, sw_cached_tokens, sw_max_held;
 } totals;
 
 static void on_done(const pllm_completion *c, void *arg)
@@ -269,6 +279,8 @@ typedef struct variant {
     int32_t spec_max_draft;
     bool overlap; /* one step in flight (engine.h pllm_overlap_mode), on the fake's submit/wait */
     bool no_pending_history; /* the fake declares it cannot resolve pending penalty histories */
+    int32_t window;          /* > 0: sliding-window layers (the hybrid KV layout) */
+    int32_t n_blocks_sw;     /* their pool */
 } variant;
 
 /* The oracle proposer (speculation): the fake model's true continuation, with each draft
@@ -350,7 +362,10 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     fake_backend_params fp = {.n_vocab = VOCAB,
                               .max_batched_tokens = v->max_batched_tokens,
                               .max_seqs = v->max_seqs,
-                              .no_pending_history = v->no_pending_history};
+                              .no_pending_history = v->no_pending_history,
+                              .window = v->window,
+                              .n_layer = v->window ? 6 : 0,
+                              .n_layer_sw = v->window ? 5 : 0};
     pllm_backend be = {0};
     CHECK_OK(fake_backend_create(&be, &fp));
     pllm_engine_params ep;
@@ -366,6 +381,7 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     ep.speculate = v->speculate;
     ep.spec_max_draft = v->spec_max_draft;
     ep.overlap = v->overlap ? PLLM_OVERLAP_ON : PLLM_OVERLAP_OFF;
+    ep.n_blocks_sw = v->n_blocks_sw;
     run_state *rs = pllm_calloc(1, sizeof *rs);
     oracle orc = {.w = w, .req_of_id = rs->req_of_id, .rng = seed ^ 0x77};
     pllm_engine *e = NULL;
@@ -385,6 +401,9 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     CHECK(ctx_limit ==
           PLLM_MIN(w->max_model_len ? w->max_model_len : 1000, w->n_blocks * w->block_size));
     const pllm_block_pool *pool = pllm_kv_pool(pllm_engine_kv(e));
+    const pllm_block_pool *sw_pool = pllm_kv_sw_pool(pllm_engine_kv(e));
+    CHECK((sw_pool != NULL) ==
+          (v->window > 0 && v->window < (w->max_model_len ? w->max_model_len : 1000)));
 
     rs->w = w;
     bool added[MAX_REQ] = {0}, accepted[MAX_REQ] = {0};
@@ -505,6 +524,22 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
                 if (rs->res[r][k].n_emitted > 0) rs->waiting[r][k] = false;
         CHECK_OK(pllm_block_pool_check(pool, true));
         CHECK_OK(pllm_plan_check(pllm_engine_plan(e)));
+        if (sw_pool) { /* every running sequence holds no sliding block before its window */
+            CHECK_OK(pllm_block_pool_check(sw_pool, true));
+            int32_t n_run;
+            pllm_req *const *run = pllm_sched_running(pllm_engine_sched(e), &n_run);
+            for (int32_t i = 0; i < n_run; i++) {
+                const pllm_kv_table *t = &run[i]->table;
+                int32_t lo = PLLM_MAX(0, run[i]->n_computed + 1 - v->window) / w->block_size;
+                CHECK(t->sw_lo == PLLM_MIN(lo, t->n));
+                for (int32_t b = 0; b < t->n; b++) CHECK((t->sw[b] >= 0) == (b >= t->sw_lo));
+                /* ceil(window / bs) + 1, plus the blocks of positions not computed yet */
+                int32_t ahead = t->n - (run[i]->n_computed + w->block_size - 1) / w->block_size;
+                CHECK(pllm_kv_sw_held(t) <=
+                      (v->window + w->block_size - 1) / w->block_size + 1 + PLLM_MAX(0, ahead));
+                tot->sw_max_held = PLLM_MAX(tot->sw_max_held, pllm_kv_sw_held(t));
+            }
+        }
         tot->steps++;
         if (pllm_test_failures) break;
     }
@@ -586,6 +621,18 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
     CHECK_OK(pllm_block_pool_check(pool, true));
     fake_backend_stats fs;
     fake_backend_get_stats(&be, &fs);
+    if (sw_pool) {
+        CHECK(pllm_block_pool_n_free(sw_pool) == v->n_blocks_sw &&
+              es.n_blocks_sw == v->n_blocks_sw);
+        CHECK(fs.n_blocks_sw == v->n_blocks_sw && es.peak_blocks_used_sw <= v->n_blocks_sw);
+        CHECK_OK(pllm_block_pool_check(sw_pool, true));
+        tot->sw_runs++;
+        tot->sw_checked += fs.sw_checked;
+        tot->sw_preemptions += es.preemptions;
+        tot->sw_cached_tokens += rs->sum_cached;
+    } else {
+        CHECK(fs.n_blocks_sw == 0 && es.n_blocks_sw == 0);
+    }
     CHECK(fs.max_step_tokens <= v->max_batched_tokens && fs.max_step_seqs <= v->max_seqs);
     CHECK(fs.steps == es.steps);
     CHECK(es.overlap == v->overlap);
@@ -714,6 +761,36 @@ int main(int argc, char **argv)
             run_variant(&w, &v, seed, &tot);
             if (pllm_test_failures) break;
         }
+        if (pllm_test_failures) break;
+        { /* the hybrid KV layout: sliding-window layers with their own, tight pool */
+            uint64_t s2 = seed ^ 0x3c3c;
+            static const int32_t windows[] = {1, 2, 3, 5, 8, 13, 24};
+            variant v = {
+                .prefix_cache = rnd(&s2, 3) != 0,
+                .weak_hash = seed % 3 == 0,
+                .max_batched_tokens = 1 + (int32_t)rnd(&s2, 64),
+                .max_seqs = 1 + (int32_t)rnd(&s2, 8),
+                .max_bypass = bypass[rnd(&s2, 5)],
+                .eviction = rnd(&s2, 2) ? PLLM_EVICT_FUTURE : PLLM_EVICT_LRU,
+                .window = windows[rnd(&s2, 7)],
+                .overlap = rnd(&s2, 2),
+                .no_pending_history = rnd(&s2, 2),
+            };
+            uint64_t sp = rnd(&s2, 4);
+            v.speculate = sp < 2 ? PLLM_SPEC_OFF : PLLM_SPEC_PROMPT_LOOKUP;
+            v.oracle = sp == 2;
+            v.spec_max_draft = 1 + (int32_t)rnd(&s2, 6);
+            /* the engine's minimum (a window and one block: chunks get shortened to what the
+             * pool takes) or its preferred floor (a window and a step's tokens), a few blocks
+             * more at most */
+            int32_t bs = w.block_size;
+            int32_t pref = (v.window + v.max_batched_tokens + bs - 1) / bs + 1;
+            int32_t min_sw = PLLM_MIN(
+                rnd(&s2, 2) ? PLLM_MIN((v.window + bs - 1) / bs + 2, pref) : pref, w.n_blocks);
+            v.n_blocks_sw = min_sw + (int32_t)rnd(&s2, 4);
+            run_variant(&w, &v, seed, &tot);
+        }
+        if (pllm_test_failures) break;
         run_sorted(&w, rnd(&s, 2) ? PLLM_EVICT_FUTURE : PLLM_EVICT_LRU, &tot);
         tot.workloads++;
         if (pllm_test_failures) break;
@@ -749,5 +826,13 @@ int main(int argc, char **argv)
     fprintf(stderr, "engine_sched_random: %lld runs speculating: %lld drafts, %lld accepted\n",
             (long long)tot.spec_runs, (long long)tot.spec_drafted, (long long)tot.spec_accepted);
     CHECK(tot.spec_runs > 0 && tot.spec_accepted > 0 && tot.spec_accepted < tot.spec_drafted);
+    fprintf(stderr,
+            "engine_sched_random: %lld runs with a sliding pool: %lld window positions checked, "
+            "%lld preemptions, %lld cached prompt tokens, at most %lld sliding blocks held by one "
+            "sequence\n",
+            (long long)tot.sw_runs, (long long)tot.sw_checked, (long long)tot.sw_preemptions,
+            (long long)tot.sw_cached_tokens, (long long)tot.sw_max_held);
+    CHECK(tot.sw_runs > 0 && tot.sw_checked > 0 && tot.sw_preemptions > 0 &&
+          tot.sw_cached_tokens > 0);
     return pllm_test_finish("engine_sched_random");
 }
