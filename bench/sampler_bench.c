@@ -48,6 +48,7 @@ typedef struct bench_case {
     const char *name;
     float temperature, top_p, min_p, rep;
     int32_t top_k, logprobs, n_history;
+    bool no_logprob; /* the caller reads no logprob (a step that returns none) */
 } bench_case;
 
 int main(int argc, char **argv)
@@ -55,13 +56,14 @@ int main(int argc, char **argv)
     int32_t iters = argc > 1 ? atoi(argv[1]) : 200;
     const int32_t vocabs[] = {49152, 151936};
     const bench_case cases[] = {
-        {"greedy", 0.0f, 1.0f, 0.0f, 1.0f, 0, 0, 0},
-        {"greedy+logprobs5", 0.0f, 1.0f, 0.0f, 1.0f, 0, 5, 0},
-        {"temperature=0.8", 0.8f, 1.0f, 0.0f, 1.0f, 0, 0, 0},
-        {"top_p=0.9,T=0.8", 0.8f, 0.9f, 0.0f, 1.0f, 0, 0, 0},
-        {"top_k=50,top_p=0.9,T=0.8", 0.8f, 0.9f, 0.0f, 1.0f, 50, 0, 0},
-        {"min_p=0.05,T=0.8", 0.8f, 1.0f, 0.05f, 1.0f, 0, 0, 0},
-        {"top_p=0.9,T=0.8,rep=1.1,hist=1024", 0.8f, 0.9f, 0.0f, 1.1f, 0, 0, 1024},
+        {"greedy", 0.0f, 1.0f, 0.0f, 1.0f, 0, 0, 0, false},
+        {"greedy,no_logprob", 0.0f, 1.0f, 0.0f, 1.0f, 0, 0, 0, true},
+        {"greedy+logprobs5", 0.0f, 1.0f, 0.0f, 1.0f, 0, 5, 0, false},
+        {"temperature=0.8", 0.8f, 1.0f, 0.0f, 1.0f, 0, 0, 0, false},
+        {"top_p=0.9,T=0.8", 0.8f, 0.9f, 0.0f, 1.0f, 0, 0, 0, false},
+        {"top_k=50,top_p=0.9,T=0.8", 0.8f, 0.9f, 0.0f, 1.0f, 50, 0, 0, false},
+        {"min_p=0.05,T=0.8", 0.8f, 1.0f, 0.05f, 1.0f, 0, 0, 0, false},
+        {"top_p=0.9,T=0.8,rep=1.1,hist=1024", 0.8f, 0.9f, 0.0f, 1.1f, 0, 0, 1024, false},
     };
     int32_t history[1024];
     uint64_t hs = 5;
@@ -89,7 +91,8 @@ int main(int argc, char **argv)
                 p.seed = 7;
                 int32_t ids[20];
                 float lps[20];
-                pllm_sample_result r = {.top_ids = ids, .top_logprobs = lps};
+                pllm_sample_result r = {
+                    .top_ids = ids, .top_logprobs = lps, .no_logprob = bc->no_logprob};
                 int64_t checksum = 0;
                 for (int32_t it = 0; it < iters; it++) {
                     memcpy(work, base, sizeof(float) * (size_t)n);

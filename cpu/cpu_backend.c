@@ -615,7 +615,9 @@ static void forward_region(void *arg, int ith, int nth)
         const pllm_sample_req *req = &plan->samples[s];
         float *lg = c->logits + s * V;
         if (out->logits) memcpy(out->logits + s * V, lg, (size_t)V * sizeof(float));
-        pllm_sample_result res = {.top_ids = c->top_ids + (size_t)ith * MAX_TOP, .top_logprobs = c->top_lps + (size_t)ith * MAX_TOP};
+        pllm_sample_result res = {.top_ids = c->top_ids + (size_t)ith * MAX_TOP,
+                                  .top_logprobs = c->top_lps + (size_t)ith * MAX_TOP,
+                                  .no_logprob = !out->logprobs};
         pllm_sample(&res, lg, (int32_t)V, req->params, &req->ctx,
                     c->sample_scratch + (size_t)ith * c->sample_scratch_bytes);
         out->tokens[s] = res.token;

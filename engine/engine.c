@@ -396,7 +396,11 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     if (p.eviction != PLLM_EVICT_LRU && p.eviction != PLLM_EVICT_FUTURE)
         return pllm_errorf(PLLM_ERR_INVALID, "eviction must be PLLM_EVICT_LRU or _FUTURE, got %d",
                            (int)p.eviction);
-    if (p.spec_max_draft == 0) p.spec_max_draft = 10;
+    /* auto: the policy picks each step's drafts, up to 16 (on the copy benchmark, 16 drafts
+     * after an 8-token prompt-lookup match keep 13.3 on average, all 16 in 74% of the steps);
+     * prompt-lookup runs every draft it gets, so it is capped lower */
+    if (p.spec_max_draft == 0)
+        p.spec_max_draft = p.speculate == PLLM_SPEC_AUTO ? PLLM_SPEC_MAX_DRAFT : 10;
     if (p.overlap != PLLM_OVERLAP_AUTO && p.overlap != PLLM_OVERLAP_ON &&
         p.overlap != PLLM_OVERLAP_OFF)
         return pllm_errorf(PLLM_ERR_INVALID, "overlap: unknown mode %d", (int)p.overlap);

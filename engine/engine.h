@@ -88,7 +88,8 @@ typedef struct pllm_engine_params {
     pllm_spec_mode speculate;  /* speculative decoding without a draft model
                                   (engine/speculate.h); PLLM_SPEC_OFF (0) by default. Output
                                   is the same with any mode. */
-    int32_t spec_max_draft;    /* drafts per sequence per step, at most; 0: 8 */
+    int32_t spec_max_draft;    /* drafts per sequence per step, at most; 0: 16 under
+                                  auto, 10 under prompt-lookup */
     pllm_overlap_mode overlap; /* one step in flight (above); PLLM_OVERLAP_AUTO by default */
 } pllm_engine_params;
 

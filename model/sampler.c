@@ -501,12 +501,14 @@ void pllm_sample(pllm_sample_result *res, float *logits, int32_t n_vocab, const 
         rmax = max_f(logits, n, &nonfinite);
     }
 
-    /* Raw log-softmax normaliser: lse = rmax + log(sum exp(l - rmax)). */
-    double lse = -INFINITY;
-    if (rmax > -INFINITY) lse = (double)rmax + log(sum_exp(logits, n, rmax));
-
     /* Top-N raw logprobs: sorted by logit desc, then id asc. */
     int32_t n_top = PLLM_MIN(p->logprobs, n);
+
+    /* Raw log-softmax normaliser: lse = rmax + log(sum exp(l - rmax)); not where no logprob
+     * is read (on a greedy row it is most of the sampler's time: an exp per id). */
+    const bool want_lp = !res->no_logprob || n_top > 0;
+    double lse = -INFINITY;
+    if (want_lp && rmax > -INFINITY) lse = (double)rmax + log(sum_exp(logits, n, rmax));
     res->n_top = n_top;
     if (n_top > 0) {
         PLLM_ASSERT(res->top_ids && res->top_logprobs);
@@ -598,5 +600,5 @@ void pllm_sample(pllm_sample_result *res, float *logits, int32_t n_vocab, const 
                      id_in(output, n_hist_output, token)))
         raw_tok = s.raw[token];
     res->token = token;
-    res->logprob = rmax > -INFINITY ? (float)((double)raw_tok - lse) : -INFINITY;
+    res->logprob = !want_lp ? NAN : rmax > -INFINITY ? (float)((double)raw_tok - lse) : -INFINITY;
 }

@@ -107,6 +107,9 @@ typedef struct pllm_sample_result {
     int32_t n_top;           /* = params->logprobs */
     int32_t *top_ids;        /* [n_top], caller-provided (may be NULL when logprobs == 0) */
     float *top_logprobs;     /* [n_top] */
+    bool no_logprob;         /* in: the caller reads neither logprob nor top logprobs (the
+                                step returns no logprobs): the log-softmax normaliser, an exp
+                                per id, is skipped and logprob is NAN; the token is the same */
 } pllm_sample_result;
 
 /* Bytes of scratch pllm_sample needs for a vocabulary of n_vocab. */

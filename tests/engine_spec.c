@@ -329,7 +329,7 @@ static void run(const pllm_model *m, const workload *w, const shape *sh, pllm_sp
     ep.n_blocks = sh->n_blocks;
     ep.max_model_len = 256;
     ep.speculate = mode;
-    ep.spec_max_draft = 4; /* (the engine default is 8) */
+    ep.spec_max_draft = 4; /* (the engine default is 16 under auto) */
     pllm_engine *e = NULL;
     memset(g, 0, sizeof *g);
     CHECK_OK(pllm_engine_create(&e, m, be, NULL, &ep));

@@ -346,6 +346,54 @@ static void test_logprobs(void)
     CHECK(r.n_top == 0 && fabs(r.logprob - ((double)l[r.token] - lse)) < 1e-5);
 }
 
+/* res.no_logprob (the step returns no logprobs): the same token as the full sampler on random
+ * logits (greedy and random, with bans, penalties and filters, ties included), logprob NAN;
+ * with a top-N list asked for, the normaliser is kept and the logprobs are the full ones. */
+static void test_no_logprob(void)
+{
+    uint64_t st = 99;
+    static unsigned char scratch[1 << 16];
+    int32_t n_same = 0, n_cases = 0;
+    for (int32_t c = 0; c < 400; c++) {
+        int32_t n = 2 + (int32_t)(pllm_test_rand(&st) % (MAXV - 1));
+        float l[MAXV], w1[MAXV], w2[MAXV];
+        for (int32_t i = 0; i < n; i++) l[i] = pllm_test_randf(&st) * 6.0f;
+        if (c % 5 == 0) l[n - 1] = l[0]; /* a tie */
+        pllm_sampling_params p;
+        pllm_sampling_defaults(&p);
+        p.temperature = c % 2 ? 0.0f : 0.3f + (float)(c % 7) * 0.2f;
+        p.top_k = c % 3 == 0 ? 1 + c % 5 : 0;
+        p.top_p = c % 4 == 1 ? 0.8f : 1.0f;
+        p.repetition_penalty = c % 6 == 2 ? 1.3f : 1.0f;
+        p.presence_penalty = c % 8 == 3 ? 0.5f : 0.0f;
+        p.logprobs = c % 10 == 7 ? 3 : 0;
+        p.seed = (uint64_t)c;
+        int32_t prompt[2] = {(int32_t)(pllm_test_rand(&st) % (uint64_t)n), 0};
+        int32_t out[3] = {1, (int32_t)(pllm_test_rand(&st) % (uint64_t)n), 0};
+        int32_t ban[1] = {(int32_t)(pllm_test_rand(&st) % (uint64_t)n)};
+        pllm_sample_ctx ctx = {prompt, 2, out, 3, ban, c % 3 == 2, 0};
+        int32_t ids1[3], ids2[3];
+        float lp1[3], lp2[3];
+        memcpy(w1, l, sizeof(float) * (size_t)n);
+        memcpy(w2, l, sizeof(float) * (size_t)n);
+        pllm_sample_result full = {.top_ids = ids1, .top_logprobs = lp1};
+        pllm_sample_result fast = {.top_ids = ids2, .top_logprobs = lp2, .no_logprob = true};
+        pllm_sample(&full, w1, n, &p, &ctx, scratch);
+        pllm_sample(&fast, w2, n, &p, &ctx, scratch + 3);
+        n_cases++;
+        n_same += fast.token == full.token;
+        CHECK(fast.token == full.token);
+        if (p.logprobs > 0) {
+            CHECK(fast.logprob == full.logprob && fast.n_top == full.n_top);
+            CHECK(memcmp(ids1, ids2, sizeof ids1) == 0 && memcmp(lp1, lp2, sizeof lp1) == 0);
+        } else {
+            CHECK(isnan(fast.logprob) && !isnan(full.logprob));
+        }
+    }
+    fprintf(stderr, "no_logprob: %d of %d tokens the same as the full sampler's\n", n_same,
+            n_cases);
+}
+
 static void expect_invalid(pllm_sampling_params p, const char *field, const char *value)
 {
     pllm_status st = pllm_sampling_validate(&p);
@@ -444,6 +492,7 @@ int main(void)
     test_filters();
     test_rng();
     test_logprobs();
+    test_no_logprob();
     test_validate();
     test_padded_vocab();
     return pllm_test_finish("sampler_unit");
