@@ -749,16 +749,13 @@ static pllm_status cpu_kv_layout(void *vctx, int32_t block_size, pllm_kv_layout 
     if (block_size < 1 || block_size > 65536)
         return pllm_errorf(PLLM_ERR_INVALID, "cpu kv_layout: block_size must be in [1, 65536], got %d", block_size);
     const pllm_model_config *cfg = &c->model->cfg;
-    int32_t n_sw = 0;
-    for (int32_t l = 0; l < cfg->n_layer; l++) n_sw += c->model->layers[l].window > 0;
     *out = (pllm_kv_layout){.n_layer = cfg->n_layer,
                             .n_head_kv = cfg->n_head_kv,
                             .head_dim = cfg->head_dim,
                             .block_size = block_size,
                             .n_blocks = 0,
-                            .dtype = c->params.kv_dtype,
-                            .window = n_sw ? cfg->sliding_window : 0,
-                            .n_layer_sw = n_sw};
+                            .dtype = c->params.kv_dtype};
+    pllm_kv_layout_sliding(c->model, out);
     return PLLM_OK;
 }
 
@@ -803,19 +800,7 @@ static pllm_status cpu_kv_init(void *vctx, const pllm_kv_layout *L)
     if ((int64_t)L->n_blocks * L->block_size > INT32_MAX)
         return pllm_errorf(PLLM_ERR_RANGE, "cpu kv_init: %d blocks of %d tokens exceed the int32 slot range", L->n_blocks,
                            L->block_size);
-    int32_t n_sw = 0;
-    for (int32_t l = 0; l < cfg->n_layer; l++) n_sw += c->model->layers[l].window > 0;
-    if (L->n_blocks_sw < 0 || (L->n_blocks_sw > 0 && (n_sw == 0 || L->n_layer_sw != n_sw ||
-                                                      L->window != cfg->sliding_window)))
-        return pllm_errorf(PLLM_ERR_INVALID,
-                           "cpu kv_init: a sliding pool of %d blocks (%d layers, window %d) does "
-                           "not fit the model (%d sliding layers, window %d)",
-                           L->n_blocks_sw, L->n_layer_sw, L->window, n_sw, cfg->sliding_window);
-    if ((int64_t)L->n_blocks_sw * L->block_size > INT32_MAX)
-        return pllm_errorf(
-            PLLM_ERR_RANGE,
-            "cpu kv_init: %d sliding blocks of %d tokens exceed the int32 slot range",
-            L->n_blocks_sw, L->block_size);
+    PLLM_TRY(pllm_kv_check_sliding("cpu kv_init", L, c->model));
     const size_t blk = (size_t)L->n_head_kv * (size_t)L->block_size * pllm_kv_row_bytes(L);
     size_t layer = 0, layer_sw = 0, total = 0;
     if (!pllm_mul_size((size_t)L->n_blocks, blk, &layer) ||

@@ -899,8 +899,7 @@ static pllm_status cuda_kv_layout(void *vctx, int32_t block_size, pllm_kv_layout
                             .block_size = block_size,
                             .n_blocks = 0,
                             .dtype = c->params.kv_dtype};
-    for (int32_t l = 0; l < cfg->n_layer; l++) out->n_layer_sw += c->model->layers[l].window > 0;
-    out->window = out->n_layer_sw ? cfg->sliding_window : 0;
+    pllm_kv_layout_sliding(c->model, out);
     return PLLM_OK;
 }
 
@@ -979,19 +978,7 @@ static pllm_status cuda_kv_init(void *vctx, const pllm_kv_layout *L)
     /* one layer's K (or V): the data, then (fp8) the scales; an fp8 cache's layers start on
      * 256-byte boundaries, so its rows keep the alignment of 16-byte vector loads */
     const bool fp8 = L->dtype == PLLM_KV_DTYPE_FP8;
-    int32_t n_sw = 0;
-    for (int32_t l = 0; l < cfg->n_layer; l++) n_sw += c->model->layers[l].window > 0;
-    if (L->n_blocks_sw < 0 || (L->n_blocks_sw > 0 && (n_sw == 0 || L->n_layer_sw != n_sw ||
-                                                      L->window != cfg->sliding_window)))
-        return pllm_errorf(PLLM_ERR_INVALID,
-                           "cuda kv_init: a sliding pool of %d blocks (%d layers, window %d) "
-                           "does not fit the model (%d sliding layers, window %d)",
-                           L->n_blocks_sw, L->n_layer_sw, L->window, n_sw, cfg->sliding_window);
-    if ((int64_t)L->n_blocks_sw * L->block_size > INT32_MAX)
-        return pllm_errorf(PLLM_ERR_RANGE,
-                           "cuda kv_init: %d sliding blocks of %d tokens exceed the int32 slot "
-                           "range",
-                           L->n_blocks_sw, L->block_size);
+    PLLM_TRY(pllm_kv_check_sliding("cuda kv_init", L, c->model));
     const size_t blk = (size_t)L->n_head_kv * (size_t)L->block_size * pllm_kv_row_bytes(L);
     size_t layer = 0, layer_sw = 0, total = 0;
     if (!pllm_mul_size((size_t)L->n_blocks, blk, &layer) || layer > SIZE_MAX / 4 ||

@@ -270,7 +270,7 @@ static pllm_status choose_n_blocks(pllm_engine *e, int32_t *n_blocks)
 static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw)
 {
     const pllm_engine_params *p = &e->p;
-    pllm_kv_layout *L = &e->layout;
+    const pllm_kv_layout *L = &e->layout;
     *n_sw = 0;
     e->stats.kv_hybrid_off = NULL;
     if (L->n_layer_sw <= 0 || L->window <= 0) return choose_n_blocks(e, n_blocks);
@@ -286,9 +286,9 @@ static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw
 
     const int32_t bs = p->block_size;
     const size_t full = pllm_kv_block_bytes(L); /* n_blocks_sw is still 0: every layer */
-    L->n_blocks_sw = 1;                         /* the per-pool block bytes */
-    const size_t g = pllm_kv_block_bytes(L), sb = pllm_kv_sw_block_bytes(L);
-    L->n_blocks_sw = 0;
+    pllm_kv_layout split = *L;                  /* the per-pool block bytes */
+    split.n_blocks_sw = 1;
+    const size_t g = pllm_kv_block_bytes(&split), sb = pllm_kv_sw_block_bytes(&split);
     /* the floors: a window and one block (min_sw: a sequence alone always advances, a chunk the
      * sliding pool cannot take whole being shortened, engine/scheduler.c), and preferably a
      * window and a whole step (pref_sw: a prefill chunk of max_batched_tokens holds all its

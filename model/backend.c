@@ -34,6 +34,32 @@ static pllm_status check_ids(const char *who, const int32_t *ids, int32_t n, int
     return PLLM_OK;
 }
 
+void pllm_kv_layout_sliding(const pllm_model *m, pllm_kv_layout *out)
+{
+    out->n_layer_sw = 0;
+    for (int32_t l = 0; l < m->cfg.n_layer; l++) out->n_layer_sw += m->layers[l].window > 0;
+    out->window = out->n_layer_sw ? m->cfg.sliding_window : 0;
+}
+
+pllm_status pllm_kv_check_sliding(const char *who, const pllm_kv_layout *L, const pllm_model *m)
+{
+    pllm_kv_layout want = {0};
+    pllm_kv_layout_sliding(m, &want);
+    if (L->n_blocks_sw < 0 ||
+        (L->n_blocks_sw > 0 && (want.n_layer_sw == 0 || L->n_layer_sw != want.n_layer_sw ||
+                                L->window != m->cfg.sliding_window)))
+        return pllm_errorf(PLLM_ERR_INVALID,
+                           "%s: a sliding pool of %d blocks (%d layers, window %d) does not fit "
+                           "the model (%d sliding layers, window %d)",
+                           who, L->n_blocks_sw, L->n_layer_sw, L->window, want.n_layer_sw,
+                           m->cfg.sliding_window);
+    if ((int64_t)L->n_blocks_sw * L->block_size > INT32_MAX)
+        return pllm_errorf(PLLM_ERR_RANGE,
+                           "%s: %d sliding blocks of %d tokens exceed the int32 slot range", who,
+                           L->n_blocks_sw, L->block_size);
+    return PLLM_OK;
+}
+
 /* The hybrid layout's sliding tables and slots (backend.h), on a plan whose global part is
  * valid: each sequence's entries from its first new token's window on inside the sliding pool,
  * sw_slots where they put each position, no sliding slot written twice. */

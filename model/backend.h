@@ -102,6 +102,15 @@ static inline bool pllm_kv_layer_in_sw(const pllm_kv_layout *l, int32_t window)
     return l->n_blocks_sw > 0 && window > 0;
 }
 
+/* kv_layout's sliding fields for model m: n_layer_sw (layers with window > 0) and window
+ * (cfg.sliding_window where there are such layers, else 0). */
+void pllm_kv_layout_sliding(const pllm_model *m, pllm_kv_layout *out);
+
+/* kv_init's check of a layout's sliding pool against model m: n_blocks_sw >= 0, > 0 only where
+ * the layout's n_layer_sw and window are the model's, and its slots within int32. Errors
+ * "<who>: ..." (who: e.g. "cpu kv_init"). */
+pllm_status pllm_kv_check_sliding(const char *who, const pllm_kv_layout *L, const pllm_model *m);
+
 /* The int8 KV cache type (layout above). It is a cache format, not a tensor dtype, so it extends
  * pllm_dtype here, past PLLM_DTYPE_COUNT (which backend params use for "auto"); the pllm_dtype_*
  * functions of engine/dtype.h do not take it: use the pllm_kv_* helpers below. */
