@@ -217,6 +217,53 @@ pllm_status pllm_kv_trim_hits(pllm_kv_manager *kv, pllm_key_chain *c, const int3
     return PLLM_OK;
 }
 
+pllm_status pllm_kv_share_hits(pllm_kv_manager *kv, const pllm_kv_table *from, pllm_key_chain *c,
+                               const int32_t *tokens, const int32_t *hit, int32_t *n_hit)
+{
+    kv->sw_hit_n = 0;
+    if (!kv->sw || *n_hit == 0) return PLLM_OK;
+    PLLM_ASSERT(*n_hit <= from->n);
+    int32_t bs = kv->block_size, h = *n_hit, want = *n_hit;
+    int32_t cap = PLLM_MAX(h - sw_lo_of(kv, h * bs), (kv->window + bs - 1) / bs + 2);
+    if (cap > kv->sw_hit_cap) {
+        int32_t *a = pllm_realloc(kv->sw_hit, (size_t)cap * sizeof *a);
+        if (!a) return PLLM_ERR_NOMEM;
+        kv->sw_hit = a;
+        kv->sw_hit_cap = cap;
+    }
+    /* the longest h whose window blocks lo(h) .. h - 1 from still holds (its full blocks of the
+     * same tokens: their content is final); a released one at g leaves only h <= g */
+    while (h > 0) {
+        int32_t lo = sw_lo_of(kv, h * bs), gap = -1;
+        for (int32_t i = h - 1; i >= lo; i--) {
+            if (i < from->sw_lo || from->sw[i] < 0) {
+                gap = i;
+                break;
+            }
+            kv->sw_hit[i - lo] = from->sw[i];
+        }
+        if (gap < 0) {
+            kv->sw_hit_n = h;
+            kv->sw_hit_lo = lo;
+            kv->sw_hit_last = hit[h - 1];
+            break;
+        }
+        h = gap;
+    }
+    *n_hit = h;
+    /* with caching, the index may still hold a window from has released: take the longer */
+    if (h < want && pllm_block_pool_caching(kv->sw)) {
+        int32_t hc = want;
+        PLLM_TRY(pllm_kv_trim_hits(kv, c, tokens, hit, &hc));
+        if (hc >= h) {
+            *n_hit = hc;
+            return PLLM_OK;
+        }
+        return pllm_kv_share_hits(kv, from, c, tokens, hit, n_hit); /* remember h's again */
+    }
+    return PLLM_OK;
+}
+
 void pllm_kv_set_tier(pllm_kv_manager *kv, const pllm_kv_tier *tier)
 {
     kv->tier = tier;
@@ -398,15 +445,35 @@ static pllm_status commit_index(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_
     return PLLM_OK;
 }
 
-/* Release t's sliding blocks before the window of position n_computed. */
+void pllm_kv_hold_sliding(pllm_kv_manager *kv, pllm_kv_table *t, int32_t n_tokens)
+{
+    if (!kv->sw) return;
+    t->sw_hold_on = true;
+    t->sw_hold = PLLM_MAX(sw_lo_of(kv, n_tokens), t->sw_lo); /* released ones are gone */
+}
+
+/* Release t's sliding blocks before the window of position n_computed (or the hold). */
 static void sw_release(pllm_kv_manager *kv, pllm_kv_table *t, int32_t n_computed)
 {
     if (!kv->sw) return;
     int32_t lo = PLLM_MIN(sw_lo_of(kv, n_computed), t->n);
+    if (t->sw_hold_on && lo - t->sw_hold <= 1)
+        lo = PLLM_MIN(lo, t->sw_hold);
+    else
+        t->sw_hold_on = false;
     for (; t->sw_lo < lo; t->sw_lo++) {
         if (t->sw[t->sw_lo] >= 0) pllm_block_pool_release(kv->sw, &t->sw[t->sw_lo], 1);
         t->sw[t->sw_lo] = -1;
     }
+}
+
+bool pllm_kv_drop_hold(pllm_kv_manager *kv, pllm_kv_table *t, int32_t n_computed)
+{
+    if (!kv->sw || !t->sw_hold_on) return false;
+    t->sw_hold_on = false;
+    int32_t before = t->sw_lo;
+    sw_release(kv, t, n_computed);
+    return t->sw_lo > before;
 }
 
 pllm_status pllm_kv_commit(pllm_kv_manager *kv, pllm_kv_table *t, pllm_key_chain *c,
@@ -426,6 +493,7 @@ void pllm_kv_free(pllm_kv_manager *kv, pllm_kv_table *t)
     t->n = 0;
     t->n_committed = 0;
     t->sw_lo = 0;
+    t->sw_hold_on = false;
 }
 
 int32_t pllm_kv_cached_prefix(const pllm_kv_manager *kv, const pllm_kv_table *t)
@@ -439,5 +507,31 @@ int32_t pllm_kv_shared_prefix(const pllm_kv_manager *kv, const pllm_kv_table *t)
 {
     int32_t n = 0;
     while (n < t->n && pllm_block_pool_ref_count(kv->pool, t->ids[n]) >= 2) n++;
+    if (!kv->sw) return n;
+    /* the prefix of n blocks is usable only with its window's sliding blocks lo(n) .. n - 1:
+     * the longest n whose window t holds and shares (a gap at g leaves only n <= g) */
+    while (n > 0) {
+        int32_t gap = -1;
+        for (int32_t i = n - 1; i >= sw_lo_of(kv, n * kv->block_size) && gap < 0; i--)
+            if (i < t->sw_lo || t->sw[i] < 0 || pllm_block_pool_ref_count(kv->sw, t->sw[i]) < 2)
+                gap = i;
+        if (gap < 0) break;
+        n = gap;
+    }
     return n;
+}
+
+int32_t pllm_kv_sw_private(const pllm_kv_manager *kv, const pllm_kv_table *t)
+{
+    int32_t n = 0;
+    for (int32_t i = kv->sw && t->sw ? t->sw_lo : t->n; i < t->n; i++)
+        n += t->sw[i] >= 0 && pllm_block_pool_ref_count(kv->sw, t->sw[i]) == 1;
+    return n;
+}
+
+bool pllm_kv_sliding_short(const pllm_kv_manager *kv, const pllm_kv_table *t, int32_t n_tokens)
+{
+    if (!kv->sw) return false;
+    int32_t need = pllm_kv_blocks_needed(kv, t, 0, n_tokens);
+    return need <= pllm_block_pool_n_free(kv->pool) && need > pllm_block_pool_n_free(kv->sw);
 }

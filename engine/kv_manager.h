@@ -35,7 +35,9 @@
  *   block and a tag naming the global block they belong to (its id and generation), when
  *   pllm_kv_commit indexes that global block; released ones stay findable until evicted. The
  *   hits are trimmed (pllm_kv_trim_hits) to the longest h whose window is all present; the
- *   rest is recomputed. Without caching nothing is findable and h = 0.
+ *   rest is recomputed. Without caching nothing is findable and h = 0, except for a forked
+ *   sequence (n > 1), which shares its leader's held window blocks directly
+ *   (pllm_kv_share_hits), as it shares its global ones.
  *
  * Ownership: the manager owns its pool(s). Tables and key chains are plain structs owned by the
  * caller (the request); free their arrays with pllm_kv_table_free / pllm_key_chain_free after
@@ -52,6 +54,8 @@ typedef struct pllm_kv_table {
     int32_t n_committed; /* leading blocks already offered to the index */
     int32_t *sw;         /* with a sliding pool: [n] its block ids, -1 below sw_lo; else NULL */
     int32_t sw_lo;       /* first sliding entry still held */
+    bool sw_hold_on;     /* pllm_kv_hold_sliding: release nothing from sw_hold on, while ... */
+    int32_t sw_hold;     /* ... the window is at most one block past it */
 } pllm_kv_table;
 
 /* Keys of a token sequence's full blocks: keys[i] covers tokens [i*bs, (i+1)*bs). */
@@ -110,6 +114,27 @@ pllm_status pllm_kv_find_cached(pllm_kv_manager *kv, pllm_key_chain *c, const in
 pllm_status pllm_kv_trim_hits(pllm_kv_manager *kv, pllm_key_chain *c, const int32_t *tokens,
                               const int32_t *hit, int32_t *n_hit);
 
+/* With a sliding pool: as pllm_kv_trim_hits, for hits hit[0 .. *n_hit) that are the leading
+ * blocks of table `from` (a forked sequence taking its leader's prompt blocks, which holds the
+ * same tokens): the window's sliding blocks are shared from from->sw directly, so it works
+ * without prefix caching; where `from` has already released some of them, the index is tried
+ * too (caching on), else the hits are trimmed to what from still holds. No-op without a
+ * sliding pool. */
+pllm_status pllm_kv_share_hits(pllm_kv_manager *kv, const pllm_kv_table *from, pllm_key_chain *c,
+                               const int32_t *tokens, const int32_t *hit, int32_t *n_hit);
+
+/* A leader of forked completions (n > 1) whose forks will take its first n_tokens / bs blocks
+ * (pllm_kv_share_hits) needs the window of position n_tokens, blocks lo(n_tokens) on, which
+ * its own commits past n_tokens would release: keep them while t's window is at most one block
+ * past them (at most one sliding block more); then release as usual. Reset by pllm_kv_free.
+ * No-op without a sliding pool. */
+void pllm_kv_hold_sliding(pllm_kv_manager *kv, pllm_kv_table *t, int32_t n_tokens);
+/* End t's hold now (t has n_computed positions computed), releasing what it kept; whether that
+ * released a block. The scheduler drops every hold before it shortens a chunk or preempts for
+ * want of sliding blocks, so a hold never costs a step: with all holds dropped the pools are
+ * as without them. */
+bool pllm_kv_drop_hold(pllm_kv_manager *kv, pllm_kv_table *t, int32_t n_computed);
+
 /* Set (or clear, NULL) the tier pllm_kv_fetch_tier consults; borrowed. */
 void pllm_kv_set_tier(pllm_kv_manager *kv, const pllm_kv_tier *tier);
 /* Extend a lookup's hits hit[0 .. *n_hit) (from pllm_kv_find_cached, capacity (n_tokens - 1) /
@@ -149,5 +174,13 @@ void pllm_kv_free(pllm_kv_manager *kv, pllm_kv_table *t);
 /* Leading blocks of t that are in the index (they survive a free until evicted). */
 int32_t pllm_kv_cached_prefix(const pllm_kv_manager *kv, const pllm_kv_table *t);
 /* Leading blocks of t that another table also holds (reference count >= 2): they stay in
- * memory when t is freed. */
+ * memory when t is freed. With a sliding pool, only as far as a prefix stays usable: the
+ * longest h of them whose window's sliding blocks (lo(h * bs) .. h - 1) t holds and another
+ * table holds too (else a lookup would trim the prefix and recompute it). */
 int32_t pllm_kv_shared_prefix(const pllm_kv_manager *kv, const pllm_kv_table *t);
+/* Sliding blocks that freeing t would return to the sliding pool (held by t alone); 0
+ * without a sliding pool. */
+int32_t pllm_kv_sw_private(const pllm_kv_manager *kv, const pllm_kv_table *t);
+/* Whether growing t (no hits) to n_tokens positions is short of sliding blocks only: the global
+ * pool has the blocks, the sliding pool does not. */
+bool pllm_kv_sliding_short(const pllm_kv_manager *kv, const pllm_kv_table *t, int32_t n_tokens);

@@ -354,25 +354,41 @@ static pllm_status out_push_victim(pllm_sched_out *o, const pllm_req *r)
 
 /* Computed tokens a request would have to compute again after losing its blocks: all but
  * those in leading blocks another running request also holds (they stay resident and
- * findable). Its private blocks count as lost even when indexed: under the memory pressure
- * that causes the preemption they are the next ones evicted. */
+ * findable); with a sliding pool, only as far as that prefix's window of sliding blocks is
+ * shared too (else its re-admission trims the prefix: pllm_kv_shared_prefix). Its private
+ * blocks count as lost even when indexed: under the memory pressure that causes the
+ * preemption they are the next ones evicted. */
 static int32_t rebuild_cost(const pllm_sched *s, const pllm_req *r)
 {
     int32_t covered = pllm_kv_shared_prefix(s->kv, &r->table) * s->bs;
     return r->n_computed > covered ? r->n_computed - covered : 0;
 }
 
-static int32_t pick_victim(const pllm_sched *s, int32_t from)
+/* The victim among running[from ..]: the cheapest to rebuild, ties to the latest. When only the
+ * sliding pool is short (sw_short), a request whose preemption would free no sliding block
+ * (all it holds there is shared) does not help: it is passed over unless every candidate is
+ * such. */
+static int32_t pick_victim(const pllm_sched *s, int32_t from, bool sw_short)
 {
-    int32_t best = from, best_cost = rebuild_cost(s, s->running[from]);
-    for (int32_t i = from + 1; i < s->n_running; i++) {
-        int32_t c = rebuild_cost(s, s->running[i]);
-        if (c <= best_cost) { /* ties: the later one in queue order (running[] is sorted) */
-            best = i;
-            best_cost = c;
+    int32_t best = -1, best_cost = 0;
+    for (int pass = 0; pass < 2 && best < 0; pass++)
+        for (int32_t i = from; i < s->n_running; i++) {
+            if (pass == 0 && sw_short && pllm_kv_sw_private(s->kv, &s->running[i]->table) == 0)
+                continue;
+            int32_t c = rebuild_cost(s, s->running[i]);
+            if (best < 0 || c <= best_cost) { /* ties: the later one (running[] is sorted) */
+                best = i;
+                best_cost = c;
+            }
         }
-    }
     return best;
+}
+
+/* Release the sliding blocks that leaders keep for their forks (pllm_kv_hold_sliding). */
+static void drop_holds(pllm_sched *s)
+{
+    for (int32_t i = 0; i < s->n_running; i++)
+        pllm_kv_drop_hold(s->kv, &s->running[i]->table, s->running[i]->n_computed);
 }
 
 static pllm_status preempt(pllm_sched *s, int32_t i, pllm_sched_out *o)
@@ -448,8 +464,9 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
                 n_hit = PLLM_MIN((n_tok - 1) / s->bs, r->n_prompt / s->bs);
                 PLLM_ASSERT(n_hit <= lead->table.n);
                 memcpy(s->hit, lead->table.ids, (size_t)n_hit * sizeof *s->hit);
-                /* sliding layers: only as far as the leader's window blocks are findable */
-                PLLM_TRY(pllm_kv_trim_hits(s->kv, &r->keys, r->tokens.ids, s->hit, &n_hit));
+                /* sliding layers: the leader's window blocks, shared as the global ones */
+                PLLM_TRY(pllm_kv_share_hits(s->kv, &lead->table, &r->keys, r->tokens.ids, s->hit,
+                                            &n_hit));
                 forked = true;
             }
         }
@@ -484,6 +501,10 @@ static pllm_status admit(pllm_sched *s, pllm_sched_out *o, int32_t *budget)
             r->cached_tokens = PLLM_MIN(r->n_computed, r->n_prompt);
         }
         running_insert(s, r);
+        /* a leader whose forks will share its prompt blocks keeps their window a little */
+        if (r->group->leader == r && r->group->n_alive > 1 && r->n_prompt > s->bs)
+            pllm_kv_hold_sliding(s->kv, &r->table,
+                                 PLLM_MIN((r->n_prompt - 1) / s->bs, r->n_prompt / s->bs) * s->bs);
         if (r->n_computed < r->n_prompt) s->prefilling[n_prefilling++] = r;
         r->n_bypassed = 0;
         PLLM_TRY(out_push(o, r, n_new, 0, true, n_hit * s->bs));
@@ -511,11 +532,14 @@ pllm_status pllm_sched_schedule(pllm_sched *s, pllm_sched_out *o)
         PLLM_ASSERT(n_new > 0);
         bool self = false;
         for (;;) {
+            /* short of sliding blocks: first the windows leaders keep for their forks */
+            if (pllm_kv_sliding_short(s->kv, &r->table, r->n_computed + n_new)) drop_holds(s);
             /* a sliding pool short of the whole chunk: a shorter one rather than a preemption */
             const int32_t m = pllm_kv_fit_sliding(s->kv, &r->table, NULL, 0, r->n_computed, n_new);
             if (m >= 1) n_new = m;
             if (pllm_kv_can_allocate(s->kv, &r->table, NULL, 0, r->n_computed + n_new)) break;
-            int32_t v = pick_victim(s, i);
+            int32_t v =
+                pick_victim(s, i, pllm_kv_sliding_short(s->kv, &r->table, r->n_computed + n_new));
             PLLM_TRY(preempt(s, v, o));
             if (v == i) {
                 self = true;

@@ -15,7 +15,10 @@
  *      arrived after it), the one cheapest to rebuild: the fewest computed tokens not covered
  *      by leading blocks that another request also holds (those stay resident and cached; its
  *      private blocks, even indexed ones, are counted as lost since they are the next to be
- *      evicted under this pressure); ties go to the latest in queue order. The
+ *      evicted under this pressure; with a sliding pool a shared prefix counts only as far
+ *      as its window's sliding blocks are shared too); ties go to the latest in queue order.
+ *      When only the sliding pool is short, requests that would free no sliding block (all
+ *      theirs are shared) are passed over unless no other is left. The
  *      victim's blocks are released (indexed ones stay cached), it goes back to the waiting
  *      queue at its old position with n_computed = 0, and it is counted. If the victim is
  *      the current request, it is simply not scheduled.

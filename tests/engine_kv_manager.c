@@ -301,6 +301,62 @@ static void test_sliding(void)
     pllm_kv_manager_free(kv);
 }
 
+/* Prefix caching off, a fork (n > 1) sharing its leader's prompt blocks: the leader holds the
+ * fork's window (pllm_kv_hold_sliding), the fork takes it from the leader's table
+ * (pllm_kv_share_hits); the shared prefix counts only while the window is shared too. */
+static void test_sliding_fork(void)
+{
+    const int32_t bs = 4, W = 6; /* lo(n) = max(0, n + 1 - 6) / 4 */
+    pllm_kv_manager *kv = make_kv(32, bs, false);
+    CHECK_OK(pllm_kv_add_sliding(kv, 16, W));
+    int32_t tok[40];
+    for (int32_t i = 0; i < 40; i++) tok[i] = 7 + i;
+    pllm_kv_table a = {0}, b = {0};
+    pllm_key_chain ka = {0}, kb = {0};
+    /* A: a prompt of 18; its forks take min(17 / 4, 18 / 4) = 4 blocks, window lo(16) = 2 */
+    pllm_kv_hold_sliding(kv, &a, 16);
+    CHECK_OK(pllm_kv_allocate(kv, &a, NULL, 0, 18));
+    CHECK_OK(pllm_kv_commit(kv, &a, &ka, tok, 18));
+    CHECK(a.sw_lo == 2); /* lo(18) = 3, held at 2 */
+    /* B, the fork: the 4 global blocks and sliding blocks 2, 3 of A, nothing recomputed */
+    int32_t hit[8], n_hit = 4;
+    memcpy(hit, a.ids, 4 * sizeof *hit);
+    CHECK_OK(pllm_kv_share_hits(kv, &a, &kb, tok, hit, &n_hit));
+    CHECK(n_hit == 4);
+    CHECK_OK(pllm_kv_allocate(kv, &b, hit, n_hit, 18));
+    CHECK(b.sw_lo == 2 && b.sw[2] == a.sw[2] && b.sw[3] == a.sw[3] && b.sw[4] >= 0 &&
+          b.sw[4] != a.sw[4]);
+    CHECK(pllm_kv_shared_prefix(kv, &b) == 4 && pllm_kv_sw_private(kv, &b) == 1);
+    /* A decodes: at 19, 20 still held (lo 3), at 21 (lo 4) the hold ends and 2, 3 go to B alone;
+     * B's 4 shared global blocks are then no usable prefix (their window is B's only) */
+    for (int32_t n = 19; n <= 22; n++) { /* lo(21) = 4 */
+        CHECK_OK(pllm_kv_allocate(kv, &a, NULL, 0, n));
+        CHECK_OK(pllm_kv_commit(kv, &a, &ka, tok, n));
+        CHECK(a.sw_lo == (n < 21 ? 2 : 4));
+    }
+    CHECK(pllm_kv_shared_prefix(kv, &b) == 0 && pllm_kv_sw_private(kv, &b) == 3);
+    /* without the hold a later fork finds nothing to share: A's window starts at block 4 */
+    n_hit = 4;
+    memcpy(hit, a.ids, 4 * sizeof *hit);
+    CHECK_OK(pllm_kv_share_hits(kv, &a, &kb, tok, hit, &n_hit));
+    CHECK(n_hit == 0);
+    /* the sliding pool short, the global one not */
+    CHECK(!pllm_kv_sliding_short(kv, &a, 23));
+    int32_t ids[16], take = pllm_block_pool_n_free(pllm_kv_sw_pool(kv));
+    CHECK_OK(pllm_block_pool_alloc(pllm_kv_sw_pool(kv), take, ids));
+    CHECK(pllm_kv_sliding_short(kv, &a, 25) && !pllm_kv_sliding_short(kv, &a, 24));
+    pllm_block_pool_release(pllm_kv_sw_pool(kv), ids, take);
+    pllm_kv_free(kv, &b);
+    pllm_kv_free(kv, &a);
+    CHECK(pllm_block_pool_n_free(pllm_kv_sw_pool(kv)) == 16 &&
+          pllm_block_pool_n_free(pllm_kv_pool(kv)) == 32);
+    pllm_kv_table_free(&a);
+    pllm_kv_table_free(&b);
+    pllm_key_chain_free(&ka);
+    pllm_key_chain_free(&kb);
+    pllm_kv_manager_free(kv);
+}
+
 int main(void)
 {
     test_alloc_append_free();
@@ -309,5 +365,6 @@ int main(void)
     test_chunks_and_capacity();
     test_cache_off();
     test_sliding();
+    test_sliding_fork();
     return pllm_test_finish("engine_kv_manager");
 }

@@ -97,7 +97,7 @@ typedef struct totals {
     int64_t finish_stop, finish_length;
     int64_t spec_runs, spec_drafted, spec_accepted;
     int64_t overlap_runs, overlapped_steps, wasted_slots, sync_penalties, pending_penalty;
-    int64_t sw_runs, sw_checked, sw_preemptions, sw_cached_tokens, sw_max_held;
+    int64_t sw_runs, sw_checked, sw_preemptions, sw_cached_tokens, sw_max_held, sw_holds;
 } totals;
 
 static void on_done(const pllm_completion *c, void *arg)
@@ -531,12 +531,17 @@ static void run_variant(const workload *w, const variant *v, uint64_t seed, tota
             for (int32_t i = 0; i < n_run; i++) {
                 const pllm_kv_table *t = &run[i]->table;
                 int32_t lo = PLLM_MAX(0, run[i]->n_computed + 1 - v->window) / w->block_size;
+                /* a leader of forks keeps their window, at most one block more (kv_manager.h
+                 * pllm_kv_hold_sliding) */
+                const bool hold = t->sw_hold_on && PLLM_MIN(lo, t->n) - t->sw_hold <= 1;
+                if (hold) lo = PLLM_MIN(lo, t->sw_hold);
+                if (hold) tot->sw_holds++;
                 CHECK(t->sw_lo == PLLM_MIN(lo, t->n));
                 for (int32_t b = 0; b < t->n; b++) CHECK((t->sw[b] >= 0) == (b >= t->sw_lo));
                 /* ceil(window / bs) + 1, plus the blocks of positions not computed yet */
                 int32_t ahead = t->n - (run[i]->n_computed + w->block_size - 1) / w->block_size;
-                CHECK(pllm_kv_sw_held(t) <=
-                      (v->window + w->block_size - 1) / w->block_size + 1 + PLLM_MAX(0, ahead));
+                CHECK(pllm_kv_sw_held(t) <= (v->window + w->block_size - 1) / w->block_size + 1 +
+                                                PLLM_MAX(0, ahead) + hold);
                 tot->sw_max_held = PLLM_MAX(tot->sw_max_held, pllm_kv_sw_held(t));
             }
         }
@@ -829,10 +834,10 @@ int main(int argc, char **argv)
     fprintf(stderr,
             "engine_sched_random: %lld runs with a sliding pool: %lld window positions checked, "
             "%lld preemptions, %lld cached prompt tokens, at most %lld sliding blocks held by one "
-            "sequence\n",
+            "sequence, %lld sequence-steps holding a window for forks\n",
             (long long)tot.sw_runs, (long long)tot.sw_checked, (long long)tot.sw_preemptions,
-            (long long)tot.sw_cached_tokens, (long long)tot.sw_max_held);
+            (long long)tot.sw_cached_tokens, (long long)tot.sw_max_held, (long long)tot.sw_holds);
     CHECK(tot.sw_runs > 0 && tot.sw_checked > 0 && tot.sw_preemptions > 0 &&
-          tot.sw_cached_tokens > 0);
+          tot.sw_cached_tokens > 0 && tot.sw_holds > 0);
     return pllm_test_finish("engine_sched_random");
 }
