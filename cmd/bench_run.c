@@ -35,7 +35,17 @@ int cmd_bench_run_once(const cmd_runtime *rt, const pllm_engine_params *ep, cons
                        cmd_progress *prog, cmd_plot *plot, uint64_t *digest)
 {
     pllm_engine *eng;
-    if (pllm_engine_create(&eng, rt->model, (pllm_backend *)&rt->backend, rt->tok, ep) != PLLM_OK) {
+    /* the workload is known: the hybrid KV split is sized for it */
+    pllm_engine_params wp = *ep;
+    int32_t *lens = n > 0 ? pllm_malloc((size_t)n * sizeof *lens) : NULL;
+    for (int64_t i = 0; lens && i < n; i++)
+        lens[i] = (int32_t)PLLM_MIN((int64_t)w->v[i].n + w->v[i].max_tokens, INT32_MAX);
+    wp.workload_lens = lens;
+    wp.n_workload = lens ? n : 0;
+    pllm_status est =
+        pllm_engine_create(&eng, rt->model, (pllm_backend *)&rt->backend, rt->tok, &wp);
+    free(lens);
+    if (est != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         return 3;
     }

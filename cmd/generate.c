@@ -36,6 +36,7 @@
 #include "cmd/runtime.h"
 #include "cmd/devices.h"
 #include "cmd/shard.h"
+#include "cmd/workload.h"
 #include "cmd/shared.h"
 #include "datasets/idset.h"
 #include "datasets/io.h"
@@ -579,7 +580,17 @@ static int gen_start(gen_cmd *c)
     if ((rc = cmd_shard_prepare(&c->sh, &c->rt, c->input, c->format, &c->defaults, c->limit,
                                 c->quiet)) != 0)
         return rc;
-    if (pllm_engine_create(&c->eng, c->rt.model, &c->rt.backend, c->rt.tok, &c->eo.ep) != PLLM_OK) {
+    /* the hybrid KV split is sized for the input's sequences (a first pass over a file) */
+    int32_t *workload = NULL;
+    if ((rc = cmd_workload_scan(&c->rt, &c->eo, c->input, c->format, c->extra, &c->defaults,
+                                c->limit, &workload, c->quiet)) != 0)
+        return rc;
+    pllm_status est =
+        pllm_engine_create(&c->eng, c->rt.model, &c->rt.backend, c->rt.tok, &c->eo.ep);
+    free(workload); /* the engine read it in create */
+    c->eo.ep.workload_lens = NULL;
+    c->eo.ep.n_workload = 0;
+    if (est != PLLM_OK) {
         fprintf(stderr, "pllm: %s\n", pllm_errmsg());
         return 3;
     }

@@ -259,14 +259,44 @@ static pllm_status choose_n_blocks(pllm_engine *e, int32_t *n_blocks)
 
 /* The hybrid KV layout (engine.h no_kv_hybrid; docs/architecture.md "Hybrid KV"): whether it
  * applies, and the two pools' sizes. The budget B (bytes) is what the one-pool layout would get:
- * n_blocks full blocks, kv_bytes, or the default's blocks. A sequence of max_model_len tokens
- * needs ng = ceil(len / bs) global blocks and ns = min(ng, ceil(window / bs) + 1) sliding
- * ones; the pools get B in that proportion: n_global : n_sliding = ng : ns, i.e.
- * n_global = B * ng / (ng * g + ns * s) for global and sliding block bytes g and s. The sliding
+ * n_blocks full blocks, kv_bytes, or the default's blocks. A sequence of L tokens needs
+ * ng(L) = ceil(L / bs) global and ns(L) = min(ng(L), ceil(window / bs) + 1) sliding blocks; the
+ * pools get B in the proportion the workload needs, summed over its sequences (workload_lens,
+ * each L capped at max_model_len; without one, a sequence of max_model_len tokens):
+ * n_global : n_sliding = G : S with G = sum ng(L), S = sum ns(L), i.e.
+ * n_global = B * G / (G * g + S * s) for global and sliding block bytes g and s. The sliding
  * pool gets at least what one window plus a full step of new tokens needs (a prefill chunk of
  * max_batched_tokens holds all its blocks during its step), or, where that would leave fewer
  * global blocks than one pool has, at least a window and one block (chunks are then shortened to
- * what it takes); never more blocks than the global pool. */
+ * what it takes); never more blocks than the global pool. The hybrid layout is taken only when
+ * it gives more global blocks than one pool, so every request one pool could run still fits. */
+/* The workload's blocks for the split (choose_pools): ng = sum of ceil(L / bs) global and
+ * ns = sum of min(that, ceil(window / bs) + 1) sliding blocks over its sequences' lengths L
+ * (capped at max_model_len); one max_model_len sequence without a workload. */
+static void workload_blocks(pllm_engine *e, double *ng, double *ns)
+{
+    const pllm_engine_params *p = &e->p;
+    const int64_t bs = p->block_size, wb = ((int64_t)e->layout.window + bs - 1) / bs + 1;
+    int64_t sum_g = 0, sum_s = 0, sum_len = 0, n = 0;
+    for (int64_t i = 0; p->workload_lens && i < p->n_workload; i++) {
+        const int64_t len = PLLM_MIN((int64_t)p->max_model_len, PLLM_MAX(1, p->workload_lens[i]));
+        sum_g += (len + bs - 1) / bs;
+        sum_s += PLLM_MIN((len + bs - 1) / bs, wb);
+        sum_len += len;
+        n++;
+    }
+    e->stats.kv_split_seqs = n;
+    if (n == 0) {
+        sum_g = ((int64_t)p->max_model_len + bs - 1) / bs;
+        sum_s = PLLM_MIN(sum_g, wb);
+        sum_len = p->max_model_len;
+        n = 1;
+    }
+    e->stats.kv_split_mean_len = (double)sum_len / (double)n;
+    *ng = (double)sum_g;
+    *ns = (double)sum_s;
+}
+
 static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw)
 {
     const pllm_engine_params *p = &e->p;
@@ -303,8 +333,8 @@ static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw
         int32_t n_full = 0;
         PLLM_TRY(choose_n_blocks(e, &n_full));
         const double budget = (double)n_full * (double)full;
-        const double ng = (double)(((int64_t)p->max_model_len + bs - 1) / bs),
-                     ns = PLLM_MIN(ng, (double)((L->window + bs - 1) / bs + 1));
+        double ng = 0, ns = 0;
+        workload_blocks(e, &ng, &ns);
         double dg = 0, dsw = 0;
         for (int pass = 0; pass < 2; pass++) { /* the preferred floor, then the minimum */
             dg = budget * ng / (ng * (double)g + ns * (double)sb);
@@ -410,6 +440,9 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     if (p.spec_max_draft < 1 || p.spec_max_draft > PLLM_SPEC_MAX_DRAFT)
         return pllm_errorf(PLLM_ERR_INVALID, "spec_max_draft must be in [1, %d], got %d",
                            PLLM_SPEC_MAX_DRAFT, p.spec_max_draft);
+    if (p.n_workload < 0 || (p.n_workload > 0 && !p.workload_lens))
+        return pllm_errorf(PLLM_ERR_INVALID, "n_workload is %lld with %s workload_lens",
+                           (long long)p.n_workload, p.workload_lens ? "" : "no");
     if (p.max_model_len < 2)
         return pllm_errorf(PLLM_ERR_INVALID,
                            "max_model_len must be >= 2, got %d (model n_ctx_train %d)",
@@ -431,7 +464,10 @@ pllm_status pllm_engine_create_hooked(pllm_engine **out, const pllm_model *model
     pllm_status st = backend->iface->kv_layout(backend->ctx, p.block_size, &e->layout);
     if (st != PLLM_OK) goto fail;
     int32_t n_blocks = 0, n_sw = 0;
-    if ((st = choose_pools(e, &n_blocks, &n_sw)) != PLLM_OK) goto fail;
+    st = choose_pools(e, &n_blocks, &n_sw);
+    e->p.workload_lens = NULL; /* borrowed for create only */
+    e->p.n_workload = 0;
+    if (st != PLLM_OK) goto fail;
     e->layout.block_size = p.block_size;
     e->layout.n_blocks = n_blocks;
     e->layout.n_blocks_sw = n_sw;

@@ -53,13 +53,22 @@ typedef struct pllm_engine_params {
     /* Models with sliding-window layers (Gemma 3): the hybrid KV layout (docs/architecture.md
      * "Hybrid KV") keeps those layers' K/V in a second pool that holds only each sequence's
      * last window. The budget (n_blocks full blocks, kv_bytes, or the default) is split
-     * between the two pools by what a sequence of max_model_len tokens needs of each;
-     * n_blocks_sw > 0 sets the sliding pool's size instead (n_blocks then counts global
-     * blocks). no_kv_hybrid keeps every layer's K/V for the whole context (one pool). The
-     * hybrid layout is also off, with a note in the stats, under a prefix_cache_dir (its
-     * blocks hold every layer) and when the window covers max_model_len. */
+     * between the two pools by what the workload's sequences need of each (workload_lens
+     * below; without it, sequences of max_model_len tokens); n_blocks_sw > 0 sets the sliding
+     * pool's size instead (n_blocks then counts global blocks). no_kv_hybrid keeps every layer's
+     * K/V for the whole context (one pool). The hybrid layout is also off, with a note in the
+     * stats, under a prefix_cache_dir (its blocks hold every layer) and when the window covers
+     * max_model_len. */
     bool no_kv_hybrid;
     int32_t n_blocks_sw;
+    /* The workload, when the caller knows it before the run (offline batch): the most tokens
+     * each sequence can reach, prompt + max_tokens (an n > 1 request gives n entries; any
+     * order; each is capped at max_model_len). Only the hybrid split reads it, in create
+     * (borrowed for that call). NULL / 0: unknown, every sequence is taken as max_model_len
+     * long. Requests that differ from it still run (the split only changes which pool fills
+     * first); see docs/architecture.md "Hybrid KV". */
+    const int32_t *workload_lens;
+    int64_t n_workload;
     uint64_t seed;              /* run seed: requests without a seed derive theirs from it */
     int32_t max_bypass;         /* fairness bound: a waiting request is overtaken (by prefix
                                    grouping or by admission past it) at most this many times
@@ -169,6 +178,10 @@ typedef struct pllm_engine_stats {
     int32_t n_blocks_sw, n_layer_sw, kv_window, peak_blocks_used_sw, blocks_used_sw;
     size_t kv_bytes;
     const char *kv_hybrid_off;
+    /* the hybrid split's basis: the workload's sequences it was sized for (0: none given, sized
+     * for max_model_len sequences) and their mean length in tokens (capped at max_model_len) */
+    int64_t kv_split_seqs;
+    double kv_split_mean_len;
     /* speculation (zero when off) */
     int64_t spec_steps;     /* steps that ran drafts */
     int64_t spec_drafted;   /* draft tokens run */

@@ -412,6 +412,13 @@ void pllm_report_print(const pllm_report *r, const pllm_engine_stats *es, const 
                     "other layers; %.1f MB in all)\n",
                     "Peak sliding-window KV blocks in use:", es->peak_blocks_used_sw,
                     es->n_blocks_sw, es->n_layer_sw, es->kv_window, (double)es->kv_bytes / 1e6);
+        if (es->n_blocks_sw > 0 && es->kv_split_seqs > 0)
+            fprintf(f,
+                    "%-40s the workload's %lld sequences (prompt + max_tokens: mean %.0f tokens)\n",
+                    "KV pools split for:", (long long)es->kv_split_seqs, es->kv_split_mean_len);
+        else if (es->n_blocks_sw > 0)
+            fprintf(f, "%-40s sequences of max_model_len (%.0f tokens; the workload is unknown)\n",
+                    "KV pools split for:", es->kv_split_mean_len);
         else if (es->kv_hybrid_off)
             fprintf(f, "%-40s %s\n", "Sliding-window KV pool:", es->kv_hybrid_off);
         if (es->spec_drafted > 0 || es->spec_steps > 0) {
@@ -532,6 +539,8 @@ json_t *pllm_report_json(const pllm_report *r, const pllm_engine_stats *es)
             json_object_set_new(c, "kv_blocks_sw", json_integer(es->n_blocks_sw));
             json_object_set_new(c, "peak_kv_blocks_sw", json_integer(es->peak_blocks_used_sw));
             json_object_set_new(c, "kv_window", json_integer(es->kv_window));
+            json_object_set_new(c, "kv_split_seqs", json_integer(es->kv_split_seqs));
+            json_object_set_new(c, "kv_split_mean_len", json_real(es->kv_split_mean_len));
         }
         json_object_set_new(c, "block_size", json_integer(es->block_size));
         json_object_set_new(c, "spec_steps", json_integer(es->spec_steps));

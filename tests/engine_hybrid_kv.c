@@ -281,6 +281,71 @@ static void long_sequence(const pllm_model *m, int32_t bs)
     pllm_backend_free(&be);
 }
 
+/* n = 4 completions of one prompt, prefix caching off: the three forks share the leader's
+ * full prompt blocks in both pools (pllm_kv_share_hits), so the prompt is computed once plus
+ * each fork's last partial block; the same count as the keep-everything layout, same output. */
+static void forks_no_cache(const pllm_model *m, int32_t bs)
+{
+    int32_t n_computed[2] = {0, 0};
+    gen *g[2] = {pllm_calloc(1, sizeof(gen)), pllm_calloc(1, sizeof(gen))};
+    const int32_t n_prompt = 150, n = 4;
+    for (int hybrid = 0; hybrid < 2; hybrid++) {
+        pllm_backend be = {0};
+        CHECK_OK(make_backend(&be, m, false));
+        pllm_engine_params ep;
+        pllm_engine_params_defaults(&ep);
+        ep.block_size = bs;
+        ep.max_batched_tokens = 64; /* chunked: the leader's window moves while it prefills */
+        ep.max_seqs = 8;
+        ep.max_model_len = 400;
+        ep.no_prefix_cache = true;
+        ep.no_kv_hybrid = !hybrid;
+        ep.n_blocks = 4 * 400 / bs;
+        if (hybrid) ep.n_blocks_sw = ep.n_blocks;
+        pllm_engine *e = NULL;
+        CHECK_OK(pllm_engine_create(&e, m, &be, NULL, &ep));
+        if (!e) {
+            pllm_backend_free(&be);
+            continue;
+        }
+        int32_t prompt[150];
+        uint64_t s = 7;
+        for (int32_t i = 0; i < n_prompt; i++) prompt[i] = 3 + rnd(&s, m->cfg.n_vocab - 3);
+        pllm_request_params rp;
+        pllm_request_params_defaults(&rp);
+        rp.max_tokens = MAX_GEN;
+        rp.ignore_eos = true;
+        rp.n = n;
+        rp.sampling.logprobs = TOP;
+        rp.sampling.temperature = 0.8f; /* the forks' outputs differ */
+        uint64_t id;
+        CHECK_OK(pllm_engine_add(e, prompt, n_prompt, &rp, NULL, &id));
+        while (pllm_engine_has_work(e)) {
+            pllm_status s2 = pllm_engine_step(e, on_done, g[hybrid]);
+            CHECK_OK(s2);
+            if (s2 != PLLM_OK) break;
+        }
+        pllm_engine_stats st;
+        pllm_engine_get_stats(e, &st);
+        CHECK(hybrid ? st.n_blocks_sw > 0 : st.n_blocks_sw == 0);
+        n_computed[hybrid] = (int32_t)st.prompt_tokens_computed;
+        pllm_engine_free(e);
+        pllm_backend_free(&be);
+    }
+    /* each fork takes min((n_prompt - 1) / bs, n_prompt / bs) blocks and computes the rest */
+    const int32_t shared = PLLM_MIN((n_prompt - 1) / bs, n_prompt / bs) * bs;
+    const int32_t want = n_prompt + (n - 1) * (n_prompt - shared);
+    fprintf(stderr,
+            "engine_hybrid_kv: n = %d forks of a %d-token prompt, no prefix cache, block size "
+            "%d: %d prompt tokens computed kept everything, %d hybrid (expected %d)\n",
+            n, n_prompt, bs, n_computed[0], n_computed[1], want);
+    CHECK(n_computed[0] == want && n_computed[1] == want);
+    for (int32_t k = 0; k < n; k++)
+        CHECK(g[0]->c[k].n_emitted == 1 && !memcmp(&g[0]->c[k], &g[1]->c[k], sizeof(comp)));
+    free(g[0]);
+    free(g[1]);
+}
+
 #ifndef PLLM_TEST_CUDA
 /* The budget split (engine.c choose_pools) on the in-memory model (F32 K/V: 128 bytes per token
  * and layer; 16-token blocks: 12288 bytes for all 6 layers, g = 2048 global, s = 10240 sliding),
@@ -321,6 +386,108 @@ static void split_rule(const pllm_model *m)
         pllm_engine_free(e);
         pllm_backend_free(&be);
     }
+}
+
+/* The split sized from the workload (engine.h workload_lens), budget 100 full blocks as in
+ * split_rule's first case (ng = ceil(L / 16), ns = min(ng, 2)):
+ *   - 40 sequences of 30 tokens (ng = ns = 2): G : S = 1 : 1 gives no more global blocks than
+ *     one pool, so one pool of 100 blocks (the max_model_len split gave 428 + 34: a sequence
+ *     holds 2 sliding blocks, so 17 ran at once);
+ *   - 5 of 400 tokens (25, 2) and 5 of 30 (2, 2): G = 135, S = 20, n_g = B * 135 / (135 * 2048
+ *     + 20 * 10240) = 344.7, n_sw = (B - 344 * 2048) / 10240 = 51.2;
+ *   - lengths past max_model_len count as max_model_len: 4 of 10000 = the 428 + 34 of
+ *     split_rule.
+ * Then the concurrency it buys: the 40 short requests (20-token prompts, max_tokens 10) run
+ * with the workload given and without; with it they need fewer steps (more run at once), and
+ * the outputs are the same. */
+static void split_workload(const pllm_model *m)
+{
+    static int32_t shorts[40], mixed[10], longs[4];
+    for (int32_t i = 0; i < 40; i++) shorts[i] = 30;
+    for (int32_t i = 0; i < 10; i++) mixed[i] = i < 5 ? 400 : 30;
+    for (int32_t i = 0; i < 4; i++) longs[i] = 10000;
+    static const struct {
+        const int32_t *lens;
+        int32_t n;
+        int32_t n_g, n_sw; /* expected; n_sw 0: one pool */
+    } cases[] = {{shorts, 40, 100, 0}, {mixed, 10, 344, 51}, {longs, 4, 428, 34}};
+    for (size_t i = 0; i < PLLM_ARRAY_LEN(cases); i++) {
+        pllm_backend be = {0};
+        CHECK_OK(make_backend(&be, m, false));
+        pllm_engine_params ep;
+        pllm_engine_params_defaults(&ep);
+        ep.block_size = 16;
+        ep.max_batched_tokens = 64;
+        ep.max_model_len = 400;
+        ep.kv_bytes = (size_t)100 * 12288;
+        ep.workload_lens = cases[i].lens;
+        ep.n_workload = cases[i].n;
+        pllm_engine *e = NULL;
+        CHECK_OK(pllm_engine_create(&e, m, &be, NULL, &ep));
+        pllm_engine_stats st;
+        if (e) pllm_engine_get_stats(e, &st);
+        fprintf(stderr,
+                "engine_hybrid_kv: workload case %zu (%d sequences): %d global + %d sliding (%s; "
+                "split for %lld sequences of mean %.1f tokens)\n",
+                i, cases[i].n, e ? st.n_blocks : -1, e ? st.n_blocks_sw : -1,
+                e && st.kv_hybrid_off ? st.kv_hybrid_off : "hybrid",
+                e ? (long long)st.kv_split_seqs : -1, e ? st.kv_split_mean_len : -1.0);
+        CHECK(e && st.n_blocks == cases[i].n_g && st.n_blocks_sw == cases[i].n_sw);
+        CHECK(e && (st.kv_hybrid_off != NULL) == (cases[i].n_sw == 0));
+        CHECK(e && (st.kv_hybrid_off != NULL || st.kv_split_seqs == cases[i].n));
+        pllm_engine_free(e);
+        pllm_backend_free(&be);
+    }
+    /* the concurrency: 40 short requests, a budget of 100 full blocks */
+    int64_t steps[2] = {0, 0};
+    gen *g[2] = {pllm_calloc(1, sizeof(gen)), pllm_calloc(1, sizeof(gen))};
+    for (int given = 0; given < 2; given++) {
+        pllm_backend be = {0};
+        CHECK_OK(make_backend(&be, m, false));
+        pllm_engine_params ep;
+        pllm_engine_params_defaults(&ep);
+        ep.block_size = 16;
+        ep.max_batched_tokens = 64;
+        ep.max_seqs = 64;
+        ep.max_model_len = 400;
+        ep.kv_bytes = (size_t)100 * 12288;
+        ep.workload_lens = given ? shorts : NULL;
+        ep.n_workload = given ? 40 : 0;
+        pllm_engine *e = NULL;
+        CHECK_OK(pllm_engine_create(&e, m, &be, NULL, &ep));
+        if (!e) {
+            pllm_backend_free(&be);
+            continue;
+        }
+        uint64_t s = 3;
+        for (int32_t r = 0; r < 40 && r < MAX_COMP; r++) {
+            int32_t prompt[20];
+            for (int32_t i = 0; i < 20; i++) prompt[i] = 3 + rnd(&s, m->cfg.n_vocab - 3);
+            pllm_request_params rp;
+            pllm_request_params_defaults(&rp);
+            rp.max_tokens = 10;
+            rp.ignore_eos = true;
+            uint64_t id;
+            CHECK_OK(pllm_engine_add(e, prompt, 20, &rp, (void *)(intptr_t)(r % MAX_COMP), &id));
+        }
+        while (pllm_engine_has_work(e)) {
+            pllm_status s2 = pllm_engine_step(e, on_done, g[given]);
+            CHECK_OK(s2);
+            if (s2 != PLLM_OK) break;
+        }
+        pllm_engine_stats st;
+        pllm_engine_get_stats(e, &st);
+        steps[given] = st.steps;
+        pllm_engine_free(e);
+        pllm_backend_free(&be);
+    }
+    fprintf(stderr,
+            "engine_hybrid_kv: 40 requests of 20 + 10 tokens, 100 full blocks: %lld steps split "
+            "for max_model_len, %lld split for the workload\n",
+            (long long)steps[0], (long long)steps[1]);
+    CHECK(steps[1] < steps[0]);
+    free(g[0]);
+    free(g[1]);
 }
 
 #endif
@@ -393,6 +560,17 @@ int main(int argc, char **argv)
         if (!cf->no_cache && !(quick && (cf->tight_sw || cf->tiny_sw)))
             CHECK(sb.prompt_tokens_cached > 0);
         if (cf->tight_sw || cf->tiny_sw) CHECK(sb.preemptions > 0);
+        /* without prefix caching, an n = 2 fork takes its leader's sliding blocks as it takes
+         * its global ones: the hybrid run computes exactly the prompt tokens the other does */
+        if (cf->no_cache) {
+            fprintf(
+                stderr,
+                "engine_hybrid_kv %s: prompt tokens computed %lld kept everything, %lld hybrid\n",
+                cf->name, (long long)sa.prompt_tokens_computed,
+                (long long)sb.prompt_tokens_computed);
+            CHECK(sa.preemptions == 0 && sb.preemptions == 0);
+            CHECK(sb.prompt_tokens_computed == sa.prompt_tokens_computed);
+        }
         if (cf->spec) {
             fprintf(stderr, "engine_hybrid_kv %s: %lld drafts, %lld accepted\n", cf->name,
                     (long long)sb.spec_drafted, (long long)sb.spec_accepted);
@@ -425,7 +603,10 @@ int main(int argc, char **argv)
 #endif
 #ifndef PLLM_TEST_CUDA
     if (!loaded) split_rule(m);
+    if (!loaded) split_workload(m);
 #endif
+    forks_no_cache(m, 8);
+    if (!quick) forks_no_cache(m, 4);
     if (!quick) long_sequence(m, 4);
     long_sequence(m, 16);
     free(w);
