@@ -316,6 +316,13 @@ int cmd_check_kv_budget(const cmd_runtime *rt, const cmd_engine_opts *o)
     if (b->iface->kv_available(b->ctx, &avail) != PLLM_OK ||
         b->iface->kv_layout(b->ctx, o->ep.block_size, &l) != PLLM_OK)
         return 0; /* the engine reports it */
+    /* the step workspace is allocated at the first step, after the KV cache: leave it free */
+    size_t ws = 0;
+    int32_t T = o->ep.max_batched_tokens > 0 ? o->ep.max_batched_tokens : 2048;
+    int32_t S = (o->ep.max_seqs > 0 ? o->ep.max_seqs : 64) + (o->ep.speculate ? T : 0);
+    if (b->iface->workspace_bytes && b->iface->workspace_bytes(b->ctx, T, S, &ws) != PLLM_OK)
+        return 0; /* the engine reports it */
+    avail = avail > ws ? avail - ws : 0;
     size_t per_block = pllm_kv_block_bytes(&l);
     size_t want = o->ep.n_blocks > 0 ? (size_t)o->ep.n_blocks * per_block : o->ep.kv_bytes;
     if (want <= avail) return 0;
@@ -324,14 +331,16 @@ int cmd_check_kv_budget(const cmd_runtime *rt, const cmd_engine_opts *o)
         fprintf(
             stderr,
             "pllm: --num-blocks %d needs %.1f GB of KV cache, more than the %.1f GB this machine "
-            "can give it now (free memory less the model's weights and a reserve); the largest "
+            "can give it now (free memory less the model's weights, the step workspace and a "
+            "reserve); the largest "
             "budget that fits is %zu MB: use --num-blocks %zu or fewer (or --kv-cache-mb %zu)\n",
             o->ep.n_blocks, (double)want / 1e9, (double)avail / 1e9, mb,
             per_block ? (mb << 20) / per_block : 0, mb);
     else
         fprintf(stderr,
                 "pllm: --kv-cache-mb %d is more than the %.1f GB this machine can give the KV "
-                "cache now (free memory less the model's weights and a reserve); the largest "
+                "cache now (free memory less the model's weights, the step workspace and a "
+                "reserve); the largest "
                 "budget that fits is %zu MB: use --kv-cache-mb %zu or less\n",
                 o->kv_mb, (double)avail / 1e9, mb, mb);
     return 3;

@@ -782,6 +782,52 @@ static pllm_status cpu_kv_available(void *vctx, size_t *bytes)
     return PLLM_OK;
 }
 
+/* int8 activations of t rows of k values (cpu/gemm.h pllm_cpu_qact: values, 3 per-32 and 1
+ * per-16 sums or scales of 4 bytes). */
+static double qact_bytes(double t, int64_t k)
+{
+    double kk = (double)((k + 63) / 64 * 64);
+    return t * (kk + kk / 32 * 12 + kk / 16 * 4);
+}
+
+/* What reserve() allocates for a step of n_tokens tokens and n_samples samples (the per-token
+ * buffers, the MoE scratch of reserve_moe, the sample buffers, the int8 activations): the
+ * engine leaves it out of the KV budget (backend.h workspace_bytes). Keep it in step with
+ * reserve() and reserve_moe(); tests/cpu_backend_workspace.c checks it against what they
+ * allocate. */
+static pllm_status cpu_workspace_bytes(void *vctx, int32_t n_tokens, int32_t n_samples,
+                                       size_t *bytes)
+{
+    cpu_ctx *c = vctx;
+    const pllm_model_config *cfg = &c->model->cfg;
+    const double T = (double)PLLM_MAX(n_tokens, 16), S = (double)PLLM_MAX(n_samples, 8),
+                 f = sizeof(float);
+    const double qd = (double)cfg->n_head * cfg->head_dim,
+                 kvd = (double)cfg->n_head_kv * cfg->head_dim;
+    double b = T * f * (2.0 * cfg->n_embd + 2 * qd + 2 * kvd + 2.0 * cfg->n_ff + cfg->rope_dim);
+    if (c->inv_freq_local) b += T * f * cfg->rope_dim;
+    b += T * sizeof(int32_t);
+    if (cfg->n_expert) {
+        const double NE = (double)cfg->n_expert, R = T * cfg->n_expert_used;
+        b += f * (T * NE + R + (c->moe_float_in ? R : 1) * cfg->n_embd + R * cfg->n_embd +
+                  2 * R * cfg->n_ff_exp);
+        if (cfg->n_ff_shexp) {
+            b += f * (T + 2 * T * cfg->n_ff_shexp + T * cfg->n_embd);
+            if (c->int_math) b += qact_bytes(T, cfg->n_ff_shexp);
+        }
+        b += 3 * R * sizeof(int32_t);
+        if (c->int_math) b += qact_bytes(R, cfg->n_embd) + qact_bytes(R, cfg->n_ff_exp);
+    }
+    b += S * f * ((double)cfg->n_embd + cfg->n_vocab);
+    if (c->int_math) {
+        const double qt = PLLM_MAX(T, S);
+        b +=
+            qact_bytes(qt, cfg->n_embd) + qact_bytes(qt, PLLM_MAX((int64_t)qd, (int64_t)cfg->n_ff));
+    }
+    *bytes = b >= (double)SIZE_MAX ? SIZE_MAX : (size_t)b;
+    return PLLM_OK;
+}
+
 static pllm_status cpu_kv_init(void *vctx, const pllm_kv_layout *L)
 {
     cpu_ctx *c = vctx;
@@ -1074,6 +1120,7 @@ static const pllm_backend_iface g_cpu_iface = {
     .name = "cpu",
     .kv_layout = cpu_kv_layout,
     .kv_available = cpu_kv_available,
+    .workspace_bytes = cpu_workspace_bytes,
     .kv_init = cpu_kv_init,
     .step = cpu_step,
     .submit = cpu_submit,

@@ -3,7 +3,8 @@
  * -> append tokens, stop checks, detokenize -> emit finished completions -> free their blocks.
  *
  * KV budget (pllm_engine_params): n_blocks when > 0; else kv_bytes / block bytes when
- * kv_bytes > 0; else the smallest of half the backend's kv_available, PLLM_KV_DEFAULT_CAP
+ * kv_bytes > 0; else the smallest of half the backend's kv_available less its step workspace
+ * (backend.h workspace_bytes: activations, a MoE model's expert scratch), PLLM_KV_DEFAULT_CAP
  * bytes (4 GiB: a tiny model must not take all the memory) and max_seqs full-length
  * (max_model_len) sequences' worth. The longest context is min(max_model_len, n_blocks *
  * block_size): a request reaching it finishes with "length"; a prompt that cannot leave room
@@ -241,8 +242,15 @@ static pllm_status choose_n_blocks(pllm_engine *e, int32_t *n_blocks)
                                "kv_bytes %zu holds no %d-token KV block (%zu bytes)", p->kv_bytes,
                                p->block_size, block_bytes);
     } else {
-        size_t avail = 0;
+        size_t avail = 0, ws = 0;
         PLLM_TRY(e->backend->iface->kv_available(e->backend->ctx, &avail));
+        /* the step workspace (a MoE model's expert scratch) is allocated at the first step,
+         * after this: leave it out */
+        if (e->backend->iface->workspace_bytes)
+            PLLM_TRY(e->backend->iface->workspace_bytes(
+                e->backend->ctx, p->max_batched_tokens,
+                p->max_seqs + (p->speculate != PLLM_SPEC_OFF ? p->max_batched_tokens : 0), &ws));
+        avail = avail > ws ? avail - ws : 0;
         size_t budget = PLLM_MIN(avail / 2, PLLM_KV_DEFAULT_CAP);
         n = pllm_kv_blocks_for_budget(budget, block_bytes, p->block_size, p->max_seqs,
                                       p->max_model_len);

@@ -210,6 +210,12 @@ typedef struct pllm_backend_iface {
     pllm_status (*kv_layout)(void *ctx, int32_t block_size, pllm_kv_layout *out);
     /* Memory the KV cache may use, in bytes (free memory less what the backend keeps back). */
     pllm_status (*kv_available)(void *ctx, size_t *bytes);
+    /* Optional (may be NULL: kv_available keeps back all a step needs): the bytes of memory,
+     * counted in kv_available, that the workspace of a step of up to n_tokens tokens and
+     * n_samples samples will take (activations; a mixture of experts' per-expert scratch), which
+     * is allocated lazily, at the first step, so kv_available cannot see it yet. The engine's
+     * default KV budget and the CLI's check of an explicit one leave it free. */
+    pllm_status (*workspace_bytes)(void *ctx, int32_t n_tokens, int32_t n_samples, size_t *bytes);
     /* Allocate the KV cache; called once before the first step. */
     pllm_status (*kv_init)(void *ctx, const pllm_kv_layout *layout);
     /* Run one step: submit + wait (a plan with token_src reads the previous step's samples). */

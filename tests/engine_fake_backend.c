@@ -77,6 +77,14 @@ static pllm_status fake_kv_available(void *vctx, size_t *bytes)
     return PLLM_OK;
 }
 
+static pllm_status fake_workspace_bytes(void *vctx, int32_t n_tokens, int32_t n_samples,
+                                        size_t *bytes)
+{
+    (void)n_samples;
+    *bytes = ((fake_ctx *)vctx)->p.workspace_per_token * (size_t)n_tokens;
+    return PLLM_OK;
+}
+
 static pllm_status fake_kv_init(void *vctx, const pllm_kv_layout *l)
 {
     fake_ctx *c = vctx;
@@ -393,6 +401,7 @@ static const pllm_backend_iface fake_iface = {
     .name = "fake",
     .kv_layout = fake_kv_layout,
     .kv_available = fake_kv_available,
+    .workspace_bytes = fake_workspace_bytes,
     .kv_init = fake_kv_init,
     .step = fake_step,
     .submit = fake_submit,
@@ -407,6 +416,7 @@ static const pllm_backend_iface fake_iface_no_pending = {
     .no_pending_history = true,
     .kv_layout = fake_kv_layout,
     .kv_available = fake_kv_available,
+    .workspace_bytes = fake_workspace_bytes,
     .kv_init = fake_kv_init,
     .step = fake_step,
     .submit = fake_submit,

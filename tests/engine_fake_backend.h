@@ -21,8 +21,9 @@ typedef struct fake_backend_params {
     int32_t max_batched_tokens; /* limits the plan must respect (0: unchecked) */
     int32_t max_seqs;
     size_t kv_available; /* what kv_available reports */
-    bool no_pending_history; /* declare backend.h's no_pending_history (the engine's fallback);
-                                a pending history entry of a penalty sample is then an error */
+    size_t workspace_per_token; /* workspace_bytes reports this times its n_tokens */
+    bool no_pending_history;    /* declare backend.h's no_pending_history (the engine's fallback);
+                                   a pending history entry of a penalty sample is then an error */
     int32_t n_layer;     /* layers the layout claims (block bytes = 8 * block_size *
                             n_layer); 0: 1. Only sizes the budget; the fake stores one
                             token per slot. */

@@ -244,6 +244,12 @@ static void test_kv_sizing(void)
     /* default, little memory: half of it */
     fp.kv_available = 2560;
     CHECK(n_blocks_for(&ep, &fp) == 10);
+    /* ... less the step workspace first (backend.h workspace_bytes, allocated at the first
+     * step): 2048 tokens of 1 byte */
+    fp.kv_available = 2560 + 2048;
+    fp.workspace_per_token = 1;
+    CHECK(n_blocks_for(&ep, &fp) == 10);
+    fp.workspace_per_token = 0;
     fp.kv_available = 200;
     CHECK(n_blocks_for(&ep, &fp) == -1 && msg_has("available"));
     /* default, huge blocks: the 4 GiB cap (a block of 2^20 layers is 128 MiB) */
