@@ -16,7 +16,12 @@
  * is written: input and output format, --echo, --token-ids, the model (its identity), the
  * resolved sampling defaults (command line over the model's generation config) and the run
  * seed. The device and the numerics options (--device, --dtype, --kv-cache-dtype, --cpu-math,
- * threads, batch sizes) may change: continuing a run on another machine is allowed.
+ * threads, batch sizes) may change: continuing a run on another machine is allowed. So may the
+ * KV cache's size and layout (--kv-cache-mb, --num-blocks, --block-size, --no-kv-hybrid,
+ * --no-prefix-cache): they decide only where K/V live and how many sequences run at once, not
+ * what a sequence computes. --no-kv-hybrid in particular gives the same tokens and logprobs
+ * (tests/engine_hybrid_kv.c: bitwise equal on the CPU; on CUDA tokens equal and logprobs within
+ * 1e-4, as any change of batching gives), so a run may be resumed with it added or dropped.
  *
  * The record is written (through a temporary renamed over it) before the first output line,
  * so a run killed at any point leaves one behind.
