@@ -80,7 +80,12 @@ int cmd_workload_scan(const cmd_runtime *rt, cmd_engine_opts *o, const char *inp
         for (int32_t i = 0; i < k; i++) v[n++] = (int32_t)PLLM_MIN(len, INT32_MAX);
     }
     pllm_tokens_free(&ids);
-    pllm_source_close(src);
+    if (!quiet && rc == 0)
+        fprintf(stderr,
+                "pllm: hybrid KV: %lld sequences in %s sized the sliding-window pool (first "
+                "pass %.1f s)\n",
+                (long long)n, file, pllm_now() - t0);
+    pllm_source_close(src); /* file points into it */
     if (rc != 0) {
         free(v);
         return rc;
@@ -88,10 +93,5 @@ int cmd_workload_scan(const cmd_runtime *rt, cmd_engine_opts *o, const char *inp
     *lens = v;
     o->ep.workload_lens = v;
     o->ep.n_workload = n;
-    if (!quiet)
-        fprintf(stderr,
-                "pllm: hybrid KV: %lld sequences in %s sized the sliding-window pool (first "
-                "pass %.1f s)\n",
-                (long long)n, file, pllm_now() - t0);
     return 0;
 }

@@ -15,7 +15,10 @@
  * no --prefix-cache-dir, a window shorter than the context), read the input once and list
  * prompt + max_tokens of each sequence (n of them for a record with n completions), at most
  * `limit` records (0: all); records that fail to parse or tokenize are left out (the main pass
- * reports them). Nothing (*n = 0) for stdin ("-": one pass only), or any other model. Sets
+ * reports them). Records --resume will skip and other shards' records (--shard) are counted
+ * too: the split only needs the lengths' mix, which they share. Nothing for stdin ("-": one
+ * pass only), or any other model. The pass tokenizes every prompt (chat templates applied),
+ * far less work than the run itself. Sets
  * o->ep.workload_lens / n_workload to the list. 0, or 3 when out of memory (message printed). */
 int cmd_workload_scan(const cmd_runtime *rt, cmd_engine_opts *o, const char *input,
                       pllm_format format, pllm_extra_fields extra,

@@ -124,7 +124,8 @@ pllm_status pllm_kv_share_hits(pllm_kv_manager *kv, const pllm_kv_table *from, p
                                const int32_t *tokens, const int32_t *hit, int32_t *n_hit);
 
 /* A leader of forked completions (n > 1) whose forks will take its first n_tokens / bs blocks
- * (pllm_kv_share_hits) needs the window of position n_tokens, blocks lo(n_tokens) on, which
+ * (pllm_kv_share_hits) needs the window of position n_tokens, blocks lo(n_tokens) on (or from
+ * sw_lo, where t holds less), which
  * its own commits past n_tokens would release: keep them while t's window is at most one block
  * past them (at most one sliding block more); then release as usual. Reset by pllm_kv_free.
  * No-op without a sliding pool. */
