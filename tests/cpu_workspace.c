@@ -9,8 +9,8 @@
  * For each model and math (float32; int8 where the model has quantized matrices): one engine
  * step of T = 512 prompt tokens (one sample); the bytes the heap grew by during that step
  * (mallinfo2: uordblks + hblkhd) must be covered by workspace_bytes(512, 8) (give or take
- * 64 KiB: the engine's own buffers of the step) and not overstated by more than 10% + 256 KiB. Under
- * AddressSanitizer mallinfo2 reports nothing, so only the bounds that need no measurement are
+ * 64 KiB: the engine's own buffers of the step) and not overstated by more than 10% + 256 KiB.
+ * Under AddressSanitizer mallinfo2 reports nothing, so only the bounds that need no measurement are
  * checked there (the MoE scratch's own size is a lower bound). Then the engine's default budget
  * (kv_bytes 0): half of kv_available less the workspace of max_batched_tokens (on a machine
  * with much memory the 4 GiB cap decides it; engine_loop checks the subtraction itself).
