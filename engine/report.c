@@ -419,6 +419,10 @@ void pllm_report_print(const pllm_report *r, const pllm_engine_stats *es, const 
         else if (es->n_blocks_sw > 0)
             fprintf(f, "%-40s sequences of max_model_len (%.0f tokens; the workload is unknown)\n",
                     "KV pools split for:", es->kv_split_mean_len);
+        else if (es->kv_hybrid_off && es->kv_split_seqs > 0)
+            fprintf(f, "%-40s %s (for the workload's %lld sequences, mean %.0f tokens)\n",
+                    "Sliding-window KV pool:", es->kv_hybrid_off, (long long)es->kv_split_seqs,
+                    es->kv_split_mean_len);
         else if (es->kv_hybrid_off)
             fprintf(f, "%-40s %s\n", "Sliding-window KV pool:", es->kv_hybrid_off);
         if (es->spec_drafted > 0 || es->spec_steps > 0) {
