@@ -82,7 +82,7 @@ int cmd_workload_scan(const cmd_runtime *rt, cmd_engine_opts *o, const char *inp
     pllm_tokens_free(&ids);
     if (!quiet && rc == 0)
         fprintf(stderr,
-                "pllm: hybrid KV: %lld sequences in %s sized the sliding-window pool (first "
+                "pllm: hybrid KV: the KV pools are split for the %lld sequences of %s (first "
                 "pass %.1f s)\n",
                 (long long)n, file, pllm_now() - t0);
     pllm_source_close(src); /* file points into it */
