@@ -41,6 +41,7 @@
 #include "cpu/cpu_backend.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,12 @@ typedef struct cpu_ctx {
      * rows per expert; moe_cur, where its next row of each expert goes; moe_off (rows
      * MOE_HIST_LD + 16 apart), its copy of the offsets [n_expert + 1] */
     int32_t *moe_cnt, *moe_cur, *moe_off;
+    /* MOE_FUSED: the next expert to claim (reset by thread 0 before a MoE FFN's first barrier;
+     * claimed only after it), padded to a cache line of its own (the context is calloc'd: no
+     * _Alignas) */
+    char moe_next_pad0[64];
+    _Atomic int64_t moe_next;
+    char moe_next_pad1[64];
     float *xg, *yg;       /* [T * n_expert_used][n_embd] grouped inputs, expert outputs */
     float *hg, *hg2;      /* [T * n_expert_used][n_ff_exp] gate, up */
     float *shg;           /* [T] the shared expert's weight sigmoid(shexp_inp . x) */
@@ -225,6 +232,27 @@ static void qact_copy_row(pllm_cpu_qact *b, int64_t r, const pllm_cpu_qact *a, i
            sizeof(int32_t) * 2 * (size_t)nb);
 }
 
+/* acc[i] = w * y[i] (first) or acc[i] += w * y[i], i < n: the MoE's weighted sum, 16 floats at a
+ * time (GCC/Clang vector extensions; the loop with possibly aliasing float pointers stays
+ * scalar at -O2), the same operations per element as the scalar tail. */
+static void moe_axpy(float *restrict acc, float w, const float *restrict y, int64_t n, bool first)
+{
+    typedef float v16 __attribute__((vector_size(64)));
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16 a, b;
+        memcpy(&b, y + i, sizeof b);
+        if (first)
+            a = w * b;
+        else {
+            memcpy(&a, acc + i, sizeof a);
+            a += w * b;
+        }
+        memcpy(acc + i, &a, sizeof a);
+    }
+    for (; i < n; i++) acc[i] = first ? w * y[i] : acc[i] + w * y[i];
+}
+
 /* Router of one token (model.h): softmax of the n logits (float32), the k largest (ties: the
  * lower index), their weights renormalized when norm. */
 static void moe_route(const float *logit, int32_t n, int32_t k, bool norm, int32_t *sel, float *w)
@@ -261,8 +289,9 @@ enum { MOE_GATE_UP, MOE_DOWN, MOE_FUSED };
  * weight row is read once per step whatever the number of tokens an expert got. eoff: the
  * grouped rows' offsets (the thread's copy). MOE_GATE_UP: gate and up of the grouped inputs,
  * SwiGLU, the int8 of the down input; MOE_DOWN: down; MOE_FUSED (only when every item is a whole
- * expert, moe_whole_experts): both for each of the thread's experts, with no barrier between
- * (the down of an expert reads only the gate/up rows the same thread just wrote). */
+ * expert, moe_whole_experts): both for each expert the thread claims (c->moe_next), with no
+ * barrier between (the down of an expert reads only the gate/up rows the same thread just
+ * wrote). */
 static void moe_pass(cpu_ctx *c, int ith, int nth, int32_t l, const int32_t *eoff, int pass)
 {
     const pllm_model_config *cfg = &c->model->cfg;
@@ -280,14 +309,20 @@ static void moe_pass(cpu_ctx *c, int ith, int nth, int32_t l, const int32_t *eof
     const int64_t pieces = (4 * (int64_t)nth + n_act - 1) / n_act,
                   chunk = ((rows + pieces - 1) / pieces + align - 1) / align * align;
     PLLM_ASSERT(pass != MOE_FUSED || chunk >= rows);
-    for (int64_t e = 0; e < NE; e++) {
+    for (int64_t i = 0; i < NE; i++) {
+        /* MOE_FUSED: experts are claimed, not assigned, so a thread that is descheduled (on a
+         * shared machine) or slower holds up no one's share */
+        const int64_t e = pass == MOE_FUSED
+                              ? atomic_fetch_add_explicit(&c->moe_next, 1, memory_order_relaxed)
+                              : i;
+        if (e >= NE) break;
         const int64_t o = eoff[e], n = eoff[e + 1] - o;
         if (!n) continue;
         for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
             const int64_t r1 = PLLM_MIN(rows, r0 + chunk);
             const double cost = (double)n * (double)(r1 - r0), mid = cum + 0.5 * cost;
             cum += cost;
-            if (PLLM_MIN((int)(mid * nth / total), nth - 1) != ith) continue;
+            if (pass != MOE_FUSED && PLLM_MIN((int)(mid * nth / total), nth - 1) != ith) continue;
             if (pass != MOE_DOWN) {
                 const pllm_cpu_qact qx = qact_from(&c->qg, o);
                 mm_rows(c, ith, c->hg + o * F, F, c->xg + o * E, E, &qx, &G[e], n, r0, r1);
@@ -336,6 +371,8 @@ static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t
     int32_t *cnt = c->moe_cnt + ith * ld, *cur = c->moe_cur + ith * ld,
             *eoff = c->moe_off + ith * (ld + 16);
     memset(cnt, 0, sizeof(int32_t) * (size_t)NE);
+    if (ith == 0) /* every claim of the previous MoE FFN was before its last barrier */
+        atomic_store_explicit(&c->moe_next, 0, memory_order_relaxed);
     for (int64_t t = t0; t < t1; t++) {
         c->kern->rmsnorm(c->xb + t * E, c->x + t * E, lw->ffn_norm, E, cfg->norm_eps);
         quant_rows(c, c->int_math, &c->qa, c->xb, E, t, t + 1);
@@ -408,15 +445,12 @@ static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t
     for (int64_t t = t0; t < t1; t++) { /* sum over the token's experts, then the residual */
         float *acc = c->xb + t * E;
         for (int64_t j = 0; j < K; j++) {
-            const float w = c->sel_w[t * K + j], *y = c->yg + (int64_t)c->sel_row[t * K + j] * E;
-            if (j == 0)
-                for (int64_t i = 0; i < E; i++) acc[i] = w * y[i];
-            else
-                for (int64_t i = 0; i < E; i++) acc[i] += w * y[i];
+            const float *y = c->yg + (int64_t)c->sel_row[t * K + j] * E;
+            moe_axpy(acc, c->sel_w[t * K + j], y, E, j == 0);
         }
         if (FS) /* plus the shared expert's share */
-            for (int64_t i = 0; i < E; i++) acc[i] += c->shg[t] * c->ys[t * E + i];
-        for (int64_t i = 0; i < E; i++) c->x[t * E + i] += acc[i];
+            moe_axpy(acc, c->shg[t], c->ys + t * E, E, false);
+        moe_axpy(c->x + t * E, 1.0f, acc, E, false);
     }
 }
 
