@@ -2,7 +2,7 @@
 """Random-weight GGUF models for bench/moe_bench.sh: a mixture of experts with Qwen3-30B-A3B's
 ratios scaled down, and a dense model of the same active parameter count.
 
-    gen_moe_models.py OUTDIR [--type Q8_0|Q4_0|F16] [--heads 16]
+    gen_moe_models.py OUTDIR [--type Q8_0|Q4_0|F16] [--heads 16] [--layers 2]
                                                          writes OUTDIR/moe.gguf, OUTDIR/dense.gguf
 
 Qwen3-30B-A3B: hidden 2048, 32/4 heads of 128 (q width 2 x hidden, kv width hidden / 4, 8 query
@@ -10,7 +10,10 @@ heads per kv head), 128 experts, 8 per token, expert FFN 768 (0.375 x hidden). S
 512, 16/2 heads of 64 (the same three ratios), 128 experts top-8, expert FFN 192 (0.375 x
 hidden), 2 layers, vocabulary 2048 (GGUF qwen3moe). --heads 8 gives the earlier 8/2 heads (q
 width = hidden, 4 query heads per kv head), which puts a larger share of the active parameters
-in the experts. The dense twin (GGUF qwen3) has the
+in the experts. --layers N (default 2) gives both models N layers: with 16, the MoE's 668 MB of
+Q8_0 experts exceed the last-level cache and the dense twin's 62 MB exceed the cores' L2, as the
+real models' weights exceed any cache (the benchmark's batch-size conclusions hold there too).
+The dense twin (GGUF qwen3) has the
 same attention, embeddings and head and one SwiGLU MLP of 8 x 192 = 1536: per token it multiplies
 the same weights as the MoE's 8 chosen experts (the MoE adds only its router, 128 x 512 a layer).
 Matrices in --type (default Q8_0: the integer path), norms F32. Weights std 1/sqrt(fan_in), the
@@ -22,16 +25,19 @@ import sys
 
 import numpy as np
 
-E, L, HKV, HD, V, NE, K, FE = 512, 2, 2, 64, 2048, 128, 8, 192
+E, HKV, HD, V, NE, K, FE = 512, 2, 64, 2048, 128, 8, 192
 
 
 def main():
     args = sys.argv[1:]
     if not args:
-        sys.exit("usage: gen_moe_models.py OUTDIR [--type Q8_0|Q4_0|F16] [--heads 16]")
+        sys.exit("usage: gen_moe_models.py OUTDIR [--type Q8_0|Q4_0|F16] [--heads 16] [--layers 2]")
     out = args[0]
     qt = args[args.index("--type") + 1] if "--type" in args else "Q8_0"
     H = int(args[args.index("--heads") + 1]) if "--heads" in args else 16
+    L = int(args[args.index("--layers") + 1]) if "--layers" in args else 2
+    if L < 1:
+        sys.exit(f"gen_moe_models.py: --layers {L} must be at least 1")
     if H % HKV:
         sys.exit(f"gen_moe_models.py: --heads {H} is not a multiple of the {HKV} kv heads")
     import gguf

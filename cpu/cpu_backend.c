@@ -18,14 +18,18 @@
  *   - attention: (sequence, query tile, kv head) items split by their cost (attention.h);
  *   - output projection: rows of the vocabulary, for the sampled tokens only; sampling:
  *     contiguous ranges of samples.
- *   - mixture of experts (model.h): router logits by rows, routing by tokens, then the
- *     (token, expert) rows grouped by expert (one thread), gathered by row ranges; each
- *     expert's matrices are multiplied over all of its rows at once, as items (expert, chunk of
- *     rows) split by cost (tokens x rows), so every expert weight is read once per step; the
- *     weighted sum by tokens;
+ *   - mixture of experts (model.h): RMSNorm, router logits, routing and the per-expert row
+ *     counts by tokens (no barrier in between); then each thread places and gathers its own
+ *     tokens' (token, expert) rows, grouped by expert in token order; each expert's matrices
+ *     are multiplied over all of its rows at once, as items (expert, chunk of rows) split by
+ *     cost (tokens x rows), so every expert weight is read once per step (gate, up, SwiGLU and
+ *     down in one item when the items are whole experts); the weighted sum by tokens;
  * Barriers per step: 2 + 7 per layer + 3 (+ 1 per layer on the integer path; + 2 per layer with
- * Gemma 3's post-norms, which need whole rows of the projection before the residual add; + 5
- * per MoE layer).
+ * Gemma 3's post-norms, which need whole rows of the projection before the residual add); a MoE
+ * layer has 3 in its FFN instead of the dense 3 (4 when the expert passes are split or with a
+ * shared expert), the last of them before the weighted sum, which ends the layer without one:
+ * the next layer's first operation reads only the same thread's tokens (+ 1 before the final
+ * norm when the last layer is a MoE).
  *
  * PLLM_CPU_MATH=f32 (environment, read at create) keeps every matrix on the float32 kernels (the
  * reference numerics); the default (int8) sends quantized matrices through the integer path when
@@ -37,6 +41,7 @@
 #include "cpu/cpu_backend.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,13 +112,20 @@ typedef struct cpu_ctx {
     float *rope_cs;  /* [T][rope_dim] cos, sin pairs */
     /* MoE workspace: a step's T tokens make T * n_expert_used (token, expert) rows, grouped by
      * expert (rows eoff[e] .. eoff[e + 1] - 1 are expert e's, in token order) */
-    float *rlog;          /* [T][n_expert] router logits */
-    int32_t *sel_e;       /* [T][n_expert_used] the chosen experts, by decreasing probability */
-    float *sel_w;         /* [T][n_expert_used] their weights */
-    int32_t *sel_row;     /* [T][n_expert_used] their rows in the grouped arrays */
-    int32_t *row_tok;     /* [T * n_expert_used] the token of each grouped row */
-    int32_t *eoff;        /* [n_expert + 1] */
-    int32_t *ecur;        /* [n_expert] */
+    float *rlog;      /* [T][n_expert] router logits */
+    int32_t *sel_e;   /* [T][n_expert_used] the chosen experts, by decreasing probability */
+    float *sel_w;     /* [T][n_expert_used] their weights */
+    int32_t *sel_row; /* [T][n_expert_used] their rows in the grouped arrays */
+    /* per thread ith (MOE_HIST_LD(n_expert) apart, whole cache lines): moe_cnt, the thread's
+     * rows per expert; moe_cur, where its next row of each expert goes; moe_off (rows
+     * MOE_HIST_LD + 16 apart), its copy of the offsets [n_expert + 1] */
+    int32_t *moe_cnt, *moe_cur, *moe_off;
+    /* MOE_FUSED: the next expert to claim (reset by thread 0 before a MoE FFN's first barrier;
+     * claimed only after it), padded to a cache line of its own (the context is calloc'd: no
+     * _Alignas) */
+    char moe_next_pad0[64];
+    _Atomic int64_t moe_next;
+    char moe_next_pad1[64];
     float *xg, *yg;       /* [T * n_expert_used][n_embd] grouped inputs, expert outputs */
     float *hg, *hg2;      /* [T * n_expert_used][n_ff_exp] gate, up */
     float *shg;           /* [T] the shared expert's weight sigmoid(shexp_inp . x) */
@@ -156,6 +168,8 @@ typedef struct cpu_ctx {
 enum { M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_PER_LAYER };
 /* matrices of a MoE layer: router, gate/up/down of each expert, the shared expert's 3 */
 #define MOE_MATS(ne, ff_shexp) (1 + 3 * (int64_t)(ne) + ((ff_shexp) > 0 ? 3 : 0))
+/* int32 per thread of the MoE counters: n_expert rounded up to whole cache lines */
+#define MOE_HIST_LD(ne) (((int64_t)(ne) + 15) / 16 * 16)
 
 /* Y = X W^T for this thread's rows of W (contiguous, starting at multiples of align); returns
  * the rows [*r0, *r1). Matrices on the integer path read XQ, the quantized X. */
@@ -218,6 +232,27 @@ static void qact_copy_row(pllm_cpu_qact *b, int64_t r, const pllm_cpu_qact *a, i
            sizeof(int32_t) * 2 * (size_t)nb);
 }
 
+/* acc[i] = w * y[i] (first) or acc[i] += w * y[i], i < n: the MoE's weighted sum, 16 floats at a
+ * time (GCC/Clang vector extensions; the loop with possibly aliasing float pointers stays
+ * scalar at -O2), the same operations per element as the scalar tail. */
+static void moe_axpy(float *restrict acc, float w, const float *restrict y, int64_t n, bool first)
+{
+    typedef float v16 __attribute__((vector_size(64)));
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16 a, b;
+        memcpy(&b, y + i, sizeof b);
+        if (first)
+            a = w * b;
+        else {
+            memcpy(&a, acc + i, sizeof a);
+            a += w * b;
+        }
+        memcpy(acc + i, &a, sizeof a);
+    }
+    for (; i < n; i++) acc[i] = first ? w * y[i] : acc[i] + w * y[i];
+}
+
 /* Router of one token (model.h): softmax of the n logits (float32), the k largest (ties: the
  * lower index), their weights renormalized when norm. */
 static void moe_route(const float *logit, int32_t n, int32_t k, bool norm, int32_t *sel, float *w)
@@ -246,35 +281,49 @@ static void moe_route(const float *logit, int32_t n, int32_t k, bool norm, int32
         for (int32_t j = 0; j < k; j++) w[j] /= tot;
 }
 
+/* The expert passes (moe_pass). */
+enum { MOE_GATE_UP, MOE_DOWN, MOE_FUSED };
+
 /* Pass over the experts' matrices W[e] (rows of them in chunks), each chunk an item of cost
  * (tokens x rows); thread ith takes the items whose cost midpoint falls in its share, so every
- * weight row is read once per step whatever the number of tokens an expert got.
- * pass 0: gate and up of the grouped inputs, SwiGLU, the int8 of the down input; pass 1: down. */
-static void moe_pass(cpu_ctx *c, int ith, int nth, int32_t l, int pass)
+ * weight row is read once per step whatever the number of tokens an expert got. eoff: the
+ * grouped rows' offsets (the thread's copy). MOE_GATE_UP: gate and up of the grouped inputs,
+ * SwiGLU, the int8 of the down input; MOE_DOWN: down; MOE_FUSED (only when every item is a whole
+ * expert, moe_whole_experts): both for each expert the thread claims (c->moe_next), with no
+ * barrier between (the down of an expert reads only the gate/up rows the same thread just
+ * wrote). */
+static void moe_pass(cpu_ctx *c, int ith, int nth, int32_t l, const int32_t *eoff, int pass)
 {
     const pllm_model_config *cfg = &c->model->cfg;
     const int64_t E = cfg->n_embd, F = cfg->n_ff_exp, NE = cfg->n_expert;
     const struct cpu_mat *G = c->mats + c->moe_base[l] + 1, *U = G + NE, *D = U + NE;
-    const int64_t rows = pass == 0 ? F : E, align = pass == 0 ? 32 : 16;
+    const int64_t rows = pass == MOE_DOWN ? E : F, align = pass == MOE_DOWN ? 16 : 32;
     double total = 0, cum = 0;
     int64_t n_act = 0;
     for (int64_t e = 0; e < NE; e++) {
-        total += (double)(c->eoff[e + 1] - c->eoff[e]) * (double)rows;
-        n_act += c->eoff[e + 1] > c->eoff[e];
+        total += (double)(eoff[e + 1] - eoff[e]) * (double)rows;
+        n_act += eoff[e + 1] > eoff[e];
     }
     if (total <= 0) return;
     /* about 4 items per thread: whole experts when enough of them have rows, else pieces */
     const int64_t pieces = (4 * (int64_t)nth + n_act - 1) / n_act,
                   chunk = ((rows + pieces - 1) / pieces + align - 1) / align * align;
-    for (int64_t e = 0; e < NE; e++) {
-        const int64_t o = c->eoff[e], n = c->eoff[e + 1] - o;
+    PLLM_ASSERT(pass != MOE_FUSED || chunk >= rows);
+    for (int64_t i = 0; i < NE; i++) {
+        /* MOE_FUSED: experts are claimed, not assigned, so a thread that is descheduled (on a
+         * shared machine) or slower holds up no one's share */
+        const int64_t e = pass == MOE_FUSED
+                              ? atomic_fetch_add_explicit(&c->moe_next, 1, memory_order_relaxed)
+                              : i;
+        if (e >= NE) break;
+        const int64_t o = eoff[e], n = eoff[e + 1] - o;
         if (!n) continue;
         for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
             const int64_t r1 = PLLM_MIN(rows, r0 + chunk);
             const double cost = (double)n * (double)(r1 - r0), mid = cum + 0.5 * cost;
             cum += cost;
-            if (PLLM_MIN((int)(mid * nth / total), nth - 1) != ith) continue;
-            if (pass == 0) {
+            if (pass != MOE_FUSED && PLLM_MIN((int)(mid * nth / total), nth - 1) != ith) continue;
+            if (pass != MOE_DOWN) {
                 const pllm_cpu_qact qx = qact_from(&c->qg, o);
                 mm_rows(c, ith, c->hg + o * F, F, c->xg + o * E, E, &qx, &G[e], n, r0, r1);
                 mm_rows(c, ith, c->hg2 + o * F, F, c->xg + o * E, E, &qx, &U[e], n, r0, r1);
@@ -283,31 +332,59 @@ static void moe_pass(cpu_ctx *c, int ith, int nth, int32_t l, int pass)
                     if (D[e].use_q)
                         c->qkern->quant(&c->qg2, t, c->hg + t * F + r0, r0 / 32, (r1 + 31) / 32);
                 }
-            } else {
+            }
+            if (pass != MOE_GATE_UP) {
                 const pllm_cpu_qact qh = qact_from(&c->qg2, o);
-                mm_rows(c, ith, c->yg + o * E, E, c->hg + o * F, F, &qh, &D[e], n, r0, r1);
+                const bool f = pass == MOE_FUSED;
+                mm_rows(c, ith, c->yg + o * E, E, c->hg + o * F, F, &qh, &D[e], n, f ? 0 : r0,
+                        f ? E : r1);
             }
         }
     }
 }
 
-/* Layer l's mixture of experts on the normed inputs xb (and their int8 activations qa), added
- * to the residual x: router, grouping of the (token, expert) rows by expert, one matmul per
- * expert and matrix over its rows, the weighted sum per token. Ends with the barrier after which
- * x is complete. */
+/* Whether moe_pass splits both passes into whole experts (so MOE_FUSED may run): at least 4
+ * items per thread come from the active experts alone. */
+static bool moe_whole_experts(const cpu_ctx *c, int nth, const int32_t *eoff)
+{
+    int64_t n_act = 0;
+    for (int64_t e = 0; e < c->model->cfg.n_expert; e++) n_act += eoff[e + 1] > eoff[e];
+    return n_act >= 4 * (int64_t)nth;
+}
+
+/* Layer l's mixture of experts on the residual x, for this thread's tokens [t0, t1): RMSNorm
+ * (ffn_norm) and the int8 activations, router and routing of the thread's own tokens (no barrier
+ * before them); the (token, expert) rows grouped by expert in token order (each thread counts
+ * its tokens' rows per expert; after a barrier every thread derives the offsets from all counts
+ * and places and gathers its own tokens' rows); one matmul per expert and matrix over its rows
+ * (gate, up, SwiGLU and down of an expert in one item when the items are whole experts); the
+ * weighted sum of the thread's tokens added to x. Barriers: 3 (4 when the passes are split or
+ * with a shared expert). Ends without a barrier: x of the thread's own tokens is final, which
+ * is all the next layer's first operation (its RMSNorm by the same tokens) reads. */
 static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t t1)
 {
     const pllm_model_config *cfg = &c->model->cfg;
-    const int64_t T = c->plan->n_tokens, E = cfg->n_embd, NE = cfg->n_expert,
-                  K = cfg->n_expert_used;
-    const struct cpu_mat *R = c->mats + c->moe_base[l], *G = R + 1, *U = G + NE;
-    int64_t r0, r1;
-    mm(c, ith, nth, c->rlog, NE, c->xb, E, &c->qa, R, T, 16, &r0, &r1);
-    pllm_cpu_pool_barrier(c->pool);
     const pllm_layer_weights *lw = &c->model->layers[l];
+    const int64_t T = c->plan->n_tokens, E = cfg->n_embd, NE = cfg->n_expert,
+                  K = cfg->n_expert_used, ld = MOE_HIST_LD(NE);
+    const struct cpu_mat *R = c->mats + c->moe_base[l], *G = R + 1, *U = G + NE;
+    int32_t *cnt = c->moe_cnt + ith * ld, *cur = c->moe_cur + ith * ld,
+            *eoff = c->moe_off + ith * (ld + 16);
+    memset(cnt, 0, sizeof(int32_t) * (size_t)NE);
+    if (ith == 0) /* every claim of the previous MoE FFN was before its last barrier */
+        atomic_store_explicit(&c->moe_next, 0, memory_order_relaxed);
+    for (int64_t t = t0; t < t1; t++) {
+        c->kern->rmsnorm(c->xb + t * E, c->x + t * E, lw->ffn_norm, E, cfg->norm_eps);
+        quant_rows(c, c->int_math, &c->qa, c->xb, E, t, t + 1);
+    }
+    if (t1 > t0) { /* the router's logits of the thread's tokens (all experts) */
+        const pllm_cpu_qact qx = qact_from(&c->qa, t0);
+        mm_rows(c, ith, c->rlog + t0 * NE, NE, c->xb + t0 * E, E, &qx, R, t1 - t0, 0, NE);
+    }
     for (int64_t t = t0; t < t1; t++) {
         moe_route(c->rlog + t * NE, (int32_t)NE, (int32_t)K, cfg->moe_norm_topk, c->sel_e + t * K,
                   c->sel_w + t * K);
+        for (int64_t j = 0; j < K; j++) cnt[c->sel_e[t * K + j]]++;
         if (lw->shexp_inp) { /* the shared expert's weight: sigmoid of a float32 dot */
             float d = 0;
             for (int64_t i = 0; i < E; i++) d += lw->shexp_inp[i] * c->xb[t * E + i];
@@ -315,37 +392,41 @@ static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t
         }
     }
     pllm_cpu_pool_barrier(c->pool);
-    if (ith == 0) { /* group the rows by expert, in token order within an expert */
-        memset(c->eoff, 0, sizeof(int32_t) * (size_t)(NE + 1));
-        for (int64_t i = 0; i < T * K; i++) c->eoff[c->sel_e[i] + 1]++;
-        for (int64_t e = 0; e < NE; e++) c->eoff[e + 1] += c->eoff[e];
-        memcpy(c->ecur, c->eoff, sizeof(int32_t) * (size_t)NE);
-        for (int64_t i = 0; i < T * K; i++) {
-            const int32_t r = c->ecur[c->sel_e[i]]++;
-            c->sel_row[i] = r;
-            c->row_tok[r] = (int32_t)(i / K);
+    /* the offsets (this thread's copy) and where this thread's rows of each expert start: the
+     * threads' tokens are consecutive ranges in thread order, so the rows of an expert stay in
+     * token order */
+    eoff[0] = 0;
+    for (int64_t e = 0; e < NE; e++) {
+        int32_t before = 0, all = 0;
+        for (int j = 0; j < nth; j++) {
+            const int32_t n = c->moe_cnt[j * ld + e];
+            before += j < ith ? n : 0;
+            all += n;
         }
+        cur[e] = eoff[e] + before;
+        eoff[e + 1] = eoff[e] + all;
     }
-    pllm_cpu_pool_barrier(c->pool);
-    /* the grouped rows: float inputs for the float matrices, the int8 activations already
-     * computed (qa, the same for every expert) for the integer path */
+    /* the grouped rows of the thread's tokens: float inputs for the float matrices, the int8
+     * activations already computed (qa, the same for every expert) for the integer path */
     bool need_q = false, need_f = false;
     for (int64_t e = 0; e < NE; e++) {
         need_q = need_q || G[e].use_q || U[e].use_q;
         need_f = need_f || !G[e].use_q || !U[e].use_q;
     }
     PLLM_ASSERT(!need_f || c->moe_float_in);
-    int64_t g0, g1;
-    pllm_cpu_split(T * K, 1, ith, nth, &g0, &g1);
-    for (int64_t r = g0; r < g1; r++) {
-        const int64_t t = c->row_tok[r];
-        if (need_f) memcpy(c->xg + r * E, c->xb + t * E, sizeof(float) * (size_t)E);
-        if (need_q) qact_copy_row(&c->qg, r, &c->qa, t);
-    }
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t j = 0; j < K; j++) {
+            const int32_t r = cur[c->sel_e[t * K + j]]++;
+            c->sel_row[t * K + j] = r;
+            if (need_f) memcpy(c->xg + (int64_t)r * E, c->xb + t * E, sizeof(float) * (size_t)E);
+            if (need_q) qact_copy_row(&c->qg, r, &c->qa, t);
+        }
     pllm_cpu_pool_barrier(c->pool);
     const int64_t FS = cfg->n_ff_shexp;
     const struct cpu_mat *S = R + 1 + 3 * NE; /* the shared expert's gate, up, down */
-    moe_pass(c, ith, nth, l, 0);
+    const bool fused = moe_whole_experts(c, nth, eoff);
+    moe_pass(c, ith, nth, l, eoff, fused ? MOE_FUSED : MOE_GATE_UP);
+    int64_t r0, r1;
     if (FS) { /* the shared expert over all tokens: this thread's rows, as the dense MLP */
         mm(c, ith, nth, c->hs, FS, c->xb, E, &c->qa, &S[0], T, 32, &r0, &r1);
         mm(c, ith, nth, c->hs2, FS, c->xb, E, &c->qa, &S[1], T, 32, &r0, &r1);
@@ -355,24 +436,22 @@ static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t
                 c->qkern->quant(&c->qs2, t, c->hs + t * FS + r0, r0 / 32, (r1 + 31) / 32);
         }
     }
-    pllm_cpu_pool_barrier(c->pool);
-    moe_pass(c, ith, nth, l, 1);
-    if (FS) mm(c, ith, nth, c->ys, E, c->hs, FS, &c->qs2, &S[2], T, 16, &r0, &r1);
+    if (!fused || FS) {
+        pllm_cpu_pool_barrier(c->pool);
+        if (!fused) moe_pass(c, ith, nth, l, eoff, MOE_DOWN);
+        if (FS) mm(c, ith, nth, c->ys, E, c->hs, FS, &c->qs2, &S[2], T, 16, &r0, &r1);
+    }
     pllm_cpu_pool_barrier(c->pool);
     for (int64_t t = t0; t < t1; t++) { /* sum over the token's experts, then the residual */
         float *acc = c->xb + t * E;
         for (int64_t j = 0; j < K; j++) {
-            const float w = c->sel_w[t * K + j], *y = c->yg + (int64_t)c->sel_row[t * K + j] * E;
-            if (j == 0)
-                for (int64_t i = 0; i < E; i++) acc[i] = w * y[i];
-            else
-                for (int64_t i = 0; i < E; i++) acc[i] += w * y[i];
+            const float *y = c->yg + (int64_t)c->sel_row[t * K + j] * E;
+            moe_axpy(acc, c->sel_w[t * K + j], y, E, j == 0);
         }
         if (FS) /* plus the shared expert's share */
-            for (int64_t i = 0; i < E; i++) acc[i] += c->shg[t] * c->ys[t * E + i];
-        for (int64_t i = 0; i < E; i++) c->x[t * E + i] += acc[i];
+            moe_axpy(acc, c->shg[t], c->ys + t * E, E, false);
+        moe_axpy(c->x + t * E, 1.0f, acc, E, false);
     }
-    pllm_cpu_pool_barrier(c->pool);
 }
 
 static void add_bias(float *Y, int64_t ldy, const float *b, int64_t n_tok, int64_t r0, int64_t r1)
@@ -566,17 +645,15 @@ static void forward_region(void *arg, int ith, int nth)
         mm(c, ith, nth, c->xb, E, c->att, QD, &c->qb, &M[M_O], T, 16, &r0, &r1);
         post_residual(c, w->attn_post_norm, T, t0, t1, r0, r1);
 
-        const bool moe = pllm_layer_is_moe(w);
-        const bool ffn_q = moe ? c->int_math : M[M_GATE].use_q || M[M_UP].use_q;
-        for (int64_t t = t0; t < t1; t++) {
-            c->kern->rmsnorm(c->xb + t * E, c->x + t * E, w->ffn_norm, E, cfg->norm_eps);
-            quant_rows(c, ffn_q, &c->qa, c->xb, E, t, t + 1);
-        }
-        pllm_cpu_pool_barrier(c->pool);
-        if (moe) {
+        if (pllm_layer_is_moe(w)) { /* its own RMSNorm; ends without a barrier */
             moe_ffn(c, ith, nth, l, t0, t1);
             continue;
         }
+        for (int64_t t = t0; t < t1; t++) {
+            c->kern->rmsnorm(c->xb + t * E, c->x + t * E, w->ffn_norm, E, cfg->norm_eps);
+            quant_rows(c, M[M_GATE].use_q || M[M_UP].use_q, &c->qa, c->xb, E, t, t + 1);
+        }
+        pllm_cpu_pool_barrier(c->pool);
 
         /* gate and up split the same rows (at multiples of 32, the quantization block), so
          * SwiGLU and the int8 activations of w_down need no barrier */
@@ -595,7 +672,10 @@ static void forward_region(void *arg, int ith, int nth)
         post_residual(c, w->ffn_post_norm, T, t0, t1, r0, r1);
     }
 
-    /* final norm of the sampled tokens only, then their logits */
+    /* final norm of the sampled tokens only, then their logits (split by samples: after a MoE
+     * layer, which ends without a barrier, x must be complete first) */
+    if (cfg->n_layer > 0 && pllm_layer_is_moe(&m->layers[cfg->n_layer - 1]))
+        pllm_cpu_pool_barrier(c->pool);
     int64_t s0, s1;
     pllm_cpu_split(S, 1, ith, nth, &s0, &s1);
     for (int64_t s = s0; s < s1; s++) {
@@ -644,7 +724,7 @@ static void free_tokens_ws(cpu_ctx *c)
         pllm_aligned_free(*bufs[i]);
         *bufs[i] = NULL;
     }
-    int32_t **ibufs[] = {&c->tok_seq, &c->sel_e, &c->sel_row, &c->row_tok};
+    int32_t **ibufs[] = {&c->tok_seq, &c->sel_e, &c->sel_row};
     for (size_t i = 0; i < PLLM_ARRAY_LEN(ibufs); i++) {
         free(*ibufs[i]);
         *ibufs[i] = NULL;
@@ -681,8 +761,7 @@ static pllm_status reserve_moe(cpu_ctx *c, int32_t T)
                (c->int_math && (st = pllm_cpu_qact_init(&c->qs2, T, (FS + 63) / 64 * 64)))))
         return st;
     if (!(c->sel_e = pllm_malloc(sizeof(int32_t) * (size_t)R)) ||
-        !(c->sel_row = pllm_malloc(sizeof(int32_t) * (size_t)R)) ||
-        !(c->row_tok = pllm_malloc(sizeof(int32_t) * (size_t)R)))
+        !(c->sel_row = pllm_malloc(sizeof(int32_t) * (size_t)R)))
         return PLLM_ERR_NOMEM;
     if (c->int_math &&
         ((st = pllm_cpu_qact_init(&c->qg, R, (cfg->n_embd + 63) / 64 * 64)) ||
@@ -1095,8 +1174,9 @@ static void cpu_destroy(void *vctx)
     free(c->mats);
     if (c->packed_arena) munmap(c->packed_arena, c->packed_arena_bytes);
     free(c->moe_base);
-    free(c->eoff);
-    free(c->ecur);
+    pllm_aligned_free(c->moe_cnt);
+    pllm_aligned_free(c->moe_cur);
+    pllm_aligned_free(c->moe_off);
     pllm_aligned_free(c->xs);
     pllm_aligned_free(c->logits);
     pllm_aligned_free(c->kv_mem);
@@ -1243,8 +1323,10 @@ static pllm_status setup_mats(cpu_ctx *c)
         c->moe_base[l] = pllm_layer_is_moe(&m->layers[l]) ? c->n_mats : -1;
         if (c->moe_base[l] >= 0) c->n_mats += MOE_MATS(NE, m->cfg.n_ff_shexp);
     }
-    if (NE && (!(c->eoff = pllm_malloc(sizeof(int32_t) * (size_t)(NE + 1))) ||
-               !(c->ecur = pllm_malloc(sizeof(int32_t) * (size_t)NE))))
+    const size_t hist = sizeof(int32_t) * (size_t)MOE_HIST_LD(NE) * (size_t)c->n_threads;
+    if (NE &&
+        (!(c->moe_cnt = pllm_aligned_alloc(hist)) || !(c->moe_cur = pllm_aligned_alloc(hist)) ||
+         !(c->moe_off = pllm_aligned_alloc(hist + 64 * (size_t)c->n_threads))))
         return PLLM_ERR_NOMEM;
     c->mats = pllm_calloc((size_t)c->n_mats, sizeof *c->mats);
     if (!c->mats) return PLLM_ERR_NOMEM;
