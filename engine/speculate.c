@@ -6,8 +6,8 @@
 
 #define NGRAM_BITS     18 /* table entries: 2^18 (3 MiB) */
 #define NGRAM_ORDERS   2  /* contexts of 3, then 2 tokens */
-#define COST_DECAY     0.97
-#define COST_MARGIN    1.25
+#define COST_DECAY     0.98
+#define COST_MARGIN    1.0
 #define EXPLORE_DRAFTS 8   /* drafts per step while the cost model is not identified */
 #define ALPHA_PRIOR    4.0 /* a sequence's own rate counts after this many trials */
 
@@ -19,9 +19,12 @@ typedef struct ngram_slot {
 struct pllm_spec {
     pllm_spec_params p;
     ngram_slot *table; /* [1 << NGRAM_BITS] */
-    /* cost model: exponentially weighted sums over the steps of (u, d, t): u = the step's
-     * tokens that are not drafts, d = its drafts, t = its time */
-    double sw, su, sd, sy, suu, sud, sdd, suy, sdy;
+    /* cost model: exponentially weighted sums over the steps of (u, d, t) (u = the step's
+     * tokens that are not drafts, d = its drafts, t = its time), and of the products of their
+     * differences between consecutive decode steps (du, dd, dt) */
+    double sw, su, sd, sy, sv, suu, sud, sdd, suy, sdy;
+    double pu, pd, py; /* the last decode step's (u, d, t) */
+    bool prev_ok;      /* it was the step just before */
     int64_t n_obs;
     int64_t n_explore; /* steps chosen while not identified */
     double a, c, b;
@@ -198,28 +201,49 @@ void pllm_spec_observe_step(pllm_spec *s, int32_t n_tokens, int32_t n_samples, i
     if (n_drafts > 0) s->st.steps_drafting++;
     /* only the steps the policy chooses between: decode batches and their drafts, every token
      * with its logits (a prefill token costs less: no LM head row, no sampling) */
-    if (n_tokens > s->p.fit_max_tokens || n_samples != n_tokens) return;
-    const double u = n_tokens - n_drafts, d = n_drafts, y = seconds, f = COST_DECAY;
+    if (n_tokens > s->p.fit_max_tokens || n_samples != n_tokens) {
+        s->prev_ok = false; /* no difference across a prefill step */
+        return;
+    }
+    const double u = n_tokens - n_drafts, d = n_drafts, f = COST_DECAY;
+    double y = seconds;
+    /* a step slowed by other jobs (the thread descheduled) is an outlier on the high side: it
+     * counts as at most twice what the fit predicts */
+    if (s->fitted) y = PLLM_MIN(y, 2.0 * (s->a + s->c * u + s->b * d));
+    /* the intercept from the (weighted) levels */
     s->sw = f * s->sw + 1;
     s->su = f * s->su + u;
     s->sd = f * s->sd + d;
     s->sy = f * s->sy + y;
-    s->suu = f * s->suu + u * u;
-    s->sud = f * s->sud + u * d;
-    s->sdd = f * s->sdd + d * d;
-    s->suy = f * s->suy + u * y;
-    s->sdy = f * s->sdy + d * y;
     s->n_obs++;
-    /* weighted means and (co)variances */
-    const double w = s->sw, mu = s->su / w, md = s->sd / w, my = s->sy / w;
-    const double vuu = s->suu / w - mu * mu, vud = s->sud / w - mu * md, vdd = s->sdd / w - md * md;
-    const double cuy = s->suy / w - mu * my, cdy = s->sdy / w - md * my;
-    /* the draft cost is identified while the (weighted) draft counts vary by half a token or
-     * more; the sequences' cost while their counts do too. A sequence costs at least what a
-     * draft does (its own token, plus its context): where the sequence count did not vary, or
-     * the two-variable fit says less (noise), every token costs the same, c = b (the fit
-     * t = a + b T). */
-    s->identified = s->n_obs >= 3 && vdd >= 0.25;
+    /* the slopes from the differences between consecutive decode steps: the load of a shared
+     * machine drifts over seconds, and the draft counts do too (copying phases); a fit over the
+     * levels reads the drift as the drafts' cost (2.9 ms a draft at 16 sequences where a
+     * sequence step cost 3.5 ms: then nothing drafted), a difference of neighbouring steps
+     * sees the same load in both */
+    const bool have_diff = s->prev_ok;
+    const double du = u - s->pu, dd = d - s->pd, dy = y - s->py;
+    s->pu = u;
+    s->pd = d;
+    s->py = y;
+    s->prev_ok = true;
+    if (!have_diff) return;
+    s->sv = f * s->sv + 1;
+    s->suu = f * s->suu + du * du;
+    s->sud = f * s->sud + du * dd;
+    s->sdd = f * s->sdd + dd * dd;
+    s->suy = f * s->suy + du * dy;
+    s->sdy = f * s->sdy + dd * dy;
+    /* weighted means and (co)variances of the differences (their mean is ~0) */
+    const double w = s->sw, mu = s->su / w, md = s->sd / w, my = s->sy / w, v = s->sv;
+    const double vuu = s->suu / v, vud = s->sud / v, vdd = s->sdd / v;
+    const double cuy = s->suy / v, cdy = s->sdy / v;
+    /* the draft cost is identified while the (weighted) draft counts of neighbouring steps
+     * differ by half a token or more; the sequences' cost while their counts do too. A
+     * sequence costs at least what a draft does (its own token, plus its context): where the
+     * sequence count did not vary, or the two-variable fit says less (noise), every token costs
+     * the same, c = b (the fit t = a + b T). */
+    s->identified = s->n_obs >= 4 && vdd >= 0.25;
     if (!s->identified) return;
     double c = -1, b = 0;
     const double det = vuu * vdd - vud * vud;
@@ -307,9 +331,10 @@ void pllm_spec_choose(pllm_spec *s, pllm_spec_cand *c, int32_t n, int32_t base_t
                 best = i;
         if (best < 0) break;
         double g = c[best].next_gain;
-        /* pays when (G + g) / (t + b) > G / t; the cost gets a 25% margin (the acceptance
-         * estimates are noisy, and a draft that does not pay in a large batch slows every
-         * sequence in it) */
+        /* pays when (G + g) / (t + b) > G / t (COST_MARGIN scales the cost: it was 1.25 while
+         * the fit read load drift as draft cost; with the difference fit, 1.25 left copy16 at
+         * 0.97x on a quiet machine, where a draft costs ~87% of a sequence row and nets ~0.25
+         * ms at 91% kept; 1.0 gave 1.13-1.15x there, ShareGPT at 64 unchanged, 0.98-1.00x) */
         if ((G + g) * t <= G * (t + COST_MARGIN * b) || g < 0.02) break;
         G += g;
         t += b;

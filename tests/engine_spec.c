@@ -209,6 +209,33 @@ static void test_proposers(void)
     }
     pllm_spec_free(s5);
 
+    /* a shared machine: the load drifts over seconds (x1 .. x2.2, a 300-step period), and the
+     * draft counts with it (copying phases: ~40 drafts a step while the load is high, ~4 while
+     * it is low, +-3 from step to step). True cost at 16 sequences: (2.5 ms + 1.2 ms per
+     * sequence + 0.64 ms per draft) x the load. A fit over the steps' levels reads the drift as
+     * the drafts' cost (b/t ~3x too high: a sequence then stops drafting at alpha 0.9); the
+     * differences of neighbouring steps see the same load in both. */
+    pllm_spec *s6 = NULL;
+    sp.max_draft = 16;
+    CHECK_OK(pllm_spec_init(&s6, &sp));
+    double load = 1;
+    for (int i = 0; s6 && i < 600; i++) {
+        load = 1.6 + 0.6 * sin(6.2831853 * i / 300.0);
+        int32_t D = (load > 1.6 ? 40 : 4) + (i * 5) % 7 - 3;
+        pllm_spec_observe_step(s6, 16 + D, 16 + D, D, load * (0.0025 + 0.0012 * 16 + 0.00064 * D));
+    }
+    if (s6) {
+        pllm_spec_get_stats(s6, &st);
+        /* the draft's cost against the step's, at the current load: 0.64 / 21.7 */
+        double t16 = st.cost_a + 16 * st.cost_c, want = 0.00064 / (0.0025 + 0.0012 * 16);
+        CHECK(st.cost_b / t16 > 0.75 * want && st.cost_b / t16 < 1.33 * want);
+        for (int32_t i = 0; i < 16; i++)
+            c[i] = (pllm_spec_cand){.n_proposed = 16, .trials = 1000, .accepted = 900};
+        pllm_spec_choose(s6, c, 16, 16, 16, 2048);
+        for (int32_t i = 0; i < 16; i++) CHECK(c[i].k >= 1); /* the level fit: none */
+    }
+    pllm_spec_free(s6);
+
     /* prompt-lookup mode takes every proposal within the budget */
     pllm_spec *s3 = NULL;
     sp.mode = PLLM_SPEC_PROMPT_LOOKUP;

@@ -222,7 +222,13 @@ int main(void)
                 greedy[c].name, (long long)st.steps, (long long)st.spec_drafted,
                 (long long)st.spec_accepted,
                 (double)st.decode_tokens / (double)PLLM_MAX(st.decode_samples, 1));
-        CHECK(st.spec_accepted > 0);
+        /* auto's choice follows the measured step times (this workload keeps ~1 draft in 3:
+         * with the cost fit of consecutive steps it may run only its exploring drafts and keep
+         * none); prompt-lookup keeps some in every run */
+        if (greedy[c].mode == PLLM_SPEC_AUTO)
+            CHECK(st.spec_drafted > 0);
+        else
+            CHECK(st.spec_accepted > 0);
         CHECK(compare(&ref, &got, N_SLOTS, greedy[c].name) == 0);
     }
     config soff = {"sampled, 16 seqs, off", PLLM_SPEC_OFF, 16};
