@@ -2,7 +2,7 @@
  * spec_step_bench.c: what a speculative verification step costs on the CPU backend (not a test).
  *
  *     spec_step_bench [MODEL.gguf] [--threads 2] [--seqs 16] [--ctx 512] [--drafts 0,1,2,4,6,10]
- *                     [--repeat 5] [--rows all|last]
+ *                     [--repeat 5] [--rows all|last] [--drafts-uneven K]
  *
  * --seqs sequences, each with a --ctx-token context (pseudo-random ids, prefilled first), run
  * steps of (1 + k) new tokens per sequence for each k of --drafts (the runs interleaved: repeat
@@ -10,7 +10,10 @@
  * every new token's row greedily (what verification does: k + 1 rows per sequence), last only
  * the last (a prefill-like step: the difference is the LM head and the sampler on the draft
  * rows). Prints per k: tokens, best and median wall ms, CPU ms (process, all threads), and the
- * least-squares fit t = a + b T over the medians.
+ * least-squares fit t = a + b T over the medians (uniform runs only).
+ * --drafts-uneven K: for each k > 0 also run a step with the same total (seqs x k drafts) given
+ * unevenly, K drafts to each of the first sequences and 0 to the rest (what prompt lookup does in
+ * the engine: a few sequences copying, the others plain decode), interleaved with the uniform one.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +43,7 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-enum { MAX_K = 32, MAX_REP = 64 };
+enum { MAX_K = 32, MAX_CFG = 2 * MAX_K, MAX_REP = 64 };
 
 int main(int argc, char **argv)
 {
@@ -52,7 +55,7 @@ int main(int argc, char **argv)
         snprintf(def_path, sizeof def_path, "%s/.cache/pllm/models/SmolLM2-135M-Instruct.Q4_1.gguf",
                  getenv("HOME") ? getenv("HOME") : ".");
     const char *model_path = def_path, *drafts_arg = "0,1,2,4,6,10";
-    int n_threads = 2, n_seqs = 16, ctx = 512, n_repeat = 5, all_rows = 1;
+    int n_threads = 2, n_seqs = 16, ctx = 512, n_repeat = 5, all_rows = 1, uneven = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             n_threads = atoi(argv[++i]);
@@ -64,6 +67,8 @@ int main(int argc, char **argv)
             drafts_arg = argv[++i];
         else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
             n_repeat = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--drafts-uneven") == 0 && i + 1 < argc)
+            uneven = atoi(argv[++i]);
         else if (strcmp(argv[i], "--rows") == 0 && i + 1 < argc)
             all_rows = strcmp(argv[++i], "last") != 0;
         else if (argv[i][0] != '-')
@@ -71,7 +76,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: spec_step_bench [MODEL.gguf] [--threads N] [--seqs N] [--ctx "
                             "N] [--drafts 0,1,...] "
-                            "[--repeat N] [--rows all|last]\n");
+                            "[--repeat N] [--rows all|last] [--drafts-uneven K]\n");
             return 2;
         }
     }
@@ -84,9 +89,21 @@ int main(int argc, char **argv)
         while (*p && *p != ',') p++;
         if (*p == ',') p++;
     }
-    if (n_seqs < 1 || ctx < 1 || n_repeat < 1 || n_repeat > MAX_REP || n_k == 0)
-        return fail(PLLM_ERR_INVALID,
-                    "--seqs, --ctx >= 1, --repeat in [1, 64], --drafts not empty");
+    if (n_seqs < 1 || ctx < 1 || n_repeat < 1 || n_repeat > MAX_REP || n_k == 0 || uneven < 0)
+        return fail(
+            PLLM_ERR_INVALID,
+            "--seqs, --ctx >= 1, --repeat in [1, 64], --drafts not empty, --drafts-uneven >= 0");
+    /* configurations: per k the uniform one, then (--drafts-uneven) the uneven one */
+    int cfg_k[MAX_CFG], cfg_uneven[MAX_CFG], n_cfg = 0;
+    for (int ki = 0; ki < n_k; ki++) {
+        cfg_k[n_cfg] = ks[ki];
+        cfg_uneven[n_cfg++] = 0;
+        if (uneven > 0 && ks[ki] > 0) {
+            cfg_k[n_cfg] = ks[ki];
+            cfg_uneven[n_cfg++] = 1;
+        }
+    }
+    k_max = PLLM_MAX(k_max, uneven);
 
     pllm_model *model = NULL;
     pllm_status st = pllm_model_load(&model, model_path);
@@ -147,12 +164,14 @@ int main(int argc, char **argv)
         if ((st = be.iface->step(be.ctx, &plan, &out))) return fail(st, "prefill");
     }
 
-    static double wall[MAX_K][MAX_REP], cpu[MAX_K][MAX_REP];
+    static double wall[MAX_CFG][MAX_REP], cpu[MAX_CFG][MAX_REP];
+    int32_t cfg_T[MAX_CFG] = {0};
     for (int rep = -1; rep < n_repeat; rep++) /* rep -1: warm-up */
-        for (int ki = 0; ki < n_k; ki++) {
-            const int k = ks[ki];
-            int32_t T = 0, S = 0;
+        for (int ki = 0; ki < n_cfg; ki++) {
+            int32_t T = 0, S = 0, left = n_seqs * cfg_k[ki];
             for (int s = 0; s < n_seqs; s++) {
+                const int k = cfg_uneven[ki] ? PLLM_MIN(uneven, left) : cfg_k[ki];
+                left -= k;
                 seqs[s] = (pllm_seq_plan){.token_start = T,
                                           .n_new = k + 1,
                                           .n_ctx = ctx + k + 1,
@@ -165,6 +184,7 @@ int main(int argc, char **argv)
                         reqs[S++] = (pllm_sample_req){.seq = s, .back = k - j, .params = &greedy};
                 }
             }
+            cfg_T[ki] = T;
             pllm_batch_plan plan = {.n_tokens = T,
                                     .tokens = toks,
                                     .positions = pos,
@@ -184,24 +204,30 @@ int main(int argc, char **argv)
         }
     printf("%d seqs x (1 + k) tokens, context %d, %d threads, %s rows sampled, %d repeats\n",
            n_seqs, ctx, n_threads, all_rows ? "all" : "last", n_repeat);
+    if (uneven)
+        printf("uneven: the same seqs x k drafts as %d drafts on the first sequences\n", uneven);
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (int ki = 0; ki < n_k; ki++) {
+    int n_fit = 0;
+    for (int ki = 0; ki < n_cfg; ki++) {
         double best = 1e30;
         for (int r = 0; r < n_repeat; r++) best = PLLM_MIN(best, wall[ki][r]);
         qsort(wall[ki], (size_t)n_repeat, sizeof(double), cmp_d);
         qsort(cpu[ki], (size_t)n_repeat, sizeof(double), cmp_d);
         const double med = wall[ki][n_repeat / 2], cmed = cpu[ki][n_repeat / 2];
-        const int T = n_seqs * (ks[ki] + 1);
-        printf("  k %2d: %4d tokens: wall best %7.2f ms, median %7.2f ms (%.3f ms/token); CPU "
+        const int T = cfg_T[ki];
+        printf("  k %2d%s: %4d tokens: wall best %7.2f ms, median %7.2f ms (%.3f ms/token); CPU "
                "median %7.2f ms\n",
-               ks[ki], T, 1e3 * best, 1e3 * med, 1e3 * med / T, 1e3 * cmed);
+               cfg_k[ki], cfg_uneven[ki] ? " uneven" : "", T, 1e3 * best, 1e3 * med, 1e3 * med / T,
+               1e3 * cmed);
+        if (cfg_uneven[ki]) continue;
+        n_fit++;
         sx += T;
         sy += med;
         sxx += (double)T * T;
         sxy += T * med;
     }
-    const double b = (n_k * sxy - sx * sy) / PLLM_MAX(1e-12, n_k * sxx - sx * sx),
-                 a = (sy - b * sx) / n_k;
+    const double b = (n_fit * sxy - sx * sy) / PLLM_MAX(1e-12, n_fit * sxx - sx * sx),
+                 a = (sy - b * sx) / n_fit;
     printf("  fit over the medians: t = %.2f ms + %.3f ms x tokens\n", 1e3 * a, 1e3 * b);
     free(toks);
     free(pos);

@@ -481,6 +481,21 @@ static int32_t attn_tile_tokens(const cpu_ctx *c, int32_t group)
     return qt;
 }
 
+/* The relative cost of an attention tile of n queries at positions pos0.. (per kv head), for
+ * splitting a step's tiles between threads: a sweep of the K/V positions the tile reads (shared
+ * by its rows: loads, block lookups, the online softmax's per-chunk work) plus each row's
+ * positions. Counting rows alone made a sequence with many query rows (a verification step's
+ * drafts) look ~3.7x dearer than it is beside one-row decode tiles (its K/V loads are shared), so
+ * the other thread held up to 3x its work (8 drafts on each of 2 of 16 sequences: 11 vs 35 ms);
+ * ATTN_SWEEP_COST (measured: a 17-row tile at context 500 costs 4.7x a 1-row one,
+ * bench/spec_step_bench --drafts-uneven) fixes it. Only the split depends on it, never a result. */
+#define ATTN_SWEEP_COST 3.5
+static double attn_tile_cost(int32_t pos0, int32_t n)
+{
+    const double span = (double)pos0 + n + 16;
+    return ATTN_SWEEP_COST * span + (double)n * (pos0 + 0.5 * (n + 1) + 16);
+}
+
 /* x += xb, where xb holds this thread's rows [r0, r1) of a projection; with a post-norm (Gemma),
  * x += RMSNorm(xb) * post_norm instead, which needs whole rows: a barrier, then this thread's
  * tokens [t0, t1). Ends with the barrier after which x is complete. */
@@ -583,16 +598,19 @@ static void forward_region(void *arg, int ith, int nth)
 
         /* attention: items (sequence, query tile of up to qt consecutive tokens, kv head), the
          * query heads of one GQA group together so they share each K/V chunk (attention.h).
-         * A tile's cost grows with its positions, so items are split by cost: each thread takes
-         * the items whose cost midpoint falls in its share. A row's result depends on neither its
+         * A tile's cost grows with its positions, and less than in proportion to its rows
+         * (attn_tile_cost), so items are split by cost: each thread takes the items whose cost
+         * midpoint falls in its share. A row's result depends on neither its
          * tile nor its thread, so the step's result does not either. */
         {
             const int32_t qt = attn_tile_tokens(c, group);
             double total = 0;
             for (int32_t s = 0; s < plan->n_seqs; s++) {
                 const pllm_seq_plan *sp = &plan->seqs[s];
-                const double p0 = sp->n_ctx - sp->n_new;
-                total += (double)sp->n_new * (p0 + 0.5 * (sp->n_new + 1) + 16) * cfg->n_head_kv;
+                for (int32_t i0 = 0; i0 < sp->n_new; i0 += qt)
+                    total +=
+                        attn_tile_cost(sp->n_ctx - sp->n_new + i0, PLLM_MIN(qt, sp->n_new - i0)) *
+                        cfg->n_head_kv;
             }
             /* each tile is computed once the thread has found its next one and prefetched that
              * one's first positions: a tile over a context in DRAM then starts on rows already
@@ -612,7 +630,7 @@ static void forward_region(void *arg, int ith, int nth)
                                         .window = w->window};
                 for (int32_t i0 = 0; i0 < sp->n_new; i0 += qt) {
                     const int32_t n = PLLM_MIN(qt, sp->n_new - i0), pos0 = sp->n_ctx - sp->n_new + i0;
-                    const double cost = (double)n * (pos0 + 0.5 * (n + 1) + 16);
+                    const double cost = attn_tile_cost(pos0, n);
                     for (int32_t kh = 0; kh < cfg->n_head_kv; kh++) {
                         const double mid = cum + 0.5 * cost;
                         cum += cost;
