@@ -172,6 +172,20 @@ pllm_status pllm_kv_find_cached(pllm_kv_manager *kv, pllm_key_chain *c, const in
     return pllm_kv_trim_hits(kv, c, tokens, hit, n_hit);
 }
 
+/* Room in sw_hit for the window blocks lo(h) .. h - 1 of a hit of h blocks (h - lo(h) never
+ * exceeds max(h, ceil(window / bs) + 1)). */
+static pllm_status sw_hit_reserve(pllm_kv_manager *kv, int32_t h)
+{
+    int32_t bs = kv->block_size;
+    int32_t cap = PLLM_MAX(h - sw_lo_of(kv, h * bs), (kv->window + bs - 1) / bs + 2);
+    if (cap <= kv->sw_hit_cap) return PLLM_OK;
+    int32_t *a = pllm_realloc(kv->sw_hit, (size_t)cap * sizeof *a);
+    if (!a) return PLLM_ERR_NOMEM;
+    kv->sw_hit = a;
+    kv->sw_hit_cap = cap;
+    return PLLM_OK;
+}
+
 pllm_status pllm_kv_trim_hits(pllm_kv_manager *kv, pllm_key_chain *c, const int32_t *tokens,
                               const int32_t *hit, int32_t *n_hit)
 {
@@ -183,14 +197,7 @@ pllm_status pllm_kv_trim_hits(pllm_kv_manager *kv, pllm_key_chain *c, const int3
         return PLLM_OK;
     }
     PLLM_TRY(pllm_kv_keys_extend(kv, c, tokens, h * bs));
-    /* h - lo(h) never exceeds max(h, ceil(window / bs) + 1) */
-    if (h - sw_lo_of(kv, h * bs) > kv->sw_hit_cap) {
-        int32_t cap = PLLM_MAX(h - sw_lo_of(kv, h * bs), (kv->window + bs - 1) / bs + 2);
-        int32_t *a = pllm_realloc(kv->sw_hit, (size_t)cap * sizeof *a);
-        if (!a) return PLLM_ERR_NOMEM;
-        kv->sw_hit = a;
-        kv->sw_hit_cap = cap;
-    }
+    PLLM_TRY(sw_hit_reserve(kv, h));
     /* the longest h whose window blocks lo(h) .. h - 1 are all findable: from the right, the
      * first gap at block g rules out every h with lo(h) <= g, i.e. leaves only h <= g */
     while (h > 0) {
@@ -224,13 +231,7 @@ pllm_status pllm_kv_share_hits(pllm_kv_manager *kv, const pllm_kv_table *from, p
     if (!kv->sw || *n_hit == 0) return PLLM_OK;
     PLLM_ASSERT(*n_hit <= from->n);
     int32_t bs = kv->block_size, h = *n_hit, want = *n_hit;
-    int32_t cap = PLLM_MAX(h - sw_lo_of(kv, h * bs), (kv->window + bs - 1) / bs + 2);
-    if (cap > kv->sw_hit_cap) {
-        int32_t *a = pllm_realloc(kv->sw_hit, (size_t)cap * sizeof *a);
-        if (!a) return PLLM_ERR_NOMEM;
-        kv->sw_hit = a;
-        kv->sw_hit_cap = cap;
-    }
+    PLLM_TRY(sw_hit_reserve(kv, h));
     /* the longest h whose window blocks lo(h) .. h - 1 from still holds (its full blocks of the
      * same tokens: their content is final); a released one at g leaves only h <= g */
     while (h > 0) {
