@@ -7,10 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether the engine would run the hybrid layout (engine.c choose_pools' conditions). */
+/* Whether the engine would run the hybrid layout (pllm_engine_kv_hybrid_off). */
 static bool hybrid_possible(const cmd_runtime *rt, const cmd_engine_opts *o)
 {
-    if (o->ep.no_kv_hybrid || o->ep.prefix_cache_dir) return false;
     pllm_kv_layout l;
     memset(&l, 0, sizeof l);
     const pllm_backend *b = &rt->backend;
@@ -19,7 +18,7 @@ static bool hybrid_possible(const cmd_runtime *rt, const cmd_engine_opts *o)
         return false;
     }
     int32_t len = o->ep.max_model_len > 0 ? o->ep.max_model_len : rt->model->cfg.n_ctx_train;
-    return l.n_layer_sw > 0 && l.n_layer_sw < l.n_layer && l.window > 0 && l.window < len;
+    return l.n_layer_sw > 0 && l.window > 0 && !pllm_engine_kv_hybrid_off(&o->ep, &l, len);
 }
 
 int cmd_workload_scan(const cmd_runtime *rt, cmd_engine_opts *o, const char *input,

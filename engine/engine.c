@@ -305,6 +305,17 @@ static void workload_blocks(pllm_engine *e, double *ng, double *ns)
     *ns = (double)sum_s;
 }
 
+const char *pllm_engine_kv_hybrid_off(const pllm_engine_params *p, const pllm_kv_layout *L,
+                                      int32_t max_model_len)
+{
+    if (p->no_kv_hybrid) return "turned off (--no-kv-hybrid)";
+    if (p->prefix_cache_dir)
+        return "off: the persistent prefix cache stores every layer of a block";
+    if (L->window >= max_model_len) return "off: the window covers the whole context";
+    if (L->n_layer_sw >= L->n_layer) return "off: every layer is a sliding one";
+    return NULL;
+}
+
 static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw)
 {
     const pllm_engine_params *p = &e->p;
@@ -312,14 +323,7 @@ static pllm_status choose_pools(pllm_engine *e, int32_t *n_blocks, int32_t *n_sw
     *n_sw = 0;
     e->stats.kv_hybrid_off = NULL;
     if (L->n_layer_sw <= 0 || L->window <= 0) return choose_n_blocks(e, n_blocks);
-    if (p->no_kv_hybrid)
-        e->stats.kv_hybrid_off = "turned off (--no-kv-hybrid)";
-    else if (p->prefix_cache_dir)
-        e->stats.kv_hybrid_off = "off: the persistent prefix cache stores every layer of a block";
-    else if (L->window >= p->max_model_len)
-        e->stats.kv_hybrid_off = "off: the window covers the whole context";
-    else if (L->n_layer_sw >= L->n_layer)
-        e->stats.kv_hybrid_off = "off: every layer is a sliding one";
+    e->stats.kv_hybrid_off = pllm_engine_kv_hybrid_off(p, L, p->max_model_len);
     if (e->stats.kv_hybrid_off) return choose_n_blocks(e, n_blocks);
 
     const int32_t bs = p->block_size;

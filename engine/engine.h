@@ -267,6 +267,12 @@ pllm_status pllm_engine_create(pllm_engine **out, const pllm_model *model, pllm_
                                const pllm_tokenizer *tok, const pllm_engine_params *params);
 void pllm_engine_free(pllm_engine *e);
 
+/* For a KV layout with sliding-window layers (L->n_layer_sw > 0, L->window > 0): why the engine
+ * runs it in one pool, or NULL where the hybrid layout applies (engine.c choose_pools; callers that
+ * prepare a workload for the split ask the same). max_model_len: the resolved context limit. */
+const char *pllm_engine_kv_hybrid_off(const pllm_engine_params *p, const pllm_kv_layout *L,
+                                      int32_t max_model_len);
+
 /* Queue a request. Invalid parameters or a prompt that cannot fit: returns an error (the
  * message names the field or the limit) and queues nothing. */
 pllm_status pllm_engine_add(pllm_engine *e, const int32_t *prompt, int32_t n_prompt,
