@@ -204,6 +204,40 @@ def main():
     print(f"tokenizer: {len(texts) - len(bad)}/{len(texts)} texts tokenized as by `tokenizers` {'ok' if not bad else 'MISMATCH'}")
     if bad:
         failures.append(f"tokenizer: {len(bad)} texts differ from `tokenizers`, first {bad[:5]}")
+    # 5. the hybrid KV split sized from a file input's first pass (cmd/workload.c): every good
+    # record's prompt + max_tokens, an n = 2 record twice, the bad record left out (and reported at
+    # its line by the main pass, the others finished); from stdin, no workload (max_model_len)
+    recs = [{"id": "a", "prompt": "The capital of France is", "max_tokens": 2000, "stop": [" "]},
+            {"id": "b", "prompt": "1, 2, 3,", "max_tokens": 3000, "n": 2, "stop": [","]},
+            {"id": "bad", "max_tokens": 3},
+            {"id": "c", "prompt": "Hello there", "max_tokens": 1000, "stop": [" "]}]
+    wl = os.path.join(tmp, "workload.jsonl")
+    with open(wl, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in recs))
+    split = {}
+    for how in ("file", "stdin"):
+        out, st = os.path.join(tmp, f"wl_{how}.jsonl"), os.path.join(tmp, f"wl_{how}.json")
+        args = [pllm, "generate", "-m", path, wl if how == "file" else "-", "-o", out, "--stats-json", st,
+                "--overwrite", "-t", "2"]
+        with open(wl) as stdin:
+            p = subprocess.run(args, stdin=stdin if how == "stdin" else None, capture_output=True, text=True)
+        # exit 1: the run went on past the bad record (README "bad records")
+        outs = [json.loads(line) for line in open(out)] if p.returncode == 1 else []
+        c = json.load(open(st)).get("counters", {}) if p.returncode == 1 else {}
+        split[how] = (c.get("kv_split_seqs"), c.get("kv_split_mean_len"))
+        errs = [o.get("error", "") for o in outs if o.get("finish_reason") == "error"]
+        done = sorted(o["id"] for o in outs if o.get("finish_reason") != "error")
+        if done != ["a", "b", "b", "c"] or len(errs) != 1 or ":3:" not in errs[0]:
+            failures.append(f"workload ({how}): outputs {done}, errors {errs}: {p.returncode} {p.stderr[-300:]}")
+        if how == "file":
+            mt = {r["id"]: r["max_tokens"] for r in recs}
+            want = [o["prompt_tokens"] + mt[o["id"]] for o in outs if o.get("finish_reason") != "error"]
+            ok = split[how][0] == len(want) and abs((split[how][1] or 0) - sum(want) / max(len(want), 1)) < 1e-6
+        else:
+            ok = split[how][0] == 0
+        print(f"hybrid split from {how}: {split[how]} {'ok' if ok else 'MISMATCH'}")
+        if not ok:
+            failures.append(f"workload ({how}): split {split[how]}")
     if failures:
         print("FAILURES:\n  " + "\n  ".join(failures))
         return 1
