@@ -2,7 +2,7 @@
  * spec_step_bench.c: what a speculative verification step costs on the CPU backend (not a test).
  *
  *     spec_step_bench [MODEL.gguf] [--threads 2] [--seqs 16] [--ctx 512] [--drafts 0,1,2,4,6,10]
- *                     [--repeat 5] [--rows all|last] [--drafts-uneven K]
+ *                     [--repeat 5] [--rows all|last] [--drafts-uneven K] [--kv auto|f32|f16]
  *
  * --seqs sequences, each with a --ctx-token context (pseudo-random ids, prefilled first), run
  * steps of (1 + k) new tokens per sequence for each k of --drafts (the runs interleaved: repeat
@@ -14,6 +14,10 @@
  * --drafts-uneven K: for each k > 0 also run a step with the same total (seqs x k drafts) given
  * unevenly, K drafts to each of the first sequences and 0 to the rest (what prompt lookup does in
  * the engine: a few sequences copying, the others plain decode), interleaved with the uniform one.
+ * --kv: the KV cache's type; auto (the default) is what `pllm generate` and `pllm bench` run: F16
+ * with the int8 matmuls of a quantized model. (This bench used the backend's F32 default before:
+ * a sequence row then streams twice the K/V bytes, which made draft rows look cheap against
+ * sequence rows: 0.68 vs 1.95 ms at 16 sequences, where the engine's F16 steps cost 0.8 vs 1.07.)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +60,7 @@ int main(int argc, char **argv)
                  getenv("HOME") ? getenv("HOME") : ".");
     const char *model_path = def_path, *drafts_arg = "0,1,2,4,6,10";
     int n_threads = 2, n_seqs = 16, ctx = 512, n_repeat = 5, all_rows = 1, uneven = 0;
+    pllm_dtype kv_dtype = PLLM_DTYPE_COUNT; /* auto, as the CLI */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             n_threads = atoi(argv[++i]);
@@ -71,12 +76,23 @@ int main(int argc, char **argv)
             uneven = atoi(argv[++i]);
         else if (strcmp(argv[i], "--rows") == 0 && i + 1 < argc)
             all_rows = strcmp(argv[++i], "last") != 0;
-        else if (argv[i][0] != '-')
+        else if (strcmp(argv[i], "--kv") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "auto") == 0)
+                kv_dtype = PLLM_DTYPE_COUNT;
+            else if (strcmp(v, "f32") == 0)
+                kv_dtype = PLLM_DTYPE_F32;
+            else if (strcmp(v, "f16") == 0)
+                kv_dtype = PLLM_DTYPE_F16;
+            else
+                return fail(PLLM_ERR_INVALID, "--kv: auto, f32 or f16");
+        } else if (argv[i][0] != '-')
             model_path = argv[i];
         else {
-            fprintf(stderr, "usage: spec_step_bench [MODEL.gguf] [--threads N] [--seqs N] [--ctx "
-                            "N] [--drafts 0,1,...] "
-                            "[--repeat N] [--rows all|last] [--drafts-uneven K]\n");
+            fprintf(stderr,
+                    "usage: spec_step_bench [MODEL.gguf] [--threads N] [--seqs N] [--ctx "
+                    "N] [--drafts 0,1,...] "
+                    "[--repeat N] [--rows all|last] [--drafts-uneven K] [--kv auto|f32|f16]\n");
             return 2;
         }
     }
@@ -113,6 +129,7 @@ int main(int argc, char **argv)
     pllm_cpu_params cp;
     if ((st = pllm_cpu_params_defaults(&cp))) return fail(st, "PLLM_CPU_*");
     cp.n_threads = n_threads;
+    cp.kv_dtype = kv_dtype;
     pllm_backend be = {0};
     if ((st = pllm_cpu_backend_create(&be, model, &cp))) return fail(st, "creating the backend");
     const int32_t bs = 16, per_seq = (ctx + k_max + 1 + bs - 1) / bs;
@@ -202,8 +219,10 @@ int main(int argc, char **argv)
                 cpu[ki][rep] = cpu_seconds() - c0;
             }
         }
-    printf("%d seqs x (1 + k) tokens, context %d, %d threads, %s rows sampled, %d repeats\n",
-           n_seqs, ctx, n_threads, all_rows ? "all" : "last", n_repeat);
+    printf("%d seqs x (1 + k) tokens, context %d, %d threads, %s rows sampled, %d repeats, %s KV "
+           "cache\n",
+           n_seqs, ctx, n_threads, all_rows ? "all" : "last", n_repeat,
+           pllm_dtype_name(pllm_cpu_backend_kv_dtype(&be)));
     if (uneven)
         printf("uneven: the same seqs x k drafts as %d drafts on the first sequences\n", uneven);
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
