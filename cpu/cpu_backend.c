@@ -496,6 +496,20 @@ static double attn_tile_cost(int32_t pos0, int32_t n)
     return ATTN_SWEEP_COST * span + (double)n * (pos0 + 0.5 * (n + 1) + 16);
 }
 
+/* The query tile of a sequence of n_new rows in a step of n_items (sequence, query tile, kv head)
+ * items: attn_tile_tokens' qt, unless the step has too few items for the threads (one or two
+ * sequences' decode rows and their drafts): then a sequence's rows are split in two tiles. The
+ * fast tile shares little between its query positions (each sweeps the super-chunk from L2 with
+ * its own row group; attention.c), so the split costs little, and one sequence at SmolLM2's 3 KV
+ * heads on 2 threads no longer gives one thread 2 of 3 tiles. (Splitting a GQA group's heads
+ * instead cost ~1.5x the attention: each head subgroup loads every K/V row again.) A row's result
+ * depends on neither its tile nor its thread (attention.h). */
+static int32_t attn_seq_tile(int32_t qt, int32_t n_new, int64_t n_items, int nth)
+{
+    if (n_items >= 4 * (int64_t)nth || n_new < 2) return qt;
+    return PLLM_MIN(qt, (n_new + 1) / 2);
+}
+
 /* x += xb, where xb holds this thread's rows [r0, r1) of a projection; with a post-norm (Gemma),
  * x += RMSNorm(xb) * post_norm instead, which needs whole rows: a barrier, then this thread's
  * tokens [t0, t1). Ends with the barrier after which x is complete. */
@@ -596,7 +610,8 @@ static void forward_region(void *arg, int ith, int nth)
         }
         pllm_cpu_pool_barrier(c->pool);
 
-        /* attention: items (sequence, query tile of up to qt consecutive tokens, kv head), the
+        /* attention: items (sequence, query tile of up to qt consecutive tokens, fewer in a
+         * step of few items: attn_seq_tile; kv head), the
          * query heads of one GQA group together so they share each K/V chunk (attention.h).
          * A tile's cost grows with its positions, and less than in proportion to its rows
          * (attn_tile_cost), so items are split by cost: each thread takes the items whose cost
@@ -604,12 +619,16 @@ static void forward_region(void *arg, int ith, int nth)
          * tile nor its thread, so the step's result does not either. */
         {
             const int32_t qt = attn_tile_tokens(c, group);
+            int64_t n_items = 0;
+            for (int32_t s = 0; s < plan->n_seqs; s++)
+                n_items += (plan->seqs[s].n_new + qt - 1) / qt * cfg->n_head_kv;
             double total = 0;
             for (int32_t s = 0; s < plan->n_seqs; s++) {
                 const pllm_seq_plan *sp = &plan->seqs[s];
-                for (int32_t i0 = 0; i0 < sp->n_new; i0 += qt)
+                const int32_t sqt = attn_seq_tile(qt, sp->n_new, n_items, nth);
+                for (int32_t i0 = 0; i0 < sp->n_new; i0 += sqt)
                     total +=
-                        attn_tile_cost(sp->n_ctx - sp->n_new + i0, PLLM_MIN(qt, sp->n_new - i0)) *
+                        attn_tile_cost(sp->n_ctx - sp->n_new + i0, PLLM_MIN(sqt, sp->n_new - i0)) *
                         cfg->n_head_kv;
             }
             /* each tile is computed once the thread has found its next one and prefetched that
@@ -628,10 +647,14 @@ static void forward_region(void *arg, int ith, int nth)
                                         .scale = cfg->attn_scale > 0 ? cfg->attn_scale
                                                                      : 1.0f / sqrtf((float)hd),
                                         .window = w->window};
-                for (int32_t i0 = 0; i0 < sp->n_new; i0 += qt) {
-                    const int32_t n = PLLM_MIN(qt, sp->n_new - i0), pos0 = sp->n_ctx - sp->n_new + i0;
-                    const double cost = attn_tile_cost(pos0, n);
-                    for (int32_t kh = 0; kh < cfg->n_head_kv; kh++) {
+                const int32_t sqt = attn_seq_tile(qt, sp->n_new, n_items, nth);
+                /* a kv head's tiles in turn: a thread's next tile then sweeps K/V rows it has
+                 * just read, and the two tiles of a split sequence land on different threads */
+                for (int32_t kh = 0; kh < cfg->n_head_kv; kh++)
+                    for (int32_t i0 = 0; i0 < sp->n_new; i0 += sqt) {
+                        const int32_t n = PLLM_MIN(sqt, sp->n_new - i0),
+                                      pos0 = sp->n_ctx - sp->n_new + i0;
+                        const double cost = attn_tile_cost(pos0, n);
                         const double mid = cum + 0.5 * cost;
                         cum += cost;
                         if (PLLM_MIN((int)(mid * nth / total), nth - 1) != ith) continue;
@@ -647,7 +670,6 @@ static void forward_region(void *arg, int ith, int nth)
                         cur_a = a;
                         have = true;
                     }
-                }
             }
             if (have) pllm_cpu_attend_tile(&cur, &cur_a, c->kern, scratch);
         }
