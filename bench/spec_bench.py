@@ -105,6 +105,17 @@ def copy_lengths(pllm, targets, tmp):
     return [json.loads(l)["n_tokens"] for l in p.stdout.splitlines() if l.strip()]
 
 
+def write_copy_workload(pllm, path, tmp):
+    """The 32 copy requests, each with its max_tokens, as JSONL at path; returns the records."""
+    work = copy_workload(32)
+    lengths = copy_lengths(pllm, [r.pop("target") for r in work], tmp)
+    with open(path, "w") as f:
+        for r, n in zip(work, lengths):
+            r["max_tokens"] = n
+            f.write(json.dumps(r) + "\n")
+    return work
+
+
 def bench(args, dataset, extra, mode):
     with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as f:
         stats = f.name
@@ -144,12 +155,7 @@ def main():
     tmp = args.keep or tempfile.mkdtemp(prefix="spec_bench")
     os.makedirs(tmp, exist_ok=True)
     copy = os.path.join(tmp, "copy.jsonl")
-    work = copy_workload(32)
-    lengths = copy_lengths(args.pllm, [r.pop("target") for r in work], tmp)
-    with open(copy, "w") as f:
-        for r, n in zip(work, lengths):
-            r["max_tokens"] = n
-            f.write(json.dumps(r) + "\n")
+    write_copy_workload(args.pllm, copy, tmp)
     cases = {
         "copy1": (copy, ["-n", str(args.copy1_n), "--max-seqs", "1"]),
         "copy16": (copy, ["-n", "32", "--max-seqs", "16"]),

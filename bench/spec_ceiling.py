@@ -74,12 +74,7 @@ def run(cmd):
 def workload(args, tmp):
     """The copy workload (spec_bench's), its prompts' ids and its greedy outputs' ids."""
     path = os.path.join(tmp, "copy.jsonl")
-    work = spec_bench.copy_workload(32)
-    lengths = spec_bench.copy_lengths(args.pllm, [r.pop("target") for r in work], tmp)
-    with open(path, "w") as f:
-        for r, n in zip(work, lengths):
-            r["max_tokens"] = n
-            f.write(json.dumps(r) + "\n")
+    work = spec_bench.write_copy_workload(args.pllm, path, tmp)
     prompts = {}
     for line in run([args.pllm, "tokenize", "--no-total", path]).splitlines():
         if line.strip():
@@ -95,9 +90,10 @@ def workload(args, tmp):
             sys.exit(f"spec_ceiling: {out}: request {r.get('id')} has no output: {line[:200]}")
         outputs[r["id"]] = r["token_ids"]
     ids = [r["id"] for r in work]
-    for i, n in zip(ids, lengths):
-        if len(outputs[i]) != n:
-            sys.exit(f"spec_ceiling: request {i}: {len(outputs[i])} output tokens, expected max_tokens {n}")
+    for r in work:
+        if len(outputs[r["id"]]) != r["max_tokens"]:
+            sys.exit(f"spec_ceiling: request {r['id']}: {len(outputs[r['id']])} output tokens, "
+                     f"expected max_tokens {r['max_tokens']}")
     return path, ids, prompts, outputs
 
 
