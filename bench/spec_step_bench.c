@@ -85,7 +85,9 @@ int main(int argc, char **argv)
             else if (strcmp(v, "f16") == 0)
                 kv_dtype = PLLM_DTYPE_F16;
             else
-                return fail(PLLM_ERR_INVALID, "--kv: auto, f32 or f16");
+                return fail(
+                    pllm_errorf(PLLM_ERR_INVALID, "--kv must be auto, f32 or f16, got '%s'", v),
+                    "arguments");
         } else if (argv[i][0] != '-')
             model_path = argv[i];
         else {
