@@ -265,7 +265,7 @@ static pllm_status meta_check(pllm_shard_meta *m, json_t *doc, const char *name)
                            (long long)(n - 1));
     if (!get_int(doc, "key_tokens", 1, INT32_MAX, &p))
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'key_tokens' missing or out of range", name);
-    pllm_shard_balance b;
+    pllm_shard_balance b = PLLM_SHARD_BALANCE_HASH;
     if (pllm_shard_balance_parse(json_string_value(json_object_get(doc, "balance")), &b) != PLLM_OK)
         return pllm_errorf(PLLM_ERR_FORMAT, "%s: field 'balance' missing or unknown", name);
     const json_t *att = json_object_get(doc, "attempts");
