@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "cpu/attention.h"
 #include "cpu/kernels.h"
@@ -159,9 +160,97 @@ typedef struct cpu_ctx {
     int32_t cap_samp_buf;
     int32_t *hist_buf; /* [cap_hist_buf] those samples' histories */
     int32_t cap_hist_buf;
+
+    /* PLLM_CPU_PHASE_STATS: per thread, the time spent in each phase of the forward pass
+     * working (up to its closing barrier) and waiting in that barrier; printed at destroy */
+    struct phase_tstats *phase; /* [n_threads] or NULL */
+    int64_t phase_steps, phase_tokens, phase_samples;
 } cpu_ctx;
 
 #define MAX_TOP 20 /* sampling.h: logprobs <= 20 */
+
+/* ---- phase statistics (PLLM_CPU_PHASE_STATS) ------------------------------------------------ */
+
+static const char *const g_phase_names[PLLM_CPU_PH_COUNT] = {
+    "embed+rope table",    "attn norm+quant", "q/k/v",          "rope+kv store", "attention",
+    "o (+quant)+residual", "ffn norm+quant",  "gate/up+swiglu", "down+residual", "moe ffn",
+    "final norm+quant",    "lm head",         "sampling"};
+
+const char *pllm_cpu_phase_name(pllm_cpu_phase ph)
+{
+    return ph >= 0 && ph < PLLM_CPU_PH_COUNT ? g_phase_names[ph] : "?";
+}
+
+struct phase_tstats {
+    _Alignas(64) double work[PLLM_CPU_PH_COUNT], wait[PLLM_CPU_PH_COUNT];
+    double mark; /* when this thread's current phase began */
+};
+
+static double phase_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* End phase ph for thread ith: its work since the last mark, then the barrier and its wait. */
+static void phase_barrier(cpu_ctx *c, int ith, int ph)
+{
+    struct phase_tstats *st = c->phase ? &c->phase[ith] : NULL;
+    if (!st) {
+        pllm_cpu_pool_barrier(c->pool);
+        return;
+    }
+    double t = phase_now();
+    st->work[ph] += t - st->mark;
+    pllm_cpu_pool_barrier(c->pool);
+    st->mark = phase_now();
+    st->wait[ph] += st->mark - t;
+}
+
+static void phase_end(cpu_ctx *c, int ith, int ph)
+{
+    struct phase_tstats *st = c->phase ? &c->phase[ith] : NULL;
+    if (!st) return;
+    double t = phase_now();
+    st->work[ph] += t - st->mark;
+    st->mark = t;
+}
+
+static void phase_collect(const cpu_ctx *c, pllm_cpu_phase_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->n_threads = c->n_threads;
+    out->steps = c->phase_steps;
+    out->tokens = c->phase_tokens;
+    out->samples = c->phase_samples;
+    for (int i = 0; i < c->n_threads; i++)
+        for (int ph = 0; ph < PLLM_CPU_PH_COUNT; ph++) {
+            out->work_s[ph] += c->phase[i].work[ph];
+            out->wait_s[ph] += c->phase[i].wait[ph];
+        }
+}
+
+static void phase_report(const pllm_cpu_phase_stats *st)
+{
+    const int nth = st->n_threads;
+    double tot = 0;
+    for (int ph = 0; ph < PLLM_CPU_PH_COUNT; ph++) tot += st->work_s[ph] + st->wait_s[ph];
+    tot /= nth;
+    fprintf(
+        stderr,
+        "cpu phases (PLLM_CPU_PHASE_STATS): %lld forward passes, %lld tokens, %lld sampled rows, "
+        "%.3f s a thread\n  %-20s %9s %6s %11s %11s\n",
+        (long long)st->steps, (long long)st->tokens, (long long)st->samples, tot, "phase",
+        "ms/pass", "share", "work s", "wait s");
+    const double steps = st->steps > 0 ? (double)st->steps : 1;
+    for (int ph = 0; ph < PLLM_CPU_PH_COUNT; ph++) {
+        const double w = st->work_s[ph] / nth, x = st->wait_s[ph] / nth;
+        if (w + x == 0) continue;
+        fprintf(stderr, "  %-20s %9.4f %5.1f%% %11.3f %11.3f\n", g_phase_names[ph],
+                1e3 * (w + x) / steps, tot > 0 ? 100 * (w + x) / tot : 0, w, x);
+    }
+}
 
 /* ---- forward pass ------------------------------------------------------------------------ */
 
@@ -391,7 +480,7 @@ static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t
             c->shg[t] = 1.0f / (1.0f + expf(-d));
         }
     }
-    pllm_cpu_pool_barrier(c->pool);
+    phase_barrier(c, ith, PLLM_CPU_PH_MOE);
     /* the offsets (this thread's copy) and where this thread's rows of each expert start: the
      * threads' tokens are consecutive ranges in thread order, so the rows of an expert stay in
      * token order */
@@ -421,7 +510,7 @@ static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t
             if (need_f) memcpy(c->xg + (int64_t)r * E, c->xb + t * E, sizeof(float) * (size_t)E);
             if (need_q) qact_copy_row(&c->qg, r, &c->qa, t);
         }
-    pllm_cpu_pool_barrier(c->pool);
+    phase_barrier(c, ith, PLLM_CPU_PH_MOE);
     const int64_t FS = cfg->n_ff_shexp;
     const struct cpu_mat *S = R + 1 + 3 * NE; /* the shared expert's gate, up, down */
     const bool fused = moe_whole_experts(c, nth, eoff);
@@ -437,11 +526,11 @@ static void moe_ffn(cpu_ctx *c, int ith, int nth, int32_t l, int64_t t0, int64_t
         }
     }
     if (!fused || FS) {
-        pllm_cpu_pool_barrier(c->pool);
+        phase_barrier(c, ith, PLLM_CPU_PH_MOE);
         if (!fused) moe_pass(c, ith, nth, l, eoff, MOE_DOWN);
         if (FS) mm(c, ith, nth, c->ys, E, c->hs, FS, &c->qs2, &S[2], T, 16, &r0, &r1);
     }
-    pllm_cpu_pool_barrier(c->pool);
+    phase_barrier(c, ith, PLLM_CPU_PH_MOE);
     for (int64_t t = t0; t < t1; t++) { /* sum over the token's experts, then the residual */
         float *acc = c->xb + t * E;
         for (int64_t j = 0; j < K; j++) {
@@ -513,21 +602,21 @@ static int32_t attn_seq_tile(int32_t qt, int32_t n_new, int64_t n_items, int nth
 /* x += xb, where xb holds this thread's rows [r0, r1) of a projection; with a post-norm (Gemma),
  * x += RMSNorm(xb) * post_norm instead, which needs whole rows: a barrier, then this thread's
  * tokens [t0, t1). Ends with the barrier after which x is complete. */
-static void post_residual(cpu_ctx *c, const float *post_norm, int64_t T, int64_t t0, int64_t t1,
-                          int64_t r0, int64_t r1)
+static void post_residual(cpu_ctx *c, int ith, int ph, const float *post_norm, int64_t T,
+                          int64_t t0, int64_t t1, int64_t r0, int64_t r1)
 {
     const int64_t E = c->model->cfg.n_embd;
     if (!post_norm) {
         for (int64_t t = 0; t < T; t++)
             for (int64_t r = r0; r < r1; r++) c->x[t * E + r] += c->xb[t * E + r];
     } else {
-        pllm_cpu_pool_barrier(c->pool);
+        phase_barrier(c, ith, ph);
         for (int64_t t = t0; t < t1; t++) {
             c->kern->rmsnorm(c->xb + t * E, c->xb + t * E, post_norm, E, c->model->cfg.norm_eps);
             for (int64_t r = 0; r < E; r++) c->x[t * E + r] += c->xb[t * E + r];
         }
     }
-    pllm_cpu_pool_barrier(c->pool);
+    phase_barrier(c, ith, ph);
 }
 
 static void forward_region(void *arg, int ith, int nth)
@@ -542,6 +631,7 @@ static void forward_region(void *arg, int ith, int nth)
     const int32_t group = cfg->n_head / cfg->n_head_kv;
     float *scratch = c->scratch + (size_t)ith * c->scratch_floats;
     int64_t t0, t1, r0, r1;
+    if (c->phase) c->phase[ith].mark = phase_now();
 
     /* embeddings and the rotary table of this thread's tokens */
     pllm_cpu_split(T, 1, ith, nth, &t0, &t1);
@@ -564,7 +654,7 @@ static void forward_region(void *arg, int ith, int nth)
             pllm_cpu_rope_table(c->rope_cs + t * cfg->rope_dim, plan->positions[t], c->inv_freq,
                                 cfg->rope_dim / 2);
     }
-    pllm_cpu_pool_barrier(c->pool);
+    phase_barrier(c, ith, PLLM_CPU_PH_EMBED);
 
     for (int32_t l = 0; l < cfg->n_layer; l++) {
         const pllm_layer_weights *w = &m->layers[l];
@@ -575,7 +665,7 @@ static void forward_region(void *arg, int ith, int nth)
             c->kern->rmsnorm(c->xb + t * E, c->x + t * E, w->attn_norm, E, cfg->norm_eps);
             quant_rows(c, M[M_Q].use_q || M[M_K].use_q || M[M_V].use_q, &c->qa, c->xb, E, t, t + 1);
         }
-        pllm_cpu_pool_barrier(c->pool);
+        phase_barrier(c, ith, PLLM_CPU_PH_ATTN_NORM);
 
         mm(c, ith, nth, c->q, QD, c->xb, E, &c->qa, &M[M_Q], T, 16, &r0, &r1);
         add_bias(c->q, QD, w->bq, T, r0, r1);
@@ -583,7 +673,7 @@ static void forward_region(void *arg, int ith, int nth)
         add_bias(c->k, KVD, w->bk, T, r0, r1);
         mm(c, ith, nth, c->v, KVD, c->xb, E, &c->qa, &M[M_V], T, 16, &r0, &r1);
         add_bias(c->v, KVD, w->bv, T, r0, r1);
-        pllm_cpu_pool_barrier(c->pool);
+        phase_barrier(c, ith, PLLM_CPU_PH_QKV);
 
         /* RoPE on q; RoPE on k fused with the K/V store (one pass per token: the rotated key is
          * written straight into its cache slot) */
@@ -608,7 +698,7 @@ static void forward_region(void *arg, int ith, int nth)
             pllm_cpu_rope_store_kv(kc, vc, lkv, lslots[t], c->k + t * KVD, c->v + t * KVD, cs,
                                    cfg->rope_dim, cfg->rope_mode, c->kern, scratch);
         }
-        pllm_cpu_pool_barrier(c->pool);
+        phase_barrier(c, ith, PLLM_CPU_PH_ROPE_KV);
 
         /* attention: items (sequence, query tile of up to qt consecutive tokens, fewer in a
          * step of few items: attn_seq_tile; kv head), the
@@ -673,17 +763,17 @@ static void forward_region(void *arg, int ith, int nth)
             }
             if (have) pllm_cpu_attend_tile(&cur, &cur_a, c->kern, scratch);
         }
-        pllm_cpu_pool_barrier(c->pool);
+        phase_barrier(c, ith, PLLM_CPU_PH_ATTN);
 
         /* int8 activations of the attention output (a token's heads come from several threads) */
         if (M[M_O].use_q) {
             quant_rows(c, true, &c->qb, c->att, QD, t0, t1);
-            pllm_cpu_pool_barrier(c->pool);
+            phase_barrier(c, ith, PLLM_CPU_PH_O);
         }
 
         /* output projection and residual (the thread's own rows) */
         mm(c, ith, nth, c->xb, E, c->att, QD, &c->qb, &M[M_O], T, 16, &r0, &r1);
-        post_residual(c, w->attn_post_norm, T, t0, t1, r0, r1);
+        post_residual(c, ith, PLLM_CPU_PH_O, w->attn_post_norm, T, t0, t1, r0, r1);
 
         if (pllm_layer_is_moe(w)) { /* its own RMSNorm; ends without a barrier */
             moe_ffn(c, ith, nth, l, t0, t1);
@@ -693,7 +783,7 @@ static void forward_region(void *arg, int ith, int nth)
             c->kern->rmsnorm(c->xb + t * E, c->x + t * E, w->ffn_norm, E, cfg->norm_eps);
             quant_rows(c, M[M_GATE].use_q || M[M_UP].use_q, &c->qa, c->xb, E, t, t + 1);
         }
-        pllm_cpu_pool_barrier(c->pool);
+        phase_barrier(c, ith, PLLM_CPU_PH_FFN_NORM);
 
         /* gate and up split the same rows (at multiples of 32, the quantization block), so
          * SwiGLU and the int8 activations of w_down need no barrier */
@@ -706,16 +796,16 @@ static void forward_region(void *arg, int ith, int nth)
                 c->kern->swiglu(c->hb + t * F + r0, c->hb2 + t * F + r0, r1 - r0);
             if (M[M_DOWN].use_q && r0 < r1) c->qkern->quant(&c->qb, t, c->hb + t * F + r0, r0 / 32, (r1 + 31) / 32);
         }
-        pllm_cpu_pool_barrier(c->pool);
+        phase_barrier(c, ith, PLLM_CPU_PH_GATE_UP);
 
         mm(c, ith, nth, c->xb, E, c->hb, F, &c->qb, &M[M_DOWN], T, 16, &r0, &r1);
-        post_residual(c, w->ffn_post_norm, T, t0, t1, r0, r1);
+        post_residual(c, ith, PLLM_CPU_PH_DOWN, w->ffn_post_norm, T, t0, t1, r0, r1);
     }
 
     /* final norm of the sampled tokens only, then their logits (split by samples: after a MoE
      * layer, which ends without a barrier, x must be complete first) */
     if (cfg->n_layer > 0 && pllm_layer_is_moe(&m->layers[cfg->n_layer - 1]))
-        pllm_cpu_pool_barrier(c->pool);
+        phase_barrier(c, ith, PLLM_CPU_PH_MOE);
     int64_t s0, s1;
     pllm_cpu_split(S, 1, ith, nth, &s0, &s1);
     for (int64_t s = s0; s < s1; s++) {
@@ -725,9 +815,9 @@ static void forward_region(void *arg, int ith, int nth)
     }
     const struct cpu_mat *Mo = c->mats + (size_t)cfg->n_layer * M_PER_LAYER;
     quant_rows(c, Mo->use_q, &c->qa, c->xs, E, s0, s1);
-    pllm_cpu_pool_barrier(c->pool);
+    phase_barrier(c, ith, PLLM_CPU_PH_HEAD_NORM);
     mm(c, ith, nth, c->logits, V, c->xs, E, &c->qa, Mo, S, 16, &r0, &r1);
-    pllm_cpu_pool_barrier(c->pool);
+    phase_barrier(c, ith, PLLM_CPU_PH_HEAD);
 
     /* sampling */
     pllm_step_out *out = c->out;
@@ -750,6 +840,7 @@ static void forward_region(void *arg, int ith, int nth)
             }
         }
     }
+    phase_end(c, ith, PLLM_CPU_PH_SAMPLE);
 }
 
 /* ---- workspace --------------------------------------------------------------------------- */
@@ -1046,6 +1137,11 @@ static pllm_status run_step(cpu_ctx *c, const pllm_batch_plan *plan, pllm_step_o
     if (plan->n_tokens == 0) return PLLM_OK;
     c->plan = plan;
     c->out = out;
+    if (c->phase) {
+        c->phase_steps++;
+        c->phase_tokens += plan->n_tokens;
+        c->phase_samples += plan->n_samples;
+    }
     pllm_cpu_pool_run(c->pool, forward_region, c);
     c->plan = NULL;
     c->out = NULL;
@@ -1205,6 +1301,12 @@ static void cpu_destroy(void *vctx)
 {
     cpu_ctx *c = vctx;
     if (!c) return;
+    if (c->phase) {
+        pllm_cpu_phase_stats st;
+        phase_collect(c, &st);
+        phase_report(&st);
+    }
+    pllm_aligned_free(c->phase);
     pllm_cpu_pool_free(c->pool);
     free_tokens_ws(c);
     pllm_cpu_qact_free(&c->qa);
@@ -1420,9 +1522,16 @@ pllm_status pllm_cpu_params_defaults(pllm_cpu_params *p)
     p->math = PLLM_CPU_MATH_AUTO;
     p->isa_cap = PLLM_CPU_ISA_COUNT;
     p->qmm_scalar = false;
+    p->phase_stats = false;
     /* the environment: defaults for tests and benchmarks, read here only */
     const char *math = getenv("PLLM_CPU_MATH"), *isa = getenv("PLLM_CPU_ISA");
-    const char *qmm = getenv("PLLM_CPU_QMM");
+    const char *qmm = getenv("PLLM_CPU_QMM"), *phase = getenv("PLLM_CPU_PHASE_STATS");
+    if (phase && *phase) {
+        if (strcmp(phase, "1") != 0 && strcmp(phase, "0") != 0)
+            return pllm_errorf(PLLM_ERR_INVALID,
+                               "cpu backend: PLLM_CPU_PHASE_STATS=%s (expected 1 or 0)", phase);
+        p->phase_stats = phase[0] == '1';
+    }
     if (math && *math) {
         if (strcmp(math, "f32") == 0)
             p->math = PLLM_CPU_MATH_F32;
@@ -1551,6 +1660,14 @@ pllm_status pllm_cpu_backend_create(pllm_backend *out, const pllm_model *model, 
     }
     if ((st = pllm_cpu_pool_create(&c->pool, c->n_threads)) != PLLM_OK) goto fail;
     if ((st = setup_mats(c)) != PLLM_OK) goto fail;
+    if (params.phase_stats) {
+        c->phase = pllm_aligned_alloc(sizeof *c->phase * (size_t)c->n_threads);
+        if (!c->phase) {
+            st = PLLM_ERR_NOMEM;
+            goto fail;
+        }
+        memset(c->phase, 0, sizeof *c->phase * (size_t)c->n_threads);
+    }
 
     out->iface = &g_cpu_iface;
     out->ctx = c;
@@ -1578,4 +1695,13 @@ bool pllm_cpu_backend_int_math(const pllm_backend *b)
 {
     const cpu_ctx *c = b->ctx;
     return c->int_math;
+}
+
+bool pllm_cpu_backend_phase_stats(const pllm_backend *b, pllm_cpu_phase_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    const cpu_ctx *c = b->ctx;
+    if (!c || !c->phase) return false;
+    phase_collect(c, out);
+    return true;
 }

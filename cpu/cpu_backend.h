@@ -14,8 +14,8 @@
  * kernel table).
  *
  * The environment: pllm_cpu_params_defaults() is the one place the backend reads it
- * (PLLM_CPU_MATH, PLLM_CPU_ISA, PLLM_CPU_QMM, for tests and benchmarks). It gives defaults
- * only: a field the caller sets afterwards wins.
+ * (PLLM_CPU_MATH, PLLM_CPU_ISA, PLLM_CPU_QMM, PLLM_CPU_PHASE_STATS, for tests and benchmarks). It
+ * gives defaults only: a field the caller sets afterwards wins.
  *
  * The vtable:
  *   kv_layout     F32, F16 or int8 K/V (params.kv_dtype; int8: PLLM_KV_DTYPE_I8, per-row fp16
@@ -58,7 +58,40 @@ typedef struct pllm_cpu_params {
                            * cap; PLLM_CPU_ISA=scalar|avx2|avx512|avx512vnni sets the default) */
     bool qmm_scalar;      /* tests: the integer matmuls and quantizer of the scalar reference table,
                            * everything else from the chosen one (default false; PLLM_CPU_QMM=scalar) */
+    bool phase_stats;     /* time each phase of the forward pass per thread
+                           * (pllm_cpu_backend_phase_stats;     a table on stderr when the backend is
+                           * freed); default false,     PLLM_CPU_PHASE_STATS=1 sets it (0 or empty: off)
+                           */
 } pllm_cpu_params;
+
+/* The phases of a forward pass: each ends at a barrier of the thread pool (sampling at the
+ * pass's end), so a thread's time in a phase is its work up to that barrier plus its wait in it
+ * (the wait is the imbalance between the threads). */
+typedef enum pllm_cpu_phase {
+    PLLM_CPU_PH_EMBED,     /* embeddings and rotary tables */
+    PLLM_CPU_PH_ATTN_NORM, /* RMSNorm and the int8 activations of q/k/v */
+    PLLM_CPU_PH_QKV,       /* the q, k, v projections */
+    PLLM_CPU_PH_ROPE_KV,   /* RoPE, and the K/V store */
+    PLLM_CPU_PH_ATTN,      /* attention */
+    PLLM_CPU_PH_O,         /* the output projection (and its int8 activations), the residual */
+    PLLM_CPU_PH_FFN_NORM,  /* RMSNorm and the int8 activations of gate/up */
+    PLLM_CPU_PH_GATE_UP,   /* gate and up, SwiGLU (GeGLU), the int8 activations of down */
+    PLLM_CPU_PH_DOWN,      /* down, the residual */
+    PLLM_CPU_PH_MOE,       /* a mixture-of-experts FFN, all of it */
+    PLLM_CPU_PH_HEAD_NORM, /* the final RMSNorm of the sampled tokens */
+    PLLM_CPU_PH_HEAD,      /* the LM head */
+    PLLM_CPU_PH_SAMPLE,    /* sampling */
+    PLLM_CPU_PH_COUNT
+} pllm_cpu_phase;
+
+const char *pllm_cpu_phase_name(pllm_cpu_phase ph);
+
+typedef struct pllm_cpu_phase_stats {
+    int n_threads;
+    int64_t steps, tokens, samples;   /* forward passes run, their tokens and sampled rows */
+    double work_s[PLLM_CPU_PH_COUNT]; /* seconds working in each phase, summed over threads */
+    double wait_s[PLLM_CPU_PH_COUNT]; /* seconds waiting at the phase's barrier, summed */
+} pllm_cpu_phase_stats;
 
 /* Built-in defaults, then the environment's (above). A value the environment gives that is not
  * one of those listed is PLLM_ERR_INVALID naming the variable; *p then has the built-in default
@@ -74,3 +107,5 @@ const char *pllm_cpu_backend_describe(const pllm_backend *b, int *n_threads);
 bool pllm_cpu_backend_int_math(const pllm_backend *b);
 /* The KV cache dtype a CPU backend created above uses (auto resolved). */
 pllm_dtype pllm_cpu_backend_kv_dtype(const pllm_backend *b);
+/* The phase times so far; false (and zeros) unless the backend was created with phase_stats. */
+bool pllm_cpu_backend_phase_stats(const pllm_backend *b, pllm_cpu_phase_stats *out);

@@ -9,3 +9,6 @@ pllm_add_py_test(cpu_model_ref cpu_model_ref.py LABELS model)
 # the CPU backend's step workspace (the MoE expert scratch) left out of the default KV budget
 pllm_add_c_test(cpu_workspace SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cpu_workspace.c LABELS unit)
 pllm_add_py_test(cpu_workspace_moe cpu_workspace.py LABELS unit ARGS $<TARGET_FILE:cpu_workspace>)
+# the per-phase timer of the forward pass (PLLM_CPU_PHASE_STATS), dense and MoE
+pllm_add_c_test(cpu_phase_stats SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cpu_phase_stats.c LABELS unit)
+pllm_add_py_test(cpu_phase_stats_moe cpu_workspace.py LABELS unit ARGS $<TARGET_FILE:cpu_phase_stats>)

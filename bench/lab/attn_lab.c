@@ -137,6 +137,15 @@ int main(int argc, char **argv)
         {"135M decode, DRAM (64x30 seqs x 300)", 64, 3, 64 * 30, 300, 1},
         {"135M prefill (21-query tile, 175)", 64, 3, 16, 175, 21},
         {"135M decode, ctx 4096", 64, 3, 1, 4096, 1},
+        /* speculative decoding at one sequence (bench/spec_bench.py copy1): a step's tiles over
+         * the 30 layers' K/V (3.5 MB, in L3), the token's row and k drafts split in two tiles */
+        {"135M spec 1 row (30 x ctx 455)", 64, 3, 30, 455, 1},
+        {"135M spec 2 rows (30 x ctx 455)", 64, 3, 30, 455, 2},
+        {"135M spec 4 rows (30 x ctx 455)", 64, 3, 30, 455, 4},
+        {"135M spec 8 rows (30 x ctx 455)", 64, 3, 30, 455, 8},
+        /* the same from DRAM: in the engine a step's 66 MB of weights evict the K/V */
+        {"135M spec 1 row, DRAM (300 x ctx 455)", 64, 3, 300, 455, 1},
+        {"135M spec 8 rows, DRAM (300 x ctx 455)", 64, 3, 300, 455, 8},
         {"1.1B decode (64 seqs x ctx 300)", 64, 8, 64, 300, 1},
         {"hd128 decode (64 seqs x ctx 300)", 128, 4, 64, 300, 1},
         {"hd128 prefill (16-query tile, 512)", 128, 4, 4, 512, 16},
