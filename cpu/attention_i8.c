@@ -294,13 +294,18 @@ i8_rows_sweep(const int NS, const int RG, float *const *o, const int8_t *const *
                 ninf, jm, _mm512_mul_ps(df, _mm512_mul_ps(ksc, _mm512_set1_ps(qs[g]))));
             const float m_new = PLLM_MAX(mr[g], _mm512_reduce_max_ps(sc));
             const __m512 vm = _mm512_set1_ps(m_new);
-            const __m512 corr = exp512v(_mm512_sub_ps(_mm512_set1_ps(mr[g]), vm));
             const __m512 p = _mm512_maskz_mov_ps(jm, exp512v(_mm512_sub_ps(sc, vm)));
-            mr[g] = m_new;
-            l[g] = _mm512_fmadd_ps(l[g], corr, p);
             _mm512_store_ps(pj[g], _mm512_maskz_mul_ps(jm, p, vsc)); /* p_j * sv_j */
+            /* an unchanged running max: corr is exactly 1 (as in attention.c's tile) */
+            if (m_new != mr[g]) {
+                const __m512 corr = exp512v(_mm512_sub_ps(_mm512_set1_ps(mr[g]), vm));
+                mr[g] = m_new;
+                l[g] = _mm512_fmadd_ps(l[g], corr, p);
 #pragma GCC unroll 16
-            for (int s = 0; s < NS; s++) acc[g][s] = _mm512_mul_ps(acc[g][s], corr);
+                for (int s = 0; s < NS; s++) acc[g][s] = _mm512_mul_ps(acc[g][s], corr);
+            } else {
+                l[g] = _mm512_add_ps(l[g], p);
+            }
         }
         /* P.V, dequantized in the sum */
         const int8_t *const *V = S->vp + (P - P0);
