@@ -1526,12 +1526,6 @@ pllm_status pllm_cpu_params_defaults(pllm_cpu_params *p)
     /* the environment: defaults for tests and benchmarks, read here only */
     const char *math = getenv("PLLM_CPU_MATH"), *isa = getenv("PLLM_CPU_ISA");
     const char *qmm = getenv("PLLM_CPU_QMM"), *phase = getenv("PLLM_CPU_PHASE_STATS");
-    if (phase && *phase) {
-        if (strcmp(phase, "1") != 0 && strcmp(phase, "0") != 0)
-            return pllm_errorf(PLLM_ERR_INVALID,
-                               "cpu backend: PLLM_CPU_PHASE_STATS=%s (expected 1 or 0)", phase);
-        p->phase_stats = phase[0] == '1';
-    }
     if (math && *math) {
         if (strcmp(math, "f32") == 0)
             p->math = PLLM_CPU_MATH_F32;
@@ -1552,6 +1546,12 @@ pllm_status pllm_cpu_params_defaults(pllm_cpu_params *p)
             return pllm_errorf(PLLM_ERR_INVALID, "cpu backend: PLLM_CPU_QMM=%s (expected scalar)",
                                qmm);
         p->qmm_scalar = true;
+    }
+    if (phase && *phase) {
+        if (strcmp(phase, "1") != 0 && strcmp(phase, "0") != 0)
+            return pllm_errorf(PLLM_ERR_INVALID,
+                               "cpu backend: PLLM_CPU_PHASE_STATS=%s (expected 1 or 0)", phase);
+        p->phase_stats = phase[0] == '1';
     }
     return PLLM_OK;
 }
@@ -1699,9 +1699,11 @@ bool pllm_cpu_backend_int_math(const pllm_backend *b)
 
 bool pllm_cpu_backend_phase_stats(const pllm_backend *b, pllm_cpu_phase_stats *out)
 {
-    memset(out, 0, sizeof *out);
     const cpu_ctx *c = b->ctx;
-    if (!c || !c->phase) return false;
+    if (!c || !c->phase) {
+        memset(out, 0, sizeof *out);
+        return false;
+    }
     phase_collect(c, out);
     return true;
 }

@@ -58,10 +58,9 @@ typedef struct pllm_cpu_params {
                            * cap; PLLM_CPU_ISA=scalar|avx2|avx512|avx512vnni sets the default) */
     bool qmm_scalar;      /* tests: the integer matmuls and quantizer of the scalar reference table,
                            * everything else from the chosen one (default false; PLLM_CPU_QMM=scalar) */
-    bool phase_stats;     /* time each phase of the forward pass per thread
-                           * (pllm_cpu_backend_phase_stats;     a table on stderr when the backend is
-                           * freed); default false,     PLLM_CPU_PHASE_STATS=1 sets it (0 or empty: off)
-                           */
+    bool phase_stats;     /* time each phase of the forward pass per thread (read with
+                           * pllm_cpu_backend_phase_stats; a table goes to stderr when the backend
+                           * is freed); default false, PLLM_CPU_PHASE_STATS=1 sets it (0: off) */
 } pllm_cpu_params;
 
 /* The phases of a forward pass: each ends at a barrier of the thread pool (sampling at the

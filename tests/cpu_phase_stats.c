@@ -148,10 +148,14 @@ static void check_env(void)
     setenv("PLLM_CPU_PHASE_STATS", "0", 1);
     CHECK_OK(pllm_cpu_params_defaults(&cp));
     CHECK(!cp.phase_stats);
+    /* a bad value: named in the error, the field at its default, the other variables still read */
     setenv("PLLM_CPU_PHASE_STATS", "yes", 1);
+    setenv("PLLM_CPU_MATH", "f32", 1);
     CHECK(pllm_cpu_params_defaults(&cp) == PLLM_ERR_INVALID);
     CHECK(strstr(pllm_errmsg(), "PLLM_CPU_PHASE_STATS=yes") != NULL);
     CHECK(!cp.phase_stats);
+    CHECK(cp.math == PLLM_CPU_MATH_F32);
+    unsetenv("PLLM_CPU_MATH");
     unsetenv("PLLM_CPU_PHASE_STATS");
     CHECK_OK(pllm_cpu_params_defaults(&cp));
     CHECK(!cp.phase_stats);
@@ -160,6 +164,7 @@ static void check_env(void)
 int main(int argc, char **argv)
 {
     unsetenv("PLLM_CPU_PHASE_STATS");
+    unsetenv("PLLM_CPU_MATH");
     check_env();
     for (int i = 1; i < argc; i++) { /* tests/cpu_workspace.py: random Qwen3-MoE GGUFs */
         pllm_model *m = NULL;
