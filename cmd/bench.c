@@ -532,7 +532,7 @@ int cmd_bench(int argc, char **argv)
     }
     goto out;
 interrupted:
-    cmd_signals_restore();
+    cmd_signals_finish();
     if (rc == 130) fprintf(stderr, "pllm: interrupted; no results written\n");
 out:
     cmd_plot_free(&plot);
@@ -541,6 +541,6 @@ out:
     pllm_report_free(&res.rep);
     cmd_bench_workload_free(&w);
     cmd_runtime_close(&rt);
-    cmd_signals_restore();
+    cmd_signals_finish();
     return rc;
 }

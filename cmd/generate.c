@@ -998,7 +998,7 @@ static int gen_close(gen_cmd *c, int rc)
     json_decref(c->rec_input);
     json_decref(c->rec_opts);
     cmd_shard_free(&c->sh);
-    cmd_signals_restore();
+    cmd_signals_finish();
     return rc;
 }
 

@@ -529,12 +529,13 @@ int cmd_sampling_opts_apply_model(const cmd_sampling_opts *o, const pllm_model *
 
 /* The flag the handler sets: a signal handler can reach nothing else. This is the only
  * process-wide state, and it lives in cmd/ (the binary), not in a library. */
-static volatile sig_atomic_t *g_flag;
+static volatile sig_atomic_t *volatile g_flag;
 
 static void on_signal(int sig)
 {
-    if (g_flag && !*g_flag) {
-        *g_flag = 1;
+    volatile sig_atomic_t *flag = g_flag;
+    if (flag && !*flag) {
+        *flag = 1;
         return;
     }
     signal(sig, SIG_DFL); /* a second signal: stop now */
@@ -551,11 +552,17 @@ void cmd_signals_install(volatile sig_atomic_t *flag)
     sigaction(SIGTERM, &sa, NULL);
 }
 
-void cmd_signals_restore(void)
+void cmd_signals_finish(void)
 {
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    g_flag = NULL;
+    /* The handler stays until the process exits: the default action restored here killed a
+     * run whose output was complete when a SIGINT landed between this call and exit (rel_signals
+     * met it in CI: "killed by SIGINT" with all 24 records written). A first signal now sets a
+     * flag nobody reads, and the run exits with its own code; a second one still kills. */
+    static volatile sig_atomic_t late;
+    if (g_flag != &late) {
+        late = 0;
+        g_flag = &late;
+    }
 }
 
 double cmd_peak_rss_mb(void)

@@ -97,7 +97,10 @@ int cmd_sampling_opts_apply_model(const cmd_sampling_opts *o, const pllm_model *
 /* SIGINT/SIGTERM: the first sets *flag (the run stops after the current step, writes what
  * finished and exits 130); a second one kills the process at once (default action). */
 void cmd_signals_install(volatile sig_atomic_t *flag);
-void cmd_signals_restore(void);
+/* The run's work is done and its output closed: the flag given to cmd_signals_install is no
+ * longer written. A first signal from here to exit is ignored (the process exits with the run's
+ * code); a second one kills it. */
+void cmd_signals_finish(void);
 
 /* The persistent prefix cache's counters of a finished run, one line on stderr (nothing when
  * the engine has none); added to report as "prefix_cache_dir" when report is not NULL. */
