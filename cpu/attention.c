@@ -282,23 +282,31 @@ T512 static inline __attribute__((always_inline)) void rows_sweep(const int NS, 
                 }
         }
         float pj[4][PLLM_CPU_ATTN_CHUNK] __attribute__((aligned(64)));
+        /* the scores: each K segment is loaded (and converted) once for the group's rows */
+        __m512 y[4][4];
+#pragma GCC unroll 16
+        for (int k = 0; k < 4; k++) {
+            __m512 v[4][4];
+#pragma GCC unroll 16
+            for (int jj = 0; jj < 4; jj++) {
+                const uint8_t *kr = K[4 * k + jj];
+                const __m512 k0 = kv_seg(kr, f16, 0);
+#pragma GCC unroll 16
+                for (int g = 0; g < RG; g++) v[g][jj] = _mm512_mul_ps(_mm512_loadu_ps(q[g]), k0);
+#pragma GCC unroll 16
+                for (int s = 1; s < NS; s++) {
+                    const __m512 ks = kv_seg(kr, f16, s);
+#pragma GCC unroll 16
+                    for (int g = 0; g < RG; g++)
+                        v[g][jj] = _mm512_fmadd_ps(_mm512_loadu_ps(q[g] + 16 * s), ks, v[g][jj]);
+                }
+            }
+#pragma GCC unroll 16
+            for (int g = 0; g < RG; g++) y[g][k] = hsum4(v[g][0], v[g][1], v[g][2], v[g][3]);
+        }
 #pragma GCC unroll 16
         for (int g = 0; g < RG; g++) {
-            __m512 y[4];
-#pragma GCC unroll 16
-            for (int k = 0; k < 4; k++) {
-                __m512 v[4];
-#pragma GCC unroll 16
-                for (int jj = 0; jj < 4; jj++) {
-                    const uint8_t *kr = K[4 * k + jj];
-                    __m512 d = _mm512_mul_ps(_mm512_loadu_ps(q[g]), kv_seg(kr, f16, 0));
-#pragma GCC unroll 16
-                    for (int s = 1; s < NS; s++) d = _mm512_fmadd_ps(_mm512_loadu_ps(q[g] + 16 * s), kv_seg(kr, f16, s), d);
-                    v[jj] = d;
-                }
-                y[k] = hsum4(v[0], v[1], v[2], v[3]);
-            }
-            const __m512 sc = _mm512_mask_mov_ps(ninf, jm, _mm512_mul_ps(hsum_final(y), vscale));
+            const __m512 sc = _mm512_mask_mov_ps(ninf, jm, _mm512_mul_ps(hsum_final(y[g]), vscale));
             const float m_new = PLLM_MAX(mr[g], _mm512_reduce_max_ps(sc));
             const __m512 vm = _mm512_set1_ps(m_new);
             const __m512 p = _mm512_maskz_mov_ps(jm, exp512(_mm512_sub_ps(sc, vm)));
