@@ -135,8 +135,9 @@ def compare_to_reference(label, recs, ref):
     return not dup and not missing and not extra and not diff
 
 
-def wait_lines(path, n, proc, timeout):
-    """Wait until path holds at least n complete lines (or the process ended)."""
+def wait_lines(path, n, proc, timeout, poll=0.02):
+    """Wait until path holds at least n complete lines (or the process ended), looking every
+    poll seconds."""
     t0 = time.time()
     while time.time() - t0 < timeout:
         if proc.poll() is not None:
@@ -147,7 +148,7 @@ def wait_lines(path, n, proc, timeout):
                     return True
         except FileNotFoundError:
             pass
-        time.sleep(0.02)
+        time.sleep(poll)
     return False
 
 
