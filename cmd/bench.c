@@ -532,7 +532,6 @@ int cmd_bench(int argc, char **argv)
     }
     goto out;
 interrupted:
-    cmd_signals_finish();
     if (rc == 130) fprintf(stderr, "pllm: interrupted; no results written\n");
 out:
     cmd_plot_free(&plot);
