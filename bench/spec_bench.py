@@ -3,8 +3,14 @@
 on a copy-heavy workload built from the shared data and on ShareGPT, with the ratios of their
 output token throughputs.
 
-    bench/spec_bench.py [--pllm build/pllm] [--threads 2] [--repeat 3] [--mode auto]
+    bench/spec_bench.py [--pllm build/pllm] [--model FILE] [--threads 2] [--repeat 3] [--mode auto]
                         [--cases copy1,copy16,sharegpt64] [--copy1-n 32] [--keep DIR]
+
+--model: the model every case runs (pllm's -m; default: pllm's default model, SmolLM2-135M);
+the copy requests' max_tokens are counted with its tokenizer. What speculation gains on the copy
+cases depends on how faithfully the model copies: the 135M default model drifts from the text
+(about 3.5 tokens per sequence step at 1 sequence), Qwen2.5-Coder-0.5B, the second model
+scripts/setup.sh fetches, copies nearly all of it (about 8.6).
 
 Cases (each runs `pllm bench` with --speculate off and --speculate MODE, alternately, --repeat
 times, so drift on a shared machine hits both alike; the ratio is of the mean throughputs, and
@@ -91,24 +97,31 @@ def copy_workload(n):
     return out
 
 
-def copy_lengths(pllm, targets, tmp):
+def model_args(model):
+    """pllm's -m for --model (nothing: pllm's default model)."""
+    return ["-m", model] if model else []
+
+
+def copy_lengths(pllm, targets, tmp, model=None):
     """Tokens of each expected copy (the model's tokenizer): a request's max_tokens, so that its
     output is the copy, the whole of it and not more (pllm bench ignores EOS)."""
     path = os.path.join(tmp, "targets.jsonl")
     with open(path, "w") as f:
         for i, t in enumerate(targets):
             f.write(json.dumps({"id": str(i), "prompt": t}) + "\n")
-    p = subprocess.run([pllm, "tokenize", "--counts-only", "--no-total", path], capture_output=True, text=True)
+    p = subprocess.run([pllm, "tokenize", "--counts-only", "--no-total", path] + model_args(model),
+                       capture_output=True, text=True)
     os.unlink(path)
     if p.returncode != 0:
         sys.exit(f"spec_bench: pllm tokenize failed ({p.returncode}):\n{p.stderr}")
     return [json.loads(l)["n_tokens"] for l in p.stdout.splitlines() if l.strip()]
 
 
-def write_copy_workload(pllm, path, tmp):
-    """The 32 copy requests, each with its max_tokens, as JSONL at path; returns the records."""
+def write_copy_workload(pllm, path, tmp, model=None):
+    """The 32 copy requests, each with its max_tokens (in model's tokens), as JSONL at path;
+    returns the records."""
     work = copy_workload(32)
-    lengths = copy_lengths(pllm, [r.pop("target") for r in work], tmp)
+    lengths = copy_lengths(pllm, [r.pop("target") for r in work], tmp, model)
     with open(path, "w") as f:
         for r, n in zip(work, lengths):
             r["max_tokens"] = n
@@ -121,7 +134,7 @@ def bench(args, dataset, extra, mode):
         stats = f.name
     os.unlink(stats)
     cmd = [args.pllm, "bench", "--dataset", dataset, "-t", str(args.threads), "--speculate", mode,
-           "--stats-json", stats, "-q"] + extra
+           "--stats-json", stats, "-q"] + model_args(getattr(args, "model", None)) + extra
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(cmd, capture_output=True, text=True)
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -142,6 +155,7 @@ def out_tps(js):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pllm", default=os.path.join(ROOT, "build", "pllm"))
+    ap.add_argument("--model", help="the model (pllm's -m; default: pllm's default model)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--mode", default="auto", choices=["auto", "prompt-lookup"])
@@ -152,10 +166,14 @@ def main():
     if not 1 <= args.copy1_n <= 32:
         sys.exit(f"spec_bench: --copy1-n must be in [1, 32], got {args.copy1_n}")
 
+    if not os.access(args.pllm, os.X_OK):
+        sys.exit(f"spec_bench: --pllm: not an executable: {args.pllm} (build it: cmake --build build)")
+    if args.model and not os.path.exists(args.model):
+        sys.exit(f"spec_bench: --model: no such file or directory: {args.model}")
     tmp = args.keep or tempfile.mkdtemp(prefix="spec_bench")
     os.makedirs(tmp, exist_ok=True)
     copy = os.path.join(tmp, "copy.jsonl")
-    write_copy_workload(args.pllm, copy, tmp)
+    write_copy_workload(args.pllm, copy, tmp, args.model)
     cases = {
         "copy1": (copy, ["-n", str(args.copy1_n), "--max-seqs", "1"]),
         "copy16": (copy, ["-n", "32", "--max-seqs", "16"]),
@@ -163,7 +181,8 @@ def main():
                                     "--max-seqs", "64"]),
     }
     failed = []
-    print(f"spec_bench: --speculate {args.mode} vs off, {args.threads} threads, {args.repeat} pairs each; "
+    print(f"spec_bench: --speculate {args.mode} vs off, model {os.path.basename(args.model) if args.model else 'the default'}, "
+          f"{args.threads} threads, {args.repeat} pairs each; "
           f"copy1: {args.copy1_n} of the 32 copy requests{'' if args.copy1_n == 32 else ' (--copy1-n: a subset, not the target case)'}; "
           f"load average at start {os.getloadavg()[0]:.1f}")
     for name in args.cases.split(","):
