@@ -1,4 +1,5 @@
 #include "cpu/attention.h"
+#include "cpu/attention_simd.h"
 
 #include <math.h>
 #include <string.h>
@@ -51,26 +52,7 @@ static void tile_fallback(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_args 
 }
 
 #if defined(__x86_64__)
-#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")))
-
-/* e^x for x <= 0 (lanes below -87 give ~0): x = n ln2 + r, |r| <= ln2 / 2, degree-6 Taylor
- * polynomial of e^r (relative error < 1e-7 on the interval), times 2^n by vscalefps. */
-T512 static inline __m512 exp512(__m512 x)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x); /* ln2 high part (exact) */
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723e-6f), r);   /* ln2 low part */
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
+#define T512 PLLM_ATTN_T512
 
 /* 16 (or fewer: mask) elements of a K or V row, as float. */
 T512 static inline __m512 load_kv(const void *base, bool f16, int64_t off, __mmask16 m)
@@ -159,7 +141,8 @@ T512 static void tile_avx512(const pllm_cpu_attn_tile *t, const pllm_cpu_attn_ar
                 const __m512 sv = _mm512_maskz_loadu_ps(jm, p);
                 const float mb = _mm512_mask_reduce_max_ps(jm, sv), m_new = PLLM_MAX(m[r], mb);
                 const float corr = m[r] == -INFINITY ? 0.0f : expf(m[r] - m_new);
-                const __m512 pv = _mm512_maskz_mov_ps(jm, exp512(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
+                const __m512 pv = _mm512_maskz_mov_ps(
+                    jm, pllm_attn_exp512(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
                 l[r] = l[r] * corr + _mm512_reduce_add_ps(pv);
                 m[r] = m_new;
                 _mm512_storeu_ps(p, pv);
@@ -307,23 +290,7 @@ T512 static inline __attribute__((always_inline)) void rows_sweep(const int NS, 
 #pragma GCC unroll 16
         for (int g = 0; g < RG; g++) {
             const __m512 sc = _mm512_mask_mov_ps(ninf, jm, _mm512_mul_ps(hsum_final(y[g]), vscale));
-            const float m_new = PLLM_MAX(mr[g], _mm512_reduce_max_ps(sc));
-            const __m512 vm = _mm512_set1_ps(m_new);
-            const __m512 p = _mm512_maskz_mov_ps(jm, exp512(_mm512_sub_ps(sc, vm)));
-            _mm512_store_ps(pj[g], p);
-            /* where the running max stays, corr = e^0 is exactly 1 (exp512 of +0 is 1.0:
-             * every term but the polynomial's constants is a product with r = +0), so
-             * out * corr = out and l * corr + p = l + p: the same values without the
-             * exponential and the multiplies (attn_lab: 4-6% off a compute-bound tile) */
-            if (m_new != mr[g]) {
-                const __m512 corr = exp512(_mm512_sub_ps(_mm512_set1_ps(mr[g]), vm));
-                mr[g] = m_new;
-                l[g] = _mm512_fmadd_ps(l[g], corr, p);
-#pragma GCC unroll 16
-                for (int s = 0; s < NS; s++) acc[g][s] = _mm512_mul_ps(acc[g][s], corr);
-            } else {
-                l[g] = _mm512_add_ps(l[g], p);
-            }
+            _mm512_store_ps(pj[g], pllm_attn_softmax_step(NS, sc, jm, &mr[g], &l[g], acc[g]));
         }
         for (int32_t j = 0; j < n; j++)
 #pragma GCC unroll 16

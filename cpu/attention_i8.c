@@ -15,6 +15,7 @@
  * It differs from the scalar reference only by float rounding (exp polynomial, sum order).
  */
 #include "cpu/attention.h"
+#include "cpu/attention_simd.h"
 
 #include <math.h>
 #include <string.h>
@@ -200,24 +201,6 @@ void pllm_cpu_attend_i8(float *out, const float *q, int32_t kv_head, const pllm_
 #define I8_PF     32  /* prefetch distance in positions (attention.c's ATTN_PF) */
 #define I8_CHUNKS ((I8_SUPER + I8_PF) / PLLM_CPU_ATTN_CHUNK)
 
-/* e^x for x <= 0: attention.c's exp512 (the same polynomial). */
-TV static inline __m512 exp512v(__m512 x)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723e-6f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
 /* One super-chunk's view of the cache: per chunk c (positions P0 + 16c ..), the address of its
  * first K group (16 positions x 4 bytes; group i at kg[c] + i * kstr) and of its 16 K and V
  * scales; per position j, its V row. */
@@ -292,20 +275,8 @@ i8_rows_sweep(const int NS, const int RG, float *const *o, const int8_t *const *
             const __m512 df = _mm512_cvtepi32_ps(_mm512_sub_epi32(d[g], _mm512_set1_epi32(qc[g])));
             const __m512 sc = _mm512_mask_mov_ps(
                 ninf, jm, _mm512_mul_ps(df, _mm512_mul_ps(ksc, _mm512_set1_ps(qs[g]))));
-            const float m_new = PLLM_MAX(mr[g], _mm512_reduce_max_ps(sc));
-            const __m512 vm = _mm512_set1_ps(m_new);
-            const __m512 p = _mm512_maskz_mov_ps(jm, exp512v(_mm512_sub_ps(sc, vm)));
+            const __m512 p = pllm_attn_softmax_step(NS, sc, jm, &mr[g], &l[g], acc[g]);
             _mm512_store_ps(pj[g], _mm512_maskz_mul_ps(jm, p, vsc)); /* p_j * sv_j */
-            /* an unchanged running max: corr is exactly 1 (as in attention.c's tile) */
-            if (m_new != mr[g]) {
-                const __m512 corr = exp512v(_mm512_sub_ps(_mm512_set1_ps(mr[g]), vm));
-                mr[g] = m_new;
-                l[g] = _mm512_fmadd_ps(l[g], corr, p);
-#pragma GCC unroll 16
-                for (int s = 0; s < NS; s++) acc[g][s] = _mm512_mul_ps(acc[g][s], corr);
-            } else {
-                l[g] = _mm512_add_ps(l[g], p);
-            }
         }
         /* P.V, dequantized in the sum */
         const int8_t *const *V = S->vp + (P - P0);
