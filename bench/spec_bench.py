@@ -10,7 +10,7 @@ output token throughputs.
 the copy requests' max_tokens are counted with its tokenizer. What speculation gains on the copy
 cases depends on how faithfully the model copies: the 135M default model drifts from the text
 (about 3.5 tokens per sequence step at 1 sequence), Qwen2.5-Coder-0.5B, the second model
-scripts/setup.sh fetches, copies nearly all of it (about 8.6).
+scripts/setup.sh fetches, copies nearly all of it (about 8.5).
 
 Cases (each runs `pllm bench` with --speculate off and --speculate MODE, alternately, --repeat
 times, so drift on a shared machine hits both alike; the ratio is of the mean throughputs, and
