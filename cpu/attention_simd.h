@@ -19,8 +19,9 @@ PLLM_ATTN_T512 static inline __m512 pllm_attn_exp512(__m512 x)
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x); /* ln2 high part (exact) */
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723e-6f), r);   /* ln2 low part */
+    __m512 r =
+        _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);      /* ln2 high part (exact) */
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723e-6f), r); /* ln2 low part */
     __m512 p = _mm512_set1_ps(1.0f / 720);
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
