@@ -577,17 +577,20 @@ static int gen_start(gen_cmd *c)
         return 3;
     }
     c->sh.extra = c->extra;
-    if ((rc = cmd_shard_prepare(&c->sh, &c->rt, c->input, c->format, &c->defaults, c->limit,
-                                c->quiet)) != 0)
+    /* the hybrid KV split is sized for the input's sequences (a first pass over a file: the
+     * shard plan's when there is one, else the workload's own) */
+    cmd_workload wl;
+    cmd_workload_init(&wl, &c->rt, &c->eo, c->input);
+    if ((rc = cmd_shard_prepare(&c->sh, &c->rt, c->input, c->format, &c->defaults, c->limit, &wl,
+                                c->quiet)) != 0 ||
+        (rc = cmd_workload_scan(&c->rt, &c->eo, c->input, c->format, c->extra, &c->defaults,
+                                c->limit, &wl, c->quiet)) != 0) {
+        cmd_workload_free(&wl);
         return rc;
-    /* the hybrid KV split is sized for the input's sequences (a first pass over a file) */
-    int32_t *workload = NULL;
-    if ((rc = cmd_workload_scan(&c->rt, &c->eo, c->input, c->format, c->extra, &c->defaults,
-                                c->limit, &workload, c->quiet)) != 0)
-        return rc;
+    }
     pllm_status est =
         pllm_engine_create(&c->eng, c->rt.model, &c->rt.backend, c->rt.tok, &c->eo.ep);
-    free(workload); /* the engine read it in create */
+    cmd_workload_free(&wl); /* the engine read it in create */
     c->eo.ep.workload_lens = NULL;
     c->eo.ep.n_workload = 0;
     if (est != PLLM_OK) {

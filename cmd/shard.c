@@ -1,7 +1,7 @@
 /* shard.c: --shard in `pllm generate` (shard.h). */
 #include "cmd/shard.h"
 
-#include "datasets/source.h"
+#include "cmd/firstpass.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,23 +40,76 @@ int cmd_shard_init(cmd_shard *s, const cmd_shard_opts *o, const char *input, int
     return 0;
 }
 
-/* The prefix key of a record and its prompt tokens (0 when it has none); *rkey: its id key. */
-static uint64_t record_key(const cmd_shard *s, const cmd_runtime *rt, const char *file,
-                           const pllm_record *rec, pllm_tokens *ids, uint64_t *rkey,
-                           int64_t *tokens)
+/* The id key of a record (pllm_record_key's text hashed). */
+static uint64_t id_key(const pllm_record *rec)
 {
     char *k = pllm_record_key(rec);
-    *rkey = pllm_shard_text_key(k ? k : "");
+    uint64_t key = pllm_shard_text_key(k ? k : "");
     free(k);
-    *tokens = 0;
+    return key;
+}
+
+/* The prefix key of tokenized prompt ids (a cmd_pass_key_fn: ctx is the cmd_shard). */
+static uint64_t shard_prefix_key(const void *ctx, const int32_t *ids, size_t n)
+{
+    const cmd_shard *s = ctx;
+    return pllm_shard_prefix_key(ids, n, s->spec.key_tokens, s->block_size);
+}
+
+/* The prefix key of a record, tokenized into ids (its id key when it is bad or does not
+ * tokenize); *rkey: its id key. */
+static uint64_t record_key(const cmd_shard *s, const cmd_runtime *rt, const char *file,
+                           const pllm_record *rec, pllm_tokens *ids, uint64_t *rkey)
+{
+    *rkey = id_key(rec);
     ids->n = 0;
-    if (rec->error || cmd_record_tokens(rt, file, rec, ids, NULL) != PLLM_OK) return *rkey;
-    *tokens = (int64_t)ids->n;
-    return pllm_shard_prefix_key(ids->ids, ids->n, s->spec.key_tokens, s->block_size);
+    if (rec->error || cmd_record_tokens(rt, file, rec, ids, NULL) != PLLM_OK) {
+        pllm_error_clear(); /* the main pass reports it */
+        return *rkey;
+    }
+    return shard_prefix_key(s, ids->ids, ids->n);
+}
+
+/* Remember a record's prefix key for the main pass; false when out of memory. */
+static bool push_key(cmd_shard *s, uint64_t key)
+{
+    if (s->n_keys == s->cap_keys) {
+        int64_t c = s->cap_keys ? s->cap_keys * 2 : 1024;
+        uint64_t *nk = pllm_realloc(s->keys, (size_t)c * sizeof *nk);
+        if (!nk) return false;
+        s->keys = nk;
+        s->cap_keys = c;
+    }
+    s->keys[s->n_keys++] = key;
+    return true;
+}
+
+typedef struct shard_pass {
+    cmd_shard *s;
+    cmd_workload *w;
+    int64_t total; /* prompt tokens */
+} shard_pass;
+
+static int shard_visit(void *ctx, const cmd_pass_item *it)
+{
+    shard_pass *sp = ctx;
+    cmd_shard *s = sp->s;
+    int rc;
+    if (sp->w && (rc = cmd_workload_add(sp->w, it->rec, it->tokens)) != 0) return rc;
+    /* a record without tokens is keyed by its id (datasets/shard.h) */
+    uint64_t key = it->tokens >= 0 ? it->key : id_key(it->rec);
+    int64_t tokens = PLLM_MAX(it->tokens, 0);
+    sp->total += tokens;
+    if (pllm_shard_plan_add(s->plan, key, tokens) != PLLM_OK || !push_key(s, key)) {
+        fprintf(stderr, "pllm: --shard: out of memory planning the shards\n");
+        return 3;
+    }
+    return 0;
 }
 
 int cmd_shard_prepare(cmd_shard *s, const cmd_runtime *rt, const char *input, pllm_format format,
-                      const pllm_request_params *defaults, int64_t limit, bool quiet)
+                      const pllm_request_params *defaults, int64_t limit, cmd_workload *w,
+                      bool quiet)
 {
     if (!s->on) return 0;
     if (s->spec.balance == PLLM_SHARD_BALANCE_TOKENS && !strcmp(input, "-")) {
@@ -67,59 +120,33 @@ int cmd_shard_prepare(cmd_shard *s, const cmd_runtime *rt, const char *input, pl
     }
     if (s->spec.balance != PLLM_SHARD_BALANCE_TOKENS) return 0;
     double t0 = pllm_now();
-    pllm_source *src = NULL;
-    pllm_tokens ids = {0};
-    int rc = 0;
-    if (pllm_shard_plan_create(&s->plan) != PLLM_OK ||
-        pllm_source_open(&src, input, format) != PLLM_OK) {
+    if (pllm_shard_plan_create(&s->plan) != PLLM_OK) {
         fprintf(stderr, "pllm: --shard: %s\n", pllm_errmsg());
-        rc = 3;
-        goto out;
+        return 3;
     }
-    pllm_source_set_extra_fields(src, s->extra);
-    const char *file = pllm_source_path(src);
-    int64_t n = 0, total = 0;
-    for (;;) {
-        pllm_record rec;
-        bool eof = false;
-        pllm_status st = pllm_source_next(src, defaults, &rec, &eof);
-        if (st != PLLM_OK) {
-            /* the main pass reports it at the same record */
-            break;
-        }
-        if (eof) break;
-        if (limit > 0 && n >= limit) {
-            pllm_record_free(&rec);
-            break;
-        }
-        n++;
-        uint64_t rkey;
-        int64_t tokens;
-        uint64_t key = record_key(s, rt, file, &rec, &ids, &rkey, &tokens);
-        total += tokens;
-        pllm_record_free(&rec);
-        if (pllm_shard_plan_add(s->plan, key, tokens) != PLLM_OK) {
-            fprintf(stderr, "pllm: --shard: out of memory planning the shards\n");
-            rc = 3;
-            goto out;
-        }
+    shard_pass sp = {.s = s, .w = w && w->want ? w : NULL};
+    int64_t n = 0;
+    int rc = cmd_first_pass(rt, input, format, s->extra, defaults, limit, shard_prefix_key, s,
+                            shard_visit, &sp, &n);
+    if (rc < 0) {
+        fprintf(stderr, "pllm: --shard: %s\n", pllm_errmsg());
+        return 3;
     }
+    if (rc != 0) return rc;
+    if (sp.w) sp.w->filled = true;
     if (pllm_shard_plan_finish(s->plan, s->spec.n) != PLLM_OK) {
         fprintf(stderr, "pllm: --shard: out of memory planning the shards\n");
-        rc = 3;
-        goto out;
+        return 3;
     }
     s->planned_tokens = pllm_shard_plan_tokens(s->plan, s->spec.k);
     if (!quiet)
         fprintf(stderr,
                 "pllm: shard %d/%d: planned %lld of %lld prompt tokens (%lld records, %lld prefix "
                 "keys of %d tokens; first pass %.1f s)\n",
-                s->spec.k, s->spec.n, (long long)s->planned_tokens, (long long)total, (long long)n,
-                (long long)pllm_shard_plan_keys(s->plan), s->spec.key_tokens, pllm_now() - t0);
-out:
-    pllm_tokens_free(&ids);
-    pllm_source_close(src);
-    return rc;
+                s->spec.k, s->spec.n, (long long)s->planned_tokens, (long long)sp.total,
+                (long long)n, (long long)pllm_shard_plan_keys(s->plan), s->spec.key_tokens,
+                pllm_now() - t0);
+    return 0;
 }
 
 bool cmd_shard_keep(cmd_shard *s, const cmd_runtime *rt, const char *file, const pllm_record *rec,
@@ -127,9 +154,13 @@ bool cmd_shard_keep(cmd_shard *s, const cmd_runtime *rt, const char *file, const
 {
     *index = s->n_read++;
     if (!s->on) return true;
-    uint64_t rkey;
-    int64_t tokens;
-    uint64_t key = record_key(s, rt, file, rec, scratch, &rkey, &tokens);
+    uint64_t key, rkey;
+    if (*index < s->n_keys) { /* the first pass tokenized it: its key, without tokenizing again */
+        key = s->keys[*index];
+        rkey = id_key(rec);
+    } else {
+        key = record_key(s, rt, file, rec, scratch, &rkey);
+    }
     bool keep = pllm_shard_of(s->plan, key, rkey, s->spec.n) == s->spec.k;
     if (keep) s->n_in_shard++;
     return keep;
@@ -273,6 +304,7 @@ void cmd_shard_json(const cmd_shard *s, json_t *stats)
 void cmd_shard_free(cmd_shard *s)
 {
     pllm_shard_plan_free(s->plan);
+    free(s->keys);
     pllm_shard_meta_free(&s->meta);
     free(s->sidecar);
     memset(s, 0, sizeof *s);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "cmd/runtime.h"
+#include "cmd/workload.h"
 #include "datasets/records.h"
 #include "datasets/shard.h"
 #include "engine/report.h"
@@ -27,6 +28,8 @@ typedef struct cmd_shard {
     json_t *attempt; /* borrowed from meta.doc */
     double started_at;
     pllm_extra_fields extra; /* --extra-fields: the planning pass reads records as the run does */
+    uint64_t *keys;          /* the planning pass's prefix key of each record, by input position */
+    int64_t n_keys, cap_keys;
 } cmd_shard;
 
 /* The options --shard, --shard-key-tokens, --shard-balance (values into the given pointers). */
@@ -38,11 +41,16 @@ typedef struct cmd_shard_opts {
 /* Validate the options; 0 or 2 (message printed). s->on stays false without --shard. */
 int cmd_shard_init(cmd_shard *s, const cmd_shard_opts *o, const char *input, int32_t block_size);
 /* Once the model is loaded: the first pass of --shard-balance tokens over the input (a file;
- * stdin falls back to hash, saying so). 0 or 3 (message printed). */
+ * stdin falls back to hash, saying so). It keeps each record's prefix key (8 bytes a record),
+ * so that the main pass decides without tokenizing every record again, and when w wants the
+ * input's sequence lengths (cmd_workload_init) it lists them too and marks w filled. 0 or 3
+ * (message printed). */
 int cmd_shard_prepare(cmd_shard *s, const cmd_runtime *rt, const char *input, pllm_format format,
-                      const pllm_request_params *defaults, int64_t limit, bool quiet);
+                      const pllm_request_params *defaults, int64_t limit, cmd_workload *w,
+                      bool quiet);
 /* Whether a record read from the input belongs to this shard; sets *index to its position
- * among all records. scratch: token buffer. */
+ * among all records. The key of a record the first pass saw is the one it kept; any other
+ * record (hash balance) is tokenized into scratch for its key. */
 bool cmd_shard_keep(cmd_shard *s, const cmd_runtime *rt, const char *file, const pllm_record *rec,
                     pllm_tokens *scratch, int64_t *index);
 /* line (owned, a JSON object's text) with ,"input_index":index before its closing brace; NULL

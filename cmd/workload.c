@@ -1,7 +1,7 @@
 /* workload.c: the input's sequence lengths for the hybrid KV split (workload.h). */
 #include "cmd/workload.h"
 
-#include "datasets/source.h"
+#include "cmd/firstpass.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,76 +21,74 @@ static bool hybrid_possible(const cmd_runtime *rt, const cmd_engine_opts *o)
     return l.n_layer_sw > 0 && l.window > 0 && !pllm_engine_kv_hybrid_off(&o->ep, &l, len);
 }
 
+void cmd_workload_init(cmd_workload *w, const cmd_runtime *rt, const cmd_engine_opts *o,
+                       const char *input)
+{
+    memset(w, 0, sizeof *w);
+    w->want = strcmp(input, "-") != 0 && hybrid_possible(rt, o);
+}
+
+int cmd_workload_add(cmd_workload *w, const pllm_record *rec, int64_t prompt_tokens)
+{
+    if (!w->want || prompt_tokens < 0) return 0;
+    int64_t len = prompt_tokens + PLLM_MAX(rec->params.max_tokens, 1);
+    int32_t k = PLLM_MAX(rec->params.n, 1);
+    if (w->n + k > w->cap) {
+        int64_t c = w->cap ? w->cap * 2 : 1024;
+        while (c < w->n + k) c *= 2;
+        int32_t *nv = pllm_realloc(w->lens, (size_t)c * sizeof *nv);
+        if (!nv) {
+            fprintf(stderr, "pllm: out of memory listing the input's sequence lengths\n");
+            return 3;
+        }
+        w->lens = nv;
+        w->cap = c;
+    }
+    for (int32_t i = 0; i < k; i++) w->lens[w->n++] = (int32_t)PLLM_MIN(len, INT32_MAX);
+    return 0;
+}
+
+static int workload_visit(void *ctx, const cmd_pass_item *it)
+{
+    return cmd_workload_add(ctx, it->rec, it->tokens);
+}
+
 int cmd_workload_scan(const cmd_runtime *rt, cmd_engine_opts *o, const char *input,
                       pllm_format format, pllm_extra_fields extra,
-                      const pllm_request_params *defaults, int64_t limit, int32_t **lens,
+                      const pllm_request_params *defaults, int64_t limit, cmd_workload *w,
                       bool quiet)
 {
-    *lens = NULL;
     o->ep.workload_lens = NULL;
     o->ep.n_workload = 0;
-    if (!strcmp(input, "-") || !hybrid_possible(rt, o)) return 0;
+    if (!w->want) return 0;
     double t0 = pllm_now();
-    pllm_source *src = NULL;
-    if (pllm_source_open(&src, input, format) != PLLM_OK) {
-        pllm_error_clear(); /* the main pass reports it */
-        return 0;
-    }
-    pllm_source_set_extra_fields(src, extra);
-    const char *file = pllm_source_path(src);
-    pllm_tokens ids = {0};
-    int32_t *v = NULL;
-    int64_t n = 0, cap = 0, n_rec = 0;
     int rc = 0;
-    for (;;) {
-        pllm_record rec;
-        bool eof = false;
-        if (pllm_source_next(src, defaults, &rec, &eof) != PLLM_OK) {
-            pllm_error_clear(); /* the main pass reports it at the same record */
-            break;
-        }
-        if (eof) break;
-        if (limit > 0 && n_rec >= limit) {
-            pllm_record_free(&rec);
-            break;
-        }
-        n_rec++;
-        ids.n = 0;
-        if (rec.error || cmd_record_tokens(rt, file, &rec, &ids, NULL) != PLLM_OK) {
+    if (!w->filled) {
+        rc = cmd_first_pass(rt, input, format, extra, defaults, limit, NULL, NULL, workload_visit,
+                            w, NULL);
+        if (rc < 0) { /* the input does not open: the main pass reports it */
             pllm_error_clear();
-            pllm_record_free(&rec);
-            continue;
+            w->want = false;
+            return 0;
         }
-        int64_t len = (int64_t)ids.n + PLLM_MAX(rec.params.max_tokens, 1);
-        int32_t k = PLLM_MAX(rec.params.n, 1);
-        pllm_record_free(&rec);
-        if (n + k > cap) {
-            int64_t c = cap ? cap * 2 : 1024;
-            while (c < n + k) c *= 2;
-            int32_t *nv = pllm_realloc(v, (size_t)c * sizeof *nv);
-            if (!nv) {
-                fprintf(stderr, "pllm: out of memory listing the input's sequence lengths\n");
-                rc = 3;
-                break;
-            }
-            v = nv;
-            cap = c;
+    }
+    if (rc == 0) {
+        if (!quiet) {
+            fprintf(stderr, "pllm: hybrid KV: the KV pools are split for the %lld sequences of %s ",
+                    (long long)w->n, input);
+            if (w->filled)
+                fprintf(stderr, "(lengths from the shard plan's pass)\n");
+            else
+                fprintf(stderr, "(first pass %.1f s)\n", pllm_now() - t0);
         }
-        for (int32_t i = 0; i < k; i++) v[n++] = (int32_t)PLLM_MIN(len, INT32_MAX);
+        o->ep.workload_lens = w->lens;
+        o->ep.n_workload = w->n;
     }
-    pllm_tokens_free(&ids);
-    if (!quiet && rc == 0)
-        fprintf(stderr,
-                "pllm: hybrid KV: the KV pools are split for the %lld sequences of %s (first "
-                "pass %.1f s)\n",
-                (long long)n, file, pllm_now() - t0);
-    pllm_source_close(src); /* file points into it */
-    if (rc != 0) {
-        free(v);
-        return rc;
-    }
-    *lens = v;
-    o->ep.workload_lens = v;
-    o->ep.n_workload = n;
-    return 0;
+    return rc;
+}
+
+void cmd_workload_free(cmd_workload *w)
+{
+    free(w->lens);
+    memset(w, 0, sizeof *w);
 }

@@ -20,11 +20,11 @@
  *            of the tokens. Works on stdin.
  *   tokens   (the default for a file) a first streaming pass tokenizes every record and adds
  *            its prompt tokens to its key (a map of distinct keys, 16 bytes each; never the
- *            records); keys are then assigned heaviest first to the least loaded shard
- *            (ties: the lower key, the lower shard), which is within one key's weight of a
- *            perfect balance. A key heavier than 5/4 of a fair share (total / N) would make
- *            its shard the straggler: its records are spread by their own ids instead (that
- *            prefix is then computed once per shard, which is small against a group of that
+ *            records' text: `pllm generate` keeps each record's 8-byte key for its main pass); keys
+ * are then assigned heaviest first to the least loaded shard (ties: the lower key, the lower
+ * shard), which is within one key's weight of a perfect balance. A key heavier than 5/4 of a fair
+ * share (total / N) would make its shard the straggler: its records are spread by their own ids
+ * instead (that prefix is then computed once per shard, which is small against a group of that
  *            size). Every
  *            shard process computes the same plan from the same input, so they agree without
  *            talking. stdin cannot be read twice: there, hash is used (pllm says so).

@@ -206,7 +206,9 @@ def main():
         failures.append(f"tokenizer: {len(bad)} texts differ from `tokenizers`, first {bad[:5]}")
     # 5. the hybrid KV split sized from a file input's first pass (cmd/workload.c): every good
     # record's prompt + max_tokens, an n = 2 record twice, the bad record left out (and reported at
-    # its line by the main pass, the others finished); from stdin, no workload (max_model_len)
+    # its line by the main pass, the others finished); from stdin, no workload (max_model_len);
+    # with --shard (balance tokens) the plan's pass lists the same lengths, the whole input's,
+    # and no second pass runs
     recs = [{"id": "a", "prompt": "The capital of France is", "max_tokens": 2000, "stop": [" "]},
             {"id": "b", "prompt": "1, 2, 3,", "max_tokens": 3000, "n": 2, "stop": [","]},
             {"id": "bad", "max_tokens": 3},
@@ -215,12 +217,26 @@ def main():
     with open(wl, "w") as f:
         f.write("".join(json.dumps(r) + "\n" for r in recs))
     split = {}
-    for how in ("file", "stdin"):
+    for how in ("file", "shard0", "shard1", "stdin"):
         out, st = os.path.join(tmp, f"wl_{how}.jsonl"), os.path.join(tmp, f"wl_{how}.json")
-        args = [pllm, "generate", "-m", path, wl if how == "file" else "-", "-o", out, "--stats-json", st,
+        args = [pllm, "generate", "-m", path, wl if how != "stdin" else "-", "-o", out, "--stats-json", st,
                 "--overwrite", "-t", "2"]
+        if how.startswith("shard"):
+            args += ["--shard", f"{how[-1]}/2", "--shard-balance", "tokens"]
         with open(wl) as stdin:
             p = subprocess.run(args, stdin=stdin if how == "stdin" else None, capture_output=True, text=True)
+        if how.startswith("shard"):  # the shards' outputs together are checked below
+            outs = [json.loads(line) for line in open(out)] if p.returncode in (0, 1) else []
+            split[how] = json.load(open(st)).get("counters", {}) if p.returncode in (0, 1) else {}
+            split[how] = (split[how].get("kv_split_seqs"), split[how].get("kv_split_mean_len"))
+            one = "lengths from the shard plan's pass" in p.stderr and "first pass" in p.stderr
+            ok = split[how] == split["file"] and one
+            print(f"hybrid split from {how}: {split[how]} {'ok' if ok else 'MISMATCH'}")
+            if not ok:
+                failures.append(f"workload ({how}): split {split[how]} (file: {split['file']}); "
+                                f"one first pass: {one}: {p.returncode} {p.stderr[-400:]}")
+            sharded = sharded + outs if how == "shard1" else outs
+            continue
         # exit 1: the run went on past the bad record (README "bad records")
         outs = [json.loads(line) for line in open(out)] if p.returncode == 1 else []
         c = json.load(open(st)).get("counters", {}) if p.returncode == 1 else {}
@@ -229,7 +245,13 @@ def main():
         done = sorted(o["id"] for o in outs if o.get("finish_reason") != "error")
         if done != ["a", "b", "b", "c"] or len(errs) != 1 or ":3:" not in errs[0]:
             failures.append(f"workload ({how}): outputs {done}, errors {errs}: {p.returncode} {p.stderr[-300:]}")
+        if how == "stdin":  # the two shards: the single run's records, split between them
+            key = lambda o: (o["id"], o.get("index", 0), o["finish_reason"], o.get("text"))
+            strip = sorted(key(o) for o in sharded)
+            if strip != sorted(key(o) for o in file_outs):
+                failures.append(f"workload (shards): {strip} against the single run's {sorted(key(o) for o in file_outs)}")
         if how == "file":
+            file_outs = outs
             mt = {r["id"]: r["max_tokens"] for r in recs}
             want = [o["prompt_tokens"] + mt[o["id"]] for o in outs if o.get("finish_reason") != "error"]
             ok = split[how][0] == len(want) and abs((split[how][1] or 0) - sum(want) / max(len(want), 1)) < 1e-6
